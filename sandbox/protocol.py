@@ -1,0 +1,190 @@
+"""The worker protocol: framing, limits, failure classes and the backend interface.
+
+The sandbox knows nothing about kernels. A *job* is an entry point named ``"module:function"``
+plus a JSON payload; the worker imports the module and calls ``function(channel, payload)``.
+The job talks to the trusted parent through ``channel`` (a dedicated pair of pipes, never
+stdout/stderr, which are captured and kept as diagnostics) with JSON messages, so the parent can
+reveal data (seeds) only when it is needed and time each phase with its own clock.
+
+Everything that comes back from a worker is untrusted: the untrusted candidate shares the
+worker's process and may write to the channel too. The parent validates every frame (size,
+JSON, a dict) and raises ``WorkerFailure(PROTOCOL_VIOLATION)`` otherwise; the meaning of the
+messages is checked by whoever reads them.
+
+Only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+#: A frame is a 4-byte big-endian length then that many bytes of UTF-8 JSON (an object).
+HEADER = struct.Struct(">I")
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+#: File descriptors the job channel uses inside the worker: parent->worker and worker->parent.
+WORKER_READ_FD = 3
+WORKER_WRITE_FD = 4
+
+
+class SandboxError(Exception):
+    """The sandbox itself could not do what was asked (bad configuration, cannot start)."""
+
+
+class FailureKind(str, Enum):
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    OUT_OF_MEMORY = "out_of_memory"
+    RESOURCE_LIMIT = "resource_limit"
+    PROTOCOL_VIOLATION = "protocol_violation"
+    EXITED_EARLY = "exited_early"
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """What the worker printed (truncated) and how it ended. For people, never for verdicts."""
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    signal: str | None = None
+    wall_seconds: float = 0.0
+    peak_rss_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class WorkerFailure(Exception):
+    """The worker ended or misbehaved before the job finished; ``kind`` classifies it."""
+
+    def __init__(self, kind: FailureKind, reason: str, diagnostics: Diagnostics | None = None):
+        super().__init__(f"{kind.value}: {reason}")
+        self.kind = kind
+        self.reason = reason
+        self.diagnostics = diagnostics or Diagnostics()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one session. ``None`` for wall_seconds means no overall deadline
+    (trusted, long-lived workers); per-``recv`` timeouts still apply."""
+
+    wall_seconds: float | None = 300.0
+    cpu_seconds: int = 900
+    #: host memory of the worker's whole process tree (resident set), not GPU memory
+    memory_bytes: int = 16 * 1024**3
+    file_bytes: int = 4 * 1024**3
+    processes: int = 2048
+    #: bytes of stdout and of stderr kept as diagnostics
+    output_bytes: int = 64 * 1024
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How pool workers are made before any job arrives."""
+
+    #: "cpu" (Triton interpreter) or a GPU index as a string ("0", "1", ...)
+    device: str = "cpu"
+    #: modules imported while warming up (e.g. torch, triton)
+    preload: tuple[str, ...] = ()
+    #: "module:function" called with no arguments after preload, before any job (trusted code:
+    #: create the CUDA context, capture original functions before a candidate can patch them)
+    warmup: str | None = None
+    #: extra environment variables (names must pass the allow-list; secrets never do)
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: "strict" (everything the OS allows) or "none" (trusted workers: env scrub and process
+    #: group only)
+    isolation: str = "strict"
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":"), allow_nan=True).encode()
+    if len(body) > MAX_FRAME_BYTES:
+        raise ValueError(f"message of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(body)) + body
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """Parse one frame body; raises ValueError on anything but a JSON object."""
+    value = json.loads(body.decode("utf-8"))
+    if not isinstance(value, dict):
+        raise ValueError(f"frame is a {type(value).__name__}, not an object")
+    return value
+
+
+class Channel:
+    """The worker's end of the job channel (blocking). Used by job entry points."""
+
+    def __init__(self, read_fd: int = WORKER_READ_FD, write_fd: int = WORKER_WRITE_FD):
+        self._read_fd = read_fd
+        self._write_fd = write_fd
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        data = encode(message)
+        view = memoryview(data)
+        while view:
+            written = os.write(self._write_fd, view)
+            view = view[written:]
+
+    def recv(self) -> dict[str, Any]:
+        header = self._read_exact(HEADER.size)
+        (length,) = HEADER.unpack(header)
+        if length > MAX_FRAME_BYTES:
+            raise ValueError(f"frame of {length} bytes from the parent")
+        return decode_body(self._read_exact(length))
+
+    def _read_exact(self, n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = os.read(self._read_fd, n)
+            if not chunk:
+                raise EOFError("parent closed the channel")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+
+class Session(Protocol):
+    """The parent's end of one job in one worker. Use as a context manager; closing kills the
+    worker's whole process tree and removes its private directory."""
+
+    #: the worker's private directory as the parent sees it (the job may write files there;
+    #: the worker sees it at the same absolute path)
+    workdir: Path
+
+    def send(self, message: Mapping[str, Any]) -> None: ...
+
+    def recv(self, timeout: float | None = None) -> dict[str, Any]:
+        """Next message; raises WorkerFailure (TIMEOUT when ``timeout`` or the session's wall
+        deadline passes, or the class of the worker's death)."""
+        ...
+
+    def close(self) -> Diagnostics: ...
+
+    def __enter__(self) -> "Session": ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class Backend(Protocol):
+    """Where workers run: the process backend (default) or the docker backend."""
+
+    name: str
+
+    def session(self, entry: str, payload: Mapping[str, Any], limits: Limits) -> Session:
+        """Hand the job to a warm worker (starting one if none is ready) and return its session."""
+        ...
+
+    def close(self) -> None:
+        """Stop every worker, warm or busy; leave no process or directory behind."""
+        ...

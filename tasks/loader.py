@@ -1,0 +1,251 @@
+"""Find tasks: a built-in name, a KernelBench-form file, a task folder, or a folder of files.
+
+Layouts understood:
+
+* ``NAME``: a built-in task, ``tasks/builtin/NAME/`` (see below).
+* ``path/to/problem.py``: a KernelBench-form module. Optional companions beside it:
+  ``problem.meta.py`` (metadata, never shown to the model) and ``problem.seed.py`` (a seed
+  candidate).
+* ``path/to/task_dir/`` holding ``reference.py``: one task, with optional ``meta.py`` and
+  ``seed.py`` beside it. The built-in tasks use this layout.
+* ``path/to/level_dir/``: every ``*.py`` inside that is not a companion is a task (a KernelBench
+  level). A broken file is reported and the others still load.
+
+Metadata attributes (all optional) are listed in ``META_FIELDS``; an unknown upper-case name
+is an error, so a typo cannot silently drop the hidden shapes.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import TaskError
+from .runtime import load_module
+from .spec import DISTRIBUTIONS, Shape, Task, Tolerance
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
+
+META_FIELDS = {
+    "DESCRIPTION": "one paragraph on what the op is and where a serving stack spends it",
+    "PUBLIC_SHAPES": "list of dicts of reference globals, shown to the model",
+    "HIDDEN_SHAPES": "list of dicts, never shown: tiny, odd, non-power-of-two and large",
+    "CPU_PUBLIC_SHAPES": "small public shapes for the Triton interpreter",
+    "CPU_HIDDEN_SHAPES": "small hidden shapes for the Triton interpreter",
+    "DISTRIBUTIONS": f"input distributions, from {DISTRIBUTIONS}",
+    "DTYPES": "dtype per device kind, e.g. {'cuda': 'bfloat16', 'cpu': 'float32'}",
+    "TOLERANCES": "{dtype: (atol, rtol)}; see kernforge.tasks.spec.Tolerance",
+    "ALLOW_TORCH_OPS": "whether a candidate may call torch compute ops (default False)",
+    "MUTATED_INPUTS": "indices of inputs the op writes in place",
+    "INTERPRETER_UNSUPPORTED": "why the seed cannot run under the Triton interpreter",
+}
+META_FUNCTIONS = {
+    "make_inputs": "make_inputs(shape, dist, dtype, device, generator) -> list",
+    "roofline": "roofline(shape, dtype) -> (bytes, flops)",
+}
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.name for p in BUILTIN_DIR.iterdir() if (p / "reference.py").is_file())
+
+
+def load_task(name_or_path: str | Path) -> Task:
+    """Load exactly one task; a folder of several is an error here (use ``load_tasks``)."""
+    tasks, errors = load_tasks(name_or_path)
+    if errors:
+        raise errors[0]
+    if len(tasks) != 1:
+        raise TaskError(f"{name_or_path}: holds {len(tasks)} tasks; name one file")
+    return tasks[0]
+
+
+def load_tasks(name_or_path: str | Path) -> tuple[list[Task], list[TaskError]]:
+    """Load every task behind a name or path. Broken files come back as errors, not raised."""
+    text = str(name_or_path)
+    if text.startswith("builtin:"):
+        text = text.split(":", 1)[1]
+    if text in builtin_names():
+        return [_load_task_dir(BUILTIN_DIR / text, ref=f"builtin:{text}")], []
+    path = Path(text).expanduser()
+    if not path.exists():
+        known = ", ".join(builtin_names())
+        raise TaskError(f"{text}: no such built-in task or path (built-in tasks: {known})")
+    path = path.resolve()
+    if path.is_file():
+        return [_load_task_file(path)], []
+    if (path / "reference.py").is_file():
+        return [_load_task_dir(path, ref=str(path))], []
+    tasks: list[Task] = []
+    errors: list[TaskError] = []
+    files = sorted(p for p in path.glob("*.py") if not _is_companion(p) and p.name != "__init__.py")
+    subdirs = sorted(p for p in path.iterdir() if p.is_dir() and (p / "reference.py").is_file())
+    if not files and not subdirs:
+        raise TaskError(f"{path}: no task files (*.py with Model, get_inputs, get_init_inputs) in this folder")
+    for item in [*files, *subdirs]:
+        try:
+            tasks.append(_load_task_file(item) if item.is_file() else _load_task_dir(item, ref=str(item)))
+        except TaskError as err:
+            errors.append(err)
+    return tasks, errors
+
+
+def _is_companion(path: Path) -> bool:
+    return path.name.endswith((".meta.py", ".seed.py"))
+
+
+def _load_task_file(path: Path) -> Task:
+    stem = path.name[: -len(".py")]
+    meta = path.with_name(f"{stem}.meta.py")
+    seed = path.with_name(f"{stem}.seed.py")
+    return _build(
+        name=stem,
+        ref=str(path),
+        reference_path=path,
+        meta_path=meta if meta.is_file() else None,
+        seed_path=seed if seed.is_file() else None,
+    )
+
+
+def _load_task_dir(path: Path, *, ref: str) -> Task:
+    meta = path / "meta.py"
+    seed = path / "seed.py"
+    return _build(
+        name=path.name,
+        ref=ref,
+        reference_path=path / "reference.py",
+        meta_path=meta if meta.is_file() else None,
+        seed_path=seed if seed.is_file() else None,
+    )
+
+
+def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None, seed_path: Path | None) -> Task:
+    source = _read(reference_path)
+    _check_syntax(reference_path, source)
+    module = load_module(reference_path)
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(module, attr):
+            raise TaskError(f"{reference_path}: KernelBench form needs `{attr}`, which is missing")
+    if not callable(module.get_inputs) or not callable(module.get_init_inputs):
+        raise TaskError(f"{reference_path}: `get_inputs` and `get_init_inputs` must be functions")
+    globals_ = _int_globals(module)
+    default_shape = Shape.of(globals_)
+
+    meta: dict[str, Any] = {}
+    if meta_path is not None:
+        _check_syntax(meta_path, _read(meta_path))
+        meta_module = load_module(meta_path)
+        meta = {k: getattr(meta_module, k) for k in dir(meta_module) if not k.startswith("_")}
+        unknown = sorted(k for k in meta if k.isupper() and k not in META_FIELDS)
+        if unknown:
+            fields = ", ".join(sorted(META_FIELDS))
+            raise TaskError(f"{meta_path}: unknown metadata {', '.join(unknown)} (known: {fields})")
+        for fn in META_FUNCTIONS:
+            if fn in meta and not callable(meta[fn]):
+                raise TaskError(f"{meta_path}: `{fn}` must be a function: {META_FUNCTIONS[fn]}")
+
+    def shapes(key: str, fallback: tuple[Shape, ...]) -> tuple[Shape, ...]:
+        where = meta_path or reference_path
+        if key not in meta:
+            return fallback
+        return tuple(_shape(where, key, i, item, globals_) for i, item in enumerate(_as_list(where, key, meta[key])))
+
+    public = shapes("PUBLIC_SHAPES", (default_shape,))
+    hidden = shapes("HIDDEN_SHAPES", _kernelbench_hidden(globals_))
+    cpu_public = shapes("CPU_PUBLIC_SHAPES", public)
+    cpu_hidden = shapes("CPU_HIDDEN_SHAPES", hidden)
+
+    where = meta_path or reference_path
+    distributions = tuple(meta.get("DISTRIBUTIONS", ("default",)))
+    bad = [d for d in distributions if d not in DISTRIBUTIONS]
+    if bad or not distributions:
+        raise TaskError(f"{where}: DISTRIBUTIONS has {bad or 'nothing'}; choose from {DISTRIBUTIONS}")
+    if any(d != "default" for d in distributions) and "make_inputs" not in meta:
+        raise TaskError(f"{where}: DISTRIBUTIONS other than 'default' need a make_inputs function")
+
+    dtypes = meta.get("DTYPES", {"cuda": "float32", "cpu": "float32"})
+    if not isinstance(dtypes, dict) or not all(isinstance(v, str) for v in dtypes.values()):
+        raise TaskError(f"{where}: DTYPES must map 'cuda'/'cpu' to a dtype name such as 'bfloat16'")
+    tolerances = {}
+    for dtype, pair in dict(meta.get("TOLERANCES", {})).items():
+        try:
+            atol, rtol = (float(x) for x in pair)
+        except (TypeError, ValueError):
+            raise TaskError(f"{where}: TOLERANCES[{dtype!r}] must be (atol, rtol), got {pair!r}") from None
+        tolerances[str(dtype)] = Tolerance(atol=atol, rtol=rtol)
+    mutated = tuple(int(i) for i in meta.get("MUTATED_INPUTS", ()))
+    unsupported = meta.get("INTERPRETER_UNSUPPORTED")
+
+    return Task(
+        name=name,
+        ref=ref,
+        reference_path=reference_path,
+        reference_source=source,
+        meta_path=meta_path,
+        description=str(meta.get("DESCRIPTION", "") or (module.__doc__ or "")).strip(),
+        public_shapes=public,
+        hidden_shapes=hidden,
+        cpu_public_shapes=cpu_public,
+        cpu_hidden_shapes=cpu_hidden,
+        distributions=distributions,
+        dtypes=dict(dtypes),
+        tolerances=tolerances,
+        allow_torch_ops=bool(meta.get("ALLOW_TORCH_OPS", False)),
+        mutated_inputs=mutated,
+        seed_path=seed_path,
+        interpreter_unsupported=str(unsupported) if unsupported else None,
+    )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise TaskError(f"{path}: cannot be read ({err})") from None
+
+
+def _check_syntax(path: Path, source: str) -> None:
+    try:
+        ast.parse(source, filename=str(path))
+    except SyntaxError as err:
+        raise TaskError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
+
+
+def _int_globals(module: Any) -> dict[str, int]:
+    return {
+        k: v
+        for k, v in vars(module).items()
+        if not k.startswith("_") and isinstance(v, int) and not isinstance(v, bool)
+    }
+
+
+def _as_list(where: Path, key: str, value: Any) -> Iterable[Any]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise TaskError(f"{where}: {key} must be a non-empty list of shape dicts")
+    return value
+
+
+def _shape(where: Path, key: str, index: int, item: Any, globals_: dict[str, int]) -> Shape:
+    if not isinstance(item, dict) or not item:
+        raise TaskError(f"{where}: {key}[{index}] must be a dict such as {{'T': 16, 'H': 4096}}")
+    unknown = [k for k in item if k not in globals_]
+    if unknown:
+        raise TaskError(
+            f"{where}: {key}[{index}] sets {unknown}, which are not integer globals of the reference "
+            f"(those are: {sorted(globals_)})"
+        )
+    bad = [k for k, v in item.items() if not isinstance(v, int) or isinstance(v, bool) or v < 0]
+    if bad:
+        raise TaskError(f"{where}: {key}[{index}] has non-integer or negative sizes for {bad}")
+    # Globals a shape leaves out keep the reference's default value.
+    return Shape.of({**globals_, **item})
+
+
+def _kernelbench_hidden(globals_: dict[str, int]) -> tuple[Shape, ...]:
+    """Hidden shapes for a plain KernelBench file: vary the batch, the one size always safe to vary."""
+    batch = globals_.get("batch_size")
+    if not batch:
+        return (Shape.of(globals_),)
+    odd = batch + 1 if batch % 2 == 0 else batch + 2
+    sizes = sorted({1, odd, max(1, batch // 2 - 1)})
+    return tuple(Shape.of({**globals_, "batch_size": b}) for b in sizes)

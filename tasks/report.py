@@ -1,0 +1,87 @@
+"""Tasks for people: the rows of ``kernforge tasks list`` and the text of ``tasks show``.
+
+``show_text`` is exactly what the model is shown about a task (the prompt uses the same
+``public_spec``): reference code, public shapes, dtype, tolerance, roofline. Never hidden shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import runtime
+from .spec import Task
+
+#: Ceilings used to call a task memory- or compute-bound before anything is measured; the
+#: verifier replaces them with ceilings measured on the GPU at hand. H200 figures from
+#: shared/BASELINES.md: device-to-device copy 4242 GB/s, bf16 dense matmul 691 TFLOP/s.
+NOMINAL_BANDWIDTH = 4242e9
+NOMINAL_FLOPS = 691e12
+
+
+def bound(task: Task, device_kind: str = "cuda") -> str:
+    """'memory' or 'compute' at the largest public shape, or 'unknown' without a roofline."""
+    shapes = task.shapes(device_kind, hidden=False)
+    dtype = task.dtype(device_kind)
+    best = None
+    for shape in shapes:
+        line = runtime.roofline(task, shape, dtype)
+        if line is not None and (best is None or line.bytes > best.bytes):
+            best = line
+    if best is None:
+        return "unknown"
+    return "compute" if best.intensity() > NOMINAL_FLOPS / NOMINAL_BANDWIDTH else "memory"
+
+
+def list_row(task: Task) -> dict[str, Any]:
+    return {
+        "name": task.name,
+        "public_shapes": [s.label for s in task.public_shapes],
+        "dtype": task.dtype("cuda"),
+        "bound": bound(task),
+        "seed": task.seed_path is not None,
+        "interpreter": task.interpreter_unsupported is None,
+    }
+
+
+def roofline_rows(task: Task, device_kind: str = "cuda") -> list[dict[str, Any]]:
+    dtype = task.dtype(device_kind)
+    rows = []
+    for shape in task.shapes(device_kind, hidden=False):
+        line = runtime.roofline(task, shape, dtype)
+        if line is None:
+            continue
+        floor = line.floor_seconds(NOMINAL_BANDWIDTH, NOMINAL_FLOPS)
+        rows.append(
+            {"shape": shape.label, "bytes": line.bytes, "flops": line.flops, "floor_us": floor * 1e6}
+        )
+    return rows
+
+
+def show_text(task: Task, device_kind: str = "cuda") -> str:
+    """The public spec as the model reads it."""
+    dtype = task.dtype(device_kind)
+    tol = task.tolerance(dtype)
+    lines = [f"# Task: {task.name}", ""]
+    if task.description:
+        lines += [task.description, ""]
+    lines += ["## Reference (KernelBench form)", "```python", task.reference_source.rstrip(), "```", ""]
+    lines += ["## Public shapes"]
+    lines += [f"- {s.label}" for s in task.shapes(device_kind, hidden=False)]
+    lines += ["", f"## Dtype: {dtype}"]
+    lines += [
+        f"## Tolerance: |out - ref| <= {tol.rtol:g}*|ref| + {tol.atol:g}*rms(ref) per element, "
+        "ref computed in float32 or better",
+    ]
+    if task.mutated_inputs:
+        lines += [f"## In place: inputs {list(task.mutated_inputs)} are written by the op and checked"]
+    lines += [
+        "## Torch compute ops inside ModelNew.forward: " + ("allowed" if task.allow_torch_ops else "forbidden"),
+        "",
+        "## Roofline (H200 nominal: 4242 GB/s copy, 691 TFLOP/s bf16)",
+    ]
+    for row in roofline_rows(task, device_kind):
+        lines.append(
+            f"- {row['shape']}: {row['bytes'] / 1e6:.3f} MB, {row['flops'] / 1e9:.3f} GFLOP, "
+            f"floor {row['floor_us']:.2f} us"
+        )
+    return "\n".join(lines) + "\n"

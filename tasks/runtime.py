@@ -1,0 +1,116 @@
+"""Running a task's code: load its modules, set a shape, draw inputs, build the reference.
+
+Used by the judge's reference worker and by the candidate's harness alike, so that both draw
+bit-identical inputs from the same (shape, distribution, seed) on the same device. Loading is
+by file path into a fresh module object; nothing is registered in ``sys.modules``, so a task
+file called ``loop.py`` cannot shadow anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Sequence
+
+from .errors import TaskError
+from .spec import Roofline, Shape, Task
+
+_MODULES: dict[tuple[str, float], ModuleType] = {}
+
+
+def load_module(path: Path, *, fresh: bool = False) -> ModuleType:
+    """Import a file as an anonymous module; cached per process unless ``fresh``."""
+    path = Path(path).resolve()
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError as err:
+        raise TaskError(f"{path}: cannot be read ({err})") from None
+    if not fresh and key in _MODULES:
+        return _MODULES[key]
+    name = "kernforge_task_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TaskError(f"{path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # a task file's own bug: report it with the file name
+        raise TaskError(f"{path}: importing it failed: {type(err).__name__}: {err}") from err
+    if not fresh:
+        _MODULES[key] = module
+    return module
+
+
+def reference_module(task: Task) -> ModuleType:
+    return load_module(task.reference_path)
+
+
+def meta_module(task: Task) -> ModuleType | None:
+    return load_module(task.meta_path) if task.meta_path else None
+
+
+def set_shape(module: ModuleType, shape: Shape) -> None:
+    """Point the reference's size globals at ``shape`` (KernelBench reads sizes from globals)."""
+    for key, value in shape.params:
+        setattr(module, key, value)
+
+
+def torch_dtype(name: str):
+    import torch
+
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype):
+        raise TaskError(f"unknown dtype {name!r}")
+    return value
+
+
+def make_inputs(task: Task, shape: Shape, dist: str, seed: int, device: str) -> list[Any]:
+    """The inputs of one call, determined entirely by (task, shape, dist, seed, device)."""
+    import torch
+
+    device_kind = "cuda" if str(device).startswith("cuda") else "cpu"
+    meta = meta_module(task)
+    if meta is not None and hasattr(meta, "make_inputs") and dist != "default":
+        generator = torch.Generator(device=device).manual_seed(seed)
+        dtype = torch_dtype(task.dtype(device_kind))
+        inputs = meta.make_inputs(shape.as_dict(), dist, dtype, device, generator)
+    else:
+        module = reference_module(task)
+        set_shape(module, shape)
+        devices = [torch.device(device).index or 0] if device_kind == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            inputs = module.get_inputs()
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    return list(inputs)
+
+
+def make_init_inputs(task: Task, shape: Shape) -> list[Any]:
+    module = reference_module(task)
+    set_shape(module, shape)
+    return list(module.get_init_inputs())
+
+
+def build_model(model_cls: type, init_inputs: Sequence[Any], init_seed: int, device: str):
+    """Construct a model under a fixed seed, so Model and ModelNew draw the same parameters."""
+    import torch
+
+    device_kind = "cuda" if str(device).startswith("cuda") else "cpu"
+    devices = [torch.device(device).index or 0] if device_kind == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(init_seed)
+        model = model_cls(*init_inputs)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device)
+    return model
+
+
+def roofline(task: Task, shape: Shape, dtype: str) -> Roofline | None:
+    """Bytes and FLOPs the shape needs, from the task's model; None when the task has none."""
+    meta = meta_module(task)
+    if meta is None or not hasattr(meta, "roofline"):
+        return None
+    nbytes, flops = meta.roofline(shape.as_dict(), dtype)
+    return Roofline(bytes=float(nbytes), flops=float(flops))

@@ -1,0 +1,177 @@
+"""Typed verdicts: ``Accepted(measurements)`` or ``Rejected(status, threat, reason, evidence)``.
+
+A verdict is what the archive stores, what ``kernforge eval --json`` prints and what the prompt
+quotes back to the model, so it round-trips through plain JSON (``to_dict``/``verdict_from_dict``).
+Every verdict carries a reason a person can read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, Mapping, Union
+
+
+class Status(str, Enum):
+    ACCEPTED = "accepted"
+    STATIC_REJECTED = "static_rejected"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    INCORRECT = "incorrect"
+    CHEAT = "cheat"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    SANDBOX_VIOLATION = "sandbox_violation"
+
+
+#: THREATS.md classes, by number, as a verdict names them.
+THREATS: Mapping[int, str] = {
+    1: "stale memory",
+    2: "degenerate output",
+    3: "partial or analytical computation",
+    4: "input mutation",
+    5: "side-stream work",
+    6: "background threads",
+    7: "lazy output",
+    8: "timer patching",
+    9: "forged results",
+    10: "harness tampering",
+    11: "caching across calls",
+    12: "deferral across calls",
+    13: "phase detection",
+    14: "shape fitting",
+    15: "lowered precision",
+    16: "reference call",
+    17: "ghost kernel",
+    18: "L2 pinning",
+    19: "undefined behaviour",
+    20: "score collapse",
+    21: "sandbox escape",
+    22: "namespace pollution",
+}
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    """What one shape measured. Times are microseconds of device time per call."""
+
+    shape: Mapping[str, int]
+    hidden: bool
+    dtype: str
+    #: "graph" (CUDA-graph replay), "eager" (flagged fallback) or "interpreter" (CPU, not comparable)
+    timing: str
+    time_us: float | None = None
+    spread_pct: float | None = None
+    eager_us: float | None = None
+    compile_us: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    gbps: float | None = None
+    tflops: float | None = None
+    pct_bandwidth: float | None = None
+    pct_flops: float | None = None
+    floor_us: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["shape"] = dict(self.shape)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ShapeResult":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.shape.items())
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The candidate is correct on every check and its times are real device time."""
+
+    shapes: tuple[ShapeResult, ...]
+    reason: str = "correct on every public and hidden shape and input distribution"
+    #: flags that do not reject but must be read with the numbers (e.g. "eager timing fallback")
+    flags: tuple[str, ...] = ()
+    environment: Mapping[str, Any] = field(default_factory=dict)
+
+    status = Status.ACCEPTED
+    threat = None
+    accepted = True
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {"flags": list(self.flags)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return _common(self) | {"flags": list(self.flags)}
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The candidate is rejected; ``evidence`` says which check, which shape and by how much."""
+
+    status: Status
+    reason: str
+    threat: int | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    shapes: tuple[ShapeResult, ...] = ()
+    environment: Mapping[str, Any] = field(default_factory=dict)
+
+    accepted = False
+
+    def __post_init__(self) -> None:
+        if self.status is Status.ACCEPTED:
+            raise ValueError("a rejection cannot have status 'accepted'")
+        if self.status is Status.CHEAT and self.threat not in THREATS:
+            raise ValueError(f"a cheat verdict names its THREATS.md class, got {self.threat!r}")
+        if self.threat is not None and self.threat not in THREATS:
+            raise ValueError(f"unknown threat class {self.threat!r}")
+        if not self.reason:
+            raise ValueError("every verdict has a reason")
+
+    def to_dict(self) -> dict[str, Any]:
+        return _common(self)
+
+
+Verdict = Union[Accepted, Rejected]
+
+
+def _common(v: Verdict) -> dict[str, Any]:
+    return {
+        "accepted": v.accepted,
+        "status": v.status.value,
+        "threat": v.threat,
+        "threat_name": THREATS.get(v.threat) if v.threat else None,
+        "reason": v.reason,
+        "evidence": dict(v.evidence),
+        "shapes": [s.to_dict() for s in v.shapes],
+        "environment": dict(v.environment),
+    }
+
+
+def verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
+    shapes = tuple(ShapeResult.from_dict(s) for s in data.get("shapes", ()))
+    env = dict(data.get("environment", {}))
+    if data["status"] == Status.ACCEPTED.value:
+        return Accepted(shapes=shapes, reason=data.get("reason", ""), flags=tuple(data.get("flags", ())), environment=env)
+    return Rejected(
+        status=Status(data["status"]),
+        reason=data["reason"],
+        threat=data.get("threat"),
+        evidence=dict(data.get("evidence", {})),
+        shapes=shapes,
+        environment=env,
+    )
+
+
+def describe(v: Verdict) -> str:
+    """One line for people: 'cheat (#5 side-stream work): ...'."""
+    head = v.status.value
+    if v.threat:
+        head += f" (#{v.threat} {THREATS[v.threat]})"
+    return f"{head}: {v.reason}"
