@@ -1,0 +1,112 @@
+"""The built-in serving suite: every task loads, its inputs and reference are sane, and its seed
+kernel matches the reference on the public and hidden shapes (interpreter on the CPU; every
+task, the GPU-only ones included, on a GPU).
+
+This checks the seeds directly, in-process; the verifier's own tests run them through the full
+sandboxed verifier as well.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernforge.tasks import runtime
+from kernforge.tasks.loader import builtin_names, load_task
+from kernforge.tasks.spec import DISTRIBUTIONS
+from kernforge.verifier.compare import compare
+from kernforge.verifier.reference import clone_inputs, collect_outputs, run_reference, strict_precision
+
+REQUIRED = {
+    "rms_norm",
+    "fused_add_rms_norm",
+    "silu_and_mul",
+    "rotary_embedding",
+    "fp8_quant_per_token",
+    "fp8_quant_per_group",
+    "rms_norm_fp8_quant",
+    "softmax",
+    "moe_topk_softmax",
+    "reshape_and_cache",
+    "paged_decode_attention",
+    "merge_attn_states",
+    "fused_moe",
+    "gemm_small_m",
+}
+NAMES = builtin_names()
+INTERPRETABLE = [n for n in NAMES if load_task(n).interpreter_unsupported is None]
+
+
+def test_the_suite_is_complete():
+    assert REQUIRED <= set(NAMES), f"missing built-in tasks: {sorted(REQUIRED - set(NAMES))}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_task_metadata(name):
+    task = load_task(name)
+    assert task.seed_path is not None, "every built-in task has a seed kernel"
+    assert task.dtype("cuda") in ("bfloat16", "float16", "float32")
+    assert task.dtype("cpu") == "float32"
+    assert set(task.distributions) <= set(DISTRIBUTIONS) and len(task.distributions) >= 2
+    assert task.public_shapes and task.hidden_shapes and task.cpu_public_shapes and task.cpu_hidden_shapes
+    assert not set(task.hidden_shapes) & set(task.public_shapes), "hidden shapes must not be public"
+    for shape in task.public_shapes + task.hidden_shapes:
+        line = runtime.roofline(task, shape, task.dtype("cuda"))
+        assert line is not None and line.bytes > 0 and line.flops >= 0
+    # the source shown to the model says nothing about hidden shapes
+    for shape in task.hidden_shapes:
+        assert shape.label not in task.reference_source
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_outputs_are_not_degenerate(name):
+    """THREATS #2: on every distribution each output varies, so constants cannot pass."""
+    task = load_task(name)
+    model = runtime.build_model(runtime.reference_module(task).Model, runtime.make_init_inputs(task, task.cpu_public_shapes[-1]), 0, "cpu")
+    for dist in task.distributions:
+        shape = task.cpu_public_shapes[-1]
+        inputs = runtime.make_inputs(task, shape, dist, 1234, "cpu")
+        high, _ = run_reference(model, inputs, task.mutated_inputs)
+        for i, out in enumerate(high):
+            values = out.double() if out.is_floating_point() else out.double()
+            finite = values[torch.isfinite(values)]
+            assert finite.numel() > 1 and float(finite.std()) > 0, f"output {i} is constant under {dist!r}"
+
+
+def _check_seed(task, device: str, shapes) -> None:
+    strict_precision()
+    device_kind = "cuda" if device.startswith("cuda") else "cpu"
+    reference = runtime.reference_module(task)
+    seed = runtime.load_module(task.seed_path)
+    dtype = task.dtype(device_kind)
+    failures = []
+    for shape in shapes:
+        init = runtime.make_init_inputs(task, shape)
+        ref_model = runtime.build_model(reference.Model, init, 0, device)
+        cand_model = runtime.build_model(seed.ModelNew, init, 0, device)
+        for dist in task.distributions:
+            inputs = runtime.make_inputs(task, shape, dist, 99, device)
+            high, low = run_reference(ref_model, inputs, task.mutated_inputs)
+            cand_inputs = clone_inputs(inputs)
+            outs = collect_outputs(cand_model(*cand_inputs), cand_inputs, task.mutated_inputs)
+            assert len(outs) == len(high), f"{shape} {dist}: {len(outs)} outputs, reference has {len(high)}"
+            for i, (c, h, l) in enumerate(zip(outs, high, low)):
+                assert c.shape == h.shape, f"{shape} {dist} output {i}: shape {tuple(c.shape)} != {tuple(h.shape)}"
+                assert c.dtype == l.dtype, f"{shape} {dist} output {i}: dtype {c.dtype} != {l.dtype}"
+                result = compare(c, h, task.tolerance(str(l.dtype).removeprefix("torch.")), low=l)
+                if not result.ok:
+                    failures.append(f"{shape} {dist} output {i}: {result.describe()}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", INTERPRETABLE)
+def test_seed_matches_reference_on_cpu(name):
+    task = load_task(name)
+    _check_seed(task, "cpu", task.cpu_public_shapes + task.cpu_hidden_shapes)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_seed_matches_reference_on_gpu(name):
+    task = load_task(name)
+    _check_seed(task, "cuda", task.public_shapes + task.hidden_shapes)

@@ -1,0 +1,77 @@
+"""Running the reference: the high-precision answer and PyTorch eager's own answer.
+
+Runs only in trusted processes (the judge's reference worker, tests), never in a candidate's.
+``high`` is the reference on inputs upcast one step (bf16/fp16 -> fp32, fp32 -> fp64) with TF32
+off; ``low`` is the reference on the inputs as given, whose distance from ``high`` is the
+rounding error the tolerance allows for (see compare.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Sequence
+
+import torch
+
+_UPCAST = {torch.bfloat16: torch.float32, torch.float16: torch.float32, torch.float32: torch.float64}
+
+
+def strict_precision() -> None:
+    """No TF32 anywhere in this process: the reference must not lower precision itself (#15)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
+def upcast(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.dtype in _UPCAST:
+        return x.to(_UPCAST[x.dtype])
+    return x
+
+
+def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def collect_outputs(result: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[torch.Tensor]:
+    """The tensors a call produced: its return value (a tensor or a tuple/list of them),
+    then the inputs the op writes in place, in the task's order."""
+    if isinstance(result, (tuple, list)):
+        outs = list(result)
+    elif result is None:
+        outs = []
+    else:
+        outs = [result]
+    return outs + [inputs[i] for i in mutated]
+
+
+def upcast_model(model: Any) -> Any:
+    """A copy of ``model`` whose floating parameters and buffers are one step wider, so upcast
+    inputs meet weights of the same dtype (KernelBench models own their weights)."""
+    if not isinstance(model, torch.nn.Module):
+        return model
+    dtypes = {t.dtype for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()}
+    if not dtypes:
+        return model
+    if len(dtypes) != 1 or next(iter(dtypes)) not in _UPCAST:
+        return None
+    return copy.deepcopy(model).to(_UPCAST[next(iter(dtypes))])
+
+
+@torch.no_grad()
+def run_reference(model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(high, low) output lists for one call; ``inputs`` are left untouched. Where the model
+    cannot run one step wider (mixed-dtype weights, dtype-strict ops), ``high`` is ``low``."""
+    lo_inputs = clone_inputs(inputs)
+    low = collect_outputs(model(*lo_inputs), lo_inputs, mutated)
+    hi_model = upcast_model(model)
+    if hi_model is None:
+        return low, low
+    hi_inputs = [upcast(x) for x in clone_inputs(inputs)]
+    try:
+        high = collect_outputs(hi_model(*hi_inputs), hi_inputs, mutated)
+    except (RuntimeError, TypeError):  # an op with no wider kernel, or a dtype check in forward
+        return low, low
+    if [h.shape for h in high] != [l.shape for l in low]:
+        return low, low
+    return high, low
