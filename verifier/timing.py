@@ -1,0 +1,231 @@
+"""Device time per call, the way a serving engine runs it, and hard to fool.
+
+Used in workers (the candidate's harness and the judge's reference worker alike), so the
+candidate and the PyTorch baselines are timed by the same code. Default: each input set gets
+its own CUDA graph, captured once and replayed; between replays the L2 is flushed (a write over
+a buffer larger than L2) and persisting-L2 lines are reset (THREATS #18), in-place inputs are
+restored, and the order of input sets is random. The candidate's Python does not run during
+replay, so it cannot count calls, watch the clock or defer work (#8, #12, #13). If capture
+fails (a host sync inside forward, an unjoined side stream) timing falls back to eager calls
+with a device-wide synchronize inside the timed region (#5), and says so.
+
+After each timed call a checksum of its outputs is taken (outside the timed region), so every
+timed output is checked: the judge compares each set's final output with the reference and
+every replay's checksum with that final output (#11, #12, #13).
+
+All torch entry points come from ``integrity``, bound before any candidate code loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import integrity as I
+
+CUDA_LIMIT_PERSISTING_L2 = 0x06
+
+
+@dataclass
+class Timed:
+    mode: str  # "graph", "eager" or "interpreter"
+    times_us: list[float] = field(default_factory=list)
+    order: list[int] = field(default_factory=list)
+    #: per timed call, per output: [sum, sum of |x|] in float64 (bytes for fp8/int outputs)
+    checksums: list[list[list[float]]] = field(default_factory=list)
+    fallback_reason: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        med = statistics.median(self.times_us) if self.times_us else None
+        spread = None
+        if self.times_us and len(self.times_us) >= 4 and med:
+            q = statistics.quantiles(self.times_us, n=4)
+            spread = 100.0 * (q[2] - q[0]) / med  # interquartile range, % of the median
+        return {"mode": self.mode, "median_us": med, "spread_pct": spread, "n": len(self.times_us),
+                "fallback_reason": self.fallback_reason}
+
+
+def as_list(result: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[torch.Tensor]:
+    if isinstance(result, (tuple, list)):
+        outs = list(result)
+    elif result is None:
+        outs = []
+    else:
+        outs = [result]
+    return outs + [inputs[i] for i in mutated]
+
+
+def checksum(outputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Two float64 numbers per output, computed on the device without a host sync."""
+    sums = []
+    for out in outputs:
+        if out.is_floating_point() and out.element_size() >= 2:
+            s = I.tensor_sum(out, dtype=torch.float64)
+            a = I.vector_norm(out, ord=1, dtype=torch.float64)
+        else:  # fp8, ints, bool: the bytes themselves
+            b = out.contiguous().view(torch.uint8)
+            s = I.tensor_sum(b, dtype=torch.float64)
+            a = I.tensor_sum(b.to(torch.float64).pow(2)) if b.numel() < (1 << 26) else s
+        sums.append(torch.stack([s, a]))
+    return sums
+
+
+class L2Control:
+    """Flush the L2 by writing a buffer larger than it; reset persisting lines via the runtime."""
+
+    def __init__(self, device: torch.device):
+        props = torch.cuda.get_device_properties(device)
+        l2 = int(getattr(props, "L2_cache_size", 0) or 64 * 1024 * 1024)
+        self.buffer = torch.empty(max(4 * l2, 256 * 1024 * 1024) // 4, dtype=torch.int32, device=device)
+        self.note = None
+        self._cudart = _load_cudart()
+        if self._cudart is None:
+            self.note = "persisting-L2 reset unavailable (libcudart not found); flush by buffer only"
+
+    def reset_persisting(self) -> None:
+        if self._cudart is not None:
+            self._cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
+            self._cudart.cudaCtxResetPersistingL2Cache()
+
+    def flush(self) -> None:
+        self.buffer.fill_(0x5A5A5A5A)
+
+
+def _load_cudart() -> Any:
+    """The CUDA runtime this process already loaded (the one torch uses)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcudart" in line}
+    except OSError:
+        paths = set()
+    for path in sorted(paths):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def time_on_gpu(
+    fn: Callable[..., Any],
+    input_sets: Sequence[list[Any]],
+    mutated: Sequence[int],
+    reps: int,
+    l2: L2Control,
+    rng: random.Random,
+    *,
+    use_graph: bool = True,
+    warmup: int = 2,
+) -> tuple[Timed, list[list[torch.Tensor]]]:
+    """Time ``fn`` over the input sets; returns the timings and each set's final outputs."""
+    pristine = [[x.clone() if i in mutated else None for i, x in enumerate(s)] for s in input_sets]
+
+    def restore(k: int) -> None:
+        for i in mutated:
+            input_sets[k][i].copy_(pristine[k][i])
+
+    for k in range(len(input_sets)):  # compile and warm every specialisation outside timing
+        for _ in range(warmup):
+            restore(k)
+            fn(*input_sets[k])
+    I.synchronize()
+
+    graphs: list[Any] = []
+    outputs: list[list[torch.Tensor]] = []
+    reason = None
+    if use_graph:
+        try:
+            pool = torch.cuda.graph_pool_handle()
+            for k in range(len(input_sets)):
+                restore(k)
+                graph = I.CUDAGraph()
+                with I.cuda_graph_ctx(graph, pool=pool):
+                    result = fn(*input_sets[k])
+                graphs.append(graph)
+                outputs.append(as_list(result, input_sets[k], mutated))
+            I.synchronize()
+        except Exception as err:  # any capture failure means: time eagerly, flagged
+            reason = f"CUDA-graph capture failed ({type(err).__name__}: {str(err)[:200]})"
+            graphs, outputs = [], []
+            I.synchronize()
+    if not use_graph:
+        reason = "graph capture disabled"
+    timed = Timed(mode="graph" if graphs else "eager", fallback_reason=reason)
+
+    # Every set is timed (and so checked) at least once, in an order the candidate cannot know.
+    order = list(range(len(input_sets))) * (reps // len(input_sets) + 1)
+    rng.shuffle(order)
+    order = order[: max(reps, len(input_sets))]
+    order += [k for k in range(len(input_sets)) if k not in order]
+    starts = [I.Event(enable_timing=True) for _ in order]
+    ends = [I.Event(enable_timing=True) for _ in order]
+    sums: list[list[torch.Tensor]] = []
+    last: dict[int, list[torch.Tensor]] = {}
+    l2.reset_persisting()
+    for r, k in enumerate(order):
+        restore(k)
+        l2.reset_persisting()
+        l2.flush()
+        if graphs:
+            I.event_record(starts[r])
+            I.graph_replay(graphs[k])
+            I.event_record(ends[r])
+            outs = outputs[k]
+        else:
+            I.synchronize()
+            I.event_record(starts[r])
+            result = fn(*input_sets[k])
+            I.synchronize()  # device-wide: work on any stream lands inside the timed region
+            I.event_record(ends[r])
+            outs = as_list(result, input_sets[k], mutated)
+        sums.append(checksum(outs))
+        last[k] = outs
+    I.synchronize()
+    timed.times_us = [1000.0 * I.event_elapsed(s, e) for s, e in zip(starts, ends)]
+    timed.order = order
+    timed.checksums = [[t.tolist() for t in per_call] for per_call in sums]
+    return timed, [last[k] for k in range(len(input_sets))]
+
+
+def throughput_on_gpu(fn: Callable[..., Any], inputs: list[Any], mutated: Sequence[int], calls: int, unroll: int) -> int:
+    """Run ``calls`` calls back to back (a graph of ``unroll`` calls, replayed), for the
+    parent to time with its own clock. Returns the number of calls made."""
+    graph = I.CUDAGraph()
+    try:
+        with I.cuda_graph_ctx(graph):
+            for _ in range(unroll):
+                fn(*inputs)
+        replays = max(1, calls // unroll)
+        for _ in range(replays):
+            I.graph_replay(graph)
+        I.synchronize()
+        return replays * unroll
+    except Exception:  # capture refused: eager, synchronised once at the end
+        I.synchronize()
+        for _ in range(calls):
+            fn(*inputs)
+        I.synchronize()
+        return calls
+
+
+def time_on_cpu(fn: Callable[..., Any], inputs: list[Any], mutated: Sequence[int], reps: int) -> Timed:
+    """Wall-clock time of interpreter calls: labelled "interpreter", never compared with GPUs."""
+    pristine = {i: inputs[i].clone() for i in mutated}
+    timed = Timed(mode="interpreter")
+    for _ in range(reps):
+        for i, x in pristine.items():
+            inputs[i].copy_(x)
+        t0 = I.perf_counter()
+        fn(*inputs)
+        timed.times_us.append((I.perf_counter() - t0) * 1e6)
+    return timed
