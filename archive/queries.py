@@ -1,0 +1,305 @@
+"""Reading the archive: attempts, content lookups, best, population, lineage, stats, search, SQL.
+
+``Queries`` is mixed into ``Archive`` (store.py); it needs ``self.conn``, ``self.db`` and
+``self.path``. Every public method turns SQLite's errors into ``ArchiveError`` (``guarded``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from sqlite_utils import Database
+
+from kernforge.verifier.verdict import ShapeResult, verdict_from_dict
+
+from .content import code_hash, environment_key
+from .errors import ArchiveError, ReadOnlyError
+from .records import AttemptRecord, AttemptSummary, BestEntry, Population, ShapeBest, StatRow, Stats
+from .schema import RANKED_SHAPE
+
+_SHAPE_FIELDS = tuple(f.name for f in fields(ShapeResult))
+_SUMMARY = (
+    "SELECT a.id, t.name AS task, a.status, a.reason, a.created, a.parent_id, a.threat, a.model,"
+    " a.proposer, a.score, a.gpu, a.reuse_of FROM attempts a JOIN tasks t ON t.id = a.task_id"
+)
+#: Rejections a parent may be repaired from; cheats and sandbox violations are never evolved.
+REPAIRABLE = ("static_rejected", "compile_error", "runtime_error", "incorrect", "timeout", "crashed")
+#: PRAGMAs ``sql`` allows with an argument (they read); every other PRAGMA with one is refused.
+_READ_PRAGMAS = {
+    "table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+    "integrity_check", "quick_check", "foreign_key_check",
+}
+_ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+
+
+def explain(path: Path, error: sqlite3.Error) -> ArchiveError:
+    text = str(error)
+    if "locked" in text or "busy" in text:
+        return ArchiveError(f"{path} is busy: another process held its write lock past the busy timeout; try again")
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return ArchiveError(f"{path} is corrupt or not a kernforge archive: {text}")
+    if "readonly" in text or "read-only" in text:
+        return ReadOnlyError(f"{path} is open read-only: {text}")
+    return ArchiveError(f"{path}: {text}")
+
+
+def guarded(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as error:
+            raise explain(self.path, error) from None
+
+    return wrapper
+
+
+def _shape(row: Mapping[str, Any]) -> ShapeResult:
+    values = {k: row[k] for k in _SHAPE_FIELDS if k in row}
+    return ShapeResult.from_dict(values | {"shape": json.loads(row["shape"]), "hidden": bool(row["hidden"])})
+
+
+class Queries:
+    conn: sqlite3.Connection
+    db: Database
+    path: Path
+
+    # ---- attempts --------------------------------------------------------------------------
+    @guarded
+    def get_attempt(self, attempt_id: int) -> AttemptRecord:
+        found = self._records("a.id = ?", [attempt_id])
+        if not found:
+            raise ArchiveError(f"no attempt {attempt_id} in {self.path}")
+        return found[0]
+
+    @guarded
+    def lookup(self, task_id: int, code: str, environment: Mapping[str, Any] | str) -> AttemptRecord | None:
+        """The earlier evaluation of this code (normalised) for this task in this environment."""
+        key = environment if isinstance(environment, str) else environment_key(environment)
+        found = self._records(
+            "a.task_id = ? AND a.code_hash = ? AND a.env_key = ? AND a.reuse_of IS NULL",
+            [task_id, code_hash(code), key],
+        )
+        return found[0] if found else None
+
+    @guarded
+    def reuse_count(self, attempt_id: int) -> int:
+        """How many later proposals reused this attempt's verdict instead of being evaluated."""
+        return self.conn.execute("SELECT count(*) FROM attempts WHERE reuse_of = ?", (attempt_id,)).fetchone()[0]
+
+    def _records(self, where: str, params: list[Any], order: str = "") -> list[AttemptRecord]:
+        rows = list(self.db.query(f"SELECT a.*, t.name AS task FROM attempts a JOIN tasks t ON t.id = a.task_id"
+                                  f" WHERE {where} {order}", params))
+        if not rows:
+            return []
+        # a reuse row shows its original's measurements: the verdict it reused
+        sources = {row["reuse_of"] or row["id"] for row in rows}
+        marks = ",".join("?" * len(sources))
+        shapes: dict[int, list[ShapeResult]] = {}
+        for m in self.db.query(f"SELECT * FROM measurements WHERE attempt_id IN ({marks}) ORDER BY attempt_id, idx",
+                               list(sources)):
+            shapes.setdefault(m["attempt_id"], []).append(_shape(m))
+        keys = {row["env_key"] for row in rows}
+        envs = {e["key"]: json.loads(e["info"]) for e in self.db.query(
+            f"SELECT key, info FROM environments WHERE key IN ({','.join('?' * len(keys))})", list(keys))}
+        out = []
+        for row in rows:
+            evidence = json.loads(row["evidence"])
+            verdict = verdict_from_dict({
+                "status": row["status"], "reason": row["reason"], "threat": row["threat"], "evidence": evidence,
+                "flags": evidence.get("flags", ()), "environment": envs.get(row["env_key"], {}),
+                "shapes": [s.to_dict() for s in shapes.get(row["reuse_of"] or row["id"], ())],
+            })
+            out.append(AttemptRecord.from_dict(row | {"verdict": verdict.to_dict()}))
+        return out
+
+    # ---- best ------------------------------------------------------------------------------
+    def _tasks(self, name: str | None) -> list[dict[str, Any]]:
+        rows = list(self.db.query("SELECT id, name, source_hash FROM tasks ORDER BY name, id"))
+        if name is None:
+            return rows
+        chosen = [r for r in rows if r["name"] == name]
+        if not chosen:
+            known = ", ".join(sorted({r["name"] for r in rows})) or "none"
+            raise ArchiveError(f"no task named {name!r} in {self.path} (tasks: {known})")
+        return chosen
+
+    def _gpus(self, pattern: str | None) -> list[str]:
+        gpus = [r[0] for r in self.conn.execute("SELECT DISTINCT gpu FROM environments WHERE gpu IS NOT NULL ORDER BY gpu")]
+        if pattern is None:
+            return gpus
+        chosen = [g for g in gpus if pattern.lower() in g.lower()]
+        if not chosen:
+            raise ArchiveError(f"no GPU matching {pattern!r} in {self.path} (GPUs: {', '.join(gpus) or 'none'})")
+        return chosen
+
+    @guarded
+    def best(self, task: str | None = None, gpu: str | None = None) -> list[BestEntry]:
+        """The best attempt by score (score.py) for each task version and GPU model.
+
+        One index seek per (task, GPU) pair, so the cost does not grow with the archive.
+        """
+        winners = []
+        for t in self._tasks(task):
+            for g in self._gpus(gpu):
+                row = self.conn.execute(
+                    "SELECT id FROM attempts WHERE task_id = ? AND gpu = ? AND score IS NOT NULL"
+                    " ORDER BY score DESC LIMIT 1", (t["id"], g)).fetchone()
+                if row:
+                    winners.append((t, row[0]))
+        out = []
+        for t, attempt_id in winners:
+            a = self._records("a.id = ?", [attempt_id])[0]
+            out.append(BestEntry(
+                task=t["name"], task_id=t["id"], source_hash=t["source_hash"], gpu=a.gpu, attempt_id=a.id,
+                score=a.score, speedup_eager=a.speedup_eager, pct_roofline=a.pct_roofline, model=a.model,
+                created=a.created, shapes=tuple(a.verdict.shapes),
+            ))
+        return out
+
+    @guarded
+    def best_per_shape(self, task: str | None = None, gpu: str | None = None) -> list[ShapeBest]:
+        """The fastest accepted GPU time per shape label (for dispatch by shape), any attempt."""
+        out = []
+        for t in self._tasks(task):
+            for g in self._gpus(gpu):
+                label = None
+                while True:  # a skip scan over the labels in measurements_ranked
+                    bound, args = ("AND label > ?", [label]) if label is not None else ("", [])
+                    label = self.conn.execute(
+                        f"SELECT min(label) FROM measurements WHERE task_id = ? AND gpu = ? {bound} AND {RANKED_SHAPE}",
+                        [t["id"], g, *args]).fetchone()[0]
+                    if label is None:
+                        break
+                    m = next(self.db.query(
+                        f"SELECT * FROM measurements WHERE task_id = ? AND gpu = ? AND label = ? AND {RANKED_SHAPE}"
+                        " ORDER BY time_us LIMIT 1", [t["id"], g, label]))
+                    out.append(ShapeBest(
+                        task=t["name"], gpu=g, label=label, attempt_id=m["attempt_id"], time_us=m["time_us"],
+                        hidden=bool(m["hidden"]), dtype=m["dtype"], speedup_eager=m["speedup_eager"],
+                        speedup_compile=m["speedup_compile"], pct_roofline=m["pct_roofline"],
+                    ))
+        return out
+
+    # ---- parents ---------------------------------------------------------------------------
+    @guarded
+    def population(self, task_id: int, gpu: str | None = None, *, top: int = 8, diverse: int = 4,
+                   recent: int = 4, failures: int = 4) -> Population:
+        """Parents and inspirations for one task on one GPU model (see ``Population``).
+
+        Pass the GPU the loop runs on: with ``gpu=None`` scores of different GPUs are mixed.
+        """
+        chosen: set[str] = set()
+
+        def pick(where: str, params: list[Any], order: str, k: int, offset: int = 0) -> tuple[AttemptRecord, ...]:
+            # fetch a few spare rows: some may repeat code already picked
+            picked = []
+            for record in self._records(where, params, f"{order} LIMIT {int(max(k, 0) * 3)} OFFSET {int(offset)}"):
+                if len(picked) < k and record.code_hash not in chosen:
+                    chosen.add(record.code_hash)
+                    picked.append(record)
+            return tuple(picked)
+
+        scope, args = ("a.task_id = ? AND a.gpu = ?", [task_id, gpu]) if gpu else ("a.task_id = ?", [task_id])
+        ranked = f"{scope} AND a.score IS NOT NULL"
+        best = pick(ranked, args, "ORDER BY a.score DESC", top)
+        spread: tuple[AttemptRecord, ...] = ()
+        scored = self.conn.execute(f"SELECT count(*) FROM attempts a WHERE {ranked}", args).fetchone()[0]
+        below = scored - top
+        for i in range(diverse if below > 0 else 0):
+            offset = top + (i * below) // diverse
+            spread += pick(ranked, args, "ORDER BY a.score DESC", 1, offset)
+        newest = pick(f"{scope} AND a.accepted = 1 AND a.reuse_of IS NULL", args, "ORDER BY a.id DESC", recent)
+        marks = ",".join("?" * len(REPAIRABLE))
+        broken = pick(f"{scope} AND a.accepted = 0 AND a.reuse_of IS NULL AND a.status IN ({marks})",
+                      args + list(REPAIRABLE), "ORDER BY a.id DESC", failures)
+        return Population(top=best, diverse=spread, recent=newest, failures=broken)
+
+    @guarded
+    def lineage(self, attempt_id: int) -> list[AttemptSummary]:
+        """The attempt's ancestors by parent, from the root to the attempt itself."""
+        rows = list(self.db.query(
+            "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL SELECT a.parent_id, c.depth + 1"
+            " FROM attempts a JOIN chain c ON a.id = c.id WHERE a.parent_id IS NOT NULL)"
+            f" SELECT s.* FROM chain c JOIN ({_SUMMARY}) s ON s.id = c.id ORDER BY c.depth DESC", [attempt_id]))
+        if not rows:
+            raise ArchiveError(f"no attempt {attempt_id} in {self.path}")
+        return [AttemptSummary.from_dict(r) for r in rows]
+
+    # ---- stats and search ------------------------------------------------------------------
+    @guarded
+    def stats(self, task: str | None = None) -> Stats:
+        """Per task and per model: attempts, acceptance, cheats by THREATS class, tokens, cost."""
+        ids = {t["id"] for t in self._tasks(task)}
+        per_task: dict[str, dict[str, Any]] = {}
+        per_model: dict[str, dict[str, Any]] = {}
+        for row in self.db.query("SELECT l.*, t.name FROM tallies l JOIN tasks t ON t.id = l.task_id"):
+            if row["task_id"] not in ids:
+                continue
+            model = row["model"] or row["proposer"] or "-"
+            for key, table in ((row["name"], per_task), (model, per_model)):
+                _tally(table.setdefault(key, {"key": key}), row)
+        return Stats(
+            per_task=tuple(StatRow.from_dict(v) for _, v in sorted(per_task.items())),
+            per_model=tuple(StatRow.from_dict(v) for _, v in sorted(per_model.items())),
+        )
+
+    @guarded
+    def search(self, text: str, limit: int = 20) -> list[AttemptSummary]:
+        """Attempts whose code or verdict reason contains these words (full-text, best first)."""
+        rows = self.db.query(
+            f"{_SUMMARY} JOIN attempts_fts f ON f.rowid = a.id WHERE attempts_fts MATCH ? ORDER BY f.rank LIMIT ?",
+            [self.db.quote_fts(text), int(limit)])
+        return [AttemptSummary.from_dict(r) for r in rows]
+
+    def sql(self, query: str, limit: int | None = None) -> tuple[list[str], list[tuple], bool]:
+        """Run one read-only statement: (columns, rows, truncated). Writes are refused.
+
+        Three locks: the file is opened ``mode=ro`` (CLI) and ``PRAGMA query_only``; an authorizer
+        allows only reads (no ATTACH, which could create a file, no PRAGMA that sets anything).
+        """
+
+        def authorize(action: int, arg1: Any, arg2: Any, _db: Any, _trigger: Any) -> int:
+            if action in _ALLOWED_ACTIONS:
+                return sqlite3.SQLITE_OK
+            if action == sqlite3.SQLITE_PRAGMA and (arg2 is None or str(arg1).lower() in _READ_PRAGMAS):
+                return sqlite3.SQLITE_OK
+            return sqlite3.SQLITE_DENY
+
+        self.conn.set_authorizer(authorize)
+        try:
+            cursor = self.conn.execute(query)
+            columns = [d[0] for d in cursor.description or ()]
+            rows = cursor.fetchall() if limit is None else cursor.fetchmany(limit + 1)
+        except (sqlite3.DatabaseError, sqlite3.Warning) as error:
+            if "not authorized" in str(error) or "readonly" in str(error):
+                raise ReadOnlyError(
+                    "refused: `archive sql` is read-only; it runs one query (SELECT, WITH, or a PRAGMA that reads),"
+                    " never a statement that writes, attaches or changes settings"
+                ) from None
+            if isinstance(error, sqlite3.Warning) or "one statement" in str(error):
+                raise ArchiveError(f"one statement at a time: {error}") from None
+            raise explain(self.path, error) from None
+        finally:
+            self.conn.set_authorizer(None)
+            if self.conn.in_transaction:
+                self.conn.rollback()
+        truncated = limit is not None and len(rows) > limit
+        return columns, [tuple(r) for r in rows[:limit]], truncated
+
+
+def _tally(into: dict[str, Any], row: Mapping[str, Any]) -> None:
+    for name in ("attempts", "reused", "tokens_in", "tokens_out", "cost_usd"):
+        into[name] = into.get(name, 0) + row[name]
+    if row["status"] == "accepted":
+        into["accepted"] = into.get("accepted", 0) + row["attempts"]
+    by_status = into.setdefault("by_status", {})
+    by_status[row["status"]] = by_status.get(row["status"], 0) + row["attempts"]
+    if row["threat"]:
+        cheats = into.setdefault("cheats", {})
+        cheats[row["threat"]] = cheats.get(row["threat"], 0) + row["attempts"]

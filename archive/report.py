@@ -1,0 +1,133 @@
+"""The archive for people: the rich tables and panels of ``kernforge archive ...``.
+
+The CLI only parses, calls the archive and prints what these functions build; ``--json`` output
+is the records' ``to_dict``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from kernforge.verifier.verdict import THREATS, ShapeResult, describe
+
+from .records import AttemptRecord, AttemptSummary, BestEntry, ShapeBest, StatRow, Stats
+from .score import roofline_pct
+
+
+def _num(value: float | None, fmt: str = ".2f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{fmt}}{suffix}"
+
+
+def _shape_lines(shapes: Iterable[ShapeResult]) -> str:
+    lines = []
+    for s in shapes:
+        if s.time_us is not None:
+            hidden = " (hidden)" if s.hidden else ""
+            lines.append(f"{s.label or '(default)'}{hidden}: {s.time_us:.2f} us")
+    return "\n".join(lines) or "-"
+
+
+def best_table(entries: Sequence[BestEntry]) -> Table:
+    table = Table(title=f"best per task and GPU ({len(entries)})", caption="score = geo-mean speedup vs torch.compile")
+    for col in ("task", "gpu", "best time per shape", "x eager", "x compile", "% roofline", "attempt", "model"):
+        table.add_column(col, justify="right" if col in ("x eager", "x compile", "% roofline", "attempt") else "left")
+    for e in entries:
+        table.add_row(e.task, e.gpu, _shape_lines(e.shapes), _num(e.speedup_eager), _num(e.score),
+                      _num(e.pct_roofline, ".1f"), str(e.attempt_id), e.model or "-")
+    return table
+
+
+def shape_best_table(rows: Sequence[ShapeBest]) -> Table:
+    table = Table(title=f"fastest accepted time per shape ({len(rows)})")
+    for col in ("task", "gpu", "shape", "dtype", "time us", "x eager", "x compile", "% roofline", "attempt"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.task, r.gpu, r.label + (" (hidden)" if r.hidden else ""), r.dtype, _num(r.time_us),
+                      _num(r.speedup_eager), _num(r.speedup_compile), _num(r.pct_roofline, ".1f"), str(r.attempt_id))
+    return table
+
+
+def _cheats(row: StatRow) -> str:
+    return "\n".join(f"#{k} {THREATS.get(k, '?')}: {v}" for k, v in sorted(row.cheats.items())) or "-"
+
+
+def stats_tables(stats: Stats) -> Group:
+    tables = []
+    for title, rows in (("per task", stats.per_task), ("per model", stats.per_model)):
+        table = Table(title=title)
+        for col in ("task" if title == "per task" else "model", "attempts", "accepted", "rate", "reused",
+                    "cheats caught", "tokens in", "tokens out", "cost $"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r.key, str(r.attempts), str(r.accepted), f"{100 * r.acceptance_rate:.1f}%", str(r.reused),
+                          _cheats(r), f"{r.tokens_in:,}", f"{r.tokens_out:,}", f"{r.cost_usd:.2f}")
+        tables.append(table)
+    return Group(*tables)
+
+
+def measurements_table(shapes: Sequence[ShapeResult]) -> Table:
+    table = Table(title="measurements")
+    for col in ("shape", "dtype", "timing", "time us", "spread %", "eager us", "compile us", "x eager",
+                "x compile", "GB/s", "TFLOP/s", "% roofline", "max abs err"):
+        table.add_column(col)
+    for s in shapes:
+        table.add_row(
+            (s.label or "(default)") + (" (hidden)" if s.hidden else ""), s.dtype, s.timing, _num(s.time_us),
+            _num(s.spread_pct, ".1f"), _num(s.eager_us), _num(s.compile_us), _num(s.speedup_eager),
+            _num(s.speedup_compile), _num(s.gbps, ".0f"), _num(s.tflops, ".1f"), _num(roofline_pct(s), ".1f"),
+            _num(s.max_abs_err, ".2e"),
+        )
+    return table
+
+
+def summary_table(rows: Sequence[AttemptSummary], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("attempt", "task", "status", "score", "model", "gpu", "reason"):
+        table.add_column(col)
+    for r in rows:
+        status = r.status + (f" #{r.threat}" if r.threat else "") + (f" (reuse of {r.reuse_of})" if r.reuse_of else "")
+        table.add_row(str(r.id), r.task, status, _num(r.score), r.model or r.proposer or "-", r.gpu, r.reason)
+    return table
+
+
+def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int) -> Group:
+    v = record.verdict
+    head = Text.assemble(
+        (f"attempt {record.id}", "bold"), f"  task {record.task}  run {record.run_id} seq {record.seq}  ",
+        f"gpu {record.gpu}  model {record.model or record.proposer or '-'}  {record.created}\n",
+        (describe(v), "green" if v.accepted else "red"),
+        f"\nscore {_num(record.score)}  x eager {_num(record.speedup_eager)}  "
+        f"% roofline {_num(record.pct_roofline, '.1f')}  tokens {record.tokens_in}/{record.tokens_out}  "
+        f"cost ${record.cost_usd:.4f}  latency {record.latency_s:.1f}s",
+    )
+    if record.reuse_of:
+        head.append(f"\nverdict reused from attempt {record.reuse_of} (same code, task and environment)")
+    if reuses:
+        head.append(f"\nreused by {reuses} later proposal(s)")
+    parts: list[Any] = [Panel(head), Syntax(record.code, "python", line_numbers=True, word_wrap=True)]
+    evidence = {k: val for k, val in dict(v.evidence).items() if val}
+    if evidence:
+        parts.append(Panel(Text(str(evidence)), title="evidence"))
+    if v.shapes:
+        parts.append(measurements_table(v.shapes))
+    parts.append(summary_table(lineage, "lineage (root first)"))
+    return Group(*parts)
+
+
+def show_json(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int) -> dict[str, Any]:
+    return {"attempt": record.to_dict(), "lineage": [r.to_dict() for r in lineage], "reused_by": reuses}
+
+
+def sql_table(columns: Sequence[str], rows: Sequence[tuple], truncated: bool) -> Table:
+    table = Table(caption=f"first {len(rows)} rows shown; add LIMIT or use --json" if truncated else f"{len(rows)} row(s)")
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("NULL" if v is None else str(v) for v in row))
+    return table

@@ -1,0 +1,70 @@
+"""The score that ranks accepted attempts ("best", parent selection).
+
+**score** = geometric mean, over every shape of the verdict (public and hidden) that has a GPU
+time, of the speedup against ``torch.compile`` of the reference measured side by side in the same
+process (``compile_us / time_us``). Higher is better; 1.0 ties ``torch.compile``.
+
+* Only GPU timings count: ``timing`` is "graph" (CUDA-graph replay, the default) or "eager" (the
+  flagged fallback, whose candidate and baselines were both timed eagerly, so the ratio holds).
+  "interpreter" timings (the Triton interpreter on a CPU) are never scored, so they can never be
+  ranked against GPU numbers; such attempts have score NULL and rank by recency instead.
+* Only accepted verdicts have a score. A reuse row (a repeat proposal of archived code) has no
+  score of its own: the original attempt carries it, so one piece of code is ranked once.
+* Ratios, not times: shapes of very different sizes weigh the same, and a geometric mean cannot
+  be carried by one outlier shape the way an arithmetic mean of speedups can.
+* Attempts are compared only within one GPU model (``attempts.gpu``); speedups are relative to
+  baselines measured on that GPU, but a kernel tuned for one GPU says nothing about another.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from kernforge.verifier.verdict import ShapeResult
+
+GPU_TIMINGS = ("graph", "eager")
+
+
+def is_gpu_timed(shape: ShapeResult) -> bool:
+    return shape.timing in GPU_TIMINGS and shape.time_us is not None and shape.time_us > 0
+
+
+def speedup_vs_compile(shape: ShapeResult) -> float | None:
+    if shape.speedup_compile is not None:
+        return shape.speedup_compile if shape.speedup_compile > 0 else None
+    if shape.compile_us and shape.time_us:
+        return shape.compile_us / shape.time_us
+    return None
+
+
+def speedup_vs_eager(shape: ShapeResult) -> float | None:
+    if shape.speedup_eager is not None:
+        return shape.speedup_eager if shape.speedup_eager > 0 else None
+    if shape.eager_us and shape.time_us:
+        return shape.eager_us / shape.time_us
+    return None
+
+
+def roofline_pct(shape: ShapeResult) -> float | None:
+    """Percent of the hardware floor: floor time / measured time, else the binding ceiling's %."""
+    if shape.floor_us and shape.time_us:
+        return 100.0 * shape.floor_us / shape.time_us
+    parts = [p for p in (shape.pct_bandwidth, shape.pct_flops) if p is not None]
+    return max(parts) if parts else None
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    logs = [math.log(v) for v in values if v is not None and v > 0]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def summarize(shapes: Iterable[ShapeResult]) -> dict[str, float | None]:
+    """Score and the aggregates stored beside it on the attempt row (GPU-timed shapes only)."""
+    timed = [s for s in shapes if is_gpu_timed(s)]
+    pcts = [p for p in (roofline_pct(s) for s in timed) if p is not None]
+    return {
+        "score": geomean(speedup_vs_compile(s) for s in timed),
+        "speedup_eager": geomean(speedup_vs_eager(s) for s in timed),
+        "pct_roofline": sum(pcts) / len(pcts) if pcts else None,
+    }

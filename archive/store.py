@@ -1,0 +1,366 @@
+"""The archive the loop writes to: ``Archive.create(path)`` / ``Archive.open(path)``.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction: an attempt, its verdict, its per-shape
+measurements, the run's budget and the stats tallies commit together or not at all, so a process
+killed at any instant leaves whole attempts only. ``(run_id, seq)`` is each attempt's idempotency
+key: a resumed run asks ``run_status`` for ``next_seq``, and recording a seq twice returns the
+first attempt instead of adding a second.
+
+Content addressing (see content.py): ``lookup(task_id, code, environment)`` returns the archived
+verdict for the same normalised code, task and environment. The loop then records the proposal
+with ``reuse_of`` set instead of evaluating again; that writes a *reuse row*: an attempt with its
+own prompt, response, tokens and cost, the original's verdict fields, no measurements and no
+score. ``reused`` in ``stats`` counts these rows. If two workers evaluate the same code at once,
+the second to commit is stored as a reuse of the first: the archive never holds two evaluations.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+from urllib.parse import quote
+
+from sqlite_utils import Database
+
+from kernforge.tasks.spec import Task
+
+from . import schema
+from .content import code_hash, environment_fields, environment_key
+from .errors import ArchiveError, ConflictError, ReadOnlyError
+from .queries import Queries, guarded
+from .records import NewAttempt, RunRecord, RunStatus, TaskRecord
+from .score import roofline_pct, summarize
+
+DEFAULT_PATH = Path("kernforge.db")
+#: How long a writer waits for another writer's transaction before giving up (seconds).
+BUSY_TIMEOUT_S = 30.0
+RUN_STATUSES = ("running", "finished", "failed", "interrupted")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def gpu_label(environment: Mapping[str, Any]) -> str:
+    """The GPU model results are compared within; "cpu" for the Triton interpreter."""
+    return str(environment.get("gpu") or "cpu")
+
+
+class Archive(Queries):
+    """One archive file. Use as a context manager, or call ``close()``."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:
+        self.path = path
+        self.readonly = readonly
+        self.conn = conn
+        self.db = Database(conn, execute_plugins=False)
+
+    # ---- opening ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str | Path = DEFAULT_PATH, *, exist_ok: bool = True) -> "Archive":
+        """Create a new archive file, or (``exist_ok``) open the existing archive at ``path``."""
+        path = Path(path)
+        if path.exists():
+            if not exist_ok:
+                raise ArchiveError(f"{path} already exists")
+            return cls.open(path)
+        if not path.parent.is_dir():
+            raise ArchiveError(f"cannot create {path}: folder {path.parent} does not exist")
+        return cls._connect(path, mode="rwc", readonly=False)
+
+    @classmethod
+    def open(cls, path: str | Path = DEFAULT_PATH, *, readonly: bool = False) -> "Archive":
+        """Open an existing archive; a missing file is an error, never a new empty archive.
+
+        ``readonly`` archives (what the CLI uses) never write, not even a migration: an archive
+        with an older schema must be opened writable once (``kernforge archive migrate``).
+        """
+        path = Path(path)
+        if not path.exists():
+            raise ArchiveError(f"no archive at {path} (a run creates one; or point --db at an existing file)")
+        if not path.is_file():
+            raise ArchiveError(f"{path} is not a file")
+        return cls._connect(path, mode="ro" if readonly else "rw", readonly=readonly)
+
+    @classmethod
+    def _connect(cls, path: Path, *, mode: str, readonly: bool) -> "Archive":
+        uri = f"file:{quote(str(path.resolve()))}?mode={mode}"
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        except sqlite3.Error as error:
+            raise ArchiveError(f"cannot open {path}: {error}") from None
+        archive = cls(conn, path, readonly=readonly)
+        try:
+            archive._prepare()
+        except ArchiveError:
+            conn.close()
+            raise
+        except sqlite3.Error as error:
+            conn.close()
+            raise ArchiveError(f"{path} is not a kernforge archive or is corrupt: {error}") from None
+        return archive
+
+    def _prepare(self) -> None:
+        self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        if self.readonly:
+            self.conn.execute("PRAGMA query_only = ON")
+            if schema.pending(self.db, str(self.path)):
+                raise ArchiveError(
+                    f"{self.path} has an older archive schema; upgrade it with `kernforge archive migrate --db {self.path}`"
+                )
+            return
+        self.db.enable_wal()  # persistent: readers never wait for the writer
+        self.migrate()
+
+    def migrate(self) -> int:
+        """Apply pending migrations, each in its own transaction; returns the schema version."""
+        for migration in schema.pending(self.db, str(self.path)):
+            with self._write():
+                # re-read inside the lock: another process may have migrated meanwhile
+                current = schema.version(self.db)
+                if schema.MIGRATIONS[current:current + 1] == (migration,):
+                    schema.apply(self.db, migration, current + 1)
+        return schema.version(self.db)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Archive":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction. IMMEDIATE takes the write lock up front (waiting up to the busy
+        timeout), so a transaction that read first never fails on upgrading to a writer."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.path} is open read-only")
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.execute("COMMIT")
+
+    # ---- tasks and runs --------------------------------------------------------------------
+    @guarded
+    def register_task(self, task: Task | TaskRecord) -> int:
+        """The id of this task version (name + hash of what judges it), adding it if new."""
+        record = TaskRecord.from_task(task) if isinstance(task, Task) else task
+        with self._write():
+            self.db["tasks"].insert(
+                {"name": record.name, "source_hash": record.source_hash,
+                 "spec": json.dumps(record.spec, sort_keys=True), "created": _now()},
+                ignore=True,
+            )
+            row = self.conn.execute(
+                "SELECT id FROM tasks WHERE name = ? AND source_hash = ?", (record.name, record.source_hash)
+            ).fetchone()
+        return row[0]
+
+    @guarded
+    def start_run(self, config: Mapping[str, Any]) -> int:
+        with self._write():
+            return self.db["runs"].insert(
+                {"config": json.dumps(config, sort_keys=True, default=str), "started": _now(), "status": "running"}
+            ).last_pk
+
+    @guarded
+    def finish_run(self, run_id: int, status: str = "finished") -> None:
+        if status not in RUN_STATUSES[1:]:
+            raise ArchiveError(f"a run finishes as one of {RUN_STATUSES[1:]}, not {status!r}")
+        with self._write():
+            self._run_row(run_id)
+            self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, _now(), run_id))
+
+    @guarded
+    def resume_run(self, run_id: int) -> RunStatus:
+        """Mark a killed or stopped run running again; continue it from ``next_seq``."""
+        with self._write():
+            self._run_row(run_id)
+            self.conn.execute(
+                "UPDATE runs SET status = 'running', ended = NULL, resumes = resumes + 1 WHERE id = ?", (run_id,)
+            )
+        return self.run_status(run_id)
+
+    @guarded
+    def run_status(self, run_id: int) -> RunStatus:
+        run = self._run_row(run_id)
+        seqs = self.conn.execute("SELECT seq, id FROM attempts WHERE run_id = ? ORDER BY seq", (run_id,))
+        return RunStatus(run=run, attempts=dict(seqs.fetchall()))
+
+    @guarded
+    def runs(self) -> list[RunRecord]:
+        return [_run(row) for row in self.db.query("SELECT * FROM runs ORDER BY id")]
+
+    def _run_row(self, run_id: int) -> RunRecord:
+        rows = list(self.db.query("SELECT * FROM runs WHERE id = ?", [run_id]))
+        if not rows:
+            raise ArchiveError(f"no run {run_id} in {self.path}")
+        return _run(rows[0])
+
+    # ---- attempts --------------------------------------------------------------------------
+    @guarded
+    def record_attempt(self, attempt: NewAttempt) -> int:
+        """Write one attempt, its verdict and its per-shape results in one transaction; its id."""
+        return self.record_attempts([attempt])[0]
+
+    @guarded
+    def record_attempts(self, attempts: Sequence[NewAttempt]) -> list[int]:
+        """Write several attempts in one transaction (all or none); their ids, in order."""
+        with self._write():
+            writer = _BatchWriter(self)
+            ids = [writer.add(a) for a in attempts]
+            writer.flush()
+        return ids
+
+
+def _run(row: Mapping[str, Any]) -> RunRecord:
+    return RunRecord.from_dict(dict(row) | {"config": json.loads(row["config"])})
+
+
+class _BatchWriter:
+    """Builds the rows of a batch of attempts; the caller holds the write transaction.
+
+    Ids are assigned here (max id + 1, safe under the write lock) so one batch insert per table
+    can link measurements to attempts.
+    """
+
+    def __init__(self, archive: Archive) -> None:
+        self.archive = archive
+        self.conn = archive.conn
+        self.next_id = (self.conn.execute("SELECT max(id) FROM attempts").fetchone()[0] or 0) + 1
+        self.attempts: list[dict[str, Any]] = []
+        self.measurements: list[dict[str, Any]] = []
+        self.environments: dict[str, dict[str, Any]] = {}
+        self.tallies: dict[tuple, list[float]] = {}
+        self.run_totals: dict[int, list[float]] = {}
+        self.by_seq: dict[tuple[int, int], tuple[int, str]] = {}
+        self.by_content: dict[tuple[int, str, str], dict[str, Any]] = {}
+        self.known: dict[str, set[int]] = {"runs": set(), "tasks": set()}
+
+    def add(self, a: NewAttempt) -> int:
+        digest = code_hash(a.code)
+        seen = self.by_seq.get((a.run_id, a.seq)) or self._stored_seq(a.run_id, a.seq)
+        if seen is not None:
+            if seen[1] != digest:
+                raise ConflictError(f"run {a.run_id} already has attempt seq {a.seq} with different code (attempt {seen[0]})")
+            return seen[0]
+        self._require("runs", a.run_id)
+        self._require("tasks", a.task_id)
+        env = dict(a.environment or a.verdict.environment)
+        key = environment_key(env)
+        self.environments.setdefault(key, env)
+        original = self._original(a, digest, key)
+        attempt_id, self.next_id = self.next_id, self.next_id + 1
+        self._require_parent(a.parent_id)
+        row = {
+            "id": attempt_id, "run_id": a.run_id, "seq": a.seq, "task_id": a.task_id, "parent_id": a.parent_id,
+            "proposer": a.proposer, "model": a.model, "prompt": a.prompt, "response": a.response,
+            "code": a.code, "code_hash": digest, "tokens_in": a.tokens_in, "tokens_out": a.tokens_out,
+            "cost_usd": a.cost_usd, "latency_s": a.latency_s, "env_key": key, "gpu": gpu_label(env),
+            "created": _now(), "reuse_of": None,
+        }
+        if original is not None:
+            row |= {k: original[k] for k in ("status", "accepted", "threat", "reason", "evidence")}
+            row |= {"reuse_of": original["id"], "n_shapes": 0,
+                    "score": None, "speedup_eager": None, "pct_roofline": None}
+        else:
+            v = a.verdict
+            row |= {"status": v.status.value, "accepted": int(v.accepted), "threat": v.threat, "reason": v.reason,
+                    "evidence": json.dumps(dict(v.evidence), sort_keys=True, default=str), "n_shapes": len(v.shapes)}
+            row |= summarize(v.shapes) if v.accepted else {"score": None, "speedup_eager": None, "pct_roofline": None}
+            self.by_content[(a.task_id, digest, key)] = row
+            self._measure(row, v.shapes)
+        self.attempts.append(row)
+        self.by_seq[(a.run_id, a.seq)] = (attempt_id, digest)
+        self._count(a, row)
+        return attempt_id
+
+    def _stored_seq(self, run_id: int, seq: int) -> tuple[int, str] | None:
+        return self.conn.execute(
+            "SELECT id, code_hash FROM attempts WHERE run_id = ? AND seq = ?", (run_id, seq)
+        ).fetchone()
+
+    def _require(self, table: str, ident: int) -> None:
+        if ident in self.known[table]:
+            return
+        if self.conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", (ident,)).fetchone() is None:
+            raise ArchiveError(f"no {table[:-1]} {ident} in {self.archive.path}")
+        self.known[table].add(ident)
+
+    def _require_parent(self, parent_id: int | None) -> None:
+        if parent_id is None:
+            return
+        if self.attempts and self.attempts[0]["id"] <= parent_id <= self.attempts[-1]["id"]:
+            return  # recorded earlier in this batch
+        if self.conn.execute("SELECT 1 FROM attempts WHERE id = ?", (parent_id,)).fetchone() is None:
+            raise ArchiveError(f"parent attempt {parent_id} is not in {self.archive.path}")
+
+    def _original(self, a: NewAttempt, digest: str, key: str) -> dict[str, Any] | None:
+        """The evaluated attempt this one reuses: the named ``reuse_of``, or any with the same key."""
+        cols = "id, status, accepted, threat, reason, evidence"
+        found = self.by_content.get((a.task_id, digest, key))
+        if found is None:
+            cur = self.conn.execute(
+                f"SELECT {cols} FROM attempts WHERE task_id = ? AND code_hash = ? AND env_key = ? AND reuse_of IS NULL",
+                (a.task_id, digest, key),
+            )
+            hit = cur.fetchone()
+            found = dict(zip(cols.split(", "), hit)) if hit else None
+        if a.reuse_of is not None and (found is None or found["id"] != a.reuse_of):
+            raise ArchiveError(
+                f"attempt {a.reuse_of} is not an evaluation of this code for task {a.task_id} in environment {key}"
+            )
+        return found
+
+    def _measure(self, row: dict[str, Any], shapes: Sequence[Any]) -> None:
+        for idx, s in enumerate(shapes):
+            values = s.to_dict()
+            values |= {
+                "attempt_id": row["id"], "idx": idx, "task_id": row["task_id"], "gpu": row["gpu"],
+                "accepted": row["accepted"], "shape": json.dumps(values["shape"]), "label": s.label,
+                "hidden": int(s.hidden), "pct_roofline": roofline_pct(s),
+            }
+            self.measurements.append(values)
+
+    def _count(self, a: NewAttempt, row: dict[str, Any]) -> None:
+        reused = int(row["reuse_of"] is not None)
+        tally = self.tallies.setdefault((a.task_id, a.proposer, a.model, row["status"], row["threat"] or 0), [0] * 5)
+        for i, value in enumerate((1, reused, a.tokens_in, a.tokens_out, a.cost_usd)):
+            tally[i] += value
+        spent = self.run_totals.setdefault(a.run_id, [0] * 5)
+        for i, value in enumerate((1, a.tokens_in, a.tokens_out, a.cost_usd, a.latency_s)):
+            spent[i] += value
+
+    def flush(self) -> None:
+        db = self.archive.db
+        for key, env in self.environments.items():
+            db["environments"].insert(
+                environment_fields(env) | {"key": key, "info": json.dumps(env, sort_keys=True, default=str),
+                                           "created": _now()},
+                ignore=True,
+            )
+        db["attempts"].insert_all(self.attempts)
+        db["measurements"].insert_all(self.measurements)
+        self.conn.executemany(
+            "INSERT INTO tallies (task_id, proposer, model, status, threat, attempts, reused, tokens_in,"
+            " tokens_out, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET"
+            " attempts = attempts + excluded.attempts, reused = reused + excluded.reused,"
+            " tokens_in = tokens_in + excluded.tokens_in, tokens_out = tokens_out + excluded.tokens_out,"
+            " cost_usd = cost_usd + excluded.cost_usd",
+            [key + tuple(values) for key, values in self.tallies.items()],
+        )
+        self.conn.executemany(
+            "UPDATE runs SET attempts = attempts + ?, tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,"
+            " cost_usd = cost_usd + ?, seconds = seconds + ? WHERE id = ?",
+            [(*spent, run_id) for run_id, spent in self.run_totals.items()],
+        )
