@@ -23,6 +23,8 @@ app = typer.Typer(
 )
 tasks_app = typer.Typer(help="List and inspect tasks (what to optimise).", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
+archive_app = typer.Typer(help="Query the archive of every attempt (SQLite).", no_args_is_help=True)
+app.add_typer(archive_app, name="archive")
 
 out = Console()
 err = Console(stderr=True)
@@ -30,6 +32,8 @@ err = Console(stderr=True)
 # ---- shared options (declared once) -------------------------------------------------------
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts instead of tables.")]
 TaskArg = Annotated[str, typer.Argument(help="A built-in task name, a KernelBench-form .py file, or a folder of them.")]
+DbOpt = Annotated[Path, typer.Option("--db", envvar="KERNFORGE_DB", help="The archive file (SQLite).")]
+DEFAULT_DB = Path("kernforge.db")
 
 
 class UsageFailure(Exception):
@@ -43,9 +47,10 @@ def fail(message: str, code: int = 2) -> None:
 
 def _known_errors() -> tuple[type[BaseException], ...]:
     """Our own exception classes: each becomes a one-line message and exit code 2."""
+    from kernforge.archive.errors import ArchiveError
     from kernforge.tasks.errors import TaskError
 
-    return (TaskError, UsageFailure)
+    return (TaskError, ArchiveError, UsageFailure)
 
 
 def command(group: typer.Typer, name: str | None = None):
@@ -117,6 +122,120 @@ def tasks_show(
         out.print_json(json.dumps(spec))
     else:
         typer.echo(report.show_text(loaded, device))
+
+
+# ---- archive ----------------------------------------------------------------------------------
+@command(archive_app, "best")
+def archive_best(
+    db: DbOpt = DEFAULT_DB,
+    task: Annotated[Optional[str], typer.Option(help="Only this task (name).")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="Only GPUs whose name contains this, e.g. H200.")] = None,
+    shapes: Annotated[bool, typer.Option("--shapes", help="The fastest accepted time per shape instead.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Best attempt per task and GPU: times, speedup vs eager and torch.compile, % of roofline."""
+    from kernforge.archive import report
+    from kernforge.archive.store import Archive
+
+    with Archive.open(db, readonly=True) as archive:
+        rows = archive.best_per_shape(task, gpu) if shapes else archive.best(task, gpu)
+    if as_json:
+        out.print_json(json.dumps({"best": [r.to_dict() for r in rows]}))
+    else:
+        out.print(report.shape_best_table(rows) if shapes else report.best_table(rows))
+
+
+@command(archive_app, "show")
+def archive_show(
+    attempt: Annotated[int, typer.Argument(help="Attempt id.")], db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False
+) -> None:
+    """One attempt: code, verdict, measurements and lineage."""
+    from kernforge.archive import report
+    from kernforge.archive.store import Archive
+
+    with Archive.open(db, readonly=True) as archive:
+        parts = (archive.get_attempt(attempt), archive.lineage(attempt), archive.reuse_count(attempt))
+    if as_json:
+        out.print_json(json.dumps(report.show_json(*parts)))
+    else:
+        out.print(report.show(*parts))
+
+
+@command(archive_app, "stats")
+def archive_stats(
+    db: DbOpt = DEFAULT_DB,
+    task: Annotated[Optional[str], typer.Option(help="Only this task (name).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per task and per model: attempts, acceptance rate, cheats caught by class, tokens, cost."""
+    from kernforge.archive import report
+    from kernforge.archive.store import Archive
+
+    with Archive.open(db, readonly=True) as archive:
+        stats = archive.stats(task)
+    if as_json:
+        out.print_json(json.dumps(stats.to_dict()))
+    else:
+        out.print(report.stats_tables(stats))
+
+
+@command(archive_app, "search")
+def archive_search(
+    text: Annotated[str, typer.Argument(help="Words to find in code or verdict reasons.")],
+    db: DbOpt = DEFAULT_DB,
+    limit: Annotated[int, typer.Option(help="At most this many attempts.")] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """Full-text search over attempts' code and verdict reasons."""
+    from kernforge.archive import report
+    from kernforge.archive.store import Archive
+
+    with Archive.open(db, readonly=True) as archive:
+        rows = archive.search(text, limit)
+    if as_json:
+        out.print_json(json.dumps({"attempts": [r.to_dict() for r in rows]}))
+    else:
+        out.print(report.summary_table(rows, f"{len(rows)} match(es)"))
+
+
+@command(archive_app, "sql")
+def archive_sql(
+    query: Annotated[str, typer.Argument(help="One read-only statement, e.g. \"SELECT status, count(*) FROM attempts GROUP BY 1\".")],
+    db: DbOpt = DEFAULT_DB,
+    limit: Annotated[int, typer.Option(help="At most this many rows (0: all).")] = 1000,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a read-only SQL query on the archive; a statement that writes is refused."""
+    from kernforge.archive import report
+    from kernforge.archive.store import Archive
+
+    with Archive.open(db, readonly=True) as archive:
+        columns, rows, truncated = archive.sql(query, limit or None)
+    if as_json:
+        out.print_json(json.dumps({"columns": columns, "rows": rows, "truncated": truncated}, default=str))
+    else:
+        out.print(report.sql_table(columns, rows, truncated))
+
+
+@command(archive_app, "browse")
+def archive_browse(
+    db: DbOpt = DEFAULT_DB,
+    port: Annotated[int, typer.Option(help="Port for Datasette.")] = 8001,
+    open_browser: Annotated[bool, typer.Option("--open/--no-open", help="Open a web browser.")] = True,
+) -> None:
+    """Explore the archive in Datasette (needs the `datasette` extra)."""
+    from kernforge.archive.browse import browse
+
+    raise typer.Exit(browse(db, port, open_browser))
+
+
+@command(archive_app, "migrate")
+def archive_migrate(db: DbOpt = DEFAULT_DB) -> None:
+    """Bring an archive written by an older kernforge up to this version's schema."""
+    from kernforge.archive.store import Archive
+
+    with Archive.open(db) as archive:
+        out.print(f"{db}: archive schema v{archive.migrate()}")
 
 
 # ---- doctor -----------------------------------------------------------------------------------
