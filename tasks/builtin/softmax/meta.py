@@ -1,0 +1,60 @@
+"""softmax: hidden metadata (never shown to the model)."""
+
+import torch
+
+DESCRIPTION = (
+    "Row softmax of [B, V] logits over a large vocabulary (32000 to 152064), probabilities "
+    "in float32, as a sampler computes them every decode step. Memory-bound: read B*V "
+    "logits, write B*V float32 probabilities; a row is far too long for one block."
+)
+
+# Decode batches (1-256 sequences) and a prompt-logprobs prefill (4096 tokens) at real
+# vocabularies: Llama-2 / Mistral (32000), Llama-3 (128256), Qwen2 (151936, 152064).
+PUBLIC_SHAPES = [
+    {"B": 1, "V": 128256},
+    {"B": 32, "V": 32000},
+    {"B": 64, "V": 151936},
+    {"B": 256, "V": 152064},
+    {"B": 4096, "V": 32000},
+]
+# Tiny, odd, non-power-of-two and large; never shown. GPT-2 (50257), DeepSeek (102400),
+# DeepSeek-V3 (129280), Gemma (256000).
+HIDDEN_SHAPES = [
+    {"B": 1, "V": 1000},
+    {"B": 3, "V": 50257},
+    {"B": 7, "V": 256000},
+    {"B": 77, "V": 129280},
+    {"B": 1000, "V": 102400},
+]
+CPU_PUBLIC_SHAPES = [{"B": 1, "V": 3000}, {"B": 4, "V": 10000}]
+CPU_HIDDEN_SHAPES = [{"B": 3, "V": 1000}, {"B": 5, "V": 7777}]
+
+DISTRIBUTIONS = ("normal", "uniform", "heavy_tailed", "large")
+DTYPES = {"cuda": "bfloat16", "cpu": "float32"}
+
+
+def make_inputs(shape, dist, dtype, device, generator):
+    size = (shape["B"], shape["V"])
+    if dist == "uniform":
+        logits = torch.rand(size, device=device, generator=generator) * 20 - 10
+    elif dist == "heavy_tailed":
+        # Student-t with 2 degrees of freedom: a few logits far above the rest, as a confident
+        # model produces; most probabilities are tiny and must still be right.
+        n = torch.randn(size, device=device, generator=generator)
+        chi = torch.randn((2, *size), device=device, generator=generator).pow(2).sum(0)
+        logits = 3.0 * n / torch.sqrt(chi / 2 + 1e-6)
+    elif dist == "large":
+        # A large common offset: exp(logit) overflows float32 unless the row maximum is
+        # subtracted first, and bf16 logits near 1000 are spaced 4 apart.
+        logits = 1000.0 + 10.0 * torch.randn(size, device=device, generator=generator)
+    else:
+        logits = 3.0 * torch.randn(size, device=device, generator=generator)
+    return [logits.to(dtype)]
+
+
+def roofline(shape, dtype):
+    b, v = shape["B"], shape["V"]
+    elem = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    nbytes = b * v * elem + b * v * 4  # read the logits once, write float32 probabilities
+    flops = 5 * b * v  # max, subtract, exp, sum, divide
+    return nbytes, flops
