@@ -369,7 +369,7 @@ def load_config(
         api_key=key,
         key_source=source,
         max_tokens_param=preset.max_tokens_param,
-        extra_body=preset.extra_body if not custom else MappingProxyType({}),
+        extra_body=preset.extra_body,
         prices=_prices(data, path),
         free=preset.free,
         config_path=str(path) if path else None,

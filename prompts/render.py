@@ -1,0 +1,327 @@
+"""Fill the prompt templates (prompts/templates/*.txt, ``string.Template`` placeholders).
+
+What the model is shown: the hardware; the task's public spec (reference code, public shapes,
+dtype, tolerance, roofline floor per public shape); the parent kernel with its measured feedback
+or its failure; inspirations from the archive; distilled lessons. Never the hidden shapes: the
+task section is built from public shapes only, verdict text is redacted (feedback.Redactor), and
+a final check refuses to return a prompt that still names a hidden shape.
+
+``hardware`` keys read (all optional): gpu, arch, sms, memory_gib, l2_bytes, torch, triton, cuda
+(as from ``verifier.environment.describe``), and the measured ceilings ``bandwidth_gbps`` (device
+copy, GB/s) and ``tflops`` (dense bf16 matmul, TFLOP/s). Without measured ceilings the H200's
+nominal figures are used and labelled as such.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from string import Template
+from typing import Any, Mapping, Sequence
+
+from kernforge.tasks import runtime
+from kernforge.tasks.report import NOMINAL_BANDWIDTH, NOMINAL_FLOPS
+from kernforge.tasks.spec import Task
+from kernforge.verifier.verdict import THREATS
+
+from .feedback import Redactor, clip, evidence_text, hidden_line, public_table
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+class PromptLeak(RuntimeError):
+    """A rendered prompt still names a hidden shape; it is never sent."""
+
+
+@dataclass(frozen=True)
+class Parent:
+    """The kernel to improve or repair, with its verdict (``Verdict.to_dict()``) if it has one."""
+
+    code: str
+    verdict: Mapping[str, Any] | None = None
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Inspiration:
+    code: str
+    summary: str = ""
+    verdict: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Character budgets. A prompt over ``total_chars`` loses inspirations, then lessons, then code."""
+
+    total_chars: int = 60_000
+    reference_chars: int = 12_000
+    parent_code_chars: int = 20_000
+    inspiration_code_chars: int = 6_000
+    max_inspirations: int = 3
+    max_lessons: int = 10
+    lesson_chars: int = 300
+    reason_chars: int = 1_500
+    value_chars: int = 400
+    log_chars: int = 3_000
+
+
+@dataclass(frozen=True)
+class Prompt:
+    system: str
+    user: str
+    #: what was left out to stay within Limits.total_chars
+    dropped: tuple[str, ...] = ()
+
+    @property
+    def chars(self) -> int:
+        return len(self.system) + len(self.user)
+
+    def messages(self) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": self.user}]
+
+
+@lru_cache(maxsize=None)
+def template(name: str) -> Template:
+    return Template((TEMPLATES / f"{name}.txt").read_text())
+
+
+def fill(template_name: str, /, **values: Any) -> str:
+    """A template with every placeholder filled (a missing one is a KeyError, not a silent gap)."""
+    return template(template_name).substitute({k: str(v) for k, v in values.items()}).strip()
+
+
+# ---- sections ----------------------------------------------------------------------------------
+
+
+def _ceilings(hardware: Mapping[str, Any]) -> tuple[float, float, str]:
+    bw = hardware.get("bandwidth_gbps")
+    flops = hardware.get("tflops")
+    if bw and flops:
+        return float(bw) * 1e9, float(flops) * 1e12, "measured on this GPU"
+    return NOMINAL_BANDWIDTH, NOMINAL_FLOPS, "nominal H200 figures, not measured here"
+
+
+def hardware_section(hardware: Mapping[str, Any], device_kind: str) -> str:
+    def get(key: str) -> Any:
+        return hardware.get(key) or "unknown"
+
+    if device_kind == "cpu":
+        return fill("hardware_cpu", torch=get("torch"), triton=get("triton"))
+    bw, flops, source = _ceilings(hardware)
+    l2 = hardware.get("l2_bytes")
+    memory = hardware.get("memory_gib")
+    return fill(
+        "hardware_gpu",
+        gpu=get("gpu"), arch=get("arch"), sms=get("sms"),
+        memory=f"{memory} GiB" if memory else "unknown",
+        l2=f"{l2 / 2**20:.0f} MiB" if l2 else "unknown",
+        ceiling_source=source, bandwidth=f"{bw / 1e9:.0f} GB/s", flops=f"{flops / 1e12:.0f} TFLOP/s",
+        torch=get("torch"), triton=get("triton"), cuda=get("cuda"),
+    )
+
+
+def floors_us(task: Task, hardware: Mapping[str, Any], device_kind: str) -> dict[str, float]:
+    """Roofline floor per public shape label, in microseconds (none on the interpreter)."""
+    if device_kind == "cpu":
+        return {}
+    bw, flops, _ = _ceilings(hardware)
+    out = {}
+    for shape in task.shapes(device_kind, hidden=False):
+        line = runtime.roofline(task, shape, task.dtype(device_kind))
+        if line is not None:
+            out[shape.label] = line.floor_seconds(bw, flops) * 1e6
+    return out
+
+
+def task_section(task: Task, hardware: Mapping[str, Any], device_kind: str, limits: Limits) -> str:
+    spec = task.public_spec()
+    dtype = task.dtype(device_kind)
+    tol = task.tolerance(dtype)
+    floors = floors_us(task, hardware, device_kind)
+    rows = ["| shape | MB moved | GFLOP | roofline floor us |", "|---|---|---|---|"]
+    for shape in task.shapes(device_kind, hidden=False):
+        line = runtime.roofline(task, shape, dtype)
+        mb = f"{line.bytes / 1e6:.3f}" if line else "-"
+        gflop = f"{line.flops / 1e9:.3f}" if line else "-"
+        floor = f"{floors[shape.label]:.3g}" if shape.label in floors else "-"
+        rows.append(f"| {shape.label} | {mb} | {gflop} | {floor} |")
+    mutated = spec["mutated_inputs"]
+    return fill(
+        "task",
+        name=spec["name"],
+        description=spec["description"],
+        reference=clip(spec["reference"].rstrip(), limits.reference_chars, keep="head"),
+        dtype=dtype,
+        shapes="\n".join(rows),
+        rtol=f"{tol.rtol:g}", atol=f"{tol.atol:g}",
+        torch_ops="allowed" if spec["allow_torch_ops"] else "forbidden (only your own kernels compute)",
+        in_place=(f"In place: the op writes inputs {mutated}; they are compared like outputs" if mutated
+                  else "Inputs are read-only: writing into one is rejected"),
+        distributions=", ".join(task.distributions),
+    )
+
+
+def _summary(code: str, given: str) -> str:
+    if given:
+        return given
+    try:
+        doc = ast.get_docstring(ast.parse(code))
+    except (SyntaxError, ValueError):
+        return ""
+    return doc.strip().splitlines()[0] if doc and doc.strip() else ""
+
+
+def parent_section(parent: Parent, floors: Mapping[str, float], redactor: Redactor, limits: Limits,
+                   code_chars: int) -> str:
+    code = clip(parent.code.rstrip(), code_chars, keep="head")
+    summary = redactor.scrub(_summary(parent.code, parent.summary))
+    verdict = parent.verdict
+    if verdict is None:
+        return fill("parent_unmeasured", summary=summary, code=code)
+    table = public_table(verdict.get("shapes", ()), floors)
+    if verdict.get("accepted"):
+        flags = verdict.get("flags") or verdict.get("evidence", {}).get("flags") or []
+        return fill(
+            "parent_accepted", summary=summary, code=code,
+            table=table or "(no public-shape measurements recorded)",
+            hidden=hidden_line(verdict),
+            flags=("Flags: " + "; ".join(map(str, flags))) if flags else "",
+        )
+    threat = verdict.get("threat")
+    if threat:
+        kind = "Caught" if verdict.get("status") == "cheat" else "Signature of"
+        threat_line = f"{kind}: THREATS #{threat} ({THREATS.get(threat, 'unknown')})."
+    else:
+        threat_line = ""
+    evidence = evidence_text(verdict.get("evidence") or {}, redactor,
+                             value_chars=limits.value_chars, log_chars=limits.log_chars)
+    return fill(
+        "parent_rejected", summary=summary, code=code,
+        status=verdict.get("status", "rejected"),
+        reason=clip(redactor.scrub(str(verdict.get("reason", ""))), limits.reason_chars, keep="both"),
+        threat=threat_line,
+        evidence=("Evidence:\n" + evidence) if evidence else "",
+        table=("Measured on public shapes before it failed:\n" + table) if table else "",
+        hidden=hidden_line(verdict),
+    )
+
+
+def _measured(verdict: Mapping[str, Any] | None, redactor: Redactor) -> str:
+    """One line on how an inspiration did (public shapes only)."""
+    if verdict is None:
+        return "(not measured)"
+    if not verdict.get("accepted"):
+        return f"rejected ({verdict.get('status')}): " + clip(redactor.scrub(str(verdict.get("reason", ""))), 200, keep="head")
+    public = [r for r in verdict.get("shapes", ()) if not r.get("hidden")]
+    parts = []
+    for key, name in (("speedup_compile", "vs torch.compile"), ("speedup_eager", "vs eager"), ("pct_bandwidth", "copy bandwidth")):
+        values = [r[key] for r in public if r.get(key) is not None]
+        if values:
+            unit = "%" if key == "pct_bandwidth" else "x"
+            span = f"{min(values):.3g}{unit}" + (f"-{max(values):.3g}{unit}" if max(values) != min(values) else "")
+            parts.append(f"{name} {span}")
+    return "accepted" + (": " + ", ".join(parts) + " over the public shapes" if parts else "")
+
+
+def inspirations_section(items: Sequence[Inspiration], redactor: Redactor, limits: Limits) -> str:
+    if not items:
+        return ""
+    blocks = [
+        fill("inspiration", index=i, summary=redactor.scrub(_summary(item.code, item.summary)) or "(no summary)",
+             measured=_measured(item.verdict, redactor),
+             code=clip(item.code.rstrip(), limits.inspiration_code_chars, keep="head"))
+        for i, item in enumerate(items, 1)
+    ]
+    return fill("inspirations", items="\n\n".join(blocks))
+
+
+def lessons_section(lessons: Sequence[str], redactor: Redactor, limits: Limits) -> str:
+    kept = [clip(redactor.scrub(" ".join(str(l).split())), limits.lesson_chars, keep="head") for l in lessons if str(l).strip()]
+    if not kept:
+        return ""
+    return fill("lessons", items="\n".join(f"- {l}" for l in kept))
+
+
+def instructions(parent: Parent | None) -> str:
+    if parent is None:
+        return fill("instructions_new")
+    if parent.verdict is None:
+        return fill("instructions_start")
+    if parent.verdict.get("accepted"):
+        return fill("instructions_improve")
+    if parent.verdict.get("status") == "cheat":
+        threat = parent.verdict.get("threat")
+        return fill("instructions_cheat", threat_name=f"THREATS #{threat} {THREATS.get(threat, '')}".strip())
+    return fill("instructions_repair")
+
+
+# ---- the prompt ---------------------------------------------------------------------------------
+
+
+def render(
+    task: Task,
+    hardware: Mapping[str, Any],
+    *,
+    parent: Parent | None = None,
+    inspirations: Sequence[Inspiration] = (),
+    lessons: Sequence[str] = (),
+    device_kind: str = "cuda",
+    limits: Limits = Limits(),
+) -> Prompt:
+    """The system and user messages for one proposal."""
+    redactor = Redactor(task)
+    system = fill("system")
+    fixed = {
+        "hardware": hardware_section(hardware, device_kind),
+        "task": task_section(task, hardware, device_kind, limits),
+        "instructions": instructions(parent),
+    }
+    floors = floors_us(task, hardware, device_kind)
+    kept_inspirations = list(inspirations[: limits.max_inspirations])
+    kept_lessons = list(lessons[-limits.max_lessons:])  # the newest lessons are the most relevant
+    code_chars = limits.parent_code_chars
+    dropped: list[str] = [f"inspiration {i + 1}" for i in range(limits.max_inspirations, len(inspirations))]
+    dropped += [f"{len(lessons) - len(kept_lessons)} older lesson(s)"] if len(lessons) > len(kept_lessons) else []
+    while True:
+        user = fill(
+            "user",
+            parent=parent_section(parent, floors, redactor, limits, code_chars) if parent else "",
+            inspirations=inspirations_section(kept_inspirations, redactor, limits),
+            lessons=lessons_section(kept_lessons, redactor, limits),
+            **fixed,
+        )
+        # Empty sections leave runs of blank lines; code keeps its own (at most two blank lines).
+        user = re.sub(r"\n{4,}", "\n\n", user)
+        if len(system) + len(user) <= limits.total_chars:
+            break
+        if kept_inspirations:
+            dropped.append(f"inspiration {len(kept_inspirations)}")
+            kept_inspirations.pop()
+        elif kept_lessons:
+            dropped.append("lessons")
+            kept_lessons = []
+        elif parent is not None and code_chars > 2_000:
+            code_chars //= 2
+            dropped.append(f"parent code beyond {code_chars} characters")
+        else:
+            user = clip(user, max(limits.total_chars - len(system), 1_000), keep="both")
+            dropped.append("the middle of the prompt")
+            break
+    _refuse_leaks(task, user)
+    return Prompt(system=system, user=user, dropped=tuple(dropped))
+
+
+def _refuse_leaks(task: Task, text: str) -> None:
+    """Last line of defence: a hidden shape's full label never leaves in a prompt.
+
+    Python blocks are skipped: they hold the public reference and model-written code, neither of
+    which can know a hidden shape, and a one-parameter shape (``N = 1000``) could match them by chance.
+    """
+    text = re.sub(r"```python\n.*?```", "", text, flags=re.DOTALL)
+    for shape in (*task.hidden_shapes, *task.cpu_hidden_shapes):
+        pairs = [rf"['\"]?{re.escape(k)}['\"]?\s*[=:]\s*{v}(?![\w.])" for k, v in shape.params]
+        if pairs and re.search(r"[\s,;]*".join(pairs), text):
+            raise PromptLeak(f"the prompt for {task.name} names a hidden shape; it was not sent")
