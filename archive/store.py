@@ -64,13 +64,13 @@ class Archive(Queries):
     def create(cls, path: str | Path = DEFAULT_PATH, *, exist_ok: bool = True) -> "Archive":
         """Create a new archive file, or (``exist_ok``) open the existing archive at ``path``."""
         path = Path(path)
-        if path.exists():
+        if path.exists() and path.stat().st_size > 0:
             if not exist_ok:
                 raise ArchiveError(f"{path} already exists")
             return cls.open(path)
         if not path.parent.is_dir():
             raise ArchiveError(f"cannot create {path}: folder {path.parent} does not exist")
-        return cls._connect(path, mode="rwc", readonly=False)
+        return cls._connect(path, mode="rwc", readonly=False, creating=True)
 
     @classmethod
     def open(cls, path: str | Path = DEFAULT_PATH, *, readonly: bool = False) -> "Archive":
@@ -84,10 +84,10 @@ class Archive(Queries):
             raise ArchiveError(f"no archive at {path} (a run creates one; or point --db at an existing file)")
         if not path.is_file():
             raise ArchiveError(f"{path} is not a file")
-        return cls._connect(path, mode="ro" if readonly else "rw", readonly=readonly)
+        return cls._connect(path, mode="ro" if readonly else "rw", readonly=readonly, creating=False)
 
     @classmethod
-    def _connect(cls, path: Path, *, mode: str, readonly: bool) -> "Archive":
+    def _connect(cls, path: Path, *, mode: str, readonly: bool, creating: bool) -> "Archive":
         uri = f"file:{quote(str(path.resolve()))}?mode={mode}"
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
@@ -95,7 +95,7 @@ class Archive(Queries):
             raise ArchiveError(f"cannot open {path}: {error}") from None
         archive = cls(conn, path, readonly=readonly)
         try:
-            archive._prepare()
+            archive._prepare(creating)
         except ArchiveError:
             conn.close()
             raise
@@ -104,9 +104,11 @@ class Archive(Queries):
             raise ArchiveError(f"{path} is not a kernforge archive or is corrupt: {error}") from None
         return archive
 
-    def _prepare(self) -> None:
+    def _prepare(self, creating: bool) -> None:
         self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         self.conn.execute("PRAGMA foreign_keys = ON")
+        if not creating and schema.check(self.db, str(self.path)) == 0:
+            raise ArchiveError(f"{self.path} is an empty file, not a kernforge archive")
         if self.readonly:
             self.conn.execute("PRAGMA query_only = ON")
             if schema.pending(self.db, str(self.path)):

@@ -1,0 +1,317 @@
+"""The archive store: opening, schema and migrations, content addressing, idempotent one-transaction writes."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+
+import pytest
+import sqlite_utils
+
+from kernforge.archive import schema, synthetic
+from kernforge.archive.content import code_hash, environment_key, normalize_code
+from kernforge.archive.errors import ArchiveError, ConflictError, ReadOnlyError
+from kernforge.archive.records import AttemptRecord, NewAttempt, RunStatus, TaskRecord
+from kernforge.archive.store import Archive
+from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status
+
+H200 = synthetic.H200
+A100 = synthetic.A100
+
+
+def timed(t: int, time_us: float, compile_us: float = 20.0, eager_us: float = 40.0, timing: str = "graph") -> ShapeResult:
+    return ShapeResult(shape={"T": t, "H": 4096}, hidden=False, dtype="bfloat16", timing=timing, time_us=time_us,
+                       compile_us=compile_us, eager_us=eager_us, speedup_compile=compile_us / time_us,
+                       speedup_eager=eager_us / time_us, floor_us=time_us / 4)
+
+
+def accepted(*times: float, env=H200) -> Accepted:
+    return Accepted(shapes=tuple(timed(2**i, t) for i, t in enumerate(times)), environment=dict(env))
+
+
+@pytest.fixture
+def archive(tmp_path):
+    with Archive.create(tmp_path / "k.db") as opened:
+        yield opened
+
+
+@pytest.fixture
+def ids(archive):
+    return archive.register_task(synthetic.task_record("rms_norm")), archive.start_run({"model": "m"})
+
+
+def new(ids, seq, code, verdict, **kw) -> NewAttempt:
+    task_id, run_id = ids
+    return NewAttempt(run_id=run_id, seq=seq, task_id=task_id, code=code, verdict=verdict, **kw)
+
+
+def counts(archive) -> dict[str, int]:
+    return {t: archive.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("attempts", "measurements", "tallies", "environments")}
+
+
+# ---- opening --------------------------------------------------------------------------------
+def test_create_sets_up_wal_schema_and_indexes(tmp_path):
+    with Archive.create(tmp_path / "k.db") as archive:
+        db = archive.db
+        assert db.journal_mode == "wal"
+        assert schema.version(db) == schema.LATEST
+        assert set(schema.OUR_TABLES) <= set(db.table_names())
+        assert archive.conn.execute("PRAGMA busy_timeout").fetchone()[0] > 0
+        assert db["attempts"].detect_fts() == "attempts_fts"
+        indexes = {i.name for i in db["attempts"].indexes} | {i.name for i in db["measurements"].indexes}
+        assert {"attempts_content", "attempts_ranked", "measurements_ranked", "idx_attempts_run_id_seq"} <= indexes
+
+
+def test_create_twice_opens_the_same_archive(tmp_path):
+    with Archive.create(tmp_path / "k.db") as archive:
+        run = archive.start_run({})
+    with Archive.create(tmp_path / "k.db") as archive:
+        assert archive.run_status(run).run.status == "running"
+    with pytest.raises(ArchiveError, match="already exists"):
+        Archive.create(tmp_path / "k.db", exist_ok=False)
+
+
+def test_open_missing_file_is_an_error_and_creates_nothing(tmp_path):
+    for readonly in (False, True):
+        with pytest.raises(ArchiveError, match="no archive at"):
+            Archive.open(tmp_path / "nope.db", readonly=readonly)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"this is not sqlite at all" * 200, "not a kernforge archive or is corrupt"),
+    (b"", "empty file"),
+])
+def test_open_junk_or_empty_file(tmp_path, content, message):
+    path = tmp_path / "junk.db"
+    path.write_bytes(content)
+    for readonly in (False, True):
+        with pytest.raises(ArchiveError, match=message):
+            Archive.open(path, readonly=readonly)
+    assert path.read_bytes() == content
+
+
+def test_open_foreign_sqlite_file(tmp_path):
+    path = tmp_path / "other.db"
+    sqlite_utils.Database(path)["dogs"].insert({"name": "Cleo"})
+    with pytest.raises(ArchiveError, match="not a kernforge archive"):
+        Archive.open(path)
+
+
+def test_open_newer_schema_is_refused(tmp_path):
+    Archive.create(tmp_path / "k.db").close()
+    conn = sqlite3.connect(tmp_path / "k.db")
+    conn.execute(f"PRAGMA user_version = {schema.LATEST + 1}")
+    conn.close()
+    with pytest.raises(ArchiveError, match="newer than this kernforge"):
+        Archive.open(tmp_path / "k.db")
+
+
+def _v2_add_note(db):
+    db["runs"].add_column("note", str)
+
+
+def test_pending_migration_runs_on_writable_open_only(tmp_path, monkeypatch):
+    Archive.create(tmp_path / "k.db").close()
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS + (_v2_add_note,))
+    monkeypatch.setattr(schema, "LATEST", len(schema.MIGRATIONS))
+    with pytest.raises(ArchiveError, match="archive migrate"):
+        Archive.open(tmp_path / "k.db", readonly=True)
+    with Archive.open(tmp_path / "k.db") as archive:
+        assert schema.version(archive.db) == 2
+        assert "note" in archive.db["runs"].columns_dict
+    with Archive.open(tmp_path / "k.db", readonly=True) as archive:
+        assert archive.runs() == []
+
+
+def test_failed_migration_leaves_the_previous_version(tmp_path, monkeypatch):
+    Archive.create(tmp_path / "k.db").close()
+
+    def broken(db):
+        db["half_done"].create({"id": int}, pk="id")
+        raise RuntimeError("migration bug")
+
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS + (broken,))
+    monkeypatch.setattr(schema, "LATEST", len(schema.MIGRATIONS))
+    with pytest.raises(RuntimeError, match="migration bug"):
+        Archive.open(tmp_path / "k.db")
+    db = sqlite_utils.Database(tmp_path / "k.db")
+    assert schema.version(db) == 1
+    assert "half_done" not in db.table_names()
+
+
+def test_readonly_archive_refuses_writes(tmp_path):
+    Archive.create(tmp_path / "k.db").close()
+    with Archive.open(tmp_path / "k.db", readonly=True) as archive:
+        with pytest.raises(ReadOnlyError):
+            archive.start_run({})
+
+
+# ---- content addressing ---------------------------------------------------------------------
+SAME = [
+    ("x = 1\n", "x=1"),
+    ("def f(a, b):\n    return a+b  # add\n", "def f(a,b):\n\n    # comment\n    return (a + b)\n"),
+    ("s = 'abc'", 's = "abc"'),
+    ("broken(  \n\n  code\r\n", "broken(\n  code"),
+]
+DIFFERENT = [
+    ("x = 1", "x = 2"),
+    ("src = '// tile 64'", "src = '// tile 128'"),  # comments inside CUDA strings are code
+    ("broken(", "broken(()"),
+]
+
+
+@pytest.mark.parametrize("a, b", SAME)
+def test_cosmetic_differences_hash_alike(a, b):
+    assert code_hash(a) == code_hash(b)
+
+
+@pytest.mark.parametrize("a, b", DIFFERENT)
+def test_real_differences_hash_apart(a, b):
+    assert code_hash(a) != code_hash(b)
+
+
+def test_normalize_falls_back_to_text_for_unparsable_code():
+    assert normalize_code("def (:\n   x  \n\n") == "def (:\n   x"
+
+
+def test_environment_key_uses_gpu_driver_and_versions_only():
+    assert environment_key(H200) == environment_key(H200 | {"sms": 132, "memory_gib": 139.8})
+    assert environment_key(H200) != environment_key(H200 | {"driver": "580.00"})
+    assert environment_key(H200) != environment_key(A100)
+    assert environment_key(H200) != environment_key(synthetic.INTERPRETER)
+
+
+def test_lookup_returns_the_earlier_verdict_and_reuse_is_counted(archive, ids):
+    first = archive.record_attempt(new(ids, 0, "x = 1  # v1", accepted(10, 5), tokens_in=100, cost_usd=0.5))
+    hit = archive.lookup(ids[0], "x=1", H200)
+    assert hit is not None and hit.id == first and hit.verdict == archive.get_attempt(first).verdict
+    assert archive.lookup(ids[0], "x = 2", H200) is None
+    assert archive.lookup(ids[0], "x = 1", A100) is None
+    other_task = archive.register_task(synthetic.task_record("softmax"))
+    assert archive.lookup(other_task, "x = 1", H200) is None
+
+    again = archive.record_attempt(new(ids, 1, "x=1", hit.verdict, reuse_of=hit.id, tokens_in=70, cost_usd=0.25))
+    reuse = archive.get_attempt(again)
+    assert reuse.reuse_of == first and reuse.score is None and reuse.tokens_in == 70
+    assert reuse.verdict.status is Status.ACCEPTED and reuse.verdict.shapes == hit.verdict.shapes
+    assert archive.reuse_count(first) == 1
+    assert archive.conn.execute("SELECT count(*) FROM measurements WHERE attempt_id = ?", (again,)).fetchone()[0] == 0
+    row = archive.stats().per_task[0]
+    assert (row.attempts, row.reused, row.accepted, row.tokens_in, row.cost_usd) == (2, 1, 2, 170, 0.75)
+    assert archive.lookup(ids[0], "x = 1", H200).id == first  # still the evaluated one
+    assert [b.attempt_id for b in archive.best()] == [first]
+
+
+def test_second_evaluation_of_the_same_code_is_stored_as_a_reuse(archive, ids):
+    first = archive.record_attempt(new(ids, 0, "y = 1", accepted(10)))
+    second = archive.record_attempt(new(ids, 1, "y  =  1", accepted(1)))  # a race: evaluated twice
+    assert archive.get_attempt(second).reuse_of == first
+    assert [b.score for b in archive.best()] == [2.0]
+
+
+def test_reuse_of_must_name_an_evaluation_of_the_same_code(archive, ids):
+    first = archive.record_attempt(new(ids, 0, "z = 1", accepted(10)))
+    before = counts(archive)
+    with pytest.raises(ArchiveError, match="not an evaluation of this code"):
+        archive.record_attempt(new(ids, 1, "z = 2", accepted(10), reuse_of=first))
+    assert counts(archive) == before
+
+
+# ---- idempotency and transactions ----------------------------------------------------------
+def test_recording_a_seq_twice_returns_the_first_attempt(archive, ids):
+    a = archive.record_attempt(new(ids, 0, "a = 1", accepted(10), tokens_in=5))
+    before, run_before = counts(archive), archive.run_status(ids[1]).run
+    assert archive.record_attempt(new(ids, 0, "a = 1  # replayed after a crash", accepted(10), tokens_in=5)) == a
+    assert counts(archive) == before and archive.run_status(ids[1]).run == run_before
+    with pytest.raises(ConflictError, match="seq 0 with different code"):
+        archive.record_attempt(new(ids, 0, "a = 2", accepted(10)))
+
+
+def test_attempt_and_its_measurements_are_one_transaction(archive, ids, monkeypatch):
+    archive.record_attempt(new(ids, 0, "ok = 1", accepted(10, 20)))
+    before, run_before = counts(archive), archive.run_status(ids[1]).run
+    real = sqlite_utils.db.Table.insert_all
+
+    def failing(self, records, *args, **kwargs):
+        if self.name == "measurements":
+            raise OSError("disk vanished")
+        return real(self, records, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite_utils.db.Table, "insert_all", failing)
+    with pytest.raises(OSError):
+        archive.record_attempt(new(ids, 1, "boom = 1", accepted(5, 6), environment=A100, tokens_in=9))
+    with pytest.raises(OSError):
+        archive.record_attempts([new(ids, 1, "b = 1", accepted(5)), new(ids, 2, "b = 2", accepted(6))])
+    assert counts(archive) == before
+    assert archive.run_status(ids[1]) == RunStatus(run=run_before, attempts={0: 1})
+    assert not archive.conn.in_transaction
+    monkeypatch.undo()
+    assert archive.record_attempt(new(ids, 1, "boom = 1", accepted(5, 6))) == 2
+
+
+def test_unknown_run_task_or_parent_is_a_clear_error(archive, ids):
+    task_id, run_id = ids
+    for kw, message in (({"run_id": 99}, "no run 99"), ({"task_id": 42}, "no task 42"),
+                        ({"parent_id": 7}, "parent attempt 7")):
+        base = dict(run_id=run_id, seq=0, task_id=task_id, code="p = 1", verdict=accepted(1)) | kw
+        with pytest.raises(ArchiveError, match=message):
+            archive.record_attempt(NewAttempt(**base))
+    assert counts(archive)["attempts"] == 0
+
+
+def test_batch_links_parents_within_the_batch(archive, ids):
+    first, child = archive.record_attempts([new(ids, 0, "p = 1", accepted(4)),
+                                            new(ids, 1, "p = 2", accepted(3), parent_id=1)])
+    assert archive.get_attempt(child).parent_id == first
+
+
+def test_runs_track_budget_and_resume(archive, ids):
+    task_id, run_id = ids
+    archive.record_attempt(new(ids, 0, "r = 1", accepted(4), tokens_in=10, tokens_out=3, cost_usd=0.5, latency_s=2.0))
+    archive.record_attempt(new(ids, 1, "r = 2", Rejected(Status.TIMEOUT, "slow"), tokens_in=1, latency_s=3.5))
+    archive.finish_run(run_id, "interrupted")
+    status = archive.resume_run(run_id)
+    run = status.run
+    assert (run.status, run.ended, run.resumes, run.attempts) == ("running", None, 1, 2)
+    assert (run.tokens_in, run.tokens_out, run.cost_usd, run.seconds) == (11, 3, 0.5, 5.5)
+    assert status.next_seq == 2 and sorted(status.attempts) == [0, 1]
+    archive.finish_run(run_id)
+    assert archive.run_status(run_id).run.status == "finished"
+    with pytest.raises(ArchiveError, match="finishes as one of"):
+        archive.finish_run(run_id, "exploded")
+    with pytest.raises(ArchiveError, match="no run 5"):
+        archive.resume_run(5)
+
+
+def test_register_task_is_stable_per_version(archive):
+    a = archive.register_task(TaskRecord("t", "h1", {"name": "t"}))
+    assert archive.register_task(TaskRecord("t", "h1", {"name": "t"})) == a
+    assert archive.register_task(TaskRecord("t", "h2", {"name": "t"})) != a
+
+
+def test_register_a_real_task_hashes_what_judges_it():
+    from kernforge.tasks.loader import load_task
+
+    task = load_task("rms_norm")
+    record = TaskRecord.from_task(task)
+    assert record.spec == task.public_spec() and "hidden_shapes" not in record.spec
+    assert TaskRecord.from_task(task) == record
+
+
+# ---- records --------------------------------------------------------------------------------
+def test_records_round_trip_through_json(archive, ids):
+    rng = random.Random(3)
+    parent = None
+    for seq in range(30):
+        item = synthetic.attempt(rng, ids[1], seq, ids[0], "rms_norm", seq, parent_id=parent)
+        assert NewAttempt.from_dict(json.loads(json.dumps(item.to_dict()))) == item
+        parent = archive.record_attempt(item)
+    values = [archive.get_attempt(parent), archive.run_status(ids[1]), archive.stats(),
+              archive.population(ids[0], "NVIDIA H200"), *archive.best(), *archive.best_per_shape(),
+              *archive.lineage(parent)]
+    for value in values:
+        assert type(value).from_dict(json.loads(json.dumps(value.to_dict()))) == value
+    assert isinstance(values[0], AttemptRecord)
