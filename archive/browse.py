@@ -13,12 +13,12 @@ from .store import Archive
 
 def datasette_argv(path: Path, port: int, open_browser: bool) -> list[str]:
     """The Datasette command for this archive, after checking both exist and the file is readable."""
+    Archive.open(path, readonly=True).close()  # a missing or corrupt file fails here, clearly
     if importlib.util.find_spec("datasette") is None:
         raise ArchiveError(
             "Datasette is not installed: pip install 'kernforge[datasette]' "
             "(meanwhile: `kernforge archive sql \"SELECT ...\"` or `sqlite-utils` work on the file)"
         )
-    Archive.open(path, readonly=True).close()  # a missing or corrupt file fails here, clearly
     argv = [sys.executable, "-m", "datasette", "serve", str(path), "--port", str(port)]
     return argv + (["--open"] if open_browser else [])
 

@@ -277,7 +277,7 @@ class Queries:
             columns = [d[0] for d in cursor.description or ()]
             rows = cursor.fetchall() if limit is None else cursor.fetchmany(limit + 1)
         except (sqlite3.DatabaseError, sqlite3.Warning) as error:
-            if "not authorized" in str(error) or "readonly" in str(error):
+            if "authoriz" in str(error) or "readonly" in str(error):
                 raise ReadOnlyError(
                     "refused: `archive sql` is read-only; it runs one query (SELECT, WITH, or a PRAGMA that reads),"
                     " never a statement that writes, attaches or changes settings"

@@ -124,10 +124,11 @@ def show_json(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: 
     return {"attempt": record.to_dict(), "lineage": [r.to_dict() for r in lineage], "reused_by": reuses}
 
 
-def sql_table(columns: Sequence[str], rows: Sequence[tuple], truncated: bool) -> Table:
-    table = Table(caption=f"first {len(rows)} rows shown; add LIMIT or use --json" if truncated else f"{len(rows)} row(s)")
+def sql_table(columns: Sequence[str], rows: Sequence[tuple], truncated: bool) -> Group:
+    table = Table()
     for col in columns:
         table.add_column(col)
     for row in rows:
         table.add_row(*("NULL" if v is None else str(v) for v in row))
-    return table
+    note = f"first {len(rows)} rows shown (--limit 0 shows all)" if truncated else f"{len(rows)} row(s)"
+    return Group(table, Text(note, style="dim"))

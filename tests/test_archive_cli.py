@@ -1,0 +1,184 @@
+"""`kernforge archive ...`: tables for people, --json for scripts, clear errors (exit 2), read-only SQL."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+from kernforge.archive import browse as browse_module
+from kernforge.archive import synthetic
+from kernforge.archive.store import Archive
+from kernforge.cli import app, archive_app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # rich tables unwrapped, so their cells can be asserted
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("archive") / "k.db"
+    rng = random.Random(5)
+    with Archive.create(path) as archive:
+        run = archive.start_run({"model": "minimax-m3"})
+        parent = None
+        for seq in range(60):
+            name = synthetic.TASKS[seq % 2]
+            task = archive.register_task(synthetic.task_record(name))
+            parent = archive.record_attempt(synthetic.attempt(rng, run, seq, task, name, seq, parent_id=parent))
+    return path
+
+
+def invoke(*args: str):
+    return runner.invoke(app, ["archive", *map(str, args)])
+
+
+def test_every_archive_command_is_documented():
+    for command in archive_app.registered_commands:
+        assert (command.callback.__doc__ or "").strip(), command.name
+
+
+def test_best_table_and_json(db):
+    with Archive.open(db, readonly=True) as archive:
+        expected = archive.best()
+    result = invoke("best", "--db", db)
+    assert result.exit_code == 0, result.output
+    for entry in expected:
+        assert entry.task in result.output and str(entry.attempt_id) in result.output
+    data = json.loads(invoke("best", "--db", db, "--json").output)
+    assert [b["attempt_id"] for b in data["best"]] == [e.attempt_id for e in expected]
+    one = json.loads(invoke("best", "--db", db, "--task", "softmax", "--gpu", "h200", "--json").output)
+    assert {b["task"] for b in one["best"]} == {"softmax"}
+    shapes = json.loads(invoke("best", "--db", db, "--shapes", "--json").output)["best"]
+    assert shapes and all(s["time_us"] > 0 for s in shapes)
+
+
+def test_show_code_verdict_measurements_lineage(db):
+    with Archive.open(db, readonly=True) as archive:
+        attempt = archive.get_attempt(30)
+    result = invoke("show", 30, "--db", db)
+    assert result.exit_code == 0, result.output
+    assert "_rms_norm_kernel" in result.output or "_softmax_kernel" in result.output
+    assert attempt.verdict.status.value in result.output and "lineage" in result.output
+    data = json.loads(invoke("show", 30, "--db", db, "--json").output)
+    assert data["attempt"]["code"] == attempt.code
+    assert [a["id"] for a in data["lineage"]] == list(range(1, 31))
+
+
+def test_stats_table_and_json(db):
+    result = invoke("stats", "--db", db)
+    assert result.exit_code == 0, result.output
+    assert "per task" in result.output and "per model" in result.output and "minimax-m3" in result.output
+    data = json.loads(invoke("stats", "--db", db, "--json").output)
+    assert sum(r["attempts"] for r in data["per_task"]) == sum(r["attempts"] for r in data["per_model"]) == 60
+
+
+def test_search(db):
+    data = json.loads(invoke("search", "rsqrt", "--db", db, "--limit", 5, "--json").output)
+    assert len(data["attempts"]) == 5
+
+
+def test_sql_reads(db):
+    result = invoke("sql", "SELECT status, count(*) AS n FROM attempts GROUP BY status", "--db", db, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["columns"] == ["status", "n"] and sum(n for _, n in data["rows"]) == 60
+    table = invoke("sql", "SELECT id FROM attempts", "--db", db, "--limit", 3)
+    assert "first 3 rows shown" in table.output
+
+
+@pytest.mark.parametrize("statement", [
+    "DELETE FROM attempts",
+    "UPDATE runs SET status = 'finished'",
+    "INSERT INTO runs (config, started, status) VALUES ('{}', 'now', 'running')",
+    "DROP TABLE tallies",
+    "CREATE TABLE x (y)",
+    "ATTACH DATABASE 'elsewhere.db' AS other",
+    "PRAGMA query_only = 0",
+    "PRAGMA journal_mode = delete",
+    "VACUUM",
+    "WITH d AS (SELECT 1) DELETE FROM attempts WHERE id IN (SELECT * FROM d)",
+])
+def test_sql_refuses_writes(db, statement, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = db.read_bytes()
+    result = invoke("sql", statement, "--db", db)
+    assert result.exit_code == 2
+    assert "read-only" in result.output
+    assert db.read_bytes() == before and not (tmp_path / "elsewhere.db").exists()
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM attempts").fetchone()[0] == 60
+
+
+def test_sql_one_statement_at_a_time(db):
+    result = invoke("sql", "SELECT 1; SELECT 2", "--db", db)
+    assert result.exit_code == 2 and "one statement" in result.output
+
+
+def test_db_from_environment_variable(db, monkeypatch):
+    monkeypatch.setenv("KERNFORGE_DB", str(db))
+    assert invoke("stats", "--json").exit_code == 0
+
+
+@pytest.mark.parametrize("command", [["best"], ["show", "1"], ["stats"], ["search", "x"], ["sql", "SELECT 1"], ["browse"]])
+def test_missing_database_is_a_clear_error(tmp_path, command):
+    missing = tmp_path / "missing.db"
+    result = invoke(*command, "--db", missing)
+    assert result.exit_code == 2
+    assert "no archive at" in result.output and "Traceback" not in result.output
+    assert not missing.exists()
+
+
+def test_corrupt_database_is_a_clear_error(db, tmp_path):
+    corrupt = tmp_path / "corrupt.db"
+    data = bytearray(db.read_bytes())
+    rng = random.Random(0)
+    page = 4096
+    for offset in range(2 * page, len(data), page):  # keep the header page, scramble the rest
+        data[offset:offset + page] = rng.randbytes(page)
+    corrupt.write_bytes(bytes(data))
+    for command in (["best"], ["stats"], ["show", "3"]):
+        result = invoke(*command, "--db", corrupt)
+        assert result.exit_code == 2, result.output
+        assert "corrupt" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("content", [b"", b"GIF89a not a database at all" * 50])
+def test_not_an_archive_is_a_clear_error(tmp_path, content):
+    path = tmp_path / "x.db"
+    path.write_bytes(content)
+    result = invoke("best", "--db", path)
+    assert result.exit_code == 2 and "not a kernforge archive" in result.output
+    assert path.read_bytes() == content
+
+
+def test_unknown_attempt_or_task(db):
+    assert "no attempt 999" in invoke("show", 999, "--db", db).output
+    result = invoke("best", "--task", "nope", "--db", db)
+    assert result.exit_code == 2 and "no task named 'nope'" in result.output
+
+
+def test_browse_without_datasette_says_how_to_install(db, monkeypatch):
+    monkeypatch.setattr(browse_module.importlib.util, "find_spec", lambda name: None)
+    result = invoke("browse", "--db", db)
+    assert result.exit_code == 2 and "kernforge[datasette]" in result.output
+
+
+def test_browse_runs_datasette_on_the_file(db, monkeypatch):
+    calls = []
+    monkeypatch.setattr(browse_module.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(browse_module.subprocess, "call", lambda argv: calls.append(argv) or 0)
+    result = invoke("browse", "--db", db, "--port", 9123, "--no-open")
+    assert result.exit_code == 0, result.output
+    assert calls[0][1:] == ["-m", "datasette", "serve", str(db), "--port", "9123"]
+
+
+def test_migrate_reports_the_version(db):
+    result = invoke("migrate", "--db", db)
+    assert result.exit_code == 0 and "schema v1" in result.output
