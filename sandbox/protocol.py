@@ -32,6 +32,14 @@ MAX_FRAME_BYTES = 16 * 1024 * 1024
 WORKER_READ_FD = 3
 WORKER_WRITE_FD = 4
 
+#: Frames carrying this key belong to the sandbox itself (ready, job, exit); a job must not use it.
+#: The parent never returns such frames from ``recv``.
+RESERVED_KEY = "__sandbox__"
+
+#: ``WorkerSpec.isolation`` values: "strict" picks the strongest mechanism this machine offers;
+#: "bwrap" and "namespaces" demand one (SandboxError if unavailable); "none" is for trusted workers.
+ISOLATION_LEVELS = ("strict", "bwrap", "namespaces", "none")
+
 
 class SandboxError(Exception):
     """The sandbox itself could not do what was asked (bad configuration, cannot start)."""
@@ -88,6 +96,10 @@ class Limits:
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Limits":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
 
 @dataclass(frozen=True)
 class WorkerSpec:
@@ -103,8 +115,30 @@ class WorkerSpec:
     #: extra environment variables (names must pass the allow-list; secrets never do)
     env: Mapping[str, str] = field(default_factory=dict)
     #: "strict" (everything the OS allows) or "none" (trusted workers: env scrub and process
-    #: group only)
+    #: group only); see ISOLATION_LEVELS
     isolation: str = "strict"
+    #: files or folders the worker must not see (the archive, hidden task data); they appear empty
+    #: to it. The parent's home folder is always hidden under strict isolation.
+    hidden_paths: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ISOLATION_LEVELS:
+            raise SandboxError(f"isolation must be one of {ISOLATION_LEVELS}, not {self.isolation!r}")
+        if self.device != "cpu" and not self.device.isdigit():
+            raise SandboxError(f"device must be 'cpu' or a GPU index such as '0', not {self.device!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["preload"], data["hidden_paths"], data["env"] = list(self.preload), list(self.hidden_paths), dict(self.env)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "WorkerSpec":
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        for key in ("preload", "hidden_paths"):
+            if key in values:
+                values[key] = tuple(values[key])
+        return cls(**values)
 
 
 def encode(message: Mapping[str, Any]) -> bytes:
@@ -120,6 +154,48 @@ def decode_body(body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"frame is a {type(value).__name__}, not an object")
     return value
+
+
+class FrameBuffer:
+    """Incremental decoder for bytes read from an untrusted peer.
+
+    ``feed`` accepts whatever arrived; ``pop`` returns the next complete message or None. A
+    header announcing more than MAX_FRAME_BYTES, or a body that is not a JSON object, raises
+    ValueError at once, so at most one frame (plus one read) is ever buffered.
+    """
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self._data += chunk
+
+    def wanted(self) -> int:
+        """Bytes still missing for the frame being received (at least 1)."""
+        if len(self._data) < HEADER.size:
+            return HEADER.size - len(self._data)
+        (length,) = HEADER.unpack_from(self._data)
+        return max(1, HEADER.size + length - len(self._data))
+
+    def pop(self) -> dict[str, Any] | None:
+        if len(self._data) < HEADER.size:
+            return None
+        (length,) = HEADER.unpack_from(self._data)
+        if length > MAX_FRAME_BYTES:
+            raise ValueError(f"frame header announces {length} bytes (limit {MAX_FRAME_BYTES})")
+        if len(self._data) < HEADER.size + length:
+            return None
+        body = bytes(self._data[HEADER.size : HEADER.size + length])
+        del self._data[: HEADER.size + length]
+        try:
+            return decode_body(body)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"frame is not UTF-8: {e}") from None
+        except RecursionError:
+            raise ValueError("frame nests JSON too deeply") from None
+
+    def pending(self) -> int:
+        return len(self._data)
 
 
 class Channel:

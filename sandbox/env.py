@@ -1,0 +1,84 @@
+"""The environment a worker gets: an allow-list of the parent's variables, never a secret.
+
+A variable reaches a worker only if its name is allow-listed (exactly or by prefix) and contains
+none of the secret markers, whatever the allow-list says: ``CUDA_API_KEY`` stays behind even
+though ``CUDA_`` is allowed. The worker's private directory becomes its home, temp dir and the
+home of every compiler cache, so nothing it writes lands in the parent's caches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from .protocol import SandboxError, WorkerSpec
+
+ALLOWED_NAMES = frozenset({
+    "PATH", "LANG", "LANGUAGE", "TZ", "TERM",
+    "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS",
+    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+    "CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "MAX_JOBS",
+    "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDNN_HOME", "ROCM_PATH", "HIP_PATH",
+})
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NVCC_", "CUBLAS_", "CUDNN_", "NCCL_", "TRITON_",
+                    "TORCH_", "PYTORCH_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "KERNFORGE_")
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
+
+#: Set by the sandbox itself from the spec and the private directory; never taken from the parent.
+SANDBOX_OWNED = frozenset({"HOME", "TMPDIR", "TEMP", "TMP", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET",
+                           "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                           "XDG_CACHE_HOME", "CUDA_CACHE_PATH", "PYTHONDONTWRITEBYTECODE",
+                           "PYTHONNOUSERSITE", "PYTHONUNBUFFERED"})
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_MARKERS)
+
+
+def is_allowed(name: str) -> bool:
+    if is_secret(name):
+        return False
+    return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
+
+
+def check_spec_env(env: Mapping[str, str]) -> None:
+    """Refuse a spec whose extra variables would leak a secret or bypass the allow-list."""
+    for name, value in env.items():
+        if not isinstance(value, str):
+            raise SandboxError(f"WorkerSpec.env[{name!r}] must be a string")
+        if is_secret(name):
+            raise SandboxError(f"WorkerSpec.env must not carry secrets: {name!r} looks like one")
+        if name in SANDBOX_OWNED:
+            raise SandboxError(f"WorkerSpec.env must not set {name!r}: the sandbox sets it from the spec")
+        if not is_allowed(name):
+            raise SandboxError(f"WorkerSpec.env variable {name!r} is not on the sandbox allow-list")
+
+
+def worker_env(spec: WorkerSpec, workdir: Path, parent_env: Mapping[str, str]) -> dict[str, str]:
+    """The complete environment of a worker whose private directory is ``workdir``."""
+    check_spec_env(spec.env)
+    env = {k: v for k, v in parent_env.items() if is_allowed(k) and k not in SANDBOX_OWNED}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    home = str(workdir)
+    env.update({
+        "HOME": home, "TMPDIR": home, "TEMP": home, "TMP": home,
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "TRITON_CACHE_DIR": f"{home}/.triton",
+        "TORCH_EXTENSIONS_DIR": f"{home}/.torch_extensions",
+        "TORCHINDUCTOR_CACHE_DIR": f"{home}/.inductor",
+        "CUDA_CACHE_PATH": f"{home}/.nv",
+        # Bytecode would be written next to read-only sources; the user site is not ours to load.
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        # What a candidate printed just before it crashed or was killed is the useful part.
+        "PYTHONUNBUFFERED": "1",
+    })
+    if spec.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = spec.device
+        env.pop("TRITON_INTERPRET", None)
+    env.update(spec.env)
+    return env

@@ -1,0 +1,253 @@
+"""Which isolation this machine offers, and the command line that applies it to a worker.
+
+Mechanisms, strongest first:
+
+* ``bwrap`` (bubblewrap): new network, pid, ipc and uts namespaces; a read-only view of the
+  whole file system in which only the worker's private directory is writable, with private
+  /tmp, /var/tmp and /dev/shm; device nodes bound as they are so GPUs still work.
+* ``namespaces`` (util-linux ``unshare``, e.g. the H200 host, which has no bwrap): new network,
+  pid and mount namespaces; the worker's supervisor then builds the same view itself (see
+  mounts.py): private temp dirs, hidden folders, every other mount remounted read-only.
+* ``none``: environment scrub, resource limits and process-group kill only.
+
+Under both namespace mechanisms a root parent also drops each worker to a uid of its own (see
+uids.py). The file-system plan is the same for both: ``mount_plan`` computes it once and either
+bwrap arguments or the supervisor carry it out.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .protocol import SandboxError
+
+#: Private, writable in-memory folders every strict worker gets, and their size cap. tmpfs pages
+#: are not in any process's resident set, so they are capped here rather than by the RSS monitor.
+PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+TMPFS_BYTES = 512 * 1024**2
+#: Never covered, whatever a spec or $HOME says.
+NEVER_COVER = frozenset({"/", "/proc", "/dev", "/sys", "/usr", "/bin", "/lib", "/lib64", "/etc"})
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    name: str  # "bwrap", "namespaces" or "none"
+    detail: str
+    #: bwrap supports --perms/--size (bubblewrap >= 0.5)
+    bwrap_perms: bool = False
+
+
+@dataclass(frozen=True)
+class MountOp:
+    """One step of a worker's file-system view, applied in order.
+
+    ``tmpfs``: an empty in-memory folder over ``path`` (``mode``; writable when it is a private
+    temp dir). ``bind``: ``path`` bound onto itself again after a tmpfs above it hid it.
+    ``hide_file``: /dev/null bound over a file."""
+
+    kind: str
+    path: str
+    writable: bool = False
+    mode: int = 0o755
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _run(cmd: list[str]) -> tuple[bool, str]:
+    try:
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"{cmd[0]}: {e}"
+    return done.returncode == 0, (done.stderr or done.stdout).strip()[-300:]
+
+
+@functools.lru_cache(maxsize=None)
+def probe_bwrap() -> tuple[bool, str, bool]:
+    exe = shutil.which("bwrap")
+    if not exe:
+        return False, "bwrap not installed", False
+    ok, err = _run([exe, "--die-with-parent", "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/",
+                    "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "true"])
+    if not ok:
+        return False, f"bwrap cannot create namespaces here: {err}", False
+    version = _run([exe, "--version"])[1]
+    perms = _run([exe, "--ro-bind", "/", "/", "--perms", "1777", "--size", "4096", "--tmpfs", "/tmp", "true"])[0]
+    return True, version or "bwrap", perms
+
+
+def unshare_command() -> list[str]:
+    cmd = ["unshare", "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"]
+    if os.geteuid() != 0:
+        cmd[1:1] = ["--user", "--map-root-user"]
+    return cmd
+
+
+@functools.lru_cache(maxsize=None)
+def probe_unshare() -> tuple[bool, str]:
+    if not shutil.which("unshare"):
+        return False, "unshare (util-linux) not installed"
+    ok, err = _run(unshare_command() + ["true"])
+    return (True, "unshare") if ok else (False, f"unshare cannot create namespaces here: {err}")
+
+
+def mechanism(level: str) -> Mechanism:
+    """The mechanism for a WorkerSpec.isolation level (SandboxError if a demanded one is missing).
+    KERNFORGE_SANDBOX_MECHANISM (bwrap, namespaces, none) overrides "strict" for comparisons."""
+    if level == "none":
+        return Mechanism("none", "trusted worker: environment scrub and process-group kill")
+    if level == "strict":
+        level = os.environ.get("KERNFORGE_SANDBOX_MECHANISM", "strict")
+    bwrap_ok, bwrap_detail, perms = probe_bwrap()
+    if level in ("strict", "bwrap") and bwrap_ok:
+        return Mechanism("bwrap", bwrap_detail, perms)
+    if level == "bwrap":
+        raise SandboxError(f"isolation 'bwrap' demanded but unavailable: {bwrap_detail}")
+    unshare_ok, unshare_detail = probe_unshare()
+    if level in ("strict", "namespaces") and unshare_ok:
+        return Mechanism("namespaces", unshare_detail)
+    if level == "namespaces":
+        raise SandboxError(f"isolation 'namespaces' demanded but unavailable: {unshare_detail}")
+    return Mechanism("none", f"no namespaces: {bwrap_detail}; {unshare_detail}")
+
+
+# ---- the file-system view ------------------------------------------------------------------------
+def _depth(path: str) -> int:
+    return path.rstrip("/").count("/")
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+@functools.lru_cache(maxsize=None)
+def python_paths() -> tuple[str, ...]:
+    """Folders a worker must be able to read: the interpreter, its libraries, kernforge."""
+    package_root = Path(__file__).resolve().parents[1]
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                  os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)),
+                  str(package_root)}
+    candidates.update(p for p in sys.path if p and os.path.isabs(p))
+    return _outermost(p for c in candidates if os.path.exists(c) for p in {os.path.abspath(c), os.path.realpath(c)})
+
+
+def _outermost(paths) -> tuple[str, ...]:
+    kept: list[str] = []
+    for p in sorted(set(paths), key=_depth):
+        if not any(_under(p, k) for k in kept):
+            kept.append(p)
+    return tuple(sorted(kept))
+
+
+def closed_ancestors(path: str) -> list[str]:
+    """Ancestors of ``path`` that users other than their owner cannot traverse."""
+    closed, current = [], "/"
+    for part in Path(path).parts[1:-1]:
+        current = os.path.join(current, part)
+        try:
+            if not os.stat(current).st_mode & stat.S_IXOTH:
+                closed.append(current)
+        except OSError:
+            break
+    return closed
+
+
+def unreadable_for_others(paths) -> list[str]:
+    """Paths another uid could not read even once every closed ancestor is covered."""
+    bad = []
+    for p in paths:
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            continue
+        need = (stat.S_IROTH | stat.S_IXOTH) if stat.S_ISDIR(mode) else stat.S_IROTH
+        if mode & need != need:
+            bad.append(p)
+    return bad
+
+
+def mount_plan(workdir: str, needed: tuple[str, ...], hidden: tuple[str, ...], drop_uid: bool) -> list[MountOp]:
+    """The ordered steps that give a worker its view: private temp dirs, hidden folders covered,
+    folders it needs bound back in, and (for a dropped uid) closed ancestors opened up."""
+    covers: dict[str, MountOp] = {p: MountOp("tmpfs", p, True, 0o1777) for p in PRIVATE_TMP}
+    files: list[MountOp] = []
+    for raw in hidden:
+        path = os.path.realpath(raw)
+        if path in NEVER_COVER or path in covers or not os.path.exists(path):
+            continue
+        if os.path.isdir(path):
+            covers[path] = MountOp("tmpfs", path)
+        else:
+            files.append(MountOp("hide_file", path))
+    binds = [MountOp("bind", workdir, writable=True)]
+    binds += [MountOp("bind", p) for p in needed if p != workdir]
+    if drop_uid:
+        for op in binds:
+            for folder in closed_ancestors(op.path):
+                if folder not in NEVER_COVER:
+                    covers.setdefault(folder, MountOp("tmpfs", folder))
+    # A bind is needed only where a cover hides the path; covers inside a bind come after it.
+    binds = [b for b in binds if any(_under(b.path, c) and b.path != c for c in covers)]
+    # A hidden file already under a cover (and not bound back) needs nothing more.
+    layers = sorted(list(covers.values()) + binds, key=lambda op: _depth(op.path))
+    files = [f for f in files if _visible(f.path, layers)]
+    ops = list(covers.values()) + binds + files
+    return sorted(ops, key=lambda op: (_depth(op.path), op.kind != "tmpfs"))
+
+
+def _visible(path: str, layers: list[MountOp]) -> bool:
+    enclosing = [op for op in layers if _under(path, op.path)]
+    return not enclosing or enclosing[-1].kind == "bind"
+
+
+def bwrap_command(mech: Mechanism, plan: list[MountOp], workdir: str) -> list[str]:
+    cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
+           "--unshare-ipc", "--unshare-uts", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
+           "--proc", "/proc"]
+    covers = [op.path for op in plan if op.kind == "tmpfs"]
+    made: set[str] = set()
+    for op in plan:
+        if op.kind == "tmpfs":
+            if mech.bwrap_perms:
+                cmd += ["--perms", f"{op.mode:04o}", "--size", str(TMPFS_BYTES)]
+            cmd += ["--tmpfs", op.path]
+        elif op.kind == "bind":
+            # bwrap would create the folders leading to a bind inside a tmpfs with mode 0700,
+            # closing them to a dropped uid: create them traversable first.
+            for folder in map(str, reversed(Path(op.path).parents)):
+                if folder not in made and any(_under(folder, c) and folder != c for c in covers):
+                    made.add(folder)
+                    cmd += (["--perms", "0755"] if mech.bwrap_perms else []) + ["--dir", folder]
+            cmd += ["--bind" if op.writable else "--ro-bind", op.path, op.path]
+        else:
+            cmd += ["--ro-bind", "/dev/null", op.path]
+    return cmd + ["--chdir", workdir, "--"]
+
+
+# ---- doctor --------------------------------------------------------------------------------------
+def describe_isolation() -> tuple[bool, str]:
+    """One line for ``kernforge doctor``: what a strict worker gets here. Never raises."""
+    try:
+        mech = mechanism("strict")
+    except (SandboxError, OSError) as e:
+        return False, f"cannot determine: {e}"
+    from .uids import uid_drop_status
+
+    drop_ok, drop_detail = uid_drop_status(mech)
+    if mech.name == "bwrap":
+        view = "no network, pid namespace, read-only file system (private workdir, /tmp, /dev/shm), home hidden"
+        text = f"{mech.detail}: {view}"
+    elif mech.name == "namespaces":
+        view = "no network, pid+mount namespaces, read-only remount, private /tmp and /dev/shm, home hidden"
+        text = f"namespaces via unshare (no usable bwrap): {view}"
+    else:
+        return False, (f"NO network isolation ({mech.detail}); workers get environment scrub, rlimits, "
+                       f"memory polling and process-group kill only; {drop_detail}")
+    return True, f"{text}; {drop_detail}; rlimits cpu/fsize/nproc/core; memory polled"

@@ -1,0 +1,121 @@
+"""Reading and killing process trees through /proc (Linux).
+
+The parent polices its workers from outside: it sums the resident memory of a worker's whole
+tree (RLIMIT_AS would break CUDA, which maps far more address space than it uses) and, when a
+session ends, kills every descendant it can find and every process left under the worker's
+private uid. Everything here tolerates processes vanishing between two reads.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    rss_bytes: int
+
+
+def snapshot() -> dict[int, Proc]:
+    """Every process visible now, by pid."""
+    procs = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        # The command name sits in parentheses and may itself contain spaces or ')'.
+        rest = raw[raw.rfind(b")") + 2 :].split()
+        if len(rest) < 22:
+            continue
+        procs[int(name)] = Proc(int(name), int(rest[1]), int(rest[21]) * PAGE)
+    return procs
+
+
+def descendants(root: int, procs: dict[int, Proc]) -> list[int]:
+    """``root`` and everything below it, parents before children."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    order, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        if pid in procs or pid == root:
+            order.append(pid)
+            stack.extend(children.get(pid, ()))
+    return order
+
+
+def tree_rss(root: int, procs: dict[int, Proc] | None = None) -> int:
+    """Resident bytes of ``root``'s tree. Pages shared after fork are counted once per process,
+    which over-estimates: a conservative bound for a limit."""
+    procs = snapshot() if procs is None else procs
+    return sum(procs[pid].rss_bytes for pid in descendants(root, procs) if pid in procs)
+
+
+def pids_of_uid(uid: int) -> list[int]:
+    """Processes whose real, effective, saved or file-system uid is ``uid``. Read from
+    /proc/<pid>/status, not the owner of /proc/<pid>, which a process can turn to root by making
+    itself non-dumpable."""
+    found, wanted = [], str(uid).encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                status = f.read()
+        except OSError:
+            continue
+        start = status.find(b"\nUid:")
+        if start >= 0 and wanted in status[start + 5 : status.find(b"\n", start + 1)].split():
+            found.append(int(name))
+    return found
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_tree(root: int, pgid: int | None = None) -> None:
+    """SIGKILL ``root``'s process group and every descendant seen now. Children are found before
+    anything is killed, since a killed parent's children are re-parented out of reach."""
+    victims = descendants(root, snapshot())
+    if pgid is not None:
+        kill_group(pgid)
+    for pid in victims:
+        _kill(pid)
+
+
+def sweep_uid(uid: int, patience: float = 10.0) -> bool:
+    """Kill every process running as ``uid`` until none is left; False if some survive
+    ``patience`` seconds (a process stuck in the kernel, e.g. tearing down a GPU context)."""
+    deadline = time.monotonic() + patience
+    while True:
+        pids = pids_of_uid(uid)
+        if not pids:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        for pid in pids:
+            _kill(pid)
+        time.sleep(0.01)

@@ -1,0 +1,245 @@
+"""One job in one worker, seen from the trusted parent: send, recv, close.
+
+Every byte from the worker is untrusted. Frames are checked (size, JSON, an object) as they
+arrive; anything else ends the session with PROTOCOL_VIOLATION. When the job process ends, its
+supervisor's report (exact wait status, CPU time) and the worker's last sandbox frame are
+combined into one FailureKind with a reason. Any failure kills the worker at once: a session
+that raised is over.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import select
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .protocol import RESERVED_KEY, Diagnostics, FailureKind, Limits, SandboxError, WorkerFailure, encode
+from .spawn import Worker
+
+#: After the job process ended: how long to wait for its last bytes and its supervisor's report.
+GRACE_SECONDS = 5.0
+#: Longest single wait inside recv/send, so failures recorded by the monitor thread are seen.
+POLL_SECONDS = 1.0
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def classify(final: Mapping[str, Any] | None, report: Mapping[str, Any] | None, limits: Limits) -> tuple[FailureKind, str]:
+    """Why a job process ended without the message the parent waited for."""
+    if final is not None and final.get("status") == "returned":
+        return FailureKind.EXITED_EARLY, "the job returned without sending the message the parent waited for"
+    if final is not None and final.get("status") == "raised":
+        kind, text = str(final.get("type"))[:100], str(final.get("message"))[:500]
+        if kind == "MemoryError":
+            return FailureKind.OUT_OF_MEMORY, f"the job raised MemoryError: {text}"
+        if final.get("errno") == errno.EAGAIN:
+            return FailureKind.RESOURCE_LIMIT, f"the job hit a resource limit ({kind}: {text}), e.g. the process limit of {limits.processes}"
+        if kind == "SystemExit":
+            return FailureKind.EXITED_EARLY, f"the job called sys.exit({final.get('code')!r})"
+        return FailureKind.EXITED_EARLY, f"the job raised {kind}: {text}"
+    if report and "signal" in report:
+        number = int(report["signal"])
+        name = _signal_name(number)
+        if number == signal.SIGXCPU:
+            return FailureKind.RESOURCE_LIMIT, f"CPU time limit of {limits.cpu_seconds}s reached ({name})"
+        if number == signal.SIGXFSZ:
+            return FailureKind.RESOURCE_LIMIT, f"file size limit of {limits.file_bytes} bytes reached ({name})"
+        if number == signal.SIGKILL and float(report.get("cpu_seconds", 0)) >= limits.cpu_seconds:
+            return FailureKind.RESOURCE_LIMIT, f"CPU time limit of {limits.cpu_seconds}s reached (SIGKILL at the hard limit)"
+        hint = " (not sent by the sandbox: possibly the kernel's OOM killer)" if number == signal.SIGKILL else ""
+        return FailureKind.CRASHED, f"the worker was killed by {name}{hint}"
+    if report and "exit_code" in report:
+        return FailureKind.EXITED_EARLY, f"the worker exited with code {report['exit_code']} before finishing (os._exit or similar)"
+    return FailureKind.EXITED_EARLY, "the worker's supervisor disappeared (killed from inside the sandbox?)"
+
+
+class ProcessSession:
+    """The parent's end of one job (the Session protocol). Not thread-safe for concurrent recv."""
+
+    def __init__(self, worker: Worker, entry: str, payload: Mapping[str, Any], limits: Limits,
+                 on_close: Callable[["ProcessSession"], None] | None = None):
+        self.worker, self.limits = worker, limits
+        self.workdir: Path = worker.workdir
+        self.started = time.monotonic()
+        self.deadline = math.inf if limits.wall_seconds is None else self.started + limits.wall_seconds
+        self.peak_rss = 0
+        self._on_close = on_close
+        self._lock = threading.Lock()
+        self._failure: WorkerFailure | None = None
+        self._final: dict[str, Any] | None = None
+        self._report: dict[str, Any] | None = None
+        self._report_buf = b""
+        self._eof = False
+        self._closed: Diagnostics | None = None
+        self.send({RESERVED_KEY: "job", "entry": entry, "payload": dict(payload), "limits": limits.to_dict()})
+
+    # ---- the Session protocol --------------------------------------------------------------------
+    def send(self, message: Mapping[str, Any], timeout: float | None = None) -> None:
+        data = memoryview(encode(message))
+        end = min(self.deadline, time.monotonic() + timeout if timeout is not None else math.inf)
+        while data:
+            self._raise_if_over()
+            try:
+                data = data[os.write(self.worker.chan_w, data):]
+                continue
+            except BlockingIOError:
+                pass
+            except BrokenPipeError:
+                self._finish(closed_channel=True)
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                self._timeout(timeout if end < self.deadline else None)
+            select.select([], [self.worker.chan_w], [], min(remaining, POLL_SECONDS))
+
+    def recv(self, timeout: float | None = None) -> dict[str, Any]:
+        end = min(self.deadline, time.monotonic() + timeout if timeout is not None else math.inf)
+        while True:
+            self._raise_if_over()
+            message = self._pop()
+            if message is not None:
+                return message
+            if self._eof or (self._report is not None and not self._readable(0)):
+                self._finish()
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                self._timeout(timeout if end < self.deadline else None)
+            self._read(min(remaining, POLL_SECONDS))
+
+    def close(self) -> Diagnostics:
+        with self._lock:
+            if self._closed is not None:
+                return self._closed
+            if self._failure is None:
+                self._failure = WorkerFailure(FailureKind.EXITED_EARLY, "the session was closed")
+        self._collect_report(0)
+        self.worker.kill()
+        report = self._report or {}
+        diagnostics = Diagnostics(
+            stdout=self.worker.tail("stdout", self.limits.output_bytes),
+            stderr=self.worker.tail("stderr", self.limits.output_bytes),
+            exit_code=report.get("exit_code"),
+            signal=_signal_name(report["signal"]) if "signal" in report else None,
+            wall_seconds=time.monotonic() - self.started,
+            peak_rss_bytes=max(self.peak_rss, int(report.get("maxrss_bytes", 0))),
+        )
+        self.worker.cleanup()
+        self._closed = diagnostics
+        if self._on_close is not None:
+            self._on_close(self)
+        return diagnostics
+
+    def __enter__(self) -> "ProcessSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- called by the monitor thread ------------------------------------------------------------
+    def check(self, now: float, rss: int) -> None:
+        """Enforce the wall deadline and the memory limit from outside the worker."""
+        self.peak_rss = max(self.peak_rss, rss)
+        if rss > self.limits.memory_bytes:
+            self.fail(FailureKind.OUT_OF_MEMORY,
+                      f"host memory of the worker's processes reached {rss >> 20} MiB (limit {self.limits.memory_bytes >> 20} MiB)")
+        elif now >= self.deadline:
+            self.fail(FailureKind.TIMEOUT, f"wall-clock limit of {self.limits.wall_seconds}s reached")
+
+    def fail(self, kind: FailureKind, reason: str) -> None:
+        """Record the first failure and kill the worker's whole tree."""
+        with self._lock:
+            if self._failure is not None or self._closed is not None:
+                return
+            self._failure = WorkerFailure(kind, reason, self._partial_diagnostics())
+        self.worker.kill()
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    # ---- internals -------------------------------------------------------------------------------
+    def _partial_diagnostics(self) -> Diagnostics:
+        return Diagnostics(stdout=self.worker.tail("stdout", self.limits.output_bytes),
+                           stderr=self.worker.tail("stderr", self.limits.output_bytes),
+                           wall_seconds=time.monotonic() - self.started, peak_rss_bytes=self.peak_rss)
+
+    def _raise_if_over(self) -> None:
+        if self._closed is not None:
+            raise SandboxError("the session is closed")
+        if self._failure is not None:
+            raise self._failure
+
+    def _timeout(self, per_call: float | None) -> None:
+        if per_call is not None:
+            self.fail(FailureKind.TIMEOUT, f"no message within {per_call}s")
+        else:
+            self.fail(FailureKind.TIMEOUT, f"wall-clock limit of {self.limits.wall_seconds}s reached")
+        self._raise_if_over()
+
+    def _pop(self) -> dict[str, Any] | None:
+        while True:
+            try:
+                message = self.worker.frames.pop()
+            except ValueError as e:
+                self.fail(FailureKind.PROTOCOL_VIOLATION, str(e))
+                self._raise_if_over()
+            if message is None or RESERVED_KEY not in message:
+                return message
+            if message.get(RESERVED_KEY) == "exit" and self._final is None:
+                self._final = message
+            # Any other reserved frame from the job is ignored: only the sandbox may send them.
+
+    def _readable(self, timeout: float) -> bool:
+        readable, _, _ = select.select([self.worker.chan_r], [], [], timeout)
+        return bool(readable)
+
+    def _read(self, timeout: float) -> None:
+        watch = [self.worker.chan_r]
+        if self._report is None and self.worker.ctl is not None:
+            watch.append(self.worker.ctl.fileno())
+        readable, _, _ = select.select(watch, [], [], max(0.0, timeout))
+        if self.worker.chan_r in readable:
+            chunk = os.read(self.worker.chan_r, min(self.worker.frames.wanted(), 1 << 20))
+            if chunk:
+                self.worker.frames.feed(chunk)
+            else:
+                self._eof = True
+        if len(watch) > 1 and watch[1] in readable:
+            self._collect_report(0)
+
+    def _collect_report(self, timeout: float) -> None:
+        """Read the supervisor's one-line report of how the job process ended, if it is there."""
+        ctl = self.worker.ctl
+        deadline = time.monotonic() + timeout
+        while self._report is None and ctl is not None:
+            readable, _, _ = select.select([ctl], [], [], max(0.0, deadline - time.monotonic()))
+            if not readable:
+                return
+            chunk = ctl.recv(4096)
+            self._report_buf += chunk
+            if b"\n" in self._report_buf or not chunk or len(self._report_buf) > 65536:
+                try:
+                    report = json.loads(self._report_buf.split(b"\n", 1)[0] or b"{}")
+                except ValueError:
+                    report = {}
+                self._report = report if isinstance(report, dict) else {}
+
+    def _finish(self, closed_channel: bool = False) -> None:
+        """The job process is over and its frames are drained: fail with its class."""
+        self._collect_report(GRACE_SECONDS)
+        if self._report is None and self._final is None and closed_channel:
+            self.fail(FailureKind.PROTOCOL_VIOLATION, "the worker closed its end of the job channel")
+        kind, reason = classify(self._final, self._report, self.limits)
+        self.fail(kind, reason)
+        self._raise_if_over()

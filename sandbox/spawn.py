@@ -1,0 +1,200 @@
+"""Starting one worker process and tearing it down again (the parent's side).
+
+A worker owns a private folder ``kf-sbx-*`` (mode 0711, the parent's) holding ``work/`` (the
+worker's cwd, HOME and TMPDIR, owned by its uid) and the ``stdout``/``stderr`` files, which the
+worker cannot see or change. Three descriptors join it to the parent: the job channel (two
+pipes, fds 3 and 4 in the worker) and a control socket to its supervisor (fd 5), which carries
+the job process's exact wait status and whose closing tells the supervisor to kill everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import procs, uids
+from .env import worker_env
+from .isolation import TMPFS_BYTES, Mechanism, bwrap_command, mount_plan, python_paths, unshare_command
+from .protocol import RESERVED_KEY, FrameBuffer, SandboxError, WorkerSpec
+
+STDERR_IN_ERRORS = 3000
+
+
+class Worker:
+    """One started worker process, warm or busy."""
+
+    def __init__(self, spec: WorkerSpec, mech: Mechanism, drop_uid: bool):
+        self.spec, self.mech = spec, mech
+        self.private = Path(tempfile.mkdtemp(prefix="kf-sbx-"))
+        self.workdir = self.private / "work"
+        self.lease: uids.Lease | None = None
+        self.proc: subprocess.Popen | None = None
+        self.frames = FrameBuffer()
+        self.ready_info: dict[str, Any] | None = None
+        self.started = time.monotonic()
+        self.chan_r = self.chan_w = -1
+        self.ctl: socket.socket | None = None
+        self._cleaned = False
+        try:
+            self._start(drop_uid)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def _start(self, drop_uid: bool) -> None:
+        os.chmod(self.private, 0o711)
+        self.workdir.mkdir(mode=0o700)
+        if drop_uid:
+            self.lease = uids.lease()
+            os.chown(self.workdir, self.lease.uid, self.lease.gid)
+        env = worker_env(self.spec, self.workdir, os.environ)
+        to_worker_r, self.chan_w = os.pipe()
+        self.chan_r, from_worker_w = os.pipe()
+        self.ctl, ctl_child = socket.socketpair()
+        child_fds = (to_worker_r, from_worker_w, ctl_child.fileno())
+        strict = self.spec.isolation != "none"
+        hidden = (os.path.expanduser("~"),) + tuple(self.spec.hidden_paths) if strict else ()
+        needed = python_paths() + tuple(p for p in env.get("PYTHONPATH", "").split(":") if os.path.isabs(p))
+        plan = mount_plan(str(self.workdir), needed, hidden, drop_uid) if self.mech.name != "none" else []
+        config = {
+            "fds": list(child_fds), "workdir": str(self.workdir), "preload": list(self.spec.preload),
+            "warmup": self.spec.warmup, "strict": strict, "pidns": self.mech.name != "none",
+            "uid": self.lease.uid if self.lease else None, "gid": self.lease.gid if self.lease else None,
+            "groups": list(uids.device_groups()) if self.lease and self.spec.device != "cpu" else [],
+            "plan": [op.to_dict() for op in plan] if self.mech.name == "namespaces" else None,
+            "tmpfs_bytes": TMPFS_BYTES,
+        }
+        if self.mech.name == "bwrap":
+            prefix = bwrap_command(self.mech, plan, str(self.workdir))
+        elif self.mech.name == "namespaces":
+            prefix = unshare_command() + ["--"]
+        else:
+            prefix = []
+        cmd = prefix + [sys.executable, "-m", "kernforge.sandbox.worker", json.dumps(config)]
+        with open(self.private / "stdout", "wb") as out, open(self.private / "stderr", "wb") as err:
+            try:
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                                             cwd=self.workdir, pass_fds=child_fds, start_new_session=True)
+            finally:
+                for fd in (to_worker_r, from_worker_w):
+                    os.close(fd)
+                ctl_child.close()
+        os.set_blocking(self.chan_w, False)
+
+    # ---- start-up --------------------------------------------------------------------------------
+    def fileno(self) -> int:
+        return self.chan_r
+
+    def poll_ready(self) -> bool:
+        """Read what the worker sent; True once it said ready. SandboxError if it died or sent
+        anything else (no candidate code has run yet, so this is a broken spec or machine)."""
+        if self.ready_info is not None:
+            return True
+        chunk = os.read(self.chan_r, 65536)
+        if not chunk:
+            self.kill()
+            raise SandboxError(f"worker failed to start: {self.startup_error()}")
+        self.frames.feed(chunk)
+        try:
+            frame = self.frames.pop()
+        except ValueError as e:
+            self.kill()
+            raise SandboxError(f"worker sent garbage while starting: {e}") from None
+        if frame is None:
+            return False
+        if frame.get(RESERVED_KEY) != "ready":
+            self.kill()
+            raise SandboxError(f"worker sent {str(frame)[:200]} instead of 'ready'")
+        self.ready_info = frame
+        return True
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.poll_ready_within(deadline - time.monotonic()):
+            if time.monotonic() >= deadline:
+                self.kill()
+                raise SandboxError(f"worker not ready after {timeout:.0f}s: {self.startup_error()}")
+
+    def poll_ready_within(self, timeout: float) -> bool:
+        readable, _, _ = select.select([self.chan_r], [], [], max(0.0, timeout))
+        return self.poll_ready() if readable else False
+
+    def startup_error(self) -> str:
+        code = self.proc.poll() if self.proc else None
+        tail = self.tail("stderr", STDERR_IN_ERRORS).strip() or "(no output)"
+        return f"exit status {code}; stderr:\n{tail}"
+
+    def idle_alive(self) -> bool:
+        """A warm worker sends nothing until it has a job: anything readable means it died."""
+        readable, _, _ = select.select([self.chan_r], [], [], 0)
+        return not readable and self.proc is not None and self.proc.poll() is None
+
+    # ---- teardown --------------------------------------------------------------------------------
+    def tail(self, stream: str, limit: int) -> str:
+        try:
+            with open(self.private / stream, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - limit))
+                data = f.read(limit)
+        except OSError:
+            return ""
+        text = data.decode("utf-8", errors="replace")
+        return f"[... {size - limit} earlier bytes dropped ...]\n{text}" if size > limit else text
+
+    def kill(self) -> None:
+        """SIGKILL the whole tree now (idempotent); the supervisor's namespace dies with it.
+        Descriptors stay open (another thread may be waiting on them) until ``cleanup``."""
+        if self.proc is None:
+            return
+        if self.proc.returncode is None:
+            procs.kill_tree(self.proc.pid, pgid=self.proc.pid)
+        else:
+            # Reaped already: its pid may be reused, but its process group cannot be while any
+            # member (a straggler of a trusted worker) is alive.
+            procs.kill_group(self.proc.pid)
+
+    def cleanup(self) -> None:
+        """Kill everything, wait for it, and remove the private folder (idempotent)."""
+        if self._cleaned:
+            return
+        self._cleaned = True
+        self.kill()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                procs.kill_tree(self.proc.pid, pgid=self.proc.pid)
+        for fd in (self.chan_r, self.chan_w):
+            if fd >= 0:
+                os.close(fd)
+        self.chan_r = self.chan_w = -1
+        if self.ctl is not None:
+            self.ctl.close()
+            self.ctl = None
+        if self.lease is not None:
+            uids.release(self.lease, clean=procs.sweep_uid(self.lease.uid))
+            self.lease = None
+        shutil.rmtree(self.private, onerror=_force_remove)
+
+
+def _force_remove(func, path, exc_info) -> None:
+    """rmtree's error hook: a job may have left folders without write or search permission."""
+    parent = os.path.dirname(path)
+    try:
+        os.chmod(parent, 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
