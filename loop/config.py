@@ -194,6 +194,9 @@ class LLMConfig:
     #: the config file read, if any (for messages)
     config_path: str | None = None
 
+    def __deepcopy__(self, memo: Any) -> "LLMConfig":
+        return self  # immutable all the way down (read-only mappings, a Secret)
+
     def price(self, model: str | None = None) -> Price | None:
         """The price of ``model`` (default: the configured one); None when unknown."""
         name = model or self.model

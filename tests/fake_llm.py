@@ -15,6 +15,7 @@ Use the ``fake_llm`` fixture (import it into a test module) or ``FakeLLM()`` as 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -95,7 +96,9 @@ class FakeLLM:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False  # a slow reply must not hold up teardown
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-llm", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-llm", daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -174,6 +177,12 @@ def _completion_body(server_reply: Reply, request: Recorded) -> dict[str, Any]:
 def _handler(server: FakeLLM) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out in two writes; without this, Nagle's algorithm and the
+            # client's delayed ACK add ~40 ms to every reply.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet test output
             pass
