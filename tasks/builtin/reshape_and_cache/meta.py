@@ -1,0 +1,86 @@
+"""reshape_and_cache: hidden metadata (never shown to the model)."""
+
+import torch
+
+DESCRIPTION = (
+    "Write this step's keys and values into the paged KV cache (vLLM's flash layout "
+    "[NUM_BLOCKS, BLOCK_SIZE, NKV, D]) at the slots a slot mapping gives; negative slots are "
+    "padding and skipped; the rest of the cache is left untouched. In place on both caches. "
+    "Every attention layer, every step. Pure data movement: memory-bound, no FLOPs."
+)
+
+# Decode (1-64 tokens) and prefill (4096-16384 tokens) with real KV layouts: Llama-3 8B (8 kv
+# heads, D=128), Llama-3.2 1B (8, D=64), Qwen2 7B (4, D=128); vLLM's block sizes 16 and 32; caches of a
+# few hundred MB as a serving engine holds (far larger than what one step writes).
+PUBLIC_SHAPES = [
+    {"T": 1, "NKV": 8, "D": 128, "NUM_BLOCKS": 4096, "BLOCK_SIZE": 16},
+    {"T": 64, "NKV": 8, "D": 128, "NUM_BLOCKS": 4096, "BLOCK_SIZE": 16},
+    {"T": 4096, "NKV": 8, "D": 64, "NUM_BLOCKS": 2048, "BLOCK_SIZE": 16},
+    {"T": 4096, "NKV": 4, "D": 128, "NUM_BLOCKS": 1024, "BLOCK_SIZE": 32},
+    {"T": 16384, "NKV": 8, "D": 128, "NUM_BLOCKS": 2048, "BLOCK_SIZE": 16},
+]
+# Tiny, odd, non-power-of-two and large; never shown: MQA (1 kv head), Qwen2 0.5B (2, D=64),
+# Phi-3-mini's D=96, Gemma 7B (16 kv heads, D=256), odd block counts, block size 64.
+HIDDEN_SHAPES = [
+    {"T": 1, "NKV": 1, "D": 128, "NUM_BLOCKS": 100, "BLOCK_SIZE": 16},
+    {"T": 3, "NKV": 2, "D": 64, "NUM_BLOCKS": 37, "BLOCK_SIZE": 16},
+    {"T": 77, "NKV": 8, "D": 96, "NUM_BLOCKS": 513, "BLOCK_SIZE": 32},
+    {"T": 1000, "NKV": 16, "D": 256, "NUM_BLOCKS": 300, "BLOCK_SIZE": 64},
+    {"T": 8191, "NKV": 8, "D": 128, "NUM_BLOCKS": 1031, "BLOCK_SIZE": 16},
+]
+CPU_PUBLIC_SHAPES = [
+    {"T": 1, "NKV": 2, "D": 64, "NUM_BLOCKS": 8, "BLOCK_SIZE": 16},
+    {"T": 16, "NKV": 4, "D": 64, "NUM_BLOCKS": 8, "BLOCK_SIZE": 16},
+]
+CPU_HIDDEN_SHAPES = [
+    {"T": 3, "NKV": 1, "D": 96, "NUM_BLOCKS": 5, "BLOCK_SIZE": 4},
+    {"T": 21, "NKV": 3, "D": 32, "NUM_BLOCKS": 7, "BLOCK_SIZE": 8},
+]
+
+DISTRIBUTIONS = ("normal", "uniform", "heavy_tailed", "large")
+DTYPES = {"cuda": "bfloat16", "cpu": "float32"}
+# Inputs 2 (key_cache) and 3 (value_cache) are written in place; both are compared like outputs.
+MUTATED_INPUTS = (2, 3)
+# A copy is exact: every correct kernel puts the very bits of key and value into the cache and
+# leaves the rest alone, so any difference at all is a wrong slot, a lost write or a lowered
+# precision, never rounding.
+TOLERANCES = {"bfloat16": (0.0, 0.0), "float32": (0.0, 0.0)}
+
+
+def make_inputs(shape, dist, dtype, device, generator):
+    t, nkv, d = shape["T"], shape["NKV"], shape["D"]
+    num_blocks, block_size = shape["NUM_BLOCKS"], shape["BLOCK_SIZE"]
+    key = _draw((t, nkv, d), dist, device, generator)
+    value = _draw((t, nkv, d), dist, device, generator)
+    # The caches start full of other tokens' entries, so a write to a wrong place, or to the
+    # whole cache, shows.
+    key_cache = _draw((num_blocks, block_size, nkv, d), dist, device, generator)
+    value_cache = _draw((num_blocks, block_size, nkv, d), dist, device, generator)
+    # Distinct slots anywhere in the cache; exactly T // 8 tokens are padding (slot -1, vLLM's
+    # PAD_SLOT_ID), at random places, so the roofline's count of written tokens is exact.
+    slot_mapping = torch.randperm(num_blocks * block_size, device=device, generator=generator)[:t]
+    padding = torch.randperm(t, device=device, generator=generator)[: t // 8]
+    slot_mapping[padding] = -1
+    return [key.to(dtype), value.to(dtype), key_cache.to(dtype), value_cache.to(dtype), slot_mapping]
+
+
+def _draw(size, dist, device, generator):
+    if dist == "uniform":
+        return torch.rand(size, device=device, generator=generator) * 2 - 1
+    if dist == "heavy_tailed":
+        # Student-t with 2 degrees of freedom: the outlier channels real keys have.
+        n = torch.randn(size, device=device, generator=generator)
+        chi = torch.randn((2, *size), device=device, generator=generator).pow(2).sum(0)
+        return n / torch.sqrt(chi / 2 + 1e-6)
+    if dist == "large":
+        return 300.0 + 50.0 * torch.randn(size, device=device, generator=generator)
+    return torch.randn(size, device=device, generator=generator)
+
+
+def roofline(shape, dtype):
+    t, nkv, d = shape["T"], shape["NKV"], shape["D"]
+    elem = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    written = t - t // 8  # tokens with a real slot (see make_inputs)
+    # read the slot mapping; read key and value of the written tokens and write them once
+    nbytes = 8 * t + 4 * written * nkv * d * elem
+    return nbytes, 0
