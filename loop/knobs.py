@@ -1,0 +1,503 @@
+"""Launch knobs of the Triton kernels in a candidate: find them with ``ast`` and rewrite them.
+
+A knob is one integer the offline tuner may change without changing what a kernel computes:
+a block-size ``tl.constexpr`` argument of a launch ``kernel[grid](...)`` (BLOCK, BLOCK_M, TILE_N,
+GROUP_M, ...) or the launch options ``num_warps`` and ``num_stages``. Its value is edited where
+it is written: in the launch when it is a literal there, else at the single assignment of the
+local variable or module constant that feeds the launch, so that a grid computed from the same
+variable (``triton.cdiv(n, block)``) stays consistent with it. ``min(<computed>, 1024)`` has a
+tunable cap: the author already wrote the kernel for values below and above it.
+
+Left alone, with a note saying why: values computed from the shape (``triton.next_power_of_2(H)``
+for a kernel that needs the whole row in one block), unless the kernel uses the parameter only as
+the step of its loops, in which case a cap ``min(<computed>, N)`` is introduced; literals that
+also appear in the grid (the grid may depend on them); variables assigned more than once or
+passed in by the caller; kernels under ``@triton.autotune`` (they tune themselves) and
+parameters that ``@triton.heuristics`` sets; integer constexprs whose names do not say they are
+tiling parameters (a group size of 128 may be what the operation means).
+
+Rewriting is a text edit at the knob's position, so comments and layout survive and the same
+assignment always gives the same text. Nothing is executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from kernforge.archive.content import code_hash
+
+#: Constexpr names that are tiling parameters: any value computes the same result.
+TILING_NAME = re.compile(r"^(?!NUM_)(?:\w*BLOCK\w*|\w*TILE\w*|GROUP_(?:SIZE_)?[MNK])$", re.IGNORECASE)
+OPTIONS = ("num_warps", "num_stages")
+#: Triton's NVIDIA backend defaults (``CUDAOptions``): what an absent launch option means.
+OPTION_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+OPTION_DOMAINS = {"num_warps": (1, 2, 4, 8, 16), "num_stages": (1, 2, 3, 4, 5)}
+#: Block sizes are powers of two within a factor of RADIUS of the value they start from.
+RADIUS = 4
+MAX_BLOCK = 1 << 16
+#: tl.dot needs every tile side >= 16.
+DOT_MIN = 16
+#: Caps the tuner introduces (None: no cap, the value as written).
+NEW_CAP_DOMAIN = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, None)
+
+
+class KnobError(ValueError):
+    """A rewrite that cannot be applied: an unknown knob, a bad value, a source that moved."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One tunable integer, where it is written and the values it may take."""
+
+    label: str  # unique in its source: the parameter name, else "kernel.param", else "...@line"
+    kernel: str
+    param: str
+    #: "literal" (in the launch), "local" / "constant" (an assignment feeding it), "cap" (the
+    #: literal of min(..., N)), "option" (num_warps/num_stages), "new_cap" (min(expr, N) added)
+    kind: str
+    value: int | None
+    line: int
+    where: str
+    start: int  # byte offsets of the text to replace (equal for an absent launch option)
+    end: int
+    present: bool = True
+    expr: str = ""  # new_cap: the expression being capped
+    lo: int = 1
+
+    def domain(self, *anchors: int | None) -> tuple[int | None, ...]:
+        """Values to try: fixed sets for options and new caps, else powers of two near the anchors."""
+        anchors = tuple(a for a in anchors if a is not None or self.kind == "new_cap")
+        values: set[int | None] = {self.value, *anchors}
+        if self.kind == "option":
+            values |= set(OPTION_DOMAINS[self.param])
+        elif self.kind == "new_cap":
+            values |= {v for v in NEW_CAP_DOMAIN if v is None or v >= self.lo}
+        else:
+            for v in (self.value, *anchors):
+                p = 1
+                while p <= min(v * RADIUS, MAX_BLOCK):
+                    if p * RADIUS >= v and p >= self.lo:
+                        values.add(p)
+                    p *= 2
+        return tuple(sorted(values, key=lambda v: (v is None, v or 0)))
+
+    def render(self, value: int | str | None) -> str:
+        if self.kind == "new_cap":
+            return self.expr if value is None else f"min({self.expr}, {value})"
+        return str(value) if self.present else f", {self.param}={value}"
+
+
+@dataclass(frozen=True)
+class Analysis:
+    knobs: tuple[Knob, ...]
+    #: what was left alone and why, one sentence each
+    notes: tuple[str, ...]
+    #: why there is nothing to tune ("" when there are knobs)
+    reason: str = ""
+
+    def values(self) -> dict[str, int | None]:
+        return {k.label: k.value for k in self.knobs}
+
+    def knob(self, label: str) -> Knob:
+        for k in self.knobs:
+            if k.label == label:
+                return k
+        raise KnobError(f"no knob {label!r}; knobs: {', '.join(k.label for k in self.knobs) or 'none'}")
+
+
+def analyse(source: str) -> Analysis:
+    """Every knob of every launch in ``source``, with notes on what was left alone and why."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        return Analysis((), (), f"nothing to tune: the source does not parse ({err.msg}, line {err.lineno})")
+    finder = _Finder(tree, source)
+    knobs, notes = finder.run()
+    if knobs:
+        return Analysis(knobs, notes)
+    if not finder.kernels:
+        why = "no @triton.jit kernel in the source"
+    elif not finder.launches:
+        why = "no launch kernel[grid](...) of its @triton.jit kernels"
+    else:
+        why = "no @triton.jit kernel launch with literal constexpr block sizes or launch options"
+    return Analysis((), notes, "nothing to tune: " + why + (": " + "; ".join(notes) if notes else ""))
+
+
+def rewrite(source: str, analysis: Analysis, assignment: Mapping[str, int | None]) -> str:
+    """``source`` with the knobs named in ``assignment`` set; every other byte is kept.
+
+    A knob set to its current value is not touched (an absent launch option set to its default,
+    or a new cap set to None, stays absent). ``analysis`` must come from this very source.
+    """
+    texts = {}
+    for label, value in assignment.items():
+        knob = analysis.knob(label)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise KnobError(f"{label}: {value!r} is not a positive integer")
+        if value is None and knob.kind != "new_cap":
+            raise KnobError(f"{label}: only an introduced cap can be None")
+        if value != knob.value:
+            texts[label] = knob.render(value)
+    return _apply(source, analysis, texts)
+
+
+def template_key(source: str, analysis: Analysis) -> str:
+    """The same for every source that differs from this one only in knob values or comments."""
+    texts = {}
+    for i, knob in enumerate(analysis.knobs):
+        hole = f"__knob_{i}__"
+        texts[knob.label] = f"min({knob.expr}, {hole})" if knob.kind == "new_cap" else knob.render(hole)
+    rendered = _apply(source, analysis, texts)
+    return code_hash(rendered) + ":" + ",".join(k.label for k in analysis.knobs)
+
+
+def _apply(source: str, analysis: Analysis, texts: Mapping[str, str]) -> str:
+    data = source.encode("utf-8", "surrogatepass")
+    edits = []
+    for label, text in texts.items():
+        knob = analysis.knob(label)
+        current = data[knob.start:knob.end].decode("utf-8", "surrogatepass")
+        if knob.kind == "new_cap":
+            ok = current == knob.expr
+        else:
+            ok = not knob.present or _literal(current) == knob.value
+        if not ok:
+            raise KnobError(f"{label}: the source at line {knob.line} is not what was analysed ({current!r})")
+        edits.append((knob.start, analysis.knobs.index(knob), knob.end, text.encode()))
+    # Apply from the end so earlier offsets stay valid; at one insertion point the first
+    # knob's text must come first, so it is applied last.
+    for start, _, end, text in sorted(edits, reverse=True):
+        data = data[:start] + text + data[end:]
+    return data.decode("utf-8", "surrogatepass")
+
+
+def _literal(text: str):
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        return None
+
+
+def _int(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else node.attr
+    return ""
+
+
+@dataclass
+class _Kernel:
+    name: str
+    params: list[str]
+    constexprs: set[str]
+    autotuned: bool
+    heuristic: set[str]
+    has_dot: bool
+    has_loop: bool  # a loop that loads: something for num_stages to pipeline
+    loop_steps_only: set[str]  # constexprs used only as a range step and inside those loops
+
+
+def _scan_kernel(fn: ast.FunctionDef) -> _Kernel | None:
+    decorators = [_dotted(d) for d in fn.decorator_list]
+    if not any(d.split(".")[-1] == "jit" for d in decorators):
+        return None
+    heuristic: set[str] = set()
+    for d in fn.decorator_list:
+        if _dotted(d).split(".")[-1] == "heuristics" and isinstance(d, ast.Call) and d.args:
+            if isinstance(d.args[0], ast.Dict):
+                heuristic |= {k.value for k in d.args[0].keys if isinstance(k, ast.Constant)}
+    args = fn.args.posonlyargs + fn.args.args
+    constexprs = set()
+    for a in args + fn.args.kwonlyargs:
+        ann = a.annotation
+        if ann is not None and ("constexpr" in _dotted(ann) or (isinstance(ann, ast.Constant) and "constexpr" in str(ann.value))):
+            constexprs.add(a.arg)
+    calls = [_dotted(n).split(".")[-1] for n in ast.walk(fn) if isinstance(n, ast.Call)]
+    loops = [n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.While))]
+    # num_stages pipelines the loads of a loop; a loop that loads nothing has nothing to overlap.
+    loads = any(isinstance(n, ast.Call) and _dotted(n).split(".")[-1] == "load"
+                for loop in loops for n in ast.walk(loop))
+    # A parameter used only as the step of range loops (and inside them) can be capped: the
+    # loop already walks any extent in steps of any size.
+    steps_only = set()
+    for name in constexprs:
+        inside = set()
+        stepped = False
+        for loop in loops:
+            if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and len(loop.iter.args) == 3:
+                step = loop.iter.args[2]
+                if isinstance(step, ast.Name) and step.id == name:
+                    stepped = True
+                    inside |= {id(n) for n in ast.walk(loop)}
+        uses = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name]
+        if stepped and all(id(n) in inside for n in uses):
+            steps_only.add(name)
+    return _Kernel(fn.name, [a.arg for a in args], constexprs,
+                   any(d.split(".")[-1] == "autotune" for d in decorators), heuristic,
+                   "dot" in calls, loads, steps_only)
+
+
+def _scope_nodes(body: list[ast.stmt]):
+    """Nodes of one scope: nested functions, lambdas and classes are not entered."""
+    stack = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _bindings(body: list[ast.stmt], params: list[str]) -> dict[str, list[ast.AST | None]]:
+    """name -> the value expression of each binding (None where it is not a plain assignment)."""
+    out: dict[str, list[ast.AST | None]] = {p: [None] for p in params}
+
+    def bind(target: ast.AST, value: ast.AST | None) -> None:
+        if isinstance(target, ast.Name):
+            out.setdefault(target.id, []).append(value)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            same = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+            for i, elt in enumerate(target.elts):
+                bind(elt, value.elts[i] if same else None)
+        else:
+            for n in ast.walk(target):
+                if isinstance(n, ast.Name):
+                    out.setdefault(n.id, []).append(None)
+
+    for node in _scope_nodes(body):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                bind(t, node.value)
+        elif isinstance(node, ast.AnnAssign):
+            bind(node.target, node.value)
+        elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.NamedExpr)):
+            bind(node.target, None)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    bind(item.optional_vars, None)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                out.setdefault((alias.asname or alias.name).split(".")[0], []).append(None)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.setdefault(node.name, []).append(None)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                out.setdefault(name, []).append(None)
+    return out
+
+
+@dataclass(frozen=True)
+class _Scope:
+    name: str  # the function's name, "" for the module
+    bindings: dict[str, list[ast.AST | None]]
+    params: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _Site:
+    node: ast.Constant  # the integer literal to edit
+    kind: str  # literal, local, constant, cap
+    where: str
+    lo: int = 1
+
+
+class _Finder:
+    """Walks one module: its kernels, their launches and the knobs of each launch."""
+
+    def __init__(self, tree: ast.Module, source: str) -> None:
+        self.data = source.encode("utf-8", "surrogatepass")
+        self.starts = [0] + [i + 1 for i, b in enumerate(self.data) if b == 10]
+        self.kernels: dict[str, _Kernel] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and (kernel := _scan_kernel(node)):
+                self.kernels[node.name] = kernel
+        # Names a function declares global can be reassigned out of sight of the module body.
+        self.globals = {name for n in ast.walk(tree) if isinstance(n, ast.Global) for name in n.names}
+        self.launches: list[tuple[ast.Call, _Kernel, list[_Scope]]] = []
+        self._collect(tree.body, [_Scope("", _bindings(tree.body, []), frozenset())])
+
+    def _collect(self, body: list[ast.stmt], scopes: list[_Scope]) -> None:
+        for node in _scope_nodes(body):
+            if isinstance(node, ast.ClassDef):
+                self._collect(node.body, scopes)  # a class body is no scope for its methods
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in self.kernels:
+                a = node.args
+                params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+                params += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
+                scope = _Scope(node.name, _bindings(node.body, params), frozenset(params))
+                self._collect(node.body, [scope, *scopes])
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
+                  and isinstance(node.func.value, ast.Name) and node.func.value.id in self.kernels):
+                self.launches.append((node, self.kernels[node.func.value.id], scopes))
+
+    def offset(self, line: int, col: int) -> int:
+        return self.starts[line - 1] + col
+
+    def text(self, node: ast.AST) -> str:
+        start = self.offset(node.lineno, node.col_offset)
+        return self.data[start:self.offset(node.end_lineno, node.end_col_offset)].decode("utf-8", "surrogatepass")
+
+    def run(self) -> tuple[tuple[Knob, ...], tuple[str, ...]]:
+        knobs: list[Knob] = []
+        notes: list[str] = []
+        for call, kernel, scopes in self.launches:
+            for item in self._launch(call, kernel, scopes):
+                if isinstance(item, str):
+                    notes.append(item)
+                elif all((k.start, k.end) != (item.start, item.end) for k in knobs):
+                    knobs.append(item)  # one knob per edit site, however many launches it feeds
+        knobs.sort(key=lambda k: (k.start, OPTIONS.index(k.param) if k.kind == "option" else -1))
+        return _labelled(knobs), tuple(dict.fromkeys(notes))
+
+    def _resolve(self, expr: ast.AST, scopes: list[_Scope], depth: int = 0) -> _Site | str:
+        if _int(expr) is not None:
+            return _Site(expr, "literal", f"line {expr.lineno}")
+        if isinstance(expr, ast.Call) and "constexpr" in _dotted(expr.func) and len(expr.args) == 1 \
+                and _int(expr.args[0]) is not None:
+            return _Site(expr.args[0], "literal", f"line {expr.lineno}")
+        if isinstance(expr, ast.Call) and _dotted(expr.func) == "min" and len(expr.args) == 2 and not expr.keywords:
+            caps = [a for a in expr.args if _int(a) is not None]
+            if len(caps) == 1:
+                other = expr.args[1 - expr.args.index(caps[0])]
+                # A floor max(16, ...) inside the cap is a minimum the kernel needs (tl.dot).
+                floor = 1
+                if isinstance(other, ast.Call) and _dotted(other.func) == "max":
+                    floor = max([_int(a) for a in other.args if _int(a) is not None] or [1])
+                return _Site(caps[0], "cap", f"the cap of `{self.text(expr)}`, line {expr.lineno}", floor)
+        if isinstance(expr, ast.Name) and depth < 4:
+            for i, scope in enumerate(scopes):
+                values = scope.bindings.get(expr.id)
+                if values is None:
+                    continue
+                if expr.id in scope.params:
+                    return f"comes from the caller (`{expr.id}` is a parameter of `{scope.name}`)"
+                if len(values) != 1 or values[0] is None or (not scope.name and expr.id in self.globals):
+                    return f"`{expr.id}` is assigned more than once or not by a plain assignment"
+                site = self._resolve(values[0], scopes[i:], depth + 1)
+                if isinstance(site, _Site) and site.kind == "literal":
+                    kind = "local" if scope.name else "constant"
+                    return _Site(site.node, kind, f"`{expr.id}` = {site.node.value}, line {site.node.lineno}")
+                return site
+            return f"`{expr.id}` is not bound in this module"
+        return f"is computed at run time (`{self.text(expr)}`)"
+
+    def _grid(self, call: ast.Call, scopes: list[_Scope]) -> tuple[set[int], set[str]]:
+        """Integer literals and names in the grid expression (one assignment deep)."""
+        nodes = [call.func.slice]
+        if isinstance(call.func.slice, ast.Name):
+            for scope in scopes:
+                if call.func.slice.id in scope.bindings:
+                    nodes += [v for v in scope.bindings[call.func.slice.id] if v is not None]
+                    break
+        walked = [n for root in nodes for n in ast.walk(root)]
+        return {_int(n) for n in walked if _int(n) is not None}, {n.id for n in walked if isinstance(n, ast.Name)}
+
+    def _launch(self, call: ast.Call, kernel: _Kernel, scopes: list[_Scope]):
+        name, line = kernel.name, call.lineno
+        if kernel.autotuned:
+            yield f"{name} (launch at line {line}) is under @triton.autotune, which tunes it; left alone"
+            return
+        pairs = []
+        for i, arg in enumerate(call.args):
+            if isinstance(arg, ast.Starred):
+                break
+            if i < len(kernel.params):
+                pairs.append((kernel.params[i], arg))
+        pairs += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        grid_ints, grid_names = self._grid(call, scopes)
+        for param, expr in pairs:
+            if param in OPTIONS:
+                site = self._resolve(expr, scopes)
+                if isinstance(site, str) or site.kind == "cap":
+                    why = site if isinstance(site, str) else f"is {site.where}"
+                    yield f"{name}: {param} {why}; left alone"
+                else:
+                    yield self._knob(kernel, param, "option", site, f"{param} of the launch at line {line}")
+                continue
+            if param not in kernel.constexprs:
+                continue
+            site = self._resolve(expr, scopes)
+            if not TILING_NAME.match(param):
+                if isinstance(site, _Site):
+                    yield (f"{name}: {param}={site.node.value} is not named like a tiling parameter "
+                           f"(it may be part of what the kernel computes); left alone")
+                continue
+            if param in kernel.heuristic:
+                yield f"{name}: {param} is set by @triton.heuristics; left alone"
+                continue
+            if isinstance(site, str):
+                names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+                if param in kernel.loop_steps_only and not names & grid_names:
+                    start = self.offset(expr.lineno, expr.col_offset)
+                    yield Knob("", name, param, "new_cap", None, expr.lineno,
+                               f"a cap on {param} of the launch at line {line}", start,
+                               self.offset(expr.end_lineno, expr.end_col_offset), expr=self.text(expr),
+                               lo=DOT_MIN if kernel.has_dot else 1)
+                else:
+                    yield (f"{name}: {param} {site} and the kernel does not only step through a loop "
+                           f"with it, so another value could change the result; left alone")
+                continue
+            value = site.node.value
+            if value < 1 or value in grid_ints:
+                why = "is not positive" if value < 1 else "also appears in the grid, which may depend on it"
+                yield f"{name}: {param}={value} ({site.where}) {why}; left alone"
+                continue
+            is_tile = re.search("BLOCK|TILE", param, re.IGNORECASE) is not None
+            lo = min(value, max(site.lo, DOT_MIN if kernel.has_dot and is_tile else 1))
+            yield self._knob(kernel, param, site.kind, site, f"{param} of the launch at line {line}", lo)
+        given = {p for p, _ in pairs}
+        splat = any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+        args = call.args + [k.value for k in call.keywords]
+        for option in OPTIONS:
+            if option in given:
+                continue
+            if splat or not args:
+                yield f"{name}: the launch at line {line} passes *args/**kwargs or nothing; {option} not added"
+            elif option == "num_stages" and not kernel.has_loop:
+                yield f"{name}: no loop that loads, so num_stages would change nothing; not added"
+            else:
+                last = max(args, key=lambda a: (a.end_lineno, a.end_col_offset))
+                at = self.offset(last.end_lineno, last.end_col_offset)
+                yield Knob("", name, option, "option", OPTION_DEFAULTS[option], last.end_lineno,
+                           f"{option} added to the launch at line {line}", at, at, present=False)
+
+    def _knob(self, kernel: _Kernel, param: str, kind: str, site: _Site, where: str, lo: int = 1) -> Knob:
+        node = site.node
+        if kind in ("local", "constant", "cap"):
+            where = f"{where}, via {site.where}"
+        return Knob("", kernel.name, param, kind, node.value, node.lineno, where,
+                    self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset),
+                    lo=lo)
+
+
+def _labelled(knobs: list[Knob]) -> tuple[Knob, ...]:
+    """Short unique labels: the parameter, else kernel.parameter, else kernel.parameter@line."""
+    def count(f):
+        return {key: sum(f(o) == key for o in knobs) for key in map(f, knobs)}
+    by_param = count(lambda k: k.param)
+    by_kernel = count(lambda k: (k.kernel, k.param))
+    out = []
+    for k in knobs:
+        if by_param[k.param] == 1:
+            label = k.param
+        elif by_kernel[(k.kernel, k.param)] == 1:
+            label = f"{k.kernel}.{k.param}"
+        else:
+            label = f"{k.kernel}.{k.param}@{k.line}"
+        out.append(Knob(label, *[getattr(k, f) for f in Knob.__dataclass_fields__ if f != "label"]))
+    return tuple(out)

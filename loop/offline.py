@@ -1,0 +1,258 @@
+"""The offline proposer: tunes the launch knobs of Triton kernels. No LLM, no GPU, no tokens.
+
+``kernforge run`` uses it when no API key is configured, so a run improves the task's seed kernel
+(and archived kernels) out of the box: block sizes, ``num_warps`` and ``num_stages`` (see
+``knobs.py`` for what counts as a knob and what is left alone, and why).
+
+Interface (what the loop calls)::
+
+    proposer = OfflineProposer(seed=0)
+    result = proposer.propose(parent_source, parent_feedback, history)
+    if isinstance(result, NoProposal):
+        ...  # result.reason says why; result.kind is "nothing_to_tune" or "exhausted"
+    else:
+        ...  # evaluate result.source; result.description says what changed; no tokens spent
+    proposer.record(result.source, verdict.to_dict())  # optional, as soon as the verdict is in
+
+- ``parent_source``: a candidate module (the task's seed, or an archived kernel). Its own
+  configuration counts as tried: the loop evaluates the parent itself.
+- ``parent_feedback``: the parent's verdict as a dict (``verifier.verdict`` ``to_dict``), or
+  None when it has not been judged. Only ``accepted`` and ``shapes[*].time_us`` are read.
+- ``history``: ``(source, verdict dict or None)`` pairs of candidates already evaluated or in
+  flight, e.g. the task's archived attempts on a resumed run. Passing a pair again changes
+  nothing; ``record`` takes one pair. None as the verdict means "tried, result not known yet".
+
+Every source whose kernels differ from another's only in knob values belongs to one *family*
+(``knobs.template_key``); the proposer keeps per family the configurations tried and their
+per-shape times. It proposes around the best measured configuration of the parent's family (the
+parent's own while nothing is measured): first the same single-knob move that led to the best
+(it paid off once), then untried configurations at distance 1, 2, ... (steps along the knobs'
+domains) in an order drawn from the seed. A configuration becomes the best only when it is more
+than ``MARGIN`` (1%) faster, so timing noise does not move the search; a rejected one never
+does. A knob's values are powers of two around its first value and around every later best, so
+a knob that keeps improving at the edge of its range gets a wider one. No configuration is
+proposed twice; ``NoProposal(kind="exhausted")`` comes once everything within reach was tried.
+The same seed and the same calls give the same proposals. Not thread-safe: one loop, one proposer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from kernforge.archive.content import code_hash, text_hash
+
+from .knobs import Analysis, analyse, rewrite, template_key
+
+Config = tuple  # one value per knob, in the family's knob order
+#: A configuration displaces the best only when it is faster by more than this fraction.
+MARGIN = 0.01
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A candidate to evaluate: the parent's kernel with some knobs changed."""
+
+    source: str
+    description: str
+    #: every knob's value in ``source``, by label
+    config: Mapping[str, int | None]
+    #: the configuration it was derived from (the best known, else the parent's)
+    base: Mapping[str, int | None]
+    code_hash: str
+    model: str = "offline"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "description": self.description, "config": dict(self.config),
+                "base": dict(self.base), "code_hash": self.code_hash, "model": self.model}
+
+
+@dataclass(frozen=True)
+class NoProposal:
+    """Nothing to propose, and why: ``kind`` is "nothing_to_tune" or "exhausted"."""
+
+    reason: str
+    kind: str
+
+
+@dataclass
+class _Family:
+    key: str
+    template: str
+    analysis: Analysis
+    labels: tuple[str, ...]
+    #: configurations the domains are centred on: the first one seen, then each new best
+    anchors: list[Config]
+    tried: set[Config] = field(default_factory=set)
+    #: per-shape times of each judged configuration; None for a rejection
+    times: dict[Config, dict[str, float] | None] = field(default_factory=dict)
+    #: proposed configuration -> (knob index, step) of the single move that made it
+    moves: dict[Config, tuple[int, int]] = field(default_factory=dict)
+
+    def domains(self) -> list[tuple]:
+        return [k.domain(*(a[i] for a in self.anchors)) for i, k in enumerate(self.analysis.knobs)]
+
+    def best(self) -> tuple[Config, float, int] | None:
+        """The fastest accepted configuration: (config, geometric-mean µs, shapes compared)."""
+        measured = {c: t for c, t in self.times.items() if t}
+        if not measured:
+            return None
+        # Compare on the shapes every measurement has, when there are any (one run: all).
+        common = set.intersection(*(set(t) for t in measured.values()))
+
+        def score(c: Config) -> float:
+            keys = common or measured[c].keys()
+            return math.exp(sum(math.log(measured[c][k]) for k in keys) / len(keys))
+
+        # In the order they were measured: a newcomer must beat the incumbent by more than
+        # timing noise, else the search would wander between equally fast configurations.
+        config = next(iter(measured))
+        for other in measured:
+            if score(other) < score(config) * (1 - MARGIN):
+                config = other
+        return config, score(config), len(common or measured[config])
+
+
+class OfflineProposer:
+    """Coordinate search over launch knobs, seeded; see the module docstring for the interface."""
+
+    name = "offline"
+
+    def __init__(self, *, seed: int = 0) -> None:
+        self.seed = seed
+        self._families: dict[str, _Family] = {}
+        self._located: dict[str, tuple[_Family, Config] | str] = {}
+
+    def propose(
+        self,
+        parent_source: str,
+        parent_feedback: Mapping[str, Any] | None = None,
+        history: Iterable[tuple[str, Mapping[str, Any] | None]] = (),
+    ) -> Proposal | NoProposal:
+        for source, feedback in history:
+            self.record(source, feedback)
+        located = self._locate(parent_source)
+        if isinstance(located, str):
+            return NoProposal(located, "nothing_to_tune")
+        fam, parent = located
+        self.record(parent_source, parent_feedback)
+        best = fam.best()
+        centre = best[0] if best else parent
+        if centre not in fam.anchors:
+            fam.anchors.append(centre)
+        domains = fam.domains()
+        config, move = self._next(fam, centre, domains)
+        base = dict(zip(fam.labels, centre))
+        if config is None:
+            size = math.prod(len(d) for d in domains)
+            return NoProposal(
+                f"exhausted: all {size} configurations of {', '.join(fam.labels)} within reach have been "
+                f"tried; best: {_describe(base)}" + (f" at {best[1]:.4g} µs" if best else " (nothing measured)"),
+                "exhausted",
+            )
+        fam.tried.add(config)
+        if move is not None:
+            fam.moves[config] = move
+        source = rewrite(fam.template, fam.analysis, dict(zip(fam.labels, config)))
+        values = dict(zip(fam.labels, config))
+        self._located[text_hash(source)] = (fam, config)
+        changes = ", ".join(f"{k} {_show(base[k])}→{_show(v)}" for k, v in values.items() if v != base[k])
+        kernels = ", ".join(dict.fromkeys(k.kernel for k in fam.analysis.knobs))
+        origin = "the parent's configuration (nothing measured yet)"
+        if best:
+            shapes = f"{best[2]} shape" + "s" * (best[2] != 1)
+            origin = f"the best measured configuration ({best[1]:.4g} µs, geometric mean over {shapes})"
+        return Proposal(source, f"offline tuning of {kernels}: {changes}, from {origin}",
+                        values, base, code_hash(source))
+
+    def record(self, source: str, feedback: Mapping[str, Any] | None) -> None:
+        """Note that ``source`` was tried and, when ``feedback`` is given, how it fared."""
+        located = self._locate(source)
+        if isinstance(located, str):
+            return
+        fam, config = located
+        fam.tried.add(config)
+        if feedback is not None:
+            fam.times[config] = _times(feedback)
+
+    def _locate(self, source: str) -> tuple[_Family, Config] | str:
+        """The family and configuration of ``source``, or why it has no knobs."""
+        h = text_hash(source)
+        if h not in self._located:
+            analysis = analyse(source)
+            if not analysis.knobs:
+                self._located[h] = analysis.reason
+            else:
+                key = template_key(source, analysis)
+                values = analysis.values()
+                fam = self._families.get(key)
+                if fam is None:
+                    labels = tuple(values)
+                    fam = self._families[key] = _Family(key, source, analysis, labels, [tuple(values.values())])
+                self._located[h] = (fam, tuple(values[label] for label in fam.labels))
+        return self._located[h]
+
+    def _next(self, fam: _Family, centre: Config, domains: list[tuple]) -> tuple[Config | None, tuple | None]:
+        index = [d.index(v) for d, v in zip(domains, centre)]
+        # The move that produced the centre improved on its base: try it once more.
+        if centre in fam.moves:
+            i, step = fam.moves[centre]
+            j = index[i] + step
+            if 0 <= j < len(domains[i]):
+                config = centre[:i] + (domains[i][j],) + centre[i + 1:]
+                if config not in fam.tried:
+                    return config, (i, step)
+        sizes = [len(d) for d in domains]
+        reach = sum(max(ix, n - 1 - ix) for ix, n in zip(index, sizes))
+        for distance in range(1, reach + 1):
+            ranked = []
+            for offsets in _ring(index, sizes, distance):
+                config = tuple(d[ix + o] for d, ix, o in zip(domains, index, offsets))
+                if config not in fam.tried:
+                    ranked.append((self._rank(fam, config), config, offsets))
+            if ranked:
+                _, config, offsets = min(ranked)
+                moved = [(i, o) for i, o in enumerate(offsets) if o]
+                return config, moved[0] if distance == 1 else None
+        return None, None
+
+    def _rank(self, fam: _Family, config: Config) -> bytes:
+        """A seeded pseudo-random order that does not depend on the order of earlier calls."""
+        return hashlib.blake2b(f"{self.seed}|{fam.key}|{config!r}".encode(), digest_size=8).digest()
+
+
+def _ring(index: list[int], sizes: list[int], distance: int):
+    """Offsets with sum of |offset| == distance that stay inside every domain."""
+    if not index:
+        if distance == 0:
+            yield ()
+        return
+    ix, n = index[0], sizes[0]
+    for o in range(-min(distance, ix), min(distance, n - 1 - ix) + 1):
+        for rest in _ring(index[1:], sizes[1:], distance - abs(o)):
+            yield (o, *rest)
+
+
+def _times(feedback: Mapping[str, Any]) -> dict[str, float] | None:
+    """Per-shape device times of an accepted verdict (µs), keyed by shape; None if rejected."""
+    if hasattr(feedback, "to_dict"):
+        feedback = feedback.to_dict()
+    if not feedback.get("accepted"):
+        return None
+    out = {}
+    for s in feedback.get("shapes") or ():
+        t = s.get("time_us")
+        if isinstance(t, (int, float)) and t > 0 and math.isfinite(t):
+            out[json.dumps([s.get("shape"), s.get("hidden"), s.get("dtype")], sort_keys=True)] = float(t)
+    return out
+
+
+def _show(value: int | None) -> str:
+    return "uncapped" if value is None else str(value)
+
+
+def _describe(values: Mapping[str, int | None]) -> str:
+    return " ".join(f"{k}={_show(v)}" for k, v in values.items())
