@@ -1,0 +1,887 @@
+"""Static screen: the red flags of THREATS.md, found in a candidate's source before any of it runs.
+
+``screen(source, allow_torch_ops=...)`` parses the module with :mod:`ast` and returns a
+:class:`ScreenResult`: ``ok``, a one-line ``reason`` and the findings, each naming its line, its
+rule and the THREATS.md class it defends. The runtime checks (trace, timing, correctness) back this
+screen up, so rules are precise rather than broad: a false rejection of an honest kernel is a bug.
+
+Rules (every id the screen can emit; ``#`` is the THREATS.md class):
+
+=================== ===== ======================================================================
+rule                  #   what trips it
+=================== ===== ======================================================================
+syntax                -   the module does not parse
+no-modelnew           -   no ``ModelNew`` is defined at module level
+modelnew-not-class    -   ``ModelNew`` is bound by something other than a ``class`` statement
+side-stream           5   ``torch.cuda.Stream/stream/ExternalStream/set_stream``, ``torch.Stream``;
+                          in CUDA strings ``cudaStreamCreate*``, ``cudaStreamPerThread``,
+                          per-thread default stream, ``getStreamFromPool``, ``setCurrentCUDAStream``
+capture-detection    13   ``torch.cuda.is_current_stream_capturing``, ``cudaStreamIsCapturing``,
+                          ``cudaStreamGetCaptureInfo``
+thread                6   ``threading``, ``_thread``, ``concurrent``, ``asyncio``,
+                          ``multiprocessing``, ``torch.jit.fork``; ``std::thread``, ``pthread``,
+                          ``std::async``, host callbacks (``cudaLaunchHostFunc``...)
+process              21   ``subprocess``, ``pty``, ``os.system/popen/fork/exec*/spawn*/kill``;
+                          ``system()``/``popen()``/``fork()`` in C++
+ctypes               21   ``ctypes``, ``cffi``, ``torch.cuda.cudart``; ``dlopen``/``dlsym``
+introspection        10   ``sys._getframe``, ``sys.modules``, ``sys.path``, ``inspect``, ``gc``,
+                          ``traceback``, ``importlib``, ``__import__``, ``globals()``/``vars()``,
+                          frame and code attributes (``f_back``, ``__globals__``, ``__dict__``...),
+                          ``__builtins__``, importing ``kernforge``
+harness-hook         10   ``signal``, ``atexit``, ``faulthandler``, ``sys.settrace/setprofile``...
+monkeypatch           8   assigning, ``setattr``/``delattr`` on an attribute of any imported module
+                          or object (``time.perf_counter = ...``, ``torch.cuda.Event = ...``);
+                          defining a CUDA API function in C++ (symbol interposition)
+exec                  -   ``exec``, ``eval``, ``compile``, ``marshal``, ``pickle``, ``runpy``...
+dynamic-attr          -   ``getattr``/``setattr`` with a computed name on torch, os, sys, time...
+file-io              21   ``open``, ``io``, ``pathlib``, ``shutil``, ``tempfile``, ``os`` file calls,
+                          ``torch.load/save``; ``fopen``/``fstream`` in C++
+network              21   ``socket``, ``urllib``, ``http``, ``requests``, ``torch.hub``...
+environ              21   ``os.environ``, ``os.getenv`` (setting ``TORCH_CUDA_ARCH_LIST`` or
+                          ``MAX_JOBS`` to a constant is allowed); ``getenv`` in C++
+l2-persist           18   ``accessPolicyWindow``, ``cudaLimitPersistingL2CacheSize``,
+                          ``cudaCtxResetPersistingL2Cache``, persisting access properties
+torch-compute        16   (torch ops forbidden) a torch compute op outside kernel bodies:
+                          ``torch.X``, ``F.X``, ``torch.ops.aten.X``, tensor methods ``.sum()``,
+                          ``at::X``/``torch::X`` in C++; see ``torch_ops.py``
+torch-layer          16   (torch ops forbidden) calling a ``torch.nn`` layer (``self.linear(x)``)
+torch-compile        16   ``torch.compile``, ``torch.jit.script/trace``, ``torch._dynamo``,
+                          ``torch._inductor``, ``torch.export``, ``torch.fx``
+array-export         16   (torch ops forbidden) ``.numpy()``, ``.tolist()``, ``__dlpack__``,
+                          ``torch.utils.dlpack``
+foreign-kernels      16   (torch ops forbidden) ``flash_attn``, ``xformers``, ``vllm``,
+                          ``flashinfer``, ``liger_kernel``... or their ``torch.ops`` namespaces
+try-fallback         16   ``except`` catching ``Exception``, ``BaseException``, bare,
+                          ``RuntimeError``, ``ValueError``, torch/triton errors or the candidate's
+                          own exceptions, unless the handler re-raises; ``contextlib.suppress``
+                          of those; an ``__exit__`` that returns true. ``except ImportError``
+                          around a body of imports is allowed, as are lookup errors (``KeyError``)
+output-cache         11   ``forward`` (or a function whose result it returns) returns a value read
+                          from a module-level or ``self`` container, or from an ``lru_cache``'d
+                          function, or is itself ``lru_cache``'d
+tensor-subclass       7   subclassing ``torch.Tensor``, defining ``__torch_function__`` or
+                          ``__torch_dispatch__``, ``as_subclass``, assigning ``__class__``
+dispatch-hook        10   ``TorchDispatchMode``, ``torch.overrides``, dispatcher internals,
+                          ``torch.library`` registrations for ``aten``; ``TORCH_LIBRARY*(aten``
+rng-seed             10   reseeding an RNG (``torch.manual_seed``...) outside ``__init__``
+=================== ===== ======================================================================
+
+Where rules apply: ``@triton.jit`` (and other kernel-DSL) bodies are kernels, so the torch rules
+skip them. Code that only runs while the module is built (module level, ``ModelNew.__init__``, and
+functions, classes and methods only *called* from there) may call torch ops, e.g. to build a
+causal mask or own an ``nn.Linear``'s parameters, but may not store a torch op to call later.
+Blocks under ``if __name__ == "__main__":`` never run in the harness and are not screened.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Iterator, NamedTuple
+
+from . import screen_rules as R
+from .torch_ops import (
+    FOREIGN_NAMESPACES,
+    HOST_EXPORT_METHODS,
+    cpp_call_is_compute,
+    is_bookkeeping,
+    tensor_method_is_compute,
+    torch_reference_kind,
+)
+
+Path = tuple[str, ...]
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+#: calls that compile the candidate's own CUDA (their results' methods are its kernels)
+_EXTENSION_BUILDERS = frozenset({
+    "load_inline", "RawModule", "RawKernel", "ElementwiseKernel", "ReductionKernel", "SourceModule",
+    "get_function", "cuModuleLoadData", "cuModuleGetFunction",
+})
+_SNIPPET = 70
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One red flag. ``col`` is 1-based, as editors count; ``message`` names the line."""
+
+    line: int
+    col: int
+    rule: str
+    threat: int | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    ok: bool
+    reason: str
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def threat(self) -> int | None:
+        return self.findings[0].threat if self.findings else None
+
+    @classmethod
+    def of(cls, findings: Iterable[Finding]) -> "ScreenResult":
+        found = tuple(sorted(findings, key=lambda f: (f.line, f.col, f.rule)))
+        if not found:
+            return cls(True, "no red flags")
+        reason = found[0].message
+        if len(found) > 1:
+            others = sorted({f.rule for f in found[1:]})
+            reason += f" (and {len(found) - 1} more: {', '.join(others)})"
+        return cls(False, reason, found)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "reason": self.reason, "findings": [f.to_dict() for f in self.findings]}
+
+
+def screen(source: str, *, allow_torch_ops: bool) -> ScreenResult:
+    """Screen a candidate module's source. Nothing in it is imported or run."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        line = e.lineno or 1
+        text = (e.text or "").strip()[:_SNIPPET]
+        where = f" near `{text}`" if text else ""
+        return ScreenResult.of([_finding(line, (e.offset or 1), "syntax", f"syntax error: {e.msg}{where}")])
+    except ValueError as e:  # source with NUL bytes
+        return ScreenResult.of([_finding(1, 1, "syntax", f"the source cannot be parsed: {e}")])
+    return ScreenResult.of(_Screen(tree, allow_torch_ops).run())
+
+
+def _finding(line: int, col: int, rule: str, text: str) -> Finding:
+    spec = R.RULES[rule]
+    tag = f" (THREATS #{spec.threat})" if spec.threat is not None else ""
+    return Finding(line, col, rule, spec.threat, f"line {line}: {text}{tag}: {spec.why}")
+
+
+def _snippet(node: ast.AST | str) -> str:
+    text = node if isinstance(node, str) else ast.unparse(node)
+    text = " ".join(text.split())
+    return text if len(text) <= _SNIPPET else text[: _SNIPPET - 3] + "..."
+
+
+class _Ctx(NamedTuple):
+    jit: bool  # inside a kernel body (Triton or another DSL)
+    construction: bool  # runs only while the module and ModelNew are built
+
+
+class _Screen:
+    def __init__(self, tree: ast.Module, allow_torch_ops: bool) -> None:
+        self.tree = tree
+        self.allow = allow_torch_ops
+        self.found: dict[tuple[int, str, str], Finding] = {}
+        self.exempt: set[int] = set()  # ids of nodes already judged (allowed environ writes)
+        _drop_main_block(tree)
+        self.parent: dict[int, ast.AST] = {}
+        self.scope: dict[int, ast.AST | None] = {}
+        self._index(tree, None)
+        self.aliases = self._aliases()
+        self.shadowed = self._bound_names()
+        self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+        self.functions = {n.name: n for n in tree.body if isinstance(n, _FUNCS)}
+        self.jit = self._kernel_functions()
+        self.own_names, self.ext_holders = self._own_names()
+        self.construction = self._construction_functions()
+        self.layer_attrs, self.layer_names = self._layers()
+
+    # ---------------------------------------------------------------- reporting
+
+    def report(self, node: ast.AST | int, rule: str, snippet: str, what: str) -> None:
+        if rule in R.TORCH_POLICY_RULES and self.allow:
+            return
+        line = node if isinstance(node, int) else getattr(node, "lineno", 1)
+        col = 1 if isinstance(node, int) else getattr(node, "col_offset", 0) + 1
+        key = (line, rule, snippet)
+        if key not in self.found:
+            self.found[key] = _finding(line, col, rule, f"`{snippet}` {what}")
+
+    def run(self) -> list[Finding]:
+        self._check_modelnew()
+        self._walk(self.tree, _Ctx(jit=False, construction=True))
+        self._check_output_cache()
+        return list(self.found.values())
+
+    # ---------------------------------------------------------------- indexing
+
+    def _index(self, node: ast.AST, scope: ast.AST | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            self.parent[id(child)] = node
+            self.scope[id(child)] = scope
+            inner = child if isinstance(child, (*_FUNCS, ast.Lambda, ast.GeneratorExp)) else scope
+            self._index(child, inner)
+
+    def _aliases(self) -> dict[str, set[Path]]:
+        aliases: dict[str, set[Path]] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        aliases.setdefault(a.asname, set()).add(tuple(a.name.split(".")))
+                    else:
+                        root = a.name.split(".")[0]
+                        aliases.setdefault(root, set()).add((root,))
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    if a.name != "*":
+                        aliases.setdefault(a.asname or a.name, set()).add((*node.module.split("."), a.name))
+        self.aliases = aliases
+        for _ in range(3):  # `F = torch.nn.functional`, `mm = F.linear`: follow simple renames
+            for node in ast.walk(self.tree):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    if isinstance(node.value, (ast.Name, ast.Attribute)):
+                        for p in self.resolve(node.value, builtin=False):
+                            aliases.setdefault(node.targets[0].id, set()).add(p)
+        return aliases
+
+    def _bound_names(self) -> set[str]:
+        names: set[str] = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, (*_FUNCS, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                names.add(node.id)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        return names
+
+    def resolve(self, node: ast.AST, builtin: bool = True) -> list[Path]:
+        """Dotted import paths an expression may name: ``F.relu`` -> torch.nn.functional.relu."""
+        if isinstance(node, ast.Name):
+            if node.id in self.aliases:
+                return sorted(self.aliases[node.id])
+            if builtin and node.id not in self.shadowed and hasattr(builtins, node.id):
+                return [("builtins", node.id)]
+            return []
+        if isinstance(node, ast.Attribute):
+            return [p + (node.attr,) for p in self.resolve(node.value, builtin)]
+        if _is_getattr_const(node):
+            assert isinstance(node, ast.Call)
+            name = node.args[1].value  # type: ignore[attr-defined]
+            return [p + (name,) for p in self.resolve(node.args[0], builtin)]
+        return []
+
+    def _root_len(self, node: ast.AST) -> int:
+        """Length of the import path the chain's root name came from (0: not an import)."""
+        while isinstance(node, ast.Attribute) or _is_getattr_const(node):
+            node = node.value if isinstance(node, ast.Attribute) else node.args[0]  # type: ignore[attr-defined]
+        if isinstance(node, ast.Name) and node.id in self.aliases:
+            return min(len(p) for p in self.aliases[node.id])
+        return 0
+
+    def _kernel_functions(self) -> set[ast.AST]:
+        kernels: set[ast.AST] = set()
+        wrapped: set[str] = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, _FUNCS) and any(self._is_kernel_decorator(d) for d in node.decorator_list):
+                kernels.add(node)
+            elif isinstance(node, ast.Call) and self._is_kernel_decorator(node.func):
+                wrapped.update(a.id for a in node.args if isinstance(a, ast.Name))
+        kernels.update(n for n in ast.walk(self.tree) if isinstance(n, _FUNCS) and n.name in wrapped)
+        return kernels
+
+    def _is_kernel_decorator(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Call):
+            node = node.func
+        return any(p[0] in R.KERNEL_DSL_ROOTS and p[-1] in R.KERNEL_DECORATORS for p in self.resolve(node))
+
+    def _own_names(self) -> tuple[set[str], set[str]]:
+        """Names the candidate defines (functions, methods, extension exports) and the names that
+        hold its compiled extensions: a method call on those is the candidate's own code."""
+        names = {n.name for n in ast.walk(self.tree) if isinstance(n, _FUNCS)}
+        holders: set[str] = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.update(R.PYBIND_DEF.findall(node.value))
+            elif isinstance(node, ast.Call) and self._is_extension_build(node):
+                for kw in node.keywords:
+                    if kw.arg == "functions" and isinstance(kw.value, (ast.List, ast.Tuple)):
+                        names.update(e.value for e in kw.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+                    elif kw.arg == "functions" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                        names.add(kw.value.value)
+                assign = self.parent.get(id(node))
+                if isinstance(assign, (ast.Assign, ast.AnnAssign)):
+                    for t in assign.targets if isinstance(assign, ast.Assign) else [assign.target]:
+                        holders.add(_target_key(t))
+        return names, holders
+
+    def _is_extension_build(self, call: ast.Call) -> bool:
+        for p in self.resolve(call.func):
+            if (p[0] == "torch" and "cpp_extension" in p) or p[-1] in _EXTENSION_BUILDERS:
+                return True
+        return False
+
+    # ---------------------------------------------------------------- regions
+
+    def _construction_functions(self) -> set[ast.AST]:
+        """Functions that run only while the module and ``ModelNew`` are being built."""
+        refs: dict[str, list[ast.AST]] = {}
+        attr_refs: dict[str, list[ast.AST]] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                refs.setdefault(node.id, []).append(node)
+            elif isinstance(node, ast.Attribute):
+                attr_refs.setdefault(node.attr, []).append(node)
+        built: set[ast.AST] = set()
+        ok_classes: set[str] = set()
+
+        def at_build_time(ref: ast.AST) -> bool:
+            s = self.scope.get(id(ref))
+            return s is None or s in built
+
+        def called_at_build_time(ref: ast.AST) -> bool:
+            p = self.parent.get(id(ref))
+            return isinstance(p, ast.Call) and p.func is ref and at_build_time(ref)
+
+        def class_ref_ok(ref: ast.AST) -> bool:
+            p = self.parent.get(id(ref))
+            if isinstance(p, ast.ClassDef) and ref in p.bases:
+                return p.name in ok_classes
+            if isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "super":
+                return True
+            return called_at_build_time(ref)
+
+        changed = True
+        while changed:
+            changed = False
+            for name, cls in self.classes.items():
+                if name in ok_classes:
+                    continue
+                if name == "ModelNew" or (refs.get(name) and all(class_ref_ok(r) for r in refs[name])):
+                    ok_classes.add(name)
+                    changed = True
+            for name, fn in self.functions.items():
+                if fn in built or fn.decorator_list:
+                    continue
+                uses = refs.get(name, [])
+                if (uses or name in ("get_inputs", "get_init_inputs")) and all(called_at_build_time(r) for r in uses):
+                    built.add(fn)
+                    changed = True
+            for name in ok_classes:
+                for fn in self.classes[name].body:
+                    if not isinstance(fn, _FUNCS) or fn in built or fn.decorator_list:
+                        continue
+                    uses = attr_refs.get(fn.name, [])
+                    if fn.name == "__init__" or (fn.name != "forward" and uses and all(called_at_build_time(r) for r in uses)):
+                        built.add(fn)
+                        changed = True
+        return built
+
+    def _layers(self) -> tuple[set[str], set[str]]:
+        """``self.X`` attributes and module names that hold a torch.nn layer (or a container of them)."""
+        attrs: set[str] = set()
+        names: set[str] = set()
+        for node in ast.walk(self.tree):
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            builds_layer = any(
+                isinstance(c, ast.Call) and any(torch_reference_kind(p) == "layer" for p in self.resolve(c.func))
+                for c in ast.walk(node.value)
+            )
+            if not builds_layer:
+                continue
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    attrs.add(t.attr)
+                elif isinstance(t, ast.Name) and self.scope.get(id(t)) is None:
+                    names.add(t.id)
+        return attrs, names
+
+    # ---------------------------------------------------------------- the walk
+
+    def _walk(self, node: ast.AST, ctx: _Ctx) -> None:
+        if isinstance(node, _FUNCS):
+            for d in node.decorator_list:
+                self._walk(d, ctx)
+            self._walk(node.args, ctx)  # defaults and annotations run when the def runs
+            if node.returns is not None:
+                self._walk(node.returns, ctx)
+            inner = _Ctx(jit=ctx.jit or node in self.jit, construction=node in self.construction)
+            for stmt in node.body:
+                self._walk(stmt, inner)
+            return
+        if isinstance(node, (ast.Lambda, ast.GeneratorExp)):
+            ctx = _Ctx(jit=ctx.jit, construction=False)
+        self._check(node, ctx)
+        for child in ast.iter_child_nodes(node):
+            self._walk(child, ctx)
+
+    def _check(self, node: ast.AST, ctx: _Ctx) -> None:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            self._check_import(node, ctx)
+        elif isinstance(node, ast.ClassDef):
+            self._check_class(node)
+        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            self._check_try(node)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            self._check_assign(node)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            self._check_string(node)
+        if isinstance(node, ast.Call):
+            self._check_call(node, ctx)
+        if isinstance(node, ast.Attribute):
+            self._check_identifier(node, node.attr)
+            if node.attr in R.INTROSPECTION_ATTRS:
+                self.report(node, "introspection", _snippet(node), f"reads `{node.attr}`")
+        if isinstance(node, ast.Name):
+            self._check_identifier(node, node.id)
+            if node.id == "__builtins__":
+                self.report(node, "introspection", node.id, "reaches the builtins namespace")
+            if node.id == "__name__" and isinstance(node.ctx, ast.Store):
+                self.report(node, "introspection", "__name__ = ...", "renames the module")
+        if self._is_chain(node) and self._is_maximal(node):
+            self._check_chain(node, ctx)
+
+    def _is_chain(self, node: ast.AST) -> bool:
+        return isinstance(node, (ast.Name, ast.Attribute)) or _is_getattr_const(node)
+
+    def _is_maximal(self, node: ast.AST) -> bool:
+        p = self.parent.get(id(node))
+        if isinstance(p, ast.Attribute) and p.value is node:
+            return False
+        return not (_is_getattr_const(p) and p.args[0] is node)  # type: ignore[union-attr]
+
+    def _check_identifier(self, node: ast.AST, name: str) -> None:
+        for tok in R.CUDA_TOKENS:
+            if tok.in_python and tok.pattern.search(name):
+                self.report(node, tok.rule, _snippet(node), tok.what)
+
+    # ---------------------------------------------------------------- names and paths
+
+    def _path_rule(self, path: Path) -> tuple[int, str, str] | None:
+        """(matched prefix length, rule, what) for the longest rule prefix of ``path``."""
+        for n in range(len(path), 0, -1):
+            prefix = path[:n]
+            if prefix in R.EXEMPT_PATHS:
+                return None
+            if prefix in R.PATH_RULES:
+                rule, what = R.PATH_RULES[prefix]
+                return n, rule, what
+        os_hit = R.os_rule(path)
+        if os_hit:
+            return (2 if path[1] != "path" else 3), *os_hit
+        return None
+
+    def _check_path(self, node: ast.AST, path: Path, root_len: int, ctx: _Ctx, snippet: str) -> bool:
+        hit = self._path_rule(path)
+        if not hit:
+            return False
+        n, rule, what = hit
+        if rule in R.CALL_TIME_RULES:
+            if not ctx.construction:
+                self.report(node, rule, snippet, what)
+            return True
+        if n <= root_len or id(node) in self.exempt:
+            return True  # reported where it was imported, or judged already
+        self.report(node, rule, snippet, what)
+        return True
+
+    def _check_chain(self, node: ast.AST, ctx: _Ctx) -> None:
+        paths = self.resolve(node)
+        if not paths:
+            return
+        parent = self.parent.get(id(node))
+        is_call = isinstance(parent, ast.Call) and parent.func is node
+        snippet = _snippet(parent if is_call else node)
+        storing = isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del))
+        root_len = self._root_len(node)
+        for path in paths:
+            if self._check_path(node, path, root_len, ctx, snippet) or storing:
+                continue
+            self._check_torch(node, path, ctx, snippet, is_call)
+
+    def _check_torch(self, node: ast.AST, path: Path, ctx: _Ctx, snippet: str, is_call: bool) -> None:
+        if self.allow or ctx.jit or path[0] != "torch":
+            return
+        kind = torch_reference_kind(path)
+        if kind is None or self._root_is_op_import(node, kind):
+            return
+        dotted = ".".join(path)
+        if kind == "layer":
+            if is_call and not ctx.construction:
+                self.report(node, "torch-layer", snippet, f"builds and runs the torch layer `{dotted}` during the call")
+            return
+        if is_call and ctx.construction:
+            return  # build-time work (a mask, a weight layout): it cannot see the inputs
+        if len(path) > 3 and path[1] == "ops" and path[2] in FOREIGN_NAMESPACES:
+            self.report(node, "foreign-kernels", snippet, f"calls another library's op `{dotted}`")
+            return
+        verb = "calls" if is_call else "refers to"
+        self.report(node, "torch-compute", snippet, f"{verb} the torch compute op `{dotted}`")
+
+    def _root_is_op_import(self, node: ast.AST, kind: str) -> bool:
+        """The chain's root name was imported as the op itself (``from torch import matmul``):
+        that import was reported, so its uses are not reported again."""
+        while isinstance(node, ast.Attribute) or _is_getattr_const(node):
+            node = node.value if isinstance(node, ast.Attribute) else node.args[0]  # type: ignore[attr-defined]
+        if not isinstance(node, ast.Name):
+            return False
+        return any(torch_reference_kind(p) == kind for p in self.aliases.get(node.id, ()))
+
+    def _check_import(self, node: ast.Import | ast.ImportFrom, ctx: _Ctx) -> None:
+        if isinstance(node, ast.ImportFrom):
+            if node.level or not node.module:
+                return
+            base = tuple(node.module.split("."))
+            items = [(base if a.name == "*" else base + (a.name,), a) for a in node.names]
+        else:
+            items = [(tuple(a.name.split(".")), a) for a in node.names]
+        for path, alias in items:
+            text = _snippet(ast.unparse(node) if len(node.names) == 1 else f"import {'.'.join(path)}")
+            self._check_identifier(node, ".".join(path))
+            if self._check_path(node, path, 0, ctx, text):
+                continue
+            if path[0] != "torch":
+                continue
+            if alias.name == "*":
+                self.report(node, "torch-compute", text, "imports every name of a torch namespace, so its ops cannot be screened")
+            elif torch_reference_kind(path) == "compute":
+                self.report(node, "torch-compute", text, f"imports the torch compute op `{'.'.join(path)}`")
+
+    # ---------------------------------------------------------------- calls
+
+    def _check_call(self, node: ast.Call, ctx: _Ctx) -> None:
+        funcs = self.resolve(node.func)
+        for path in funcs:
+            if path in (("builtins", "setattr"), ("builtins", "delattr"), ("builtins", "object", "__setattr__"),
+                        ("builtins", "object", "__delattr__"), ("builtins", "type", "__setattr__")):
+                if node.args and self.resolve(node.args[0]):
+                    self.report(node, "monkeypatch", _snippet(node), f"changes an attribute of `{_snippet(node.args[0])}`")
+            if path[:2] in (("builtins", "getattr"), ("builtins", "setattr"), ("builtins", "delattr")):
+                if len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
+                    if any(p[0] in R.DYNAMIC_ATTR_ROOTS for p in self.resolve(node.args[0])):
+                        self.report(node, "dynamic-attr", _snippet(node), "looks up a computed attribute name")
+            if path == ("contextlib", "suppress") and any(self._broad(a, imports_only=False) for a in node.args):
+                self.report(node, "try-fallback", _snippet(node), "silences exceptions that a failing kernel raises")
+            if path[:2] == ("torch", "library") and any(_mentions_aten(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+                self.report(node, "dispatch-hook", _snippet(node), "registers an implementation for an aten op")
+            if path[:2] == ("os", "environ") and path[-1] == "setdefault" and _env_writable(node.args[:1]):
+                self.exempt.add(id(node.func))
+        if isinstance(node.func, ast.Attribute):
+            self._check_method(node, node.func, ctx, bool(funcs))
+        if not (self.allow or ctx.jit or ctx.construction) and self._calls_layer(node.func):
+            self.report(node, "torch-layer", _snippet(node), "runs a torch.nn layer during the call")
+
+    def _check_method(self, node: ast.Call, func: ast.Attribute, ctx: _Ctx, resolved: bool) -> None:
+        name = func.attr
+        if name in R.SUBCLASS_METHODS:
+            self.report(node, "tensor-subclass", _snippet(node), "turns a tensor into a subclass")
+        if resolved or self.allow or ctx.jit or ctx.construction or self.resolve(func.value):
+            return
+        if name in HOST_EXPORT_METHODS:
+            self.report(node, "array-export", _snippet(node), "copies the tensor's values out of torch")
+            return
+        if name in self.own_names or _receiver_key(func.value) in self.ext_holders:
+            return
+        if tensor_method_is_compute(name):
+            self.report(node, "torch-compute", _snippet(node), f"calls the tensor method `.{name}()`, a torch compute op")
+
+    def _calls_layer(self, func: ast.AST) -> bool:
+        if isinstance(func, ast.Attribute) and func.attr in ("forward", "__call__"):
+            func = func.value
+        while isinstance(func, ast.Subscript):
+            func = func.value
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            return func.attr in self.layer_attrs
+        return isinstance(func, ast.Name) and func.id in self.layer_names
+
+    # ---------------------------------------------------------------- statements
+
+    def _check_assign(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        else:
+            targets = [node.target]  # type: ignore[attr-defined]
+        for t in _flatten_targets(targets):
+            if isinstance(t, ast.Subscript) and isinstance(node, ast.Assign) and _env_writable([t.slice]) \
+                    and any(p[:2] == ("os", "environ") for p in self.resolve(t.value)) \
+                    and isinstance(node.value, ast.Constant):
+                self.exempt.add(id(t.value))
+            if not isinstance(t, ast.Attribute):
+                continue
+            if t.attr == "__class__":
+                self.report(t, "tensor-subclass", _snippet(t), "changes an object's class")
+            elif self.resolve(t.value):
+                verb = "deletes" if isinstance(node, ast.Delete) else "replaces"
+                self.report(t, "monkeypatch", _snippet(t), f"{verb} an attribute of an imported module")
+
+    def _check_class(self, node: ast.ClassDef) -> None:
+        base_paths = [p for b in node.bases for p in self.resolve(b)]
+        is_mode = any(p[:4] == ("torch", "utils", "_python_dispatch", "TorchDispatchMode") or p[:2] == ("torch", "overrides")
+                      for p in base_paths)
+        if any(p in R.TENSOR_CLASSES for p in base_paths):
+            self.report(node, "tensor-subclass", f"class {node.name}", "subclasses torch.Tensor")
+        for item in node.body:
+            if not isinstance(item, _FUNCS):
+                continue
+            if item.name in R.SUBCLASS_HOOKS and not is_mode:
+                self.report(item, "tensor-subclass", f"def {item.name}", "intercepts torch calls on its objects")
+            if item.name in ("__exit__", "__aexit__") and any(
+                r.value is not None and not (isinstance(r.value, ast.Constant) and not r.value.value)
+                for r in _own_nodes(item) if isinstance(r, ast.Return)
+            ):
+                self.report(item, "try-fallback", f"def {item.name}", "can return true, which swallows the exception")
+
+    def _check_try(self, node: ast.AST) -> None:
+        body = node.body  # type: ignore[attr-defined]
+        imports_only = all(_is_import_stmt(s) for s in body)
+        for h in node.handlers:  # type: ignore[attr-defined]
+            if h.type is not None and not self._broad(h.type, imports_only):
+                continue
+            if _reraises(h):
+                continue
+            caught = "everything" if h.type is None else f"`{_snippet(h.type)}`"
+            text = "except:" if h.type is None else f"except {_snippet(h.type)}"
+            self.report(h, "try-fallback", text, f"catches {caught} and carries on")
+
+    def _broad(self, expr: ast.AST, imports_only: bool) -> bool:
+        """Whether an exception type (or tuple of types) can catch a failing kernel's error."""
+        if isinstance(expr, ast.Tuple):
+            return any(self._broad(e, imports_only) for e in expr.elts)
+        for path in self.resolve(expr):
+            if path[0] == "builtins" and len(path) == 2:
+                if path[1] in R.NARROW_EXCEPTIONS or (imports_only and path[1] in R.IMPORT_EXCEPTIONS):
+                    return False
+        return True
+
+    def _check_string(self, node: ast.Constant) -> None:
+        text = R.strip_c_comments(node.value)
+        for tok in R.CUDA_TOKENS:
+            for m in tok.pattern.finditer(text):
+                line = node.lineno + text.count("\n", 0, m.start())
+                self.report(line, tok.rule, _snippet(m.group(0).strip()), f"{tok.what} in CUDA source")
+        if self.allow or ("at::" not in text and "torch::" not in text):
+            return
+        for m in R.CPP_ATEN_CALL.finditer(text):
+            if cpp_call_is_compute(m.group(1)):
+                line = node.lineno + text.count("\n", 0, m.start())
+                self.report(line, "torch-compute", _snippet(m.group(0).rstrip("( ")), "calls an ATen compute op in C++")
+
+    # ---------------------------------------------------------------- ModelNew
+
+    def _check_modelnew(self) -> None:
+        bindings = list(_module_level_bindings(self.tree, "ModelNew"))
+        if not bindings:
+            self.report(1, "no-modelnew", "ModelNew", "is not defined")
+            return
+        for b in bindings:
+            if not isinstance(b, ast.ClassDef):
+                self.report(b, "modelnew-not-class", _snippet(b), "binds `ModelNew` to something other than a class")
+
+    # ---------------------------------------------------------------- output caches (#11)
+
+    def _check_output_cache(self) -> None:
+        model = self.classes.get("ModelNew")
+        if model is None:
+            return
+        containers = self._containers()
+        cached = {name for name, fn in self.functions.items() if self._cache_decorator(fn)}
+        methods = {f.name: f for f in model.body if isinstance(f, _FUNCS)}
+        work = [methods[m] for m in ("forward", "__call__") if m in methods]
+        seen: set[ast.AST] = set()
+        while work:
+            fn = work.pop()
+            if fn in seen:
+                continue
+            seen.add(fn)
+            deco = self._cache_decorator(fn)
+            if deco is not None:
+                self.report(deco, "output-cache", f"@{_snippet(deco)}", f"caches the results of `{fn.name}`, whose result forward returns")
+            local = _local_names(fn)
+            for ret in (n for n in _own_nodes(fn) if isinstance(n, ast.Return) and n.value is not None):
+                for base in _returned_bases(ret.value, fn, 0):
+                    if isinstance(base, ast.Call):
+                        callee = _callee(base, self.functions, methods)
+                        if callee is not None:
+                            work.append(callee)
+                        if isinstance(base.func, ast.Name) and base.func.id in cached:
+                            self.report(base, "output-cache", _snippet(base), "returns an object a cached function keeps across calls")
+                    held = _container_read(base)
+                    if held is not None and (held in containers["self"] if held.startswith("self.")
+                                             else held in containers["module"] and held not in local):
+                        self.report(base, "output-cache", _snippet(base), f"returns a value kept in `{held}` across calls")
+
+    def _containers(self) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {"module": set(), "self": set()}
+        for node in ast.walk(self.tree):
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None or not self._is_container(node.value):
+                continue
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                key = _target_key(t)
+                if key.startswith("self."):
+                    found["self"].add(key)
+                elif isinstance(t, ast.Name) and self.scope.get(id(t)) is None:
+                    found["module"].add(key)
+        return found
+
+    def _is_container(self, value: ast.AST) -> bool:
+        if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
+            return True
+        return isinstance(value, ast.Call) and any(p in R.CONTAINER_CALLS for p in self.resolve(value.func))
+
+    def _cache_decorator(self, fn: ast.AST) -> ast.AST | None:
+        for d in getattr(fn, "decorator_list", []):
+            target = d.func if isinstance(d, ast.Call) else d
+            if any(p in R.CACHE_DECORATORS for p in self.resolve(target)):
+                return d
+        return None
+
+
+# -------------------------------------------------------------------- helpers
+
+
+def _is_getattr_const(node: ast.AST | None) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) == 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str))
+
+
+def _mentions_aten(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split("::")[0].split(".")[0] == "aten"
+
+
+def _env_writable(nodes: list[ast.AST]) -> bool:
+    return bool(nodes) and isinstance(nodes[0], ast.Constant) and nodes[0].value in R.ENV_WRITABLE
+
+
+def _target_key(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return ""
+
+
+def _receiver_key(node: ast.AST) -> str:
+    while isinstance(node, (ast.Attribute, ast.Subscript)) and _target_key(node) == "":
+        node = node.value
+    return _target_key(node)
+
+
+def _flatten_targets(targets: Iterable[ast.AST]) -> Iterator[ast.AST]:
+    for t in targets:
+        if isinstance(t, (ast.Tuple, ast.List)):
+            yield from _flatten_targets(t.elts)
+        elif isinstance(t, ast.Starred):
+            yield from _flatten_targets([t.value])
+        else:
+            yield t
+
+
+def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
+    """Nodes of a function body, not descending into nested functions, lambdas or classes."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (*_FUNCS, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _is_import_stmt(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
+        return True
+    return isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant)
+
+
+def _reraises(handler: ast.ExceptHandler) -> bool:
+    """The handler ends by raising and has no way out other than raising."""
+    if not handler.body or not isinstance(handler.body[-1], ast.Raise):
+        return False
+    return not any(isinstance(n, (ast.Return, ast.Break, ast.Continue)) for stmt in handler.body for n in [stmt, *_own_nodes(stmt)])
+
+
+def _drop_main_block(tree: ast.Module) -> None:
+    """Empty ``if __name__ == "__main__":`` bodies: the harness imports the module under another
+    name, so they never run; unless the module assigns ``__name__`` itself."""
+    if any(isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load) for n in ast.walk(tree)):
+        return
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1 \
+                and isinstance(node.test.ops[0], ast.Eq):
+            sides = [node.test.left, *node.test.comparators]
+            names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+            consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+            if names and consts:
+                node.body = [ast.Pass(lineno=node.lineno, col_offset=node.col_offset)]
+
+
+def _module_level_bindings(tree: ast.Module, name: str) -> Iterator[ast.AST]:
+    """Statements outside any function or class body that bind ``name``."""
+    for node in _module_level_statements(tree.body):
+        if isinstance(node, (ast.ClassDef, *_FUNCS)):
+            if node.name == name:
+                yield node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+                yield node
+        else:
+            targets: list[ast.AST] = []
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+                targets = [node.target]
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+            if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+                yield node
+
+
+def _module_level_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, (ast.ClassDef, *_FUNCS)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            yield from _module_level_statements(getattr(stmt, field, []))
+        for handler in getattr(stmt, "handlers", []):
+            yield from _module_level_statements(handler.body)
+
+
+def _local_names(fn: ast.AST) -> set[str]:
+    declared_global = {n for node in _own_nodes(fn) if isinstance(node, ast.Global) for n in node.names}
+    assigned = {n.id for n in _own_nodes(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return assigned - declared_global
+
+
+def _returned_bases(expr: ast.AST, fn: ast.AST, depth: int) -> list[ast.AST]:
+    """What a returned expression is made of, looking through tuples, conditionals, bookkeeping
+    method calls (``.view``, ``.clone``...) and local names assigned in the same function."""
+    if depth > 6:
+        return []
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return [b for e in expr.elts for b in _returned_bases(e, fn, depth + 1)]
+    if isinstance(expr, ast.IfExp):
+        return _returned_bases(expr.body, fn, depth + 1) + _returned_bases(expr.orelse, fn, depth + 1)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and is_bookkeeping(expr.func.attr):
+        return _returned_bases(expr.func.value, fn, depth + 1)
+    if isinstance(expr, ast.Name):
+        values = [n.value for n in _own_nodes(fn) if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == expr.id for t in n.targets)]
+        return [b for v in values for b in _returned_bases(v, fn, depth + 1)] or [expr]
+    return [expr]
+
+
+def _callee(call: ast.Call, functions: dict[str, ast.AST], methods: dict[str, ast.AST]) -> ast.AST | None:
+    f = call.func
+    if isinstance(f, ast.Name):
+        return functions.get(f.id)
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+        return methods.get(f.attr)
+    return None
+
+
+def _container_read(node: ast.AST) -> str | None:
+    """``C[k]``, ``C.get(k)``, ``C.setdefault(k, v)``, ``C.pop(k)``: the name of ``C``."""
+    if isinstance(node, ast.Subscript):
+        return _target_key(node.value) or None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "setdefault", "pop"):
+        return _target_key(node.func.value) or None
+    return None

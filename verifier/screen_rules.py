@@ -1,0 +1,277 @@
+"""The static screen's tables: what each rule means, which names and CUDA tokens trip it.
+
+Data, not logic: ``screen.py`` walks the candidate's syntax tree and looks names up here. Each
+rule has an id, the THREATS.md class it defends (None when it is no cheat by itself but hides code
+from the screen), and the sentence that explains to a person (and to the model) why it is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    threat: int | None
+    why: str
+
+
+RULES: dict[str, Rule] = {
+    "syntax": Rule(None, "the module must parse before anything else can be judged"),
+    "no-modelnew": Rule(None, "the harness constructs `ModelNew(*get_init_inputs())`"),
+    "modelnew-not-class": Rule(None, "`ModelNew` must be a class defined in the module"),
+    "side-stream": Rule(5, "work on another stream escapes the timer"),
+    "capture-detection": Rule(13, "code that can tell graph capture from a checked call can behave differently while timed"),
+    "thread": Rule(6, "a host thread or callback can finish the output after the call has returned"),
+    "process": Rule(21, "candidates may not start processes"),
+    "ctypes": Rule(21, "native calls reach past every check (streams, timers, memory)"),
+    "introspection": Rule(10, "candidates may not inspect or import the harness, its frames or its modules"),
+    "harness-hook": Rule(10, "signal handlers, trace hooks and exit hooks run inside the harness's own code"),
+    "monkeypatch": Rule(8, "changing a module that the harness also uses can fake its timers or checks"),
+    "exec": Rule(None, "code built at run time cannot be screened"),
+    "dynamic-attr": Rule(None, "an attribute name computed at run time hides what is used from the screen"),
+    "file-io": Rule(21, "candidates may not read or write files"),
+    "network": Rule(21, "candidates may not use the network"),
+    "environ": Rule(21, "the environment is not the candidate's to read (credentials) or change"),
+    "l2-persist": Rule(18, "data pinned in L2 survives the cache flush between timed calls"),
+    "torch-compute": Rule(16, "this task requires the work to be done by the candidate's own kernels"),
+    "torch-layer": Rule(16, "calling a torch.nn layer runs torch's kernels, not the candidate's"),
+    "torch-compile": Rule(16, "torch.compile / TorchScript / export generate the kernels from torch ops: they are not the candidate's"),
+    "array-export": Rule(16, "handing a tensor to the host or another library lets code the screen cannot see compute the answer"),
+    "foreign-kernels": Rule(16, "another library's kernels are not the candidate's own"),
+    "try-fallback": Rule(16, "a handler that swallows a kernel failure can fall back to something else and hide that the kernel failed"),
+    "output-cache": Rule(11, "an output kept across calls is returned again for new inputs"),
+    "tensor-subclass": Rule(7, "a tensor subclass or proxy can compute when compared instead of when called"),
+    "dispatch-hook": Rule(10, "dispatch modes and aten overrides can hide ops from the runtime trace or change what they do"),
+    "rng-seed": Rule(10, "reseeding during a call can make later inputs predictable"),
+}
+
+# --------------------------------------------------------------------------------------------
+# Dotted names. The longest matching prefix wins; a use is reported only where the import that
+# named it was not already reported (``import threading`` once, not every ``threading.Thread``).
+
+PATH_RULES: dict[tuple[str, ...], tuple[str, str]] = {}
+
+
+def _add(rule: str, what: str, *dotted: str) -> None:
+    for d in dotted:
+        PATH_RULES[tuple(d.split("."))] = (rule, what)
+
+
+_add("side-stream", "creates or switches to a side stream",
+     "torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.ExternalStream", "torch.cuda.set_stream",
+     "torch.cuda.StreamContext", "torch.cuda.streams", "torch.Stream", "torch.cuda._set_stream_by_id",
+     "torch.accelerator.set_stream", "torch._C._cuda_setStream", "cupy.cuda.Stream",
+     "cupy.cuda.ExternalStream", "pycuda.driver.Stream", "numba.cuda.stream")
+_add("capture-detection", "asks whether a CUDA graph is being captured",
+     "torch.cuda.is_current_stream_capturing", "torch.cuda.graphs.is_current_stream_capturing",
+     "torch._C._cuda_isCurrentStreamCapturing")
+_add("thread", "starts host threads or tasks",
+     "threading", "_thread", "concurrent", "asyncio", "multiprocessing", "torch.multiprocessing",
+     "torch.jit.fork", "joblib")
+_add("process", "starts a process", "subprocess", "pty", "pexpect")
+_add("ctypes", "calls native code directly", "ctypes", "_ctypes", "cffi", "torch.cuda.cudart")
+_add("introspection", "inspects or imports the running harness",
+     "sys._getframe", "sys._current_frames", "sys.modules", "sys.meta_path", "sys.path_hooks",
+     "sys.path_importer_cache", "sys.path", "inspect", "gc", "traceback", "importlib", "pkgutil",
+     "linecache", "dis", "kernforge", "__main__", "builtins.__import__", "builtins.globals",
+     "builtins.locals", "builtins.vars")
+_add("harness-hook", "installs a handler or hook",
+     "signal", "atexit", "faulthandler", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+     "sys.excepthook", "sys.displayhook", "sys.unraisablehook", "sys.monitoring",
+     "sys.breakpointhook", "builtins.breakpoint")
+_add("exec", "runs code built at run time",
+     "builtins.exec", "builtins.eval", "builtins.compile", "marshal", "runpy", "code", "codeop",
+     "pickle", "dill", "cloudpickle", "shelve", "types.CodeType", "types.FunctionType")
+_add("file-io", "reads or writes files",
+     "builtins.open", "builtins.input", "io", "pathlib", "shutil", "tempfile", "glob", "fileinput",
+     "mmap", "fcntl", "sqlite3", "dbm", "zipfile", "tarfile", "gzip", "bz2", "lzma", "posix", "nt",
+     "torch.load", "torch.save", "torch.from_file", "numpy.load", "numpy.save", "numpy.savez",
+     "numpy.savez_compressed", "numpy.fromfile", "numpy.loadtxt", "numpy.savetxt",
+     "numpy.genfromtxt", "numpy.memmap")
+_add("network", "uses the network",
+     "socket", "ssl", "urllib", "urllib3", "http", "requests", "httpx", "aiohttp", "ftplib",
+     "smtplib", "poplib", "imaplib", "telnetlib", "xmlrpc", "socketserver", "websocket",
+     "websockets", "paramiko", "grpc", "zmq", "torch.hub", "torch.distributed", "huggingface_hub",
+     "openai", "webbrowser")
+_add("torch-compile", "compiles torch code into kernels",
+     "torch.compile", "torch.jit.script", "torch.jit.trace", "torch.jit.trace_module",
+     "torch.jit.script_method", "torch.jit.freeze", "torch.jit.optimize_for_inference",
+     "torch._dynamo", "torch._inductor", "torch.export", "torch._export", "torch.fx")
+_add("dispatch-hook", "hooks torch's dispatcher",
+     "torch.utils._python_dispatch", "torch.overrides", "torch._C._EnablePythonDispatcher",
+     "torch._C._DisableTorchDispatch", "torch._C.DisableTorchFunction",
+     "torch._C.DisableTorchFunctionSubclass", "torch._C._set_dispatch_mode",
+     "torch._C._push_on_torch_dispatch_stack", "torch._C._push_on_torch_function_stack",
+     "torch._C._set_torch_function_mode", "torch._C._disabled_torch_function_impl",
+     "torch._C._dispatch_tls_set_dispatch_key_excluded", "torch._C._ExcludeDispatchKeyGuard",
+     "torch._C._IncludeDispatchKeyGuard")
+_add("tensor-subclass", "makes a tensor subclass",
+     "torch._subclasses", "torch.Tensor._make_subclass", "torch.Tensor._make_wrapper_subclass",
+     "torch.Tensor.as_subclass")
+_add("rng-seed", "reseeds a random number generator",
+     "torch.manual_seed", "torch.seed", "torch.set_rng_state", "torch.random.manual_seed",
+     "torch.random.seed", "torch.random.set_rng_state", "torch.cuda.manual_seed",
+     "torch.cuda.manual_seed_all", "torch.cuda.seed", "torch.cuda.seed_all",
+     "torch.cuda.set_rng_state", "torch.cuda.set_rng_state_all", "random.seed", "random.setstate",
+     "numpy.random.seed", "numpy.random.set_state")
+_add("foreign-kernels", "imports another library's kernels",
+     "flash_attn", "xformers", "apex", "vllm", "sglang", "sgl_kernel", "flashinfer", "liger_kernel",
+     "deepspeed", "transformer_engine", "bitsandbytes", "torchao", "fbgemm_gpu", "megablocks",
+     "mamba_ssm", "causal_conv1d", "kernels", "triton_kernels", "deep_gemm", "jax", "tensorflow",
+     "cupyx")
+
+#: prefixes that are exempt from a broader rule above (longest prefix wins, None = no rule)
+EXEMPT_PATHS: frozenset[tuple[str, ...]] = frozenset({
+    ("torch", "_inductor", "runtime"),  # libdevice/triton helpers used inside Triton kernels
+})
+
+#: rules that only apply when the task forbids torch compute
+TORCH_POLICY_RULES = frozenset({"torch-compute", "torch-layer", "array-export", "foreign-kernels"})
+
+#: rules that apply only while a call runs (not in ``__init__`` or at import)
+CALL_TIME_RULES = frozenset({"rng-seed"})
+
+# ``os`` is needed for harmless things (``os.path.join``, ``os.cpu_count``), so it is judged by
+# attribute: process control, environment, and everything else (files) by default.
+OS_PROCESS = frozenset({
+    "system", "popen", "fork", "forkpty", "vfork", "kill", "killpg", "execl", "execle", "execlp",
+    "execlpe", "execv", "execve", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe",
+    "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "wait", "waitpid",
+    "wait3", "wait4", "waitid", "startfile", "register_at_fork",
+})
+OS_ENVIRON = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})
+OS_SAFE = frozenset({
+    "path", "sep", "altsep", "linesep", "pathsep", "curdir", "pardir", "extsep", "devnull", "name",
+    "cpu_count", "process_cpu_count", "getpid", "fspath", "PathLike",
+})
+OS_PATH_PURE = frozenset({
+    "join", "basename", "dirname", "split", "splitext", "splitdrive", "normpath", "normcase",
+    "abspath", "relpath", "commonpath", "commonprefix", "isabs", "sep", "fspath",
+})
+#: environment variables a candidate may *set* (build settings for ``load_inline``)
+ENV_WRITABLE = frozenset({"TORCH_CUDA_ARCH_LIST", "MAX_JOBS"})
+
+
+def os_rule(path: tuple[str, ...]) -> tuple[str, str] | None:
+    """The rule for ``os.X`` / ``os.path.X``, or None when harmless."""
+    if len(path) < 2 or path[0] != "os":
+        return None
+    attr = path[1]
+    if attr in OS_PROCESS:
+        return "process", "starts or controls a process"
+    if attr in OS_ENVIRON:
+        return "environ", "reads or changes the environment"
+    if attr == "path":
+        if len(path) == 2 or path[2] in OS_PATH_PURE:
+            return None
+        return "file-io", "probes the file system"
+    if attr in OS_SAFE:
+        return None
+    return "file-io", "uses the operating system's file interface"
+
+
+# --------------------------------------------------------------------------------------------
+# Tokens in CUDA C++ source strings (load_inline, NVRTC) and in Python names (cuda-python).
+
+
+@dataclass(frozen=True)
+class Token:
+    pattern: re.Pattern[str]
+    rule: str
+    what: str
+    #: also looked for in Python identifiers (``driver.cuStreamCreate``)
+    in_python: bool = True
+
+
+def _tok(regex: str, rule: str, what: str, in_python: bool = True) -> Token:
+    return Token(re.compile(regex), rule, what, in_python)
+
+
+CUDA_TOKENS: tuple[Token, ...] = (
+    _tok(r"\bcudaStreamCreate\w*|\bcuStreamCreate\w*", "side-stream", "creates a CUDA stream"),
+    _tok(r"\bcudaStreamPerThread\b|\bCU_STREAM_PER_THREAD\b|\bCUDA_API_PER_THREAD_DEFAULT_STREAM\b|default-stream[= ]+per-thread",
+         "side-stream", "uses the per-thread default stream"),
+    _tok(r"\bgetStreamFromPool\b|\bgetStreamFromExternal\b|\bsetCurrentCUDAStream\b",
+         "side-stream", "takes or sets a stream other than the current one"),
+    _tok(r"\bcudaLaunchHostFunc\b|\bcuLaunchHostFunc\b|\bcudaStreamAddCallback\b|\bcuStreamAddCallback\b",
+         "thread", "queues a host callback"),
+    _tok(r"\bstd::j?thread\b|\bpthread_create\b|\bstd::async\b|#\s*include\s*<(?:thread|pthread\.h)>",
+         "thread", "starts a host thread", in_python=False),
+    _tok(r"\bcudaStreamIsCapturing\b|\bcuStreamIsCapturing\b|\bcudaStreamGetCaptureInfo\w*|\bcuStreamGetCaptureInfo\w*|\bcurrentStreamCaptureStatus\w*",
+         "capture-detection", "asks whether a CUDA graph is being captured"),
+    _tok(r"[aA]ccessPolicyWindow|\bcudaLimitPersistingL2CacheSize\b|\bCU_LIMIT_PERSISTING_L2_CACHE_SIZE\b|ResetPersistingL2Cache\b|\bcudaAccessPropertyPersisting\b|\bCU_ACCESS_PROPERTY_PERSISTING\b",
+         "l2-persist", "sets up persisting L2 cache lines"),
+    _tok(r"\b(?:std::)?(?:system|popen|fork|vfork|execv|execvp|execve|execl|execlp)\s*\(|\bposix_spawnp?\b",
+         "process", "starts a process", in_python=False),
+    _tok(r"\bdlopen\b|\bdlsym\b|\bLD_PRELOAD\b", "ctypes", "loads or looks up native symbols"),
+    _tok(r"\b(?:cudaError_t|CUresult)\s+(?:CUDARTAPI\s+)?(?:cuda|cu)[A-Z]\w*\s*\(",
+         "monkeypatch", "defines a CUDA API function of its own (symbol interposition)", in_python=False),
+    _tok(r"\bfopen\b|\b(?:std::)?[io]?fstream\b|#\s*include\s*<fstream>|\bopendir\b",
+         "file-io", "reads or writes files", in_python=False),
+    _tok(r"\b(?:std::)?getenv\s*\(|\bsetenv\s*\(|\bputenv\s*\(", "environ", "reads or changes the environment", in_python=False),
+    _tok(r"#\s*include\s*<(?:sys/socket\.h|netinet/in\.h|arpa/inet\.h)>", "network", "opens sockets", in_python=False),
+    _tok(r"TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(\s*aten\b", "dispatch-hook", "registers kernels for aten ops", in_python=False),
+)
+
+#: ``at::name(`` / ``torch::name(`` in C++: a free ATen function (classified by torch_ops)
+CPP_ATEN_CALL = re.compile(r"\b(?:at|torch)::([a-z_][a-z0-9_]*)\s*\(")
+
+#: ``m.def("name", ...)`` in pybind11 sources: functions the candidate's extension exports
+PYBIND_DEF = re.compile(r"\.def\s*\(\s*\"(\w+)\"")
+
+_C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def strip_c_comments(text: str) -> str:
+    """C and C++ comments blanked out, newlines kept so line numbers still count."""
+    return _C_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+# --------------------------------------------------------------------------------------------
+# Exceptions, caches, containers.
+
+#: handlers for these cannot swallow a kernel failure: lookups and arithmetic on Python values
+NARROW_EXCEPTIONS = frozenset({
+    "KeyError", "IndexError", "LookupError", "AttributeError", "StopIteration",
+    "StopAsyncIteration", "ZeroDivisionError", "OverflowError", "ArithmeticError",
+    "FloatingPointError", "UnicodeError", "UnicodeDecodeError", "UnicodeEncodeError",
+})
+IMPORT_EXCEPTIONS = frozenset({"ImportError", "ModuleNotFoundError"})
+
+#: decorators that keep results across calls
+CACHE_DECORATORS = frozenset({
+    ("functools", "lru_cache"), ("functools", "cache"), ("functools", "cached_property"),
+})
+
+#: calls that build a mutable container
+CONTAINER_CALLS = frozenset({
+    ("builtins", "dict"), ("builtins", "list"), ("builtins", "set"), ("builtins", "bytearray"),
+    ("collections", "OrderedDict"), ("collections", "defaultdict"), ("collections", "deque"),
+    ("collections", "Counter"), ("collections", "ChainMap"), ("weakref", "WeakValueDictionary"),
+    ("weakref", "WeakKeyDictionary"),
+})
+
+#: decorators that make a function a kernel body (Triton or another kernel DSL), not host code
+KERNEL_DSL_ROOTS = frozenset({"triton", "cutlass", "numba", "tilelang", "warp"})
+KERNEL_DECORATORS = frozenset({"jit", "kernel", "autotune", "heuristics", "prim_func"})
+
+#: attributes that reach into frames, code objects and namespaces
+INTROSPECTION_ATTRS = frozenset({
+    "__globals__", "__code__", "__closure__", "__builtins__", "__dict__", "__subclasses__",
+    "__bases__", "__mro__", "__defaults__", "__kwdefaults__", "f_back", "f_globals", "f_locals",
+    "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next", "gi_frame", "gi_code", "cr_frame",
+    "cr_code", "ag_frame", "co_code", "co_consts", "co_names",
+})
+
+#: module roots where a computed attribute name (``getattr(torch, name)``) is refused
+DYNAMIC_ATTR_ROOTS = frozenset({"torch", "os", "sys", "builtins", "time"})
+
+#: ``torch.Tensor`` itself and its C base: subclassing either makes a tensor subclass
+TENSOR_CLASSES = frozenset({
+    ("torch", "Tensor"), ("torch", "_C", "TensorBase"), ("torch", "_C", "_TensorBase"),
+    ("torch", "nn", "Parameter"), ("torch", "nn", "parameter", "Parameter"),
+})
+SUBCLASS_METHODS = frozenset({"as_subclass", "_make_subclass", "_make_wrapper_subclass"})
+SUBCLASS_HOOKS = frozenset({"__torch_function__", "__torch_dispatch__"})
