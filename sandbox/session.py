@@ -44,6 +44,8 @@ def classify(final: Mapping[str, Any] | None, report: Mapping[str, Any] | None, 
         kind, text = str(final.get("type"))[:100], str(final.get("message"))[:500]
         if kind == "MemoryError":
             return FailureKind.OUT_OF_MEMORY, f"the job raised MemoryError: {text}"
+        if final.get("errno") == errno.EFBIG:
+            return FailureKind.RESOURCE_LIMIT, f"file size limit of {limits.file_bytes} bytes reached ({kind}: {text})"
         if final.get("errno") == errno.EAGAIN:
             return FailureKind.RESOURCE_LIMIT, f"the job hit a resource limit ({kind}: {text}), e.g. the process limit of {limits.processes}"
         if kind == "SystemExit":

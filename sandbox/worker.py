@@ -87,9 +87,10 @@ def _become_unprivileged(config: dict) -> None:
 
 def apply_limits(limits: dict) -> None:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    # RLIMIT_CPU counts the process's whole life: the budget starts after warm-up's share.
-    soft = int(usage.ru_utime + usage.ru_stime) + int(limits["cpu_seconds"]) + 1
-    _lower(resource.RLIMIT_CPU, soft, soft + 2)  # SIGXCPU at soft, SIGKILL at hard
+    # RLIMIT_CPU counts the process's whole life, in whole seconds: the job's budget starts
+    # after warm-up's share.
+    soft = max(1, round(usage.ru_utime + usage.ru_stime + limits["cpu_seconds"]))
+    _lower(resource.RLIMIT_CPU, soft, soft + 1)  # SIGXCPU at soft, SIGKILL at hard
     _lower(resource.RLIMIT_FSIZE, int(limits["file_bytes"]), int(limits["file_bytes"]))
     _lower(resource.RLIMIT_NPROC, int(limits["processes"]), int(limits["processes"]))
 

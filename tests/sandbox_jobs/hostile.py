@@ -1,0 +1,210 @@
+"""Job entry points that behave like hostile candidates. Each is ``fn(channel, payload)``.
+
+They run inside sandbox workers started by tests/test_sandbox.py (this folder's parent is put on
+the workers' PYTHONPATH). They report what they managed to do; the tests assert on what the
+parent sees and on what leaked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+
+def echo(channel, payload):
+    """The honest job: what the next candidate in a pool must still get."""
+    channel.send({"echo": payload, "uid": os.getuid(), "cwd": os.getcwd(), "home": os.environ.get("HOME"),
+                  "t": time.monotonic()})
+
+
+def conversation(channel, payload):
+    """A long-lived trusted worker: answers until told to stop."""
+    while True:
+        msg = channel.recv()
+        if msg.get("op") == "stop":
+            channel.send({"op": "stopped"})
+            return
+        channel.send({"op": "answer", "value": msg.get("value", 0) * 2})
+
+
+def loop_forever(channel, payload):
+    while True:
+        pass
+
+
+def allocate_forever(channel, payload):
+    hoard = []
+    while True:
+        hoard.append(b"\x01" * (32 << 20))  # touched pages: resident, not just reserved
+
+
+def fork_spray(channel, payload):
+    """Start as many detached, sleeping children as the limits allow, then hang."""
+    started = failed = 0
+    for _ in range(payload.get("attempts", 200)):
+        try:
+            pid = os.fork()
+        except OSError:
+            failed += 1
+            continue
+        if pid == 0:
+            os.setsid()
+            if os.fork() == 0:  # double fork: re-parented away from the job process
+                time.sleep(3600)
+            os._exit(0)
+        started += 1
+    channel.send({"started": started, "failed": failed})
+    time.sleep(3600)
+
+
+def fork_bomb(channel, payload):
+    channel.send({"bombing": True})
+    while True:
+        try:
+            os.fork()
+        except OSError:
+            pass
+
+
+def segfault(channel, payload):
+    ctypes.string_at(0)
+
+
+def hard_exit(channel, payload):
+    os._exit(payload.get("code", 0))
+
+
+def soft_exit(channel, payload):
+    sys.exit(payload.get("code", 3))
+
+
+def send_then_exit(channel, payload):
+    channel.send({"last": "words"})
+    os._exit(0)
+
+
+def raise_error(channel, payload):
+    raise ValueError("candidate blew up")
+
+
+def flood(channel, payload):
+    chunk = "x" * 65535 + "\n"
+    for _ in range(payload["megabytes"] * 16):
+        sys.stdout.write(chunk)
+        sys.stderr.write(chunk)
+    sys.stdout.write("END-OF-STDOUT\n")
+    sys.stderr.write("END-OF-STDERR\n")
+    channel.send({"flooded": True})
+
+
+def flood_forever(channel, payload):
+    chunk = b"y" * (1 << 20)
+    while True:
+        os.write(1, chunk)
+
+
+def kill_parent(channel, payload):
+    """Try to kill the supervisor, everything else, and probe the trusted parent."""
+    results = {}
+    for name, target in (("ppid", os.getppid()), ("init", 1)):
+        try:
+            os.kill(target, signal.SIGKILL)
+            results[name] = "killed"
+        except OSError as e:
+            results[name] = e.strerror
+    try:
+        os.kill(payload["trusted_pid"], 0)  # signal 0: permission probe, harmless if it works
+        results["trusted"] = "could signal"
+    except OSError as e:
+        results["trusted"] = e.strerror
+    time.sleep(0.2)
+    channel.send(results)
+
+
+def read_secrets(channel, payload):
+    """Look for the key everywhere a candidate could: env, every readable /proc/*/environ."""
+    found = [f"env {k}" for k, v in os.environ.items() if payload["needle"] in v or "API_KEY" in k]
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            for leaf in ("environ", "cmdline"):
+                try:
+                    with open(f"/proc/{pid}/{leaf}", "rb") as f:
+                        if payload["needle"].encode() in f.read():
+                            found.append(f"/proc/{pid}/{leaf}")
+                except OSError:
+                    pass
+    channel.send({"found": found})
+
+
+def connect(channel, payload):
+    try:
+        with socket.create_connection((payload["host"], payload["port"]), timeout=3) as s:
+            s.sendall(b"exfiltrated")
+        outcome = "connected"
+    except OSError as e:
+        outcome = f"refused: {e}"
+    channel.send({"outcome": outcome})
+
+
+def write_outside(channel, payload):
+    results = {}
+    for path in payload["paths"]:
+        try:
+            with open(path, "w") as f:
+                f.write("escaped")
+            results[path] = "written"
+        except OSError as e:
+            results[path] = e.strerror
+    with open(os.path.join(os.getcwd(), "inside.txt"), "w") as f:
+        f.write("allowed")
+    channel.send(results)
+
+
+def read_hidden(channel, payload):
+    results = {}
+    for path in payload["paths"]:
+        try:
+            with open(path, "rb") as f:
+                results[path] = f.read().decode(errors="replace")
+        except OSError as e:
+            results[path] = f"error: {e.strerror}"
+    channel.send(results)
+
+
+def bad_frame(channel, payload):
+    kind = payload["kind"]
+    if kind == "oversized":
+        os.write(4, struct.pack(">I", 0xFFFFFFF0) + b"{}")
+    elif kind == "not_json":
+        body = b"this is not json"
+        os.write(4, struct.pack(">I", len(body)) + body)
+    elif kind == "not_object":
+        body = b"[1, 2, 3]"
+        os.write(4, struct.pack(">I", len(body)) + body)
+    time.sleep(3600)
+
+
+def burn_cpu_and_ignore_sigxcpu(channel, payload):
+    if payload.get("ignore"):
+        signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+    while True:
+        pass
+
+
+def read_back(channel, payload):
+    """The parent passes files through the workdir, by its absolute path, in both directions."""
+    where = channel.recv()["workdir"]
+    with open(os.path.join(where, "from_parent.txt")) as f:
+        text = f.read()
+    with open(os.path.join(where, "from_worker.txt"), "w") as f:
+        f.write(text.upper())
+    channel.send({"read": text})
+
+
+def broken_warmup():
+    raise RuntimeError("warm-up is broken on purpose")
