@@ -226,26 +226,22 @@ def _scan_kernel(fn: ast.FunctionDef) -> _Kernel | None:
         ann = a.annotation
         if ann is not None and ("constexpr" in _dotted(ann) or (isinstance(ann, ast.Constant) and "constexpr" in str(ann.value))):
             constexprs.add(a.arg)
-    calls = [_dotted(n).split(".")[-1] for n in ast.walk(fn) if isinstance(n, ast.Call)]
-    loops = [n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.While))]
+    nodes = list(ast.walk(fn))
+    calls = {_dotted(n).split(".")[-1] for n in nodes if isinstance(n, ast.Call)}
+    loops = [n for n in nodes if isinstance(n, (ast.For, ast.While))]
     # num_stages pipelines the loads of a loop; a loop that loads nothing has nothing to overlap.
     loads = any(isinstance(n, ast.Call) and _dotted(n).split(".")[-1] == "load"
                 for loop in loops for n in ast.walk(loop))
     # A parameter used only as the step of range loops (and inside them) can be capped: the
     # loop already walks any extent in steps of any size.
-    steps_only = set()
-    for name in constexprs:
-        inside = set()
-        stepped = False
-        for loop in loops:
-            if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and len(loop.iter.args) == 3:
-                step = loop.iter.args[2]
-                if isinstance(step, ast.Name) and step.id == name:
-                    stepped = True
-                    inside |= {id(n) for n in ast.walk(loop)}
-        uses = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name]
-        if stepped and all(id(n) in inside for n in uses):
-            steps_only.add(name)
+    inside: dict[str, set[int]] = {}
+    for loop in loops:
+        if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and len(loop.iter.args) == 3:
+            step = loop.iter.args[2]
+            if isinstance(step, ast.Name) and step.id in constexprs:
+                inside.setdefault(step.id, set()).update(id(n) for n in ast.walk(loop))
+    steps_only = {name for name, ids in inside.items()
+                  if all(id(n) in ids for n in nodes if isinstance(n, ast.Name) and n.id == name)}
     return _Kernel(fn.name, [a.arg for a in args], constexprs,
                    any(d.split(".")[-1] == "autotune" for d in decorators), heuristic,
                    "dot" in calls, loads, steps_only)
@@ -321,7 +317,9 @@ class _Finder:
 
     def __init__(self, tree: ast.Module, source: str) -> None:
         self.data = source.encode("utf-8", "surrogatepass")
-        self.starts = [0] + [i + 1 for i, b in enumerate(self.data) if b == 10]
+        self.starts = [0]
+        while (i := self.data.find(b"\n", self.starts[-1])) >= 0:
+            self.starts.append(i + 1)
         self.kernels: dict[str, _Kernel] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and (kernel := _scan_kernel(node)):
@@ -359,7 +357,7 @@ class _Finder:
             for item in self._launch(call, kernel, scopes):
                 if isinstance(item, str):
                     notes.append(item)
-                elif all((k.start, k.end) != (item.start, item.end) for k in knobs):
+                elif all(_site(k) != _site(item) for k in knobs):
                     knobs.append(item)  # one knob per edit site, however many launches it feeds
         knobs.sort(key=lambda k: (k.start, OPTIONS.index(k.param) if k.kind == "option" else -1))
         return _labelled(knobs), tuple(dict.fromkeys(notes))
@@ -483,6 +481,11 @@ class _Finder:
         return Knob("", kernel.name, param, kind, node.value, node.lineno, where,
                     self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset),
                     lo=lo)
+
+
+def _site(knob: Knob) -> tuple:
+    # Absent launch options share their insertion point: they differ by name.
+    return knob.start, knob.end, knob.present or knob.param
 
 
 def _labelled(knobs: list[Knob]) -> tuple[Knob, ...]:

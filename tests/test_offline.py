@@ -1,0 +1,376 @@
+"""The offline proposer: knob analysis of every built-in seed, text rewriting that keeps everything
+else, variants that still compute the right thing (Triton interpreter), and a seeded search that
+never repeats itself, follows the measurements, runs out and says so.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from kernforge.archive.content import code_hash
+from kernforge.loop.knobs import OPTION_DEFAULTS, KnobError, analyse, rewrite, template_key
+from kernforge.loop.offline import NoProposal, OfflineProposer, Proposal
+from kernforge.tasks import runtime
+from kernforge.tasks.loader import load_task
+from kernforge.verifier.compare import compare
+from kernforge.verifier.reference import clone_inputs, collect_outputs, run_reference, strict_precision
+
+BUILTIN = Path(__file__).resolve().parents[1] / "tasks" / "builtin"
+SEEDS = sorted(p.parent.name for p in BUILTIN.glob("*/seed.py"))
+
+#: What the analysis must find in seeds whose knobs are known (other seeds: generic checks only).
+EXPECTED = {
+    "rms_norm": {"num_warps": 8},
+    "silu_and_mul": {"BLOCK": 1024, "num_warps": 4},
+    "softmax": {"BLOCK": 4096, "num_warps": 8, "num_stages": 3},
+    "gemm_small_m": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
+    "fp8_quant_per_token": {"BLOCK": 1024, "num_warps": 4, "num_stages": 3},
+}
+
+
+def _seed(name: str) -> str:
+    return (BUILTIN / name / "seed.py").read_text()
+
+
+def _comments(source: str) -> list[str]:
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [t.string for t in tokens if t.type == tokenize.COMMENT]
+
+
+def _neighbours(analysis):
+    """One assignment per knob: the next value of its domain (the previous one at the top)."""
+    for knob in analysis.knobs:
+        domain = knob.domain()
+        i = domain.index(knob.value)
+        yield knob, domain[i + 1] if i + 1 < len(domain) else domain[i - 1]
+
+
+# --- analysis -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_seed_knobs(name):
+    analysis = analyse(_seed(name))
+    if name in EXPECTED:
+        assert analysis.values() == EXPECTED[name], analysis.notes
+    if not analysis.knobs:
+        # A seed without knobs must say why (see the report for which ones).
+        assert analysis.reason.startswith("nothing to tune: "), analysis
+        return
+    assert not analysis.reason
+    for knob in analysis.knobs:
+        domain = knob.domain()
+        assert knob.value in domain and len(domain) >= 3, knob
+        if knob.kind == "option":
+            assert set(domain) >= {1, 2, 4, 8} if knob.param == "num_warps" else set(domain) >= {1, 2, 3, 4}
+        else:
+            assert all(v & (v - 1) == 0 for v in domain if v != knob.value), f"{knob.label}: {domain}"
+
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_seed_variants_differ_compile_and_read_back(name):
+    source = _seed(name)
+    analysis = analyse(source)
+    if not analysis.knobs:
+        pytest.skip(analysis.reason)
+    variants = set()
+    for knob, value in _neighbours(analysis):
+        variant = rewrite(source, analysis, {knob.label: value})
+        compile(variant, f"{name}/variant.py", "exec")
+        assert variant != source and code_hash(variant) != code_hash(source)
+        assert analyse(variant).values() == analysis.values() | {knob.label: value}
+        assert template_key(variant, analyse(variant)) == template_key(source, analysis)
+        assert _comments(variant) == _comments(source)
+        variants.add(variant)
+    assert len(variants) == len(analysis.knobs)
+
+
+def test_computed_block_sizes_are_left_alone_with_a_reason():
+    analysis = analyse(_seed("rms_norm"))
+    assert [k.label for k in analysis.knobs] == ["num_warps"]
+    assert any("BLOCK is computed at run time (`triton.next_power_of_2(hidden)`)" in n for n in analysis.notes)
+    assert any("num_stages would change nothing" in n for n in analysis.notes)
+
+
+def test_local_variable_is_edited_where_it_is_assigned_so_the_grid_follows():
+    source = _seed("silu_and_mul")
+    variant = rewrite(source, analyse(source), {"BLOCK": 256})
+    assert "    block = 256\n" in variant and "BLOCK=block" in variant
+    assert "grid = (rows, triton.cdiv(inter, block))" in variant
+
+
+def test_tuple_assignment_and_cap():
+    source = _seed("gemm_small_m")
+    variant = rewrite(source, analyse(source), {"BLOCK_N": 128, "BLOCK_K": 32, "BLOCK_M": 32})
+    assert "block_n, block_k = 128, 32\n" in variant
+    assert "block_m = min(max(16, triton.next_power_of_2(m)), 32)\n" in variant
+    # tl.dot needs 16: the floor max(16, ...) bounds the cap's domain
+    assert min(analyse(source).knob("BLOCK_M").domain()) == 16
+
+
+def _kernel_module(body: str) -> str:
+    return textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _k(x_ptr, y_ptr, N, BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr):
+            for start in range(0, N, BLOCK):
+                offs = start + tl.arange(0, BLOCK)
+                tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < N), mask=offs < N)
+
+        @triton.jit
+        def _r(x_ptr, y_ptr, N, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)  # the whole row in one block: BLOCK >= N
+            tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < N), mask=offs < N)
+
+    ''') + textwrap.dedent(body)
+
+
+@pytest.mark.parametrize("body, values, note", [
+    # a module constant (plain, or wrapped in tl.constexpr) feeds the launch
+    ("BLOCK_SIZE = 512\ndef f(x, y, n):\n    _k[(1,)](x, y, n, BLOCK=BLOCK_SIZE, GROUP_SIZE=128)\n",
+     {"BLOCK": 512, "num_warps": 4, "num_stages": 3}, "GROUP_SIZE=128 is not named like a tiling parameter"),
+    ("BLOCK_SIZE = tl.constexpr(256)\ndef f(x, y, n):\n    _k[(1,)](x, y, n, BLOCK_SIZE, 8, num_warps=2)\n",
+     {"BLOCK": 256, "num_warps": 2, "num_stages": 3}, "GROUP_SIZE=8 is not named like a tiling parameter"),
+    # the literal also sits in the grid: changing one without the other would be wrong
+    ("def f(x, y, n):\n    _k[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024, GROUP_SIZE=1, num_stages=2)\n",
+     {"num_warps": 4, "num_stages": 2}, "also appears in the grid"),
+    # assigned twice, or a parameter: not a literal the tuner owns (and _r has no loop to cap)
+    ("def f(x, y, n):\n    b = 64\n    if n > 4096:\n        b = 128\n    _r[(1,)](x, y, n, BLOCK=b)\n",
+     {"num_warps": 4}, "assigned more than once"),
+    ("def f(x, y, n, block):\n    _r[(1,)](x, y, n, BLOCK=block)\n",
+     {"num_warps": 4}, "is a parameter of `f`"),
+    ("def f(x, y, n):\n    _r[(1,)](x, y, n, BLOCK=triton.next_power_of_2(n))\n",
+     {"num_warps": 4}, "does not only step through a loop with it"),
+    # a launch inside a method resolves through the module, not the class body
+    ("BLOCK_R = 256\nclass ModelNew:\n    BLOCK_R = 64\n    def forward(self, x, y):\n"
+     "        _r[(1,)](x, y, 5, BLOCK=BLOCK_R, num_warps=2)\n",
+     {"BLOCK": 256, "num_warps": 2}, "no loop that loads"),
+    # **kwargs may hold the launch options already: adding them could pass them twice
+    ("def f(x, y, n, **opts):\n    _k[(1,)](x, y, n, BLOCK=256, GROUP_SIZE=1, **opts)\n",
+     {"BLOCK": 256}, "num_warps not added"),
+    # the kernel only steps through a loop with BLOCK: a cap on the computed value is safe
+    ("def f(x, y, n):\n    _k[(1,)](x, y, n, BLOCK=triton.next_power_of_2(n), GROUP_SIZE=1)\n",
+     {"BLOCK": None, "num_warps": 4, "num_stages": 3}, ""),
+    # ... but not when the grid is computed from the same variable
+    ("def f(x, y, n):\n    b = triton.next_power_of_2(n)\n    _k[(triton.cdiv(n, b),)](x, y, n, BLOCK=b, GROUP_SIZE=1)\n",
+     {"num_warps": 4, "num_stages": 3}, "is computed at run time"),
+])
+def test_analysis_cases(body, values, note):
+    analysis = analyse(_kernel_module(body))
+    assert analysis.values() == values, analysis.notes
+    assert any(note in n for n in analysis.notes), analysis.notes
+
+
+def test_introduced_cap_rewrites_to_min_and_back():
+    source = _kernel_module("def f(x, y, n):\n    _k[(1,)](x, y, n, BLOCK=triton.next_power_of_2(n), GROUP_SIZE=1)\n")
+    analysis = analyse(source)
+    assert analysis.knob("BLOCK").kind == "new_cap" and None in analysis.knob("BLOCK").domain()
+    variant = rewrite(source, analysis, {"BLOCK": 2048})
+    assert "BLOCK=min(triton.next_power_of_2(n), 2048), GROUP_SIZE=1" in variant
+    assert rewrite(source, analysis, {"BLOCK": None}) == source
+    # the capped variant is a literal cap of the same family
+    assert analyse(variant).values()["BLOCK"] == 2048
+    assert template_key(variant, analyse(variant)) == template_key(source, analysis)
+
+
+@pytest.mark.parametrize("source, why", [
+    # KernelBench style: plain PyTorch, no Triton at all
+    ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n",
+     "no @triton.jit kernel in the source"),
+    ("import triton\n@triton.jit\ndef k(x):\n    pass\nclass ModelNew:\n    pass\n",
+     "no launch kernel[grid](...)"),
+    ("import triton\n@triton.autotune(configs=[], key=['n'])\n@triton.jit\ndef k(x, n, BLOCK: 'tl.constexpr'):\n"
+     "    pass\ndef f(x, n):\n    k[(1,)](x, n)\n", "is under @triton.autotune"),
+    ("def broken(:\n", "the source does not parse"),
+])
+def test_nothing_to_tune_says_why(source, why):
+    analysis = analyse(source)
+    assert not analysis.knobs and analysis.reason.startswith("nothing to tune") and why in analysis.reason
+    result = OfflineProposer(seed=0).propose(source)
+    assert isinstance(result, NoProposal) and result.kind == "nothing_to_tune" and why in result.reason
+
+
+def test_rewrite_keeps_every_other_byte():
+    launch = "out.stride(0), BLOCK=4096, num_warps=8)"
+    assert launch in _seed("softmax")
+    source = _seed("softmax").replace(launch, "out.stride(0),\n        BLOCK=4096,  # a comment the tuner must keep\n        num_warps=8)")
+    analysis = analyse(source)
+    variant = rewrite(source, analysis, {"BLOCK": 8192, "num_warps": 4})
+    assert "BLOCK=8192,  # a comment the tuner must keep" in variant
+    # back to the original values: byte for byte the original
+    assert rewrite(variant, analyse(variant), {"BLOCK": 4096, "num_warps": 8}) == source
+    # an absent option is inserted after the last argument, nowhere else
+    staged = rewrite(source, analysis, {"num_stages": 2})
+    assert staged.replace(", num_stages=2", "", 1) == source
+    # its default leaves the text alone
+    assert rewrite(source, analysis, {"num_stages": OPTION_DEFAULTS["num_stages"]}) == source
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ({"BLOCK": 0}, "not a positive integer"),
+    ({"BLOCK": True}, "not a positive integer"),
+    ({"BLOCK": None}, "only an introduced cap"),
+    ({"BLOCK_Q": 64}, "no knob 'BLOCK_Q'"),
+])
+def test_rewrite_refuses_bad_assignments(assignment, message):
+    source = _seed("softmax")
+    with pytest.raises(KnobError, match=message):
+        rewrite(source, analyse(source), assignment)
+
+
+def test_rewrite_refuses_a_source_that_moved():
+    source = _seed("softmax")
+    analysis = analyse(source)
+    with pytest.raises(KnobError, match="not what was analysed"):
+        rewrite(source.replace("BLOCK=4096", "BLOCK=2048"), analysis, {"BLOCK": 8192})
+
+
+# --- variants still compute the right thing (Triton interpreter on the CPU) --------------------
+
+@pytest.mark.parametrize("name, assignment", [
+    ("silu_and_mul", {"BLOCK": 128, "num_warps": 2}),
+    ("softmax", {"BLOCK": 1024, "num_warps": 4, "num_stages": 2}),
+    ("rms_norm", {"num_warps": 2}),
+])
+def test_variant_matches_reference_under_the_interpreter(name, assignment, tmp_path, device):
+    task = load_task(name)
+    source = _seed(name)
+    variant = rewrite(source, analyse(source), assignment)
+    path = tmp_path / "variant.py"
+    path.write_text(variant)
+    strict_precision()
+    module = runtime.load_module(path)
+    reference = runtime.reference_module(task)
+    device_kind = "cuda" if device == "cuda" else "cpu"
+    for shape in task.shapes(device_kind, hidden=False) + task.shapes(device_kind, hidden=True):
+        init = runtime.make_init_inputs(task, shape)
+        ref_model = runtime.build_model(reference.Model, init, 0, device)
+        model = runtime.build_model(module.ModelNew, init, 0, device)
+        inputs = runtime.make_inputs(task, shape, task.distributions[0], 7, device)
+        high, low = run_reference(ref_model, inputs, task.mutated_inputs)
+        cand = clone_inputs(inputs)
+        outs = collect_outputs(model(*cand), cand, task.mutated_inputs)
+        for c, h, lo in zip(outs, high, low, strict=True):
+            result = compare(c, h, task.tolerance(str(lo.dtype).removeprefix("torch.")), low=lo)
+            assert result.ok, f"{shape}: {result.describe()}"
+
+
+# --- search ---------------------------------------------------------------------------------
+
+def _verdict(time_us: float | None, shapes=(("T", 1), ("T", 64))) -> dict:
+    """A verifier verdict dict (verdict.to_dict form): accepted with times, or rejected."""
+    if time_us is None:
+        return {"accepted": False, "status": "compile_error", "reason": "out of resources", "shapes": []}
+    rows = [{"shape": {k: v}, "hidden": False, "dtype": "bfloat16", "time_us": time_us * (1 + i)}
+            for i, (k, v) in enumerate(shapes)]
+    return {"accepted": True, "status": "accepted", "reason": "ok", "shapes": rows}
+
+
+def _silu_time(config) -> float | None:
+    """A made-up cost with its minimum at BLOCK=4096, num_warps=8; BLOCK=16384 fails to compile."""
+    if config["BLOCK"] >= 16384:
+        return None
+    return 10 + 3 * abs(math.log2(config["BLOCK"]) - 12) + 2 * abs(math.log2(config["num_warps"]) - 3)
+
+
+def _run(name, seed=0, limit=200, cost=_silu_time):
+    source = _seed(name)
+    proposer = OfflineProposer(seed=seed)
+    feedback = _verdict(cost(analyse(source).values()))
+    proposals, last = [], None
+    for _ in range(limit):
+        last = proposer.propose(source, feedback)
+        if isinstance(last, NoProposal):
+            break
+        proposals.append(last)
+        proposer.record(last.source, _verdict(cost(last.config)))
+    return proposals, last
+
+
+def test_search_never_repeats_and_runs_out():
+    proposals, last = _run("silu_and_mul")
+    configs = [tuple(p.config.items()) for p in proposals]
+    assert len(set(configs)) == len(configs)
+    assert len({p.code_hash for p in proposals}) == len(proposals)
+    assert isinstance(last, NoProposal) and last.kind == "exhausted"
+    # every configuration within reach was proposed once, the parent's excepted
+    assert f"all {len(proposals) + 1} configurations of BLOCK, num_warps" in last.reason
+    assert "best: BLOCK=4096 num_warps=8 at" in last.reason
+
+
+def test_search_follows_the_measurements():
+    proposals, _ = _run("silu_and_mul")
+    found = next(i for i, p in enumerate(proposals) if p.config == {"BLOCK": 4096, "num_warps": 8})
+    assert found < 8, [p.description for p in proposals[:found + 1]]
+    # the base of a proposal is never a rejected configuration
+    assert all(_silu_time(p.base) is not None for p in proposals)
+    assert proposals[1].description.startswith("offline tuning of _silu_and_mul_kernel: ")
+
+
+def test_tiny_space_is_exhausted_and_says_so():
+    proposer = OfflineProposer(seed=0)
+    source = _seed("rms_norm")  # num_warps only: 5 configurations, the parent's is one of them
+    warps = []
+    for _ in range(4):
+        result = proposer.propose(source)
+        assert isinstance(result, Proposal)
+        warps.append(result.config["num_warps"])
+    assert sorted(warps) == [1, 2, 4, 16]
+    result = proposer.propose(source)
+    assert isinstance(result, NoProposal) and result.kind == "exhausted"
+    assert "all 5 configurations of num_warps" in result.reason and "nothing measured" in result.reason
+
+
+def test_search_is_deterministic_under_a_seed():
+    def sequence(seed):
+        return [p.source for p in _run("gemm_small_m", seed=seed, limit=12, cost=_gemm_time)[0]]
+
+    assert sequence(0) == sequence(0)
+    assert sequence(0) != sequence(1)
+
+
+def _gemm_time(config) -> float:
+    return 20 + abs(math.log2(config["BLOCK_N"]) - 7) + config["num_stages"] * 0.5
+
+
+def test_proposals_in_flight_are_not_repeated():
+    proposer = OfflineProposer(seed=3)
+    source = _seed("softmax")
+    pending = [proposer.propose(source) for _ in range(30)]
+    assert len({p.code_hash for p in pending}) == 30 and all(isinstance(p, Proposal) for p in pending)
+
+
+def test_history_from_an_earlier_run_is_not_proposed_again():
+    first = OfflineProposer(seed=0)
+    source = _seed("silu_and_mul")
+    history = []
+    for _ in range(6):
+        p = first.propose(source, _verdict(20.0), history)
+        history.append((p.source, _verdict(_silu_time(p.config))))
+    resumed = OfflineProposer(seed=0)
+    before = {tuple(analyse(s).values().items()) for s, _ in history}
+    for _ in range(10):
+        p = resumed.propose(source, _verdict(20.0), history)
+        assert tuple(p.config.items()) not in before
+    # the resumed proposer centres on the best configuration the history measured
+    best = min(history, key=lambda h: h[1]["shapes"][0]["time_us"] if h[1]["accepted"] else math.inf)
+    assert p.base == analyse(best[0]).values()
+
+
+def test_a_new_best_within_noise_does_not_move_the_search():
+    proposer = OfflineProposer(seed=0)
+    source = _seed("rms_norm")
+    first = proposer.propose(source, _verdict(10.0))
+    proposer.record(first.source, _verdict(9.95))  # 0.5% faster: noise
+    assert proposer.propose(source).base == {"num_warps": 8}
+    third = proposer.propose(source)
+    proposer.record(third.source, _verdict(9.0))  # 10% faster: a real improvement
+    assert proposer.propose(source).base == third.config
