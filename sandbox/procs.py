@@ -82,9 +82,9 @@ def pids_of_uid(uid: int) -> list[int]:
     return found
 
 
-def _kill(pid: int) -> None:
+def _signal(pid: int, sig: int) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -97,13 +97,21 @@ def kill_group(pgid: int) -> None:
 
 
 def kill_tree(root: int, pgid: int | None = None) -> None:
-    """SIGKILL ``root``'s process group and every descendant seen now. Children are found before
-    anything is killed, since a killed parent's children are re-parented out of reach."""
-    victims = descendants(root, snapshot())
+    """SIGKILL ``root``'s process group and its whole tree. The tree is frozen first (SIGSTOP,
+    re-reading /proc until no new child shows up), so nothing can fork or be re-parented out of
+    reach between finding it and killing it."""
+    stopped: list[int] = []
+    for _ in range(100):
+        fresh = [pid for pid in descendants(root, snapshot()) if pid not in stopped]
+        if not fresh:
+            break
+        for pid in fresh:
+            _signal(pid, signal.SIGSTOP)
+        stopped += fresh
     if pgid is not None:
         kill_group(pgid)
-    for pid in victims:
-        _kill(pid)
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
 
 
 def sweep_uid(uid: int, patience: float = 10.0) -> bool:
@@ -117,5 +125,5 @@ def sweep_uid(uid: int, patience: float = 10.0) -> bool:
         if time.monotonic() > deadline:
             return False
         for pid in pids:
-            _kill(pid)
+            _signal(pid, signal.SIGKILL)
         time.sleep(0.01)

@@ -1,0 +1,141 @@
+"""The process backend's life cycle: trusted long-lived workers, broken specs, hidden paths,
+closing with work in flight, and (on a GPU machine) pinned GPU pools."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernforge.sandbox import FailureKind, Limits, ProcessBackend, SandboxError, WorkerFailure, WorkerSpec
+
+sys.path.append(str(Path(__file__).resolve().parent))  # tests/ helpers (importlib import mode)
+from sandbox_helpers import LIMITS, NEEDLE, TESTS, leftovers, run_job  # noqa: E402
+
+SPEC = WorkerSpec(env={"PYTHONPATH": str(TESTS)})
+
+
+def test_trusted_long_lived_worker(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", NEEDLE)
+    spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, isolation="none")
+    with ProcessBackend(spec, pool_size=1, refill=False) as backend:
+        assert backend.wait_warm(120) == 1
+        session = backend.session("sandbox_jobs.hostile:conversation", {}, Limits(wall_seconds=None))
+        assert session.deadline == float("inf")
+        for value in range(5):
+            session.send({"op": "ask", "value": value})
+            assert session.recv(30)["value"] == 2 * value
+        assert backend.counts()["started"] == 1  # no twin warming up behind a trusted worker
+        workdir = session.workdir
+        session.close()
+        assert leftovers(workdir, None) == []
+        secrets = run_job(backend, "read_secrets", {"needle": NEEDLE})
+        assert secrets.message == {"found": []} or all(not f.startswith("env") for f in secrets.message["found"])
+        assert backend.counts()["started"] == 2  # started on demand
+
+
+def test_trusted_worker_process_group_is_killed():
+    spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, isolation="none")
+    with ProcessBackend(spec, pool_size=0) as backend:
+        outcome = run_job(backend, "fork_spray", {"attempts": 5})
+        assert outcome.message["started"] == 5
+
+
+def test_broken_warmup_is_reported_not_retried_forever():
+    spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, warmup="sandbox_jobs.hostile:broken_warmup")
+    with ProcessBackend(spec, pool_size=1) as backend:
+        with pytest.raises(SandboxError, match="warm-up is broken on purpose"):
+            backend.session("sandbox_jobs.hostile:echo", {}, LIMITS)
+        started = backend.counts()["started"]
+        assert started <= 2 * 3  # gave up after a few failures (at most two starts in flight)
+        with pytest.raises(SandboxError, match="warm-up is broken on purpose"):
+            backend.session("sandbox_jobs.hostile:echo", {}, LIMITS)
+        assert backend.counts()["started"] == started
+
+
+def test_missing_preload_is_reported():
+    with ProcessBackend(WorkerSpec(preload=("no_such_module_kf",)), pool_size=1) as backend:
+        with pytest.raises(SandboxError, match="no_such_module_kf"):
+            backend.wait_warm(120)
+
+
+@pytest.mark.parametrize("env", [{"OPENAI_API_KEY": "x"}, {"CUDA_TOKEN": "x"}, {"LD_PRELOAD": "/x.so"},
+                                 {"HOME": "/root"}, {"CUDA_VISIBLE_DEVICES": "1"}])
+def test_spec_env_is_checked(env):
+    with pytest.raises(SandboxError):
+        ProcessBackend(WorkerSpec(env=env), pool_size=0)
+
+
+def test_unknown_isolation_is_refused():
+    with pytest.raises(SandboxError):
+        WorkerSpec(isolation="paranoid")
+
+
+def test_close_with_busy_and_warm_workers_leaves_nothing():
+    backend = ProcessBackend(SPEC, pool_size=2)
+    backend.wait_warm(120)
+    session = backend.session("sandbox_jobs.hostile:fork_spray", {"attempts": 5}, LIMITS)
+    session.recv(30)
+    uid = session.worker.lease.uid if session.worker.lease else None
+    private_dirs = [session.workdir.parent] + [w.private for w in list(backend._ready) + backend._starting]
+    backend.close()
+    assert leftovers(session.workdir, uid) == []
+    assert [d for d in private_dirs if d.exists()] == []
+    with pytest.raises(SandboxError):
+        session.recv(1)
+    with pytest.raises(SandboxError):
+        backend.session("sandbox_jobs.hostile:echo", {}, LIMITS)
+
+
+def test_hidden_paths_look_empty(tmp_path):
+    secret_dir = tmp_path / "hidden_tests"
+    secret_dir.mkdir()
+    (secret_dir / "shapes.txt").write_text("hidden shape 4097")
+    secret_file = tmp_path / "kernforge.db"
+    secret_file.write_text("archive rows")
+    for p in (tmp_path, secret_dir):  # readable by anyone: only hiding can protect them
+        p.chmod(0o755)
+    secret_file.chmod(0o644)
+    (secret_dir / "shapes.txt").chmod(0o644)
+    spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, hidden_paths=(str(secret_dir), str(secret_file)))
+    with ProcessBackend(spec, pool_size=0) as backend:
+        if backend.mechanism.name == "none":
+            pytest.skip("no mount namespace on this machine")
+        outcome = run_job(backend, "read_hidden", {"paths": [str(secret_dir / "shapes.txt"), str(secret_file)]})
+    assert "hidden shape" not in str(outcome.message) and "archive rows" not in str(outcome.message)
+
+
+def test_session_raises_classified_failure_on_send_to_dead_worker():
+    with ProcessBackend(SPEC, pool_size=0) as backend:
+        session = backend.session("sandbox_jobs.hostile:segfault", {}, LIMITS)
+        with pytest.raises(WorkerFailure) as info:
+            for _ in range(10_000):  # until the pipe breaks or the crash is noticed
+                session.send({"pad": "x" * 4096}, timeout=30)
+        session.close()
+    assert info.value.kind is FailureKind.CRASHED
+
+
+# ---- GPU pools (run on the H200: python -m pytest -m gpu) -----------------------------------------
+@pytest.mark.gpu
+def test_gpu_pool_pins_its_device_and_runs_a_kernel():
+    spec = WorkerSpec(device="0", preload=("torch", "triton"), warmup="sandbox_jobs.gpu:warm",
+                      env={"PYTHONPATH": str(TESTS)})
+    with ProcessBackend(spec, pool_size=1) as backend:
+        backend.wait_warm(300)
+        with backend.session("sandbox_jobs.gpu:add_one", {"n": 1000}, Limits(wall_seconds=120)) as session:
+            reply = session.recv(120)
+    assert reply["ok"] and reply["visible"] == "0" and reply["device_count"] == 1
+    assert reply["uid"] != 0 or os.geteuid() != 0 or not backend.drop_uid
+
+
+@pytest.mark.gpu
+def test_gpu_worker_crash_does_not_poison_the_next():
+    spec = WorkerSpec(device="0", preload=("torch", "triton"), warmup="sandbox_jobs.gpu:warm",
+                      env={"PYTHONPATH": str(TESTS)})
+    with ProcessBackend(spec, pool_size=1) as backend:
+        outcome = run_job(backend, "segfault", timeout=120)
+        assert outcome.failure.kind is FailureKind.CRASHED
+        with backend.session("sandbox_jobs.gpu:add_one", {"n": 10}, Limits(wall_seconds=120)) as session:
+            assert session.recv(120)["ok"]

@@ -1,0 +1,176 @@
+"""Sandbox pieces that need no worker: the environment allow-list, framing, failure classes,
+the file-system plan, and the doctor probes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import signal
+import struct
+from pathlib import Path
+
+import pytest
+
+from kernforge.sandbox import FailureKind, Limits, SandboxError, WorkerSpec
+from kernforge.sandbox.env import is_allowed, worker_env
+from kernforge.sandbox.isolation import MountOp, describe_isolation, mount_plan
+from kernforge.sandbox.protocol import MAX_FRAME_BYTES, FrameBuffer, encode
+from kernforge.sandbox.session import classify
+
+PARENT_ENV = {
+    "PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "PYTHONPATH": "/src", "CUDA_HOME": "/usr/local/cuda",
+    "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "TORCH_CUDA_ARCH_LIST": "9.0",
+    "OPENAI_API_KEY": "sk-1", "CUDA_API_KEY": "sk-2", "TRITON_TOKEN": "t", "HF_TOKEN": "t", "MY_PASSWORD": "p",
+    "AWS_SECRET_ACCESS_KEY": "s", "GH_CREDENTIALS": "c", "KERNFORGE_API_KEY": "k", "LD_PRELOAD": "/evil.so",
+    "SSH_AUTH_SOCK": "/tmp/agent", "HOME": "/root", "TRITON_CACHE_DIR": "/root/.triton", "EDITOR": "vi",
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", "0", "3"])
+def test_worker_env_is_an_allow_list_without_secrets(device, tmp_path):
+    env = worker_env(WorkerSpec(device=device), tmp_path, PARENT_ENV)
+    for name in ("OPENAI_API_KEY", "CUDA_API_KEY", "TRITON_TOKEN", "HF_TOKEN", "MY_PASSWORD", "AWS_SECRET_ACCESS_KEY",
+                 "GH_CREDENTIALS", "KERNFORGE_API_KEY", "LD_PRELOAD", "SSH_AUTH_SOCK", "EDITOR"):
+        assert name not in env
+    for name in ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH", "TORCH_CUDA_ARCH_LIST"):
+        assert env[name] == PARENT_ENV[name]
+    for name in ("HOME", "TMPDIR"):
+        assert env[name] == str(tmp_path)
+    for name in ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        assert Path(env[name]).parent == tmp_path
+    if device == "cpu":
+        assert env["CUDA_VISIBLE_DEVICES"] == "" and env["TRITON_INTERPRET"] == "1"
+    else:
+        assert env["CUDA_VISIBLE_DEVICES"] == device and "TRITON_INTERPRET" not in env
+
+
+@pytest.mark.parametrize("name", ["CUDA_KEY", "TORCH_TOKEN_X", "LC_SECRET", "KERNFORGE_PASSWORD", "triton_api_key"])
+def test_secret_markers_beat_the_allow_list(name):
+    assert not is_allowed(name)
+
+
+def test_spec_env_is_merged(tmp_path):
+    env = worker_env(WorkerSpec(env={"OMP_NUM_THREADS": "2", "PYTHONPATH": "/jobs"}), tmp_path, PARENT_ENV)
+    assert env["OMP_NUM_THREADS"] == "2" and env["PYTHONPATH"] == "/jobs"
+
+
+@pytest.mark.parametrize("env", [{"HF_TOKEN": "x"}, {"EDITOR": "vi"}, {"TMPDIR": "/tmp"}])
+def test_spec_env_refused(env, tmp_path):
+    with pytest.raises(SandboxError):
+        worker_env(WorkerSpec(env=env), tmp_path, {})
+
+
+def test_records_round_trip():
+    spec = WorkerSpec(device="1", preload=("torch",), warmup="m:f", env={"OMP_NUM_THREADS": "1"}, hidden_paths=("/a",))
+    assert WorkerSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    limits = Limits(wall_seconds=None, cpu_seconds=5)
+    assert Limits.from_dict(json.loads(json.dumps(limits.to_dict()))) == limits
+
+
+@pytest.mark.parametrize("device", ["cuda", "-1", "cuda:0"])
+def test_bad_device_refused(device):
+    with pytest.raises(SandboxError):
+        WorkerSpec(device=device)
+
+
+# ---- framing ------------------------------------------------------------------------------------
+def test_frames_split_anywhere_reassemble():
+    data = encode({"a": 1}) + encode({"b": [1, 2]}) + encode({"c": "é" * 1000})
+    for cut in (1, 3, 4, 5, 17, len(data) - 1):
+        buf, got = FrameBuffer(), []
+        for piece in (data[:cut], data[cut:]):
+            buf.feed(piece)
+            while (msg := buf.pop()) is not None:
+                got.append(msg)
+        assert got == [{"a": 1}, {"b": [1, 2]}, {"c": "é" * 1000}]
+
+
+@pytest.mark.parametrize("raw", [
+    struct.pack(">I", MAX_FRAME_BYTES + 1),
+    struct.pack(">I", 4) + b"nope",
+    struct.pack(">I", 9) + b"[1, 2, 3]",
+    struct.pack(">I", 2) + b"\xff\xfe",
+    struct.pack(">I", 200_000) + b"[" * 100_000 + b"]" * 100_000,
+])
+def test_bad_frames_raise_value_error(raw):
+    buf = FrameBuffer()
+    buf.feed(raw)
+    with pytest.raises(ValueError):
+        buf.pop()
+
+
+def test_oversized_message_refused_by_sender():
+    with pytest.raises(ValueError):
+        encode({"x": "a" * (MAX_FRAME_BYTES + 1)})
+
+
+# ---- failure classes ----------------------------------------------------------------------------
+LIM = Limits(cpu_seconds=10, file_bytes=1000, processes=8)
+
+
+@pytest.mark.parametrize("final, report, kind, words", [
+    (None, {"signal": signal.SIGSEGV, "cpu_seconds": 0.1}, FailureKind.CRASHED, "SIGSEGV"),
+    (None, {"signal": signal.SIGABRT, "cpu_seconds": 0.1}, FailureKind.CRASHED, "SIGABRT"),
+    (None, {"signal": signal.SIGKILL, "cpu_seconds": 0.1}, FailureKind.CRASHED, "OOM killer"),
+    (None, {"signal": signal.SIGKILL, "cpu_seconds": 11.0}, FailureKind.RESOURCE_LIMIT, "CPU time"),
+    (None, {"signal": signal.SIGXCPU, "cpu_seconds": 10.0}, FailureKind.RESOURCE_LIMIT, "CPU time"),
+    (None, {"signal": signal.SIGXFSZ}, FailureKind.RESOURCE_LIMIT, "file size"),
+    (None, {"exit_code": 0}, FailureKind.EXITED_EARLY, "code 0"),
+    (None, None, FailureKind.EXITED_EARLY, "supervisor"),
+    ({"status": "returned"}, {"exit_code": 0}, FailureKind.EXITED_EARLY, "returned"),
+    ({"status": "raised", "type": "MemoryError", "message": ""}, {"exit_code": 1}, FailureKind.OUT_OF_MEMORY, "MemoryError"),
+    ({"status": "raised", "type": "BlockingIOError", "message": "fork", "errno": errno.EAGAIN}, {"exit_code": 1},
+     FailureKind.RESOURCE_LIMIT, "process limit of 8"),
+    ({"status": "raised", "type": "OSError", "message": "File too large", "errno": errno.EFBIG}, {"exit_code": 1},
+     FailureKind.RESOURCE_LIMIT, "file size"),
+    ({"status": "raised", "type": "SystemExit", "message": "4", "code": 4}, {"exit_code": 1}, FailureKind.EXITED_EARLY, "sys.exit(4)"),
+    ({"status": "raised", "type": "KeyError", "message": "'x'"}, {"exit_code": 1}, FailureKind.EXITED_EARLY, "KeyError"),
+])
+def test_classify(final, report, kind, words):
+    got_kind, reason = classify(final, report, LIM)
+    assert got_kind is kind and words in reason
+
+
+# ---- file-system plan ---------------------------------------------------------------------------
+def test_mount_plan_covers_hides_and_binds_back(tmp_path):
+    home = tmp_path / "home"
+    (home / "venv" / "lib").mkdir(parents=True)
+    (home / "secrets").mkdir()
+    db = tmp_path / "repo" / "kernforge.db"
+    db.parent.mkdir()
+    db.write_text("x")
+    workdir = "/tmp/kf-sbx-test/work"
+    plan = mount_plan(workdir, needed=(str(home / "venv"), str(tmp_path / "repo"), "/usr/lib"),
+                      hidden=(str(home), str(db)), drop_uid=False)
+    by_path = {op.path: op for op in plan}
+    assert by_path["/tmp"] == MountOp("tmpfs", "/tmp", True, 0o1777)
+    assert by_path[workdir] == MountOp("bind", workdir, writable=True)
+    assert by_path[str(home)].kind == "tmpfs" and not by_path[str(home)].writable
+    assert by_path[str(home / "venv")] == MountOp("bind", str(home / "venv"))
+    assert by_path[str(db)].kind == "hide_file"
+    assert "/usr/lib" not in by_path  # visible anyway: not under any cover
+    if str(tmp_path).startswith("/tmp/"):  # under the private /tmp: bound back in
+        assert by_path[str(tmp_path / "repo")] == MountOp("bind", str(tmp_path / "repo"))
+    order = [op.path for op in plan]
+    assert order.index(str(home)) < order.index(str(home / "venv"))
+    assert order.index("/tmp") < order.index(workdir)
+
+
+def test_mount_plan_never_covers_system_folders():
+    plan = mount_plan("/tmp/w/work", needed=(), hidden=("/", "/usr", "/proc"), drop_uid=False)
+    assert {op.path for op in plan if op.kind == "tmpfs"} == {"/tmp", "/var/tmp", "/dev/shm"}
+
+
+# ---- doctor probes ------------------------------------------------------------------------------
+def test_describe_isolation_answers():
+    ok, detail = describe_isolation()
+    assert isinstance(ok, bool) and detail
+    if ok:
+        assert "no network" in detail
+
+
+def test_probe_docker_never_raises():
+    from kernforge.sandbox.docker_probe import probe_docker
+
+    ok, detail = probe_docker()
+    assert isinstance(ok, bool) and detail
