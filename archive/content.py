@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+from functools import lru_cache
 from typing import Any, Mapping
 
 #: What an environment key is made of: the things that change what a kernel does or how fast it
@@ -33,8 +34,13 @@ def normalize_code(code: str) -> str:
         return "\n".join(line for line in lines if line)
 
 
+@lru_cache(maxsize=4096)
 def code_hash(code: str) -> str:
-    """sha256 of the normalised code, hex."""
+    """sha256 of the normalised code, hex.
+
+    Parsing and unparsing costs milliseconds; the cache makes the loop's ``lookup`` before an
+    evaluation and its ``record_attempt`` after it hash each proposal once.
+    """
     return hashlib.sha256(normalize_code(code).encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -23,6 +23,7 @@ from .records import AttemptRecord, AttemptSummary, BestEntry, Population, Shape
 from .schema import RANKED_SHAPE
 
 _SHAPE_FIELDS = tuple(f.name for f in fields(ShapeResult))
+_ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRecord) if f.name != "verdict")
 _SUMMARY = (
     "SELECT a.id, t.name AS task, a.status, a.reason, a.created, a.parent_id, a.threat, a.model,"
     " a.proposer, a.score, a.gpu, a.reuse_of FROM attempts a JOIN tasks t ON t.id = a.task_id"
@@ -115,7 +116,7 @@ class Queries:
                 "flags": evidence.get("flags", ()), "environment": envs.get(row["env_key"], {}),
                 "shapes": [s.to_dict() for s in shapes.get(row["reuse_of"] or row["id"], ())],
             })
-            out.append(AttemptRecord.from_dict(row | {"verdict": verdict.to_dict()}))
+            out.append(AttemptRecord(**{k: row[k] for k in _ATTEMPT_FIELDS if k in row}, verdict=verdict))
         return out
 
     # ---- best ------------------------------------------------------------------------------
@@ -152,9 +153,11 @@ class Queries:
                     " ORDER BY score DESC LIMIT 1", (t["id"], g)).fetchone()
                 if row:
                     winners.append((t, row[0]))
+        ids = [attempt_id for _, attempt_id in winners]
+        records = {r.id: r for r in self._records(f"a.id IN ({','.join('?' * len(ids))})", ids)} if ids else {}
         out = []
         for t, attempt_id in winners:
-            a = self._records("a.id = ?", [attempt_id])[0]
+            a = records[attempt_id]
             out.append(BestEntry(
                 task=t["name"], task_id=t["id"], source_hash=t["source_hash"], gpu=a.gpu, attempt_id=a.id,
                 score=a.score, speedup_eager=a.speedup_eager, pct_roofline=a.pct_roofline, model=a.model,
@@ -196,29 +199,32 @@ class Queries:
         """
         chosen: set[str] = set()
 
-        def pick(where: str, params: list[Any], order: str, k: int, offset: int = 0) -> tuple[AttemptRecord, ...]:
-            # fetch a few spare rows: some may repeat code already picked
+        def pick(where: str, params: list[Any], order: str, k: int, offset: int = 0) -> list[int]:
+            # ids first (index only), a few spare: some may repeat code already picked
+            rows = self.conn.execute(
+                f"SELECT a.id, a.code_hash FROM attempts a WHERE {where} {order}"
+                f" LIMIT {int(max(k, 0) * 3)} OFFSET {int(offset)}", params)
             picked = []
-            for record in self._records(where, params, f"{order} LIMIT {int(max(k, 0) * 3)} OFFSET {int(offset)}"):
-                if len(picked) < k and record.code_hash not in chosen:
-                    chosen.add(record.code_hash)
-                    picked.append(record)
-            return tuple(picked)
+            for attempt_id, digest in rows:
+                if len(picked) < k and digest not in chosen:
+                    chosen.add(digest)
+                    picked.append(attempt_id)
+            return picked
 
         scope, args = ("a.task_id = ? AND a.gpu = ?", [task_id, gpu]) if gpu else ("a.task_id = ?", [task_id])
         ranked = f"{scope} AND a.score IS NOT NULL"
-        best = pick(ranked, args, "ORDER BY a.score DESC", top)
-        spread: tuple[AttemptRecord, ...] = ()
+        sections = {"top": pick(ranked, args, "ORDER BY a.score DESC", top), "diverse": []}
         scored = self.conn.execute(f"SELECT count(*) FROM attempts a WHERE {ranked}", args).fetchone()[0]
         below = scored - top
         for i in range(diverse if below > 0 else 0):
-            offset = top + (i * below) // diverse
-            spread += pick(ranked, args, "ORDER BY a.score DESC", 1, offset)
-        newest = pick(f"{scope} AND a.accepted = 1 AND a.reuse_of IS NULL", args, "ORDER BY a.id DESC", recent)
+            sections["diverse"] += pick(ranked, args, "ORDER BY a.score DESC", 1, top + (i * below) // diverse)
+        sections["recent"] = pick(f"{scope} AND a.accepted = 1 AND a.reuse_of IS NULL", args, "ORDER BY a.id DESC", recent)
         marks = ",".join("?" * len(REPAIRABLE))
-        broken = pick(f"{scope} AND a.accepted = 0 AND a.reuse_of IS NULL AND a.status IN ({marks})",
-                      args + list(REPAIRABLE), "ORDER BY a.id DESC", failures)
-        return Population(top=best, diverse=spread, recent=newest, failures=broken)
+        sections["failures"] = pick(f"{scope} AND a.accepted = 0 AND a.reuse_of IS NULL AND a.status IN ({marks})",
+                                    args + list(REPAIRABLE), "ORDER BY a.id DESC", failures)
+        ids = [i for section in sections.values() for i in section]
+        records = {r.id: r for r in self._records(f"a.id IN ({','.join('?' * len(ids))})", ids)} if ids else {}
+        return Population(**{name: tuple(records[i] for i in section) for name, section in sections.items()})
 
     @guarded
     def lineage(self, attempt_id: int) -> list[AttemptSummary]:
@@ -238,12 +244,15 @@ class Queries:
         ids = {t["id"] for t in self._tasks(task)}
         per_task: dict[str, dict[str, Any]] = {}
         per_model: dict[str, dict[str, Any]] = {}
-        for row in self.db.query("SELECT l.*, t.name FROM tallies l JOIN tasks t ON t.id = l.task_id"):
-            if row["task_id"] not in ids:
-                continue
-            model = row["model"] or row["proposer"] or "-"
-            for key, table in ((row["name"], per_task), (model, per_model)):
-                _tally(table.setdefault(key, {"key": key}), row)
+        sums = ("sum(l.attempts) AS attempts, sum(l.reused) AS reused, sum(l.tokens_in) AS tokens_in,"
+                " sum(l.tokens_out) AS tokens_out, sum(l.cost_usd) AS cost_usd, l.status, l.threat")
+        marks = ",".join("?" * len(ids))
+        for key, table in (("t.name", per_task), ("coalesce(nullif(l.model, ''), nullif(l.proposer, ''), '-')", per_model)):
+            for row in self.db.query(
+                f"SELECT {key} AS key, {sums} FROM tallies l JOIN tasks t ON t.id = l.task_id"
+                f" WHERE l.task_id IN ({marks}) GROUP BY 1, l.status, l.threat", list(ids),
+            ):
+                _tally(table.setdefault(row["key"], {"key": row["key"]}), row)
         return Stats(
             per_task=tuple(StatRow.from_dict(v) for _, v in sorted(per_task.items())),
             per_model=tuple(StatRow.from_dict(v) for _, v in sorted(per_model.items())),

@@ -58,6 +58,7 @@ class Archive(Queries):
         self.readonly = readonly
         self.conn = conn
         self.db = Database(conn, execute_plugins=False)
+        self._columns: dict[str, tuple[str, ...]] = {}
 
     # ---- opening ---------------------------------------------------------------------------
     @classmethod
@@ -131,6 +132,11 @@ class Archive(Queries):
 
     def close(self) -> None:
         self.conn.close()
+
+    def columns(self, table: str) -> tuple[str, ...]:
+        if table not in self._columns:
+            self._columns[table] = tuple(c.name for c in self.db[table].columns)
+        return self._columns[table]
 
     def __enter__(self) -> "Archive":
         return self
@@ -343,6 +349,15 @@ class _BatchWriter:
         for i, value in enumerate((1, a.tokens_in, a.tokens_out, a.cost_usd, a.latency_s)):
             spent[i] += value
 
+    def _insert(self, table: str, rows: list[dict[str, Any]]) -> None:
+        # A prepared executemany: table.insert_all sniffs every value for JSON, which at batch
+        # volume costs more than SQLite's own work; the values here are already plain.
+        if not rows:
+            return
+        columns = self.archive.columns(table)
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        self.conn.executemany(sql, [tuple(row.get(c) for c in columns) for row in rows])
+
     def flush(self) -> None:
         db = self.archive.db
         for key, env in self.environments.items():
@@ -351,8 +366,8 @@ class _BatchWriter:
                                            "created": _now()},
                 ignore=True,
             )
-        db["attempts"].insert_all(self.attempts)
-        db["measurements"].insert_all(self.measurements)
+        self._insert("attempts", self.attempts)
+        self._insert("measurements", self.measurements)
         self.conn.executemany(
             "INSERT INTO tallies (task_id, proposer, model, status, threat, attempts, reused, tokens_in,"
             " tokens_out, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET"
