@@ -43,7 +43,7 @@ l2-persist           18   ``accessPolicyWindow``, ``cudaLimitPersistingL2CacheSi
                           ``cudaCtxResetPersistingL2Cache``, persisting access properties
 torch-compute        16   (torch ops forbidden) a torch compute op outside kernel bodies:
                           ``torch.X``, ``F.X``, ``torch.ops.aten.X``, tensor methods ``.sum()``,
-                          ``at::X``/``torch::X`` in C++; see ``torch_ops.py``
+                          ``at::X``/``torch::X`` in C++, the ``@`` operator; see ``torch_ops.py``
 torch-layer          16   (torch ops forbidden) calling a ``torch.nn`` layer (``self.linear(x)``)
 torch-compile        16   ``torch.compile``, ``torch.jit.script/trace``, ``torch._dynamo``,
                           ``torch._inductor``, ``torch.export``, ``torch.fx``
@@ -328,7 +328,7 @@ class _Screen:
                 refs.setdefault(node.id, []).append(node)
             elif isinstance(node, ast.Attribute):
                 attr_refs.setdefault(node.attr, []).append(node)
-        built: set[ast.AST] = set()
+        built: set[ast.AST] = set(self._backward_methods(attr_refs))
         ok_classes: set[str] = set()
 
         def at_build_time(ref: ast.AST) -> bool:
@@ -372,6 +372,15 @@ class _Screen:
                         built.add(fn)
                         changed = True
         return built
+
+    def _backward_methods(self, attr_refs: dict[str, list[ast.AST]]) -> Iterator[ast.AST]:
+        """``backward`` of a ``torch.autograd.Function``: only autograd calls it, and the harness
+        runs forward alone (unless the module names ``.backward`` somewhere)."""
+        if "backward" in attr_refs:
+            return
+        for cls in self.classes.values():
+            if any(p[:2] == ("torch", "autograd") and p[-1] == "Function" for b in cls.bases for p in self.resolve(b)):
+                yield from (f for f in cls.body if isinstance(f, _FUNCS) and f.name == "backward")
 
     def _layers(self) -> tuple[set[str], set[str]]:
         """``self.X`` attributes and module names that hold a torch.nn layer (or a container of them)."""
@@ -425,6 +434,10 @@ class _Screen:
             self._check_string(node)
         if isinstance(node, ast.Call):
             self._check_call(node, ctx)
+        if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult) \
+                and not (self.allow or ctx.jit or ctx.construction):
+            # launchers do integer arithmetic with + - * //, but never multiply matrices
+            self.report(node, "torch-compute", _snippet(node), "multiplies matrices with `@`, a torch compute op")
         if isinstance(node, ast.Attribute):
             self._check_identifier(node, node.attr)
             if node.attr in R.INTROSPECTION_ATTRS:
@@ -572,6 +585,7 @@ class _Screen:
         name = func.attr
         if name in R.SUBCLASS_METHODS:
             self.report(node, "tensor-subclass", _snippet(node), "turns a tensor into a subclass")
+            return
         if resolved or self.allow or ctx.jit or ctx.construction or self.resolve(func.value):
             return
         if name in HOST_EXPORT_METHODS:
@@ -636,11 +650,21 @@ class _Screen:
         for h in node.handlers:  # type: ignore[attr-defined]
             if h.type is not None and not self._broad(h.type, imports_only):
                 continue
-            if _reraises(h):
+            if _reraises(h) or self._retries_own_kernel(h):
                 continue
             caught = "everything" if h.type is None else f"`{_snippet(h.type)}`"
             text = "except:" if h.type is None else f"except {_snippet(h.type)}"
             self.report(h, "try-fallback", text, f"catches {caught} and carries on")
+
+    def _retries_own_kernel(self, handler: ast.ExceptHandler) -> bool:
+        """``except OutOfResources:`` that launches one of the candidate's Triton kernels again
+        (a smaller tile): the fallback is its own kernel."""
+        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        if not types or not all(t is not None and _snippet(t).split(".")[-1] == "OutOfResources" for t in types):
+            return False
+        kernels = {f.name for f in self.jit}
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Name)
+                   and n.func.value.id in kernels for stmt in handler.body for n in ast.walk(stmt))
 
     def _broad(self, expr: ast.AST, imports_only: bool) -> bool:
         """Whether an exception type (or tuple of types) can catch a failing kernel's error."""
@@ -654,7 +678,10 @@ class _Screen:
 
     def _check_string(self, node: ast.Constant) -> None:
         text = R.strip_c_comments(node.value)
+        c_like = R.looks_like_c(text)
         for tok in R.CUDA_TOKENS:
+            if not (tok.in_python or c_like):
+                continue  # generic C words (`system(`, `fopen`) only count in C/C++ source
             for m in tok.pattern.finditer(text):
                 line = node.lineno + text.count("\n", 0, m.start())
                 self.report(line, tok.rule, _snippet(m.group(0).strip()), f"{tok.what} in CUDA source")

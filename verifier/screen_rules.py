@@ -221,6 +221,14 @@ CPP_ATEN_CALL = re.compile(r"\b(?:at|torch)::([a-z_][a-z0-9_]*)\s*\(")
 #: ``m.def("name", ...)`` in pybind11 sources: functions the candidate's extension exports
 PYBIND_DEF = re.compile(r"\.def\s*\(\s*\"(\w+)\"")
 
+_C_MARKERS = ("#include", "__global__", "__device__", 'extern "C"', "PYBIND11_MODULE", "TORCH_LIBRARY", "torch::", "at::")
+
+
+def looks_like_c(text: str) -> bool:
+    """Whether a string is C/C++ source rather than prose (a docstring that says "system (...)")."""
+    return any(m in text for m in _C_MARKERS) or ("{" in text and ";" in text)
+
+
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 

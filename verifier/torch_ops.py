@@ -52,9 +52,8 @@ ALLOCATION = frozenset({
     "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided",
     "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like",
     "new_full", "arange", "range", "linspace", "logspace", "eye", "scalar_tensor",
-    # torch.tensor(data) lifts a constant; from_numpy/frombuffer wrap host memory
-    "tensor", "as_tensor", "asarray", "from_numpy", "frombuffer", "lift", "lift_fresh",
-    "lift_fresh_copy",
+    # torch.tensor(data) and torch.as_tensor(data) reach aten as lift_fresh
+    "lift", "lift_fresh", "lift_fresh_copy",
     # values from an RNG, never from an input
     "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm",
     "uniform_", "normal_", "random_", "exponential_", "cauchy_", "log_normal_", "geometric_",
@@ -78,14 +77,12 @@ VIEWS = frozenset({
 })
 
 METADATA = frozenset({
-    "size", "stride", "numel", "nelement", "dim", "ndimension", "is_contiguous",
+    "size", "stride", "numel", "dim", "is_contiguous",
     "storage_offset", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
     "is_complex", "is_floating_point", "is_signed", "is_inference", "is_conj", "is_neg",
-    "is_same_size", "is_pinned", "is_nonzero", "is_strides_like_format",
-    "is_non_overlapping_and_dense", "_has_compatible_shallow_copy_type", "output_nr",
+    "is_same_size", "is_pinned", "is_nonzero", "_has_compatible_shallow_copy_type", "output_nr",
     "_version", "is_leaf", "data", "requires_grad_", "retain_grad", "record_stream",
-    "_assert_tensor_metadata", "data_ptr", "element_size", "get_device", "untyped_storage",
-    "dim_order",
+    "_assert_tensor_metadata", "get_device",
 })
 
 MOVEMENT = frozenset({
@@ -100,9 +97,9 @@ ALLOWED_ATEN = ALLOCATION | VIEWS | METADATA | MOVEMENT
 #: prims ops that only allocate, view or copy (seen only when a decomposition runs)
 ALLOWED_PRIMS = frozenset({
     "view_of", "view_of_dtype", "broadcast_in_dim", "squeeze", "transpose", "reshape",
-    "collapse_view", "split_dim", "slice", "slice_in_dim", "as_strided", "empty_strided",
-    "empty_permuted", "full", "full_like", "iota", "scalar_tensor", "convert_element_type",
-    "device_put", "copy_to", "copy_strided", "clone", "resize", "fill", "alias",
+    "collapse_view", "split_dim", "as_strided", "empty", "empty_strided", "empty_permuted", "full",
+    "full_like", "iota", "scalar_tensor", "convert_element_type", "device_put", "copy_to",
+    "copy_strided", "clone", "resize", "fill", "uniform", "item",
 })
 
 #: torch's own op namespaces besides aten/prims: their ops compute (collectives, quantized
@@ -217,10 +214,13 @@ def is_bookkeeping(name: str) -> bool:
 
 
 #: Python-level spellings that reach the bookkeeping aten ops above through composites
+#: (``x.half()`` is ``_to_copy``, ``torch.tensor`` is ``lift_fresh``) or never reach aten at all
+#: (``data_ptr``, ``element_size``)
 _PYTHON_ONLY_BOOKKEEPING = frozenset({
     "type", "cpu", "cuda", "float", "double", "half", "bfloat16", "int", "long", "short", "char",
-    "byte", "bool", "cfloat", "cdouble", "new_tensor", "is_set_to", "is_shared", "storage",
-    "share_memory_", "stride", "ndim", "T", "mT", "H", "mH",
+    "byte", "bool", "cfloat", "cdouble", "new_tensor", "tensor", "as_tensor", "asarray",
+    "from_numpy", "frombuffer", "data_ptr", "element_size", "nelement", "ndimension",
+    "untyped_storage", "dim_order", "is_set_to", "is_shared", "storage", "ndim", "T", "mT",
 })
 
 
