@@ -239,6 +239,31 @@ def archive_migrate(db: DbOpt = DEFAULT_DB) -> None:
         out.print(f"{db}: archive schema v{archive.migrate()}")
 
 
+# ---- export -----------------------------------------------------------------------------------
+@command(app, "export")
+def export_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write the package into (new, or an earlier export with --force).")],
+    db: DbOpt = DEFAULT_DB,
+    name: Annotated[str, typer.Option(help="Package name; also the torch.library namespace of its ops.")] = "kernforge_kernels",
+    tasks: Annotated[Optional[list[str]], typer.Option("--tasks", help="Only these tasks (names or paths; repeat or comma-separate).")] = None,
+    gpu: Annotated[Optional[list[str]], typer.Option(help="Only GPUs whose name contains this (repeatable); 'cpu' for interpreter-verified kernels.")] = None,
+    min_speedup: Annotated[float, typer.Option(help="A bucket runs a kernel only at this speedup over --baseline or more.")] = 1.0,
+    baseline: Annotated[str, typer.Option(help="What --min-speedup compares with: 'eager' (the op's fallback) or 'compile'.")] = "eager",
+    force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in --out.")] = False,
+) -> None:
+    """Write the best verified kernels as a pip-installable package of torch custom ops."""
+    from kernforge.archive import export
+
+    wanted = tuple(t.strip() for item in tasks or () for t in item.split(",") if t.strip())
+    options = export.ExportOptions(name=name, tasks=wanted, gpus=tuple(gpu or ()), min_speedup=min_speedup,
+                                   baseline=baseline, force=force)
+    try:
+        result = export.export(db, out_dir, options)
+    except export.NothingToExport as error:
+        fail(str(error), code=1)
+    out.print(export.summary(result), highlight=False)
+
+
 # ---- doctor -----------------------------------------------------------------------------------
 @command(app)
 def doctor(as_json: JsonOpt = False) -> None:
