@@ -190,11 +190,15 @@ class LLMClient:
         # Always an explicit key: given None, the SDK reads OPENAI_API_KEY from the environment
         # and would send an OpenAI key to a local or third-party server. vLLM's placeholder is "EMPTY".
         self._secret = config.api_key.reveal() if config.api_key is not None else ""
+        # Plain http (a local vLLM/SGLang server) has no TLS: skip loading the CA bundle, which
+        # costs a few hundred milliseconds per client.
+        plain = config.base_url.startswith("http://")
         self._client = openai.AsyncOpenAI(
             api_key=self._secret or "EMPTY",
             base_url=config.base_url,
             max_retries=0,
             timeout=openai.Timeout(config.request_timeout_s, connect=config.connect_timeout_s),
+            http_client=openai.DefaultAsyncHttpxClient(verify=False) if plain else None,
         )
 
     def __repr__(self) -> str:

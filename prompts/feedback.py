@@ -45,6 +45,20 @@ def clip(text: str, limit: int, *, keep: str = "both") -> str:
     return text[:head] + marker + text[len(text) - (limit - head):]
 
 
+def excerpt(text: str, redactor: "Redactor", limit: int, *, keep: str = "both") -> str:
+    """``clip(redactor.scrub(text))`` without scrubbing megabytes that are cut anyway.
+
+    Each kept end is scrubbed with a margin as wide again, so a label cannot be split by the cut.
+    """
+    if len(text) <= 2 * limit:
+        return clip(redactor.scrub(text), limit, keep=keep)
+    head_n = {"head": limit, "tail": 0}.get(keep, int(limit * 0.4))
+    tail_n = limit - head_n if keep != "head" else 0
+    head = redactor.scrub(text[: 2 * limit])[:head_n] if head_n else ""
+    tail = redactor.scrub(text[-2 * limit:])[-tail_n:] if tail_n else ""
+    return f"{head}\n[... about {len(text) - limit} characters cut ...]\n{tail}"
+
+
 class Redactor:
     """Masks the sizes of a task's hidden shapes in free text (verifier reasons, error logs).
 
@@ -166,8 +180,8 @@ def evidence_text(evidence: Mapping[str, Any], redactor: Redactor, *, value_char
             continue
         if isinstance(value, str) and ("\n" in value or len(value) > value_chars):
             keep = "tail" if "Traceback" in value else "both"
-            blocks.append(f"{key}:\n```text\n{clip(redactor.scrub(value.rstrip()), log_chars, keep=keep)}\n```")
+            blocks.append(f"{key}:\n```text\n{excerpt(value.rstrip(), redactor, log_chars, keep=keep)}\n```")
             continue
         shown = value if isinstance(value, str) else json.dumps(value, default=str)
-        lines.append(f"- {key}: {clip(redactor.scrub(shown), value_chars, keep='head')}")
+        lines.append(f"- {key}: {excerpt(shown, redactor, value_chars, keep='head')}")
     return "\n".join(lines + blocks)

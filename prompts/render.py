@@ -14,7 +14,6 @@ nominal figures are used and labelled as such.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,7 +26,7 @@ from kernforge.tasks.report import NOMINAL_BANDWIDTH, NOMINAL_FLOPS
 from kernforge.tasks.spec import Task
 from kernforge.verifier.verdict import THREATS
 
-from .feedback import Redactor, clip, evidence_text, hidden_line, public_table
+from .feedback import Redactor, clip, evidence_text, excerpt, hidden_line, public_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -164,14 +163,16 @@ def task_section(task: Task, hardware: Mapping[str, Any], device_kind: str, limi
     )
 
 
+_DOCSTRING = re.compile(r"""\A\s*(?:#[^\n]*\n\s*)*[rRuU]?(\"\"\"|\'\'\'|"|')(.*?)\1""", re.DOTALL)
+
+
 def _summary(code: str, given: str) -> str:
+    """The given summary, else the first line of the module docstring (no parse: code may be huge)."""
     if given:
         return given
-    try:
-        doc = ast.get_docstring(ast.parse(code))
-    except (SyntaxError, ValueError):
-        return ""
-    return doc.strip().splitlines()[0] if doc and doc.strip() else ""
+    match = _DOCSTRING.match(code[:4000])
+    lines = match.group(2).strip().splitlines() if match else []
+    return lines[0].strip() if lines else ""
 
 
 def parent_section(parent: Parent, floors: Mapping[str, float], redactor: Redactor, limits: Limits,
@@ -201,7 +202,7 @@ def parent_section(parent: Parent, floors: Mapping[str, float], redactor: Redact
     return fill(
         "parent_rejected", summary=summary, code=code,
         status=verdict.get("status", "rejected"),
-        reason=clip(redactor.scrub(str(verdict.get("reason", ""))), limits.reason_chars, keep="both"),
+        reason=excerpt(str(verdict.get("reason", "")), redactor, limits.reason_chars),
         threat=threat_line,
         evidence=("Evidence:\n" + evidence) if evidence else "",
         table=("Measured on public shapes before it failed:\n" + table) if table else "",
@@ -214,7 +215,7 @@ def _measured(verdict: Mapping[str, Any] | None, redactor: Redactor) -> str:
     if verdict is None:
         return "(not measured)"
     if not verdict.get("accepted"):
-        return f"rejected ({verdict.get('status')}): " + clip(redactor.scrub(str(verdict.get("reason", ""))), 200, keep="head")
+        return f"rejected ({verdict.get('status')}): " + excerpt(str(verdict.get("reason", "")), redactor, 200, keep="head")
     public = [r for r in verdict.get("shapes", ()) if not r.get("hidden")]
     parts = []
     for key, name in (("speedup_compile", "vs torch.compile"), ("speedup_eager", "vs eager"), ("pct_bandwidth", "copy bandwidth")):
@@ -239,7 +240,7 @@ def inspirations_section(items: Sequence[Inspiration], redactor: Redactor, limit
 
 
 def lessons_section(lessons: Sequence[str], redactor: Redactor, limits: Limits) -> str:
-    kept = [clip(redactor.scrub(" ".join(str(l).split())), limits.lesson_chars, keep="head") for l in lessons if str(l).strip()]
+    kept = [excerpt(" ".join(str(l).split()), redactor, limits.lesson_chars, keep="head") for l in lessons if str(l).strip()]
     if not kept:
         return ""
     return fill("lessons", items="\n".join(f"- {l}" for l in kept))
@@ -285,10 +286,11 @@ def render(
     code_chars = limits.parent_code_chars
     dropped: list[str] = [f"inspiration {i + 1}" for i in range(limits.max_inspirations, len(inspirations))]
     dropped += [f"{len(lessons) - len(kept_lessons)} older lesson(s)"] if len(lessons) > len(kept_lessons) else []
+    parent_text = parent_section(parent, floors, redactor, limits, code_chars) if parent else ""
     while True:
         user = fill(
             "user",
-            parent=parent_section(parent, floors, redactor, limits, code_chars) if parent else "",
+            parent=parent_text,
             inspirations=inspirations_section(kept_inspirations, redactor, limits),
             lessons=lessons_section(kept_lessons, redactor, limits),
             **fixed,
@@ -306,6 +308,7 @@ def render(
         elif parent is not None and code_chars > 2_000:
             code_chars //= 2
             dropped.append(f"parent code beyond {code_chars} characters")
+            parent_text = parent_section(parent, floors, redactor, limits, code_chars)
         else:
             user = clip(user, max(limits.total_chars - len(system), 1_000), keep="both")
             dropped.append("the middle of the prompt")

@@ -230,15 +230,16 @@ def test_malformed_reply_is_retried(fake_llm, tmp_path):
 
 
 def test_slow_server_hits_the_hard_limit_then_recovers(fake_llm, tmp_path):
+    # The limit leaves a loaded machine time for the good reply; the slow one would take 30 s.
     fake_llm.script = [slow(30, reply(fenced(GOOD_KERNEL))), reply(fenced(GOOD_KERNEL))]
-    c = propose(make_config(fake_llm, tmp_path, request_timeout_s=0.3))
+    c = propose(make_config(fake_llm, tmp_path, request_timeout_s=1.5))
     assert c.retries == 1 and c.code == GOOD_KERNEL and len(fake_llm.completions) == 2
 
 
 def test_slow_server_every_time_fails_with_timeout(fake_llm, tmp_path):
     fake_llm.script = [slow(30)] * 3
     with pytest.raises(LLMError) as info:
-        propose(make_config(fake_llm, tmp_path, request_timeout_s=0.2, max_retries=1))
+        propose(make_config(fake_llm, tmp_path, request_timeout_s=0.3, max_retries=1))
     assert info.value.kind == "timeout" and info.value.retries == 1 and len(fake_llm.completions) == 2
 
 
@@ -250,17 +251,17 @@ def test_total_deadline_stops_retrying(fake_llm, tmp_path):
 
 
 def test_concurrency_limit(fake_llm, tmp_path):
-    fake_llm.script = [slow(0.15, reply(fenced(GOOD_KERNEL))) for _ in range(6)]
+    fake_llm.script = [slow(0.5, reply(fenced(GOOD_KERNEL))) for _ in range(4)]
     config = make_config(fake_llm, tmp_path, concurrency=2)
 
     async def go():
         async with LLMClient(config) as client:
-            return await asyncio.gather(*(client.propose(MESSAGES) for _ in range(6)))
+            return await asyncio.gather(*(client.propose(MESSAGES) for _ in range(4)))
 
     results = asyncio.run(go())
     assert all(r.code == GOOD_KERNEL for r in results)
-    # Six requests, each held 0.15 s by the server: two at a time, never more.
-    assert fake_llm.max_in_flight == 2 and len(fake_llm.completions) == 6
+    # Four requests, each held 0.5 s by the server: two at a time, never more.
+    assert fake_llm.max_in_flight == 2 and len(fake_llm.completions) == 4
 
 
 # ---- the key -----------------------------------------------------------------------------------
