@@ -72,8 +72,9 @@ def code(rng: random.Random, task: str, salt: int) -> str:
 def shapes(rng: random.Random, status: Status, environment: Mapping[str, Any]) -> tuple[ShapeResult, ...]:
     timing = "interpreter" if environment.get("device") == "cpu" else rng.choice(("graph",) * 9 + ("eager",))
     out = []
-    for i in range(rng.randint(2, 8)):
-        shape = {"T": rng.choice((1, 16, 128, 1024, 4096, 8192)), "H": rng.choice((2048, 4096, 5120, 8192))}
+    grid = [(t, h) for t in (1, 16, 128, 1024, 4096, 8192) for h in (2048, 4096, 5120, 8192)]
+    for i, (t, h) in enumerate(rng.sample(grid, rng.randint(2, 8))):
+        shape = {"T": t, "H": h}
         base = shape["T"] * shape["H"] * 6e-6 + 2.0  # a memory-bound op: bytes over ~4 TB/s, plus launch
         if status is Status.ACCEPTED:
             t = base * rng.uniform(0.6, 2.5)
