@@ -270,6 +270,11 @@ def read_config_file(env: Mapping[str, str] | None = None) -> tuple[dict[str, An
     if not isinstance(llm, dict) or set(llm) - _FILE_LLM_KEYS:
         bad = sorted(set(llm) - _FILE_LLM_KEYS) if isinstance(llm, dict) else "[llm] is not a table"
         raise ConfigError(f"{path}: unknown [llm] setting(s) {bad}; known: {sorted(_FILE_LLM_KEYS)}")
+    for name in ("provider", "base_url", "model", "api_key"):
+        if name in llm and not isinstance(llm[name], str):
+            raise ConfigError(f"{path}: [llm] {name} must be a string")
+    if not isinstance(data.get("keys", {}), dict) or not isinstance(data.get("prices", {}), dict):
+        raise ConfigError(f"{path}: [keys] and [prices] must be tables")
     return data, path
 
 

@@ -189,11 +189,10 @@ def extract_code(text: str | None, *, truncated: bool = False) -> Extraction:
 def _unfenced(text: str, truncated: bool) -> Extraction:
     if truncated:
         return Extraction(None, "the reply hit the output token limit and has no closed code block", "truncated")
-    # The whole reply may be the module, or prose followed by the module.
-    candidates = [text]
-    start = _MODULE_START.search(text)
-    if start is not None and start.start() > 0:
-        candidates.append(text[start.start():])
+    # The whole reply may be the module, or prose followed by the module: try each line that
+    # could open one (a markdown "# Plan" heading also looks like a comment, so not just the first).
+    starts = [m.start() for m in _MODULE_START.finditer(text)][:50]
+    candidates = [text] + [text[i:] for i in starts if i > 0]
     for code in candidates:
         tree = _parse(code)
         if tree is not None and _defines_model_new(code, tree):

@@ -63,7 +63,10 @@ class Completion:
 
 
 class Proposer(Protocol):
-    """What the loop calls. The offline tuner implements the same method."""
+    """What the loop calls for an LLM proposal (LLMClient; a test double can stand in).
+
+    The offline tuner (offline.py) works on source text, not messages, and has its own interface.
+    """
 
     async def propose(self, messages: Sequence[Message]) -> Completion: ...
 
@@ -283,12 +286,10 @@ class LLMClient:
 
     def _backoff(self, retries: int, retry_after: float | None) -> float:
         """Exponential back-off with full jitter; a server's Retry-After is a floor, not a hint."""
-        cap = min(self.config.backoff_max_s, self.config.backoff_base_s * 2**retries)
-        jitter = self._rng.uniform(0, cap)
         if retry_after is not None:
             # Small jitter on top so clients told the same instant do not all return at once.
             return retry_after + self._rng.uniform(0, self.config.backoff_base_s)
-        return jitter
+        return self._rng.uniform(0, min(self.config.backoff_max_s, self.config.backoff_base_s * 2**retries))
 
     async def _create(self, model: str, messages: Sequence[Message], max_output_tokens: int | None,
                       temperature: float | None) -> Any:

@@ -240,10 +240,12 @@ def inspirations_section(items: Sequence[Inspiration], redactor: Redactor, limit
 
 
 def lessons_section(lessons: Sequence[str], redactor: Redactor, limits: Limits) -> str:
-    kept = [excerpt(" ".join(str(l).split()), redactor, limits.lesson_chars, keep="head") for l in lessons if str(l).strip()]
+    # One line each: whitespace runs collapse so a multi-line lesson cannot break the list.
+    kept = [excerpt(" ".join(str(text).split()), redactor, limits.lesson_chars, keep="head")
+            for text in lessons if str(text).strip()]
     if not kept:
         return ""
-    return fill("lessons", items="\n".join(f"- {l}" for l in kept))
+    return fill("lessons", items="\n".join(f"- {text}" for text in kept))
 
 
 def instructions(parent: Parent | None) -> str:

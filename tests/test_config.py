@@ -127,6 +127,8 @@ def test_default_file_location_follows_xdg(tmp_path):
     ("[llm]\nprovider = 'nope'", "unknown provider"),
     ("[llm]\nbase_url = 'ftp://x'", "http:// or https://"),
     ("[prices.m]\ninput = 1", "needs numeric input and output"),
+    ("[llm]\nmodel = 5", "[llm] model must be a string"),
+    ("keys = 'abc'", "must be tables"),
 ])
 def test_bad_config_files_are_clear_errors(tmp_path, env, text, message):
     path = write_config(tmp_path, text)

@@ -101,6 +101,11 @@ def test_no_fence_prose_then_module():
     assert result.code == MODULE
 
 
+def test_no_fence_markdown_heading_then_module():
+    result = extract_code("# Plan\nOne row per program.\n\n" + MODULE)
+    assert result.code == MODULE
+
+
 def test_no_fence_and_no_module():
     result = extract_code("I would use a persistent kernel with 2 rows per program.")
     assert not result.ok and result.kind == "no_code" and "no class ModelNew" in result.note
