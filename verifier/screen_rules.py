@@ -1,14 +1,21 @@
 """The static screen's tables: what each rule means, which names and CUDA tokens trip it.
 
-Data, not logic: ``screen.py`` walks the candidate's syntax tree and looks names up here. Each
-rule has an id, the THREATS.md class it defends (None when it is no cheat by itself but hides code
-from the screen), and the sentence that explains to a person (and to the model) why it is refused.
+``screen.py`` walks the candidate's syntax tree and looks names up here. Each rule has an id, the
+THREATS.md class it defends (None when it is no cheat by itself but hides code from the screen),
+and the sentence that explains to a person (and to the model) why it is refused. The end of the
+module holds the small stateless syntax helpers the rules share.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from .torch_ops import is_bookkeeping
+
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 @dataclass(frozen=True)
@@ -283,3 +290,156 @@ TENSOR_CLASSES = frozenset({
 })
 SUBCLASS_METHODS = frozenset({"as_subclass", "_make_subclass", "_make_wrapper_subclass"})
 SUBCLASS_HOOKS = frozenset({"__torch_function__", "__torch_dispatch__"})
+
+
+# --------------------------------------------------------------------------------------------
+# Syntax helpers the screen's rules share (stateless: a node in, a fact out).
+
+
+def is_getattr_const(node: ast.AST | None) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) == 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str))
+
+
+def mentions_aten(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split("::")[0].split(".")[0] == "aten"
+
+
+def env_writable(nodes: list[ast.AST]) -> bool:
+    return bool(nodes) and isinstance(nodes[0], ast.Constant) and nodes[0].value in ENV_WRITABLE
+
+
+def target_key(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return ""
+
+
+def receiver_key(node: ast.AST) -> str:
+    while isinstance(node, (ast.Attribute, ast.Subscript)) and target_key(node) == "":
+        node = node.value
+    return target_key(node)
+
+
+def flatten_targets(targets: Iterable[ast.AST]) -> Iterator[ast.AST]:
+    for t in targets:
+        if isinstance(t, (ast.Tuple, ast.List)):
+            yield from flatten_targets(t.elts)
+        elif isinstance(t, ast.Starred):
+            yield from flatten_targets([t.value])
+        else:
+            yield t
+
+
+def own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
+    """Nodes of a function body, not descending into nested functions, lambdas or classes."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (*FUNCS, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def is_import_stmt(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
+        return True
+    return isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant)
+
+
+def reraises(handler: ast.ExceptHandler) -> bool:
+    """The handler ends by raising and has no way out other than raising."""
+    if not handler.body or not isinstance(handler.body[-1], ast.Raise):
+        return False
+    return not any(isinstance(n, (ast.Return, ast.Break, ast.Continue)) for stmt in handler.body for n in [stmt, *own_nodes(stmt)])
+
+
+def drop_main_block(tree: ast.Module) -> None:
+    """Empty ``if __name__ == "__main__":`` bodies: the harness imports the module under another
+    name, so they never run; unless the module assigns ``__name__`` itself."""
+    if any(isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load) for n in ast.walk(tree)):
+        return
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1 \
+                and isinstance(node.test.ops[0], ast.Eq):
+            sides = [node.test.left, *node.test.comparators]
+            names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+            consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+            if names and consts:
+                node.body = [ast.Pass(lineno=node.lineno, col_offset=node.col_offset)]
+
+
+def module_level_bindings(tree: ast.Module, name: str) -> Iterator[ast.AST]:
+    """Statements outside any function or class body that bind ``name``."""
+    for node in module_level_statements(tree.body):
+        if isinstance(node, (ast.ClassDef, *FUNCS)):
+            if node.name == name:
+                yield node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+                yield node
+        else:
+            targets: list[ast.AST] = []
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+                targets = [node.target]
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+            if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+                yield node
+
+
+def module_level_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, (ast.ClassDef, *FUNCS)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            yield from module_level_statements(getattr(stmt, field, []))
+        for handler in getattr(stmt, "handlers", []):
+            yield from module_level_statements(handler.body)
+
+
+def local_names(fn: ast.AST) -> set[str]:
+    declared_global = {n for node in own_nodes(fn) if isinstance(node, ast.Global) for n in node.names}
+    assigned = {n.id for n in own_nodes(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return assigned - declared_global
+
+
+def returned_bases(expr: ast.AST, fn: ast.AST, depth: int) -> list[ast.AST]:
+    """What a returned expression is made of, looking through tuples, conditionals, bookkeeping
+    method calls (``.view``, ``.clone``...) and local names assigned in the same function."""
+    if depth > 6:
+        return []
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return [b for e in expr.elts for b in returned_bases(e, fn, depth + 1)]
+    if isinstance(expr, ast.IfExp):
+        return returned_bases(expr.body, fn, depth + 1) + returned_bases(expr.orelse, fn, depth + 1)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and is_bookkeeping(expr.func.attr):
+        return returned_bases(expr.func.value, fn, depth + 1)
+    if isinstance(expr, ast.Name):
+        values = [n.value for n in own_nodes(fn) if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == expr.id for t in n.targets)]
+        return [b for v in values for b in returned_bases(v, fn, depth + 1)] or [expr]
+    return [expr]
+
+
+def callee(call: ast.Call, functions: dict[str, ast.AST], methods: dict[str, ast.AST]) -> ast.AST | None:
+    f = call.func
+    if isinstance(f, ast.Name):
+        return functions.get(f.id)
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+        return methods.get(f.attr)
+    return None
+
+
+def container_read(node: ast.AST) -> str | None:
+    """``C[k]``, ``C.get(k)``, ``C.setdefault(k, v)``, ``C.pop(k)``: the name of ``C``."""
+    if isinstance(node, ast.Subscript):
+        return target_key(node.value) or None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "setdefault", "pop"):
+        return target_key(node.func.value) or None
+    return None
