@@ -27,9 +27,10 @@ Every source whose kernels differ from another's only in knob values belongs to 
 per-shape times. It proposes around the best measured configuration of the parent's family (the
 parent's own while nothing is measured): first the same single-knob move that led to the best
 (it paid off once), then untried configurations at distance 1, 2, ... (steps along the knobs'
-domains) in an order drawn from the seed. A configuration becomes the best only when it is more
-than ``MARGIN`` (1%) faster, so timing noise does not move the search; a rejected one never
-does. A knob's values are powers of two around its first value and around every later best, so
+domains) in an order drawn from the seed, skipping any whose block sizes and num_stages are all
+at least those of a configuration that ran out of shared memory. A configuration becomes the
+best only when it is more than ``MARGIN`` (1%) faster, so timing noise does not move the search;
+a rejected one never does. A knob's values are powers of two around its first value and around every later best, so
 a knob that keeps improving at the edge of its range gets a wider one. No configuration is
 proposed twice; ``NoProposal(kind="exhausted")`` comes once everything within reach was tried.
 The same seed and the same calls give the same proposals. Not thread-safe: one loop, one proposer.
@@ -38,6 +39,7 @@ The same seed and the same calls give the same proposals. Not thread-safe: one l
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -91,6 +93,16 @@ class _Family:
     times: dict[Config, dict[str, float] | None] = field(default_factory=dict)
     #: proposed configuration -> (knob index, step) of the single move that made it
     moves: dict[Config, tuple[int, int]] = field(default_factory=dict)
+    #: configurations that ran out of shared memory
+    too_big: set[Config] = field(default_factory=set)
+
+    def needs_more_memory(self, config: Config) -> bool:
+        """At least the block sizes and stages of one that ran out of shared memory.
+
+        Shared memory grows with every tile side and with num_stages, not with num_warps.
+        """
+        grows = [i for i, k in enumerate(self.analysis.knobs) if k.param != "num_warps"]
+        return any(all(_ge(config[i], big[i]) for i in grows) for big in self.too_big)
 
     def domains(self) -> list[tuple]:
         return [k.domain(*(a[i] for a in self.anchors)) for i, k in enumerate(self.analysis.knobs)]
@@ -148,9 +160,11 @@ class OfflineProposer:
         base = dict(zip(fam.labels, centre))
         if config is None:
             size = math.prod(len(d) for d in domains)
+            skipped = sum(1 for c in itertools.product(*domains) if c not in fam.tried)
             return NoProposal(
                 f"exhausted: all {size} configurations of {', '.join(fam.labels)} within reach have been "
-                f"tried; best: {_describe(base)}" + (f" at {best[1]:.4g} µs" if best else " (nothing measured)"),
+                f"tried" + (f" or skipped ({skipped} need more shared memory than one that ran out)" if skipped else "")
+                + f"; best: {_describe(base)}" + (f" at {best[1]:.4g} µs" if best else " (nothing measured)"),
                 "exhausted",
             )
         fam.tried.add(config)
@@ -177,6 +191,8 @@ class OfflineProposer:
         fam.tried.add(config)
         if feedback is not None:
             fam.times[config] = _times(feedback)
+            if _out_of_shared_memory(feedback):
+                fam.too_big.add(config)
 
     def _locate(self, source: str) -> tuple[_Family, Config] | str:
         """The family and configuration of ``source``, or why it has no knobs."""
@@ -203,7 +219,7 @@ class OfflineProposer:
             j = index[i] + step
             if 0 <= j < len(domains[i]):
                 config = centre[:i] + (domains[i][j],) + centre[i + 1:]
-                if config not in fam.tried:
+                if config not in fam.tried and not fam.needs_more_memory(config):
                     return config, (i, step)
         sizes = [len(d) for d in domains]
         reach = sum(max(ix, n - 1 - ix) for ix, n in zip(index, sizes))
@@ -211,7 +227,7 @@ class OfflineProposer:
             ranked = []
             for offsets in _ring(index, sizes, distance):
                 config = tuple(d[ix + o] for d, ix, o in zip(domains, index, offsets))
-                if config not in fam.tried:
+                if config not in fam.tried and not fam.needs_more_memory(config):
                     ranked.append((self._rank(fam, config), config, offsets))
             if ranked:
                 _, config, offsets = min(ranked)
@@ -248,6 +264,20 @@ def _times(feedback: Mapping[str, Any]) -> dict[str, float] | None:
         if isinstance(t, (int, float)) and t > 0 and math.isfinite(t):
             out[json.dumps([s.get("shape"), s.get("hidden"), s.get("dtype")], sort_keys=True)] = float(t)
     return out
+
+
+def _out_of_shared_memory(feedback: Mapping[str, Any]) -> bool:
+    """Triton's OutOfResources message, anywhere in a rejection's reason or evidence."""
+    if hasattr(feedback, "to_dict"):
+        feedback = feedback.to_dict()
+    if feedback.get("accepted"):
+        return False
+    text = json.dumps({k: feedback.get(k) for k in ("reason", "evidence")}, default=str).lower()
+    return "out of resource" in text and "shared memory" in text
+
+
+def _ge(a: int | None, b: int | None) -> bool:
+    return a is None or (b is not None and a >= b)  # None: uncapped, larger than any cap
 
 
 def _show(value: int | None) -> str:

@@ -341,6 +341,28 @@ def _gemm_time(config) -> float:
     return 20 + abs(math.log2(config["BLOCK_N"]) - 7) + config["num_stages"] * 0.5
 
 
+def test_configurations_bigger_than_one_out_of_shared_memory_are_skipped():
+    source = _kernel_module("def f(x, y, n):\n    _k[(1,)](x, y, n, BLOCK=256, GROUP_SIZE=1)\n")
+    proposer = OfflineProposer(seed=0)
+    out_of_memory = {"accepted": False, "status": "compile_error", "shapes": [],
+                     "reason": "compiling failed while loading: OutOfResources: out of resource: shared memory, "
+                               "Required: 245760, Hardware limit: 232448."}
+    failed, proposed = [], []
+    p = proposer.propose(source, _verdict(30.0))
+    while isinstance(p, Proposal):
+        grows = ("BLOCK", "num_stages")
+        assert not any(all(p.config[k] >= f[k] for k in grows) for f in failed), p.config
+        proposed.append(p.config)
+        if p.config["BLOCK"] * p.config["num_stages"] >= 2048:
+            failed.append(p.config)
+            proposer.record(p.source, out_of_memory)
+        else:
+            proposer.record(p.source, _verdict(30 - math.log2(p.config["BLOCK"]) - p.config["num_warps"] / 4))
+        p = proposer.propose(source)
+    assert failed and len(failed) < len(proposed) / 4
+    assert "skipped" in p.reason and "need more shared memory" in p.reason
+
+
 def test_proposals_in_flight_are_not_repeated():
     proposer = OfflineProposer(seed=3)
     source = _seed("softmax")
