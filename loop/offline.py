@@ -21,6 +21,10 @@ Interface (what the loop calls)::
 - ``history``: ``(source, verdict dict or None)`` pairs of candidates already evaluated or in
   flight, e.g. the task's archived attempts on a resumed run. Passing a pair again changes
   nothing; ``record`` takes one pair. None as the verdict means "tried, result not known yet".
+- A ``Proposal`` holds ``source`` (the candidate module), ``description`` (one line: which knobs
+  changed, from which configuration and its time), ``config`` and ``base`` (knob values of the
+  candidate and of the configuration it moved from), ``code_hash`` (``archive.content.code_hash``
+  of the source) and ``model`` ("offline"). It costs no tokens and no money.
 
 Every source whose kernels differ from another's only in knob values belongs to one *family*
 (``knobs.template_key``); the proposer keeps per family the configurations tried and their
