@@ -87,8 +87,11 @@ CHEATS = [
     ("stream pool", "side-stream", 5, module(cuda("  auto s = at::cuda::getStreamFromPool();  #!"))),
     ("per-thread stream flag", "side-stream", 5, module('FLAGS = ["-O3", "--default-stream per-thread"]  #!\n')),
     ("cuda-python stream", "side-stream", 5, module("from cuda.bindings import driver\n", forward="err, s = driver.cuStreamCreate(0)  #!\nreturn launch(x)")),
-    ("capture query", "capture-detection", 13, module(forward="if torch.cuda.is_current_stream_capturing():  #!\n    return launch(x)\nreturn launch(x)")),
-    ("capture query in C++", "capture-detection", 13, module(cuda("  cudaStreamCaptureStatus st; cudaStreamIsCapturing(stream, &st);  #!"))),
+    ("capture query", "cuda-graph", 13, module(forward="if torch.cuda.is_current_stream_capturing():  #!\n    return launch(x)\nreturn launch(x)")),
+    ("capture query in C++", "cuda-graph", 13, module(cuda("  cudaStreamCaptureStatus st; cudaStreamIsCapturing(stream, &st);  #!"))),
+    ("own graph", "cuda-graph", 13, module(init="self.graph = torch.cuda.CUDAGraph()  #!")),
+    ("end the harness's capture", "cuda-graph", 13, module(cuda("  cudaGraph_t g; cudaStreamEndCapture(stream, &g);  #!"))),
+    ("clock in forward", "clock", 13, module("import time\n", forward="start = time.perf_counter()  #!\nreturn launch(x)")),
     ("threading", "thread", 6, module("import threading  #!\n")),
     ("thread pool", "thread", 6, module("from concurrent.futures import ThreadPoolExecutor  #!\n")),
     ("asyncio", "thread", 6, module("import asyncio  #!\n")),
@@ -173,6 +176,7 @@ CHEATS = [
     ("@ operator", "torch-compute", 16, module(forward="return launch(x) @ self.w.T  #!")),
     ("nn.Linear call", "torch-layer", 16, module(init="self.lin = nn.Linear(4, 4)", forward="return self.lin(x)  #!")),
     ("layer built in forward", "torch-layer", 16, module(forward="return nn.ReLU()(x)  #!")),
+    ("imported layer built in forward", "torch-layer", 16, module("from torch.nn import Linear\n", forward="return Linear(4, 4)(x)  #!")),
     ("ModuleList item", "torch-layer", 16, module(init="self.layers = nn.ModuleList([nn.Linear(4, 4)])", forward="return self.layers[0](x)  #!")),
     ("torch.compile", "torch-compile", 16, module("fast = torch.compile(launch)  #!\n")),
     ("torch.compile+ops", "torch-compile", 16, module("fast = torch.compile(launch)  #!\n")),
@@ -594,6 +598,9 @@ HONEST = {
     "reraise": module(forward="try:\n    return launch(x)\nexcept Exception as e:\n    raise RuntimeError('kernel failed') from e"),
     "narrow except": module("CONFIG = {}\n", forward="try:\n    block = CONFIG[x.shape[-1]]\nexcept (KeyError, IndexError):\n    block = 1024\nreturn launch(x)"),
     "reseed at build time": module(init="torch.manual_seed(0)\nself.w = nn.Parameter(torch.randn(4))"),
+    "clock at import": module("import time\n\nBUILT_AT = time.time()\n"),
+    "imported layer for its parameters": module("from torch.nn import Linear\n", init="self.proj = Linear(4, 4)",
+                                                forward="return launch(self.proj.weight)"),
     "config cache read": module("BLOCKS = {}\n", forward="block = BLOCKS.get(x.shape[-1], 1024)\ny = launch(x)\nreturn y"),
     "stream passed to kernel": module(forward="stream = torch.cuda.current_stream()\ndev = torch.cuda.current_device()\nreturn launch(x)"),
 }
@@ -863,6 +870,11 @@ def test_python_compute_reaches_a_forbidden_aten_op(name):
 ])
 def test_torch_reference_kind(dotted, kind):
     assert torch_reference_kind(dotted.split(".")) == kind
+
+
+def test_every_named_utility_exists():
+    assert [n for n in torch_ops.TORCH_UTILITIES if not hasattr(torch, n)] == []
+    assert [n for n in torch_ops.NN_CONTAINERS if not hasattr(torch.nn, n)] == []
 
 
 def test_every_functional_op_is_compute():

@@ -16,8 +16,10 @@ modelnew-not-class    -   ``ModelNew`` is bound by something other than a ``clas
 side-stream           5   ``torch.cuda.Stream/stream/ExternalStream/set_stream``, ``torch.Stream``;
                           in CUDA strings ``cudaStreamCreate*``, ``cudaStreamPerThread``,
                           per-thread default stream, ``getStreamFromPool``, ``setCurrentCUDAStream``
-capture-detection    13   ``torch.cuda.is_current_stream_capturing``, ``cudaStreamIsCapturing``,
-                          ``cudaStreamGetCaptureInfo``
+cuda-graph           13   ``torch.cuda.is_current_stream_capturing``, ``torch.cuda.graph``,
+                          ``CUDAGraph``; ``cudaStreamIsCapturing``, ``cudaStreamGetCaptureInfo``,
+                          ``cudaStreamBegin/EndCapture``, ``cudaGraphLaunch``...
+clock                13   reading the host clock (``time.perf_counter``...) during a call
 thread                6   ``threading``, ``_thread``, ``concurrent``, ``asyncio``,
                           ``multiprocessing``, ``torch.jit.fork``; ``std::thread``, ``pthread``,
                           ``std::async``, host callbacks (``cudaLaunchHostFunc``...)
@@ -521,7 +523,7 @@ class _Screen:
         if self.allow or ctx.jit or path[0] != "torch":
             return
         kind = torch_reference_kind(path)
-        if kind is None or self._root_is_op_import(node, kind):
+        if kind is None or (kind == "compute" and self._root_is_op_import(node)):
             return
         dotted = ".".join(path)
         if kind == "layer":
@@ -536,14 +538,14 @@ class _Screen:
         verb = "calls" if is_call else "refers to"
         self.report(node, "torch-compute", snippet, f"{verb} the torch compute op `{dotted}`")
 
-    def _root_is_op_import(self, node: ast.AST, kind: str) -> bool:
+    def _root_is_op_import(self, node: ast.AST) -> bool:
         """The chain's root name was imported as the op itself (``from torch import matmul``):
         that import was reported, so its uses are not reported again."""
         while isinstance(node, ast.Attribute) or R.is_getattr_const(node):
             node = node.value if isinstance(node, ast.Attribute) else node.args[0]  # type: ignore[attr-defined]
         if not isinstance(node, ast.Name):
             return False
-        return any(torch_reference_kind(p) == kind for p in self.aliases.get(node.id, ()))
+        return any(torch_reference_kind(p) == "compute" for p in self.aliases.get(node.id, ()))
 
     def _check_import(self, node: ast.Import | ast.ImportFrom, ctx: _Ctx) -> None:
         if isinstance(node, ast.ImportFrom):

@@ -29,7 +29,8 @@ RULES: dict[str, Rule] = {
     "no-modelnew": Rule(None, "the harness constructs `ModelNew(*get_init_inputs())`"),
     "modelnew-not-class": Rule(None, "`ModelNew` must be a class defined in the module"),
     "side-stream": Rule(5, "work on another stream escapes the timer"),
-    "capture-detection": Rule(13, "code that can tell graph capture from a checked call can behave differently while timed"),
+    "cuda-graph": Rule(13, "the harness times with CUDA graphs: code that inspects or drives capture can tell timing from checking, or break the timer's graph"),
+    "clock": Rule(13, "a candidate that times its own calls can tell warm-up, checking and timing apart"),
     "thread": Rule(6, "a host thread or callback can finish the output after the call has returned"),
     "process": Rule(21, "candidates may not start processes"),
     "ctypes": Rule(21, "native calls reach past every check (streams, timers, memory)"),
@@ -71,9 +72,15 @@ _add("side-stream", "creates or switches to a side stream",
      "torch.cuda.StreamContext", "torch.cuda.streams", "torch.Stream", "torch.cuda._set_stream_by_id",
      "torch.accelerator.set_stream", "torch._C._cuda_setStream", "cupy.cuda.Stream",
      "cupy.cuda.ExternalStream", "pycuda.driver.Stream", "numba.cuda.stream")
-_add("capture-detection", "asks whether a CUDA graph is being captured",
-     "torch.cuda.is_current_stream_capturing", "torch.cuda.graphs.is_current_stream_capturing",
-     "torch._C._cuda_isCurrentStreamCapturing")
+_add("cuda-graph", "inspects or drives CUDA graph capture",
+     "torch.cuda.is_current_stream_capturing", "torch.cuda.graphs", "torch.cuda.graph",
+     "torch.cuda.CUDAGraph", "torch.cuda.make_graphed_callables", "torch.cuda.graph_pool_handle",
+     "torch._C._cuda_isCurrentStreamCapturing", "torch._C._CUDAGraph")
+_add("clock", "reads the host clock during the call",
+     "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic",
+     "time.monotonic_ns", "time.process_time", "time.process_time_ns", "time.thread_time",
+     "time.thread_time_ns", "time.clock_gettime", "time.clock_gettime_ns", "datetime.datetime.now",
+     "datetime.datetime.utcnow", "datetime.datetime.today")
 _add("thread", "starts host threads or tasks",
      "threading", "_thread", "concurrent", "asyncio", "multiprocessing", "torch.multiprocessing",
      "torch.jit.fork", "joblib")
@@ -138,7 +145,7 @@ EXEMPT_PATHS: frozenset[tuple[str, ...]] = frozenset({
 TORCH_POLICY_RULES = frozenset({"torch-compute", "torch-layer", "array-export", "foreign-kernels"})
 
 #: rules that apply only while a call runs (not in ``__init__`` or at import)
-CALL_TIME_RULES = frozenset({"rng-seed"})
+CALL_TIME_RULES = frozenset({"rng-seed", "clock"})
 
 # ``os`` is needed for harmless things (``os.path.join``, ``os.cpu_count``), so it is judged by
 # attribute: process control, environment, and everything else (files) by default.
@@ -206,8 +213,8 @@ CUDA_TOKENS: tuple[Token, ...] = (
          "thread", "queues a host callback"),
     _tok(r"\bstd::j?thread\b|\bpthread_create\b|\bstd::async\b|#\s*include\s*<(?:thread|pthread\.h)>",
          "thread", "starts a host thread", in_python=False),
-    _tok(r"\bcudaStreamIsCapturing\b|\bcuStreamIsCapturing\b|\bcudaStreamGetCaptureInfo\w*|\bcuStreamGetCaptureInfo\w*|\bcurrentStreamCaptureStatus\w*",
-         "capture-detection", "asks whether a CUDA graph is being captured"),
+    _tok(r"\bcu(?:da)?StreamIsCapturing\b|\bcu(?:da)?StreamGetCaptureInfo\w*|\bcurrentStreamCaptureStatus\w*|\bcu(?:da)?Stream(?:Begin|End)Capture\w*|\bcu(?:da)?ThreadExchangeStreamCaptureMode\b|\bcu(?:da)?Graph(?:Launch|Instantiate|Create|AddKernelNode|ExecUpdate)\w*",
+         "cuda-graph", "inspects or drives CUDA graph capture"),
     _tok(r"[aA]ccessPolicyWindow|\bcudaLimitPersistingL2CacheSize\b|\bCU_LIMIT_PERSISTING_L2_CACHE_SIZE\b|ResetPersistingL2Cache\b|\bcudaAccessPropertyPersisting\b|\bCU_ACCESS_PROPERTY_PERSISTING\b",
          "l2-persist", "sets up persisting L2 cache lines"),
     _tok(r"\b(?:std::)?(?:system|popen|fork|vfork|execv|execvp|execve|execl|execlp)\s*\(|\bposix_spawnp?\b",
