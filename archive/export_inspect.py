@@ -99,10 +99,8 @@ def smallest_shape(task: Task) -> Shape:
 
 def sample_call(task: Task) -> tuple[list[Any], list[Any], Any]:
     """(inputs, init inputs, output) of one real call of the reference at its smallest shape, on
-    the CPU; then the same call on fake tensors, which is what the exported op's fake
-    implementation (torch.compile's view of it) will do."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
+    the CPU; then the same call on the meta device, which stands in for the fake tensors the
+    exported op's fake implementation (torch.compile's view of it) will run the reference on."""
     shape = smallest_shape(task)
     module = runtime.reference_module(task)
     inputs = runtime.make_inputs(task, shape, "default", 0, "cpu")
@@ -116,13 +114,12 @@ def sample_call(task: Task) -> tuple[list[Any], list[Any], Any]:
         raise UnsupportedTask(f"{task.name}: its reference failed on the CPU at {shape.label}: {type(error).__name__}: {error}") from None
     if output is not None:
         try:
-            with FakeTensorMode() as mode:
-                model(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
+            model(*[x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs])
         except Exception as error:
             raise UnsupportedTask(
-                f"{task.name}: its reference cannot run on fake tensors ({type(error).__name__}: "
+                f"{task.name}: its reference cannot run without tensor data ({type(error).__name__}: "
                 f"{str(error).splitlines()[0][:160]}), so the op would have no fake implementation for "
-                "torch.compile; a reference whose output sizes depend on tensor values is not exported"
+                "torch.compile; a reference whose outputs depend on tensor values through Python is not exported"
             ) from None
     return inputs, init, output
 

@@ -7,6 +7,9 @@ from typing import Any
 from .export import INTERPRETER, ExportPlan
 
 
+BASELINE_NAMES = {"eager": "the PyTorch reference", "compile": "torch.compile of the reference"}
+
+
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -35,7 +38,7 @@ def _table(op: str, spec: dict[str, Any]) -> list[str]:
             runs = f"`{e['kernel']}` (attempt {e['attempt_id']})" if e["kernel"] else "reference"
             interp = e["arch"] == INTERPRETER
             rows.append(
-                f"| {e['arch']} | {e['gpu']} | {e['dtype']} | {_label(b['shape'])}{' (hidden)' if ev.get('hidden') else ''} "
+                f"| {e['arch']} | {'CPU (Triton interpreter)' if interp else e['gpu']} | {e['dtype']} | {_label(b['shape'])}{' (hidden)' if ev.get('hidden') else ''} "
                 f"| {runs} | {_num(ev.get('time_us'), '.2f')}{' (interpreter)' if interp else ''} "
                 f"| {_num(ev.get('speedup_eager'), '.2f')} | {_num(ev.get('speedup_compile'), '.2f')} "
                 f"| {_num(ev.get('pct_roofline'), '.0f')} | {_num(ev.get('max_abs_err'), '.2g')} |"
@@ -53,13 +56,16 @@ def readme(plan: ExportPlan, manifest: dict[str, Any]) -> str:
     first = plan.ops[0]
     call_args = ", ".join(a.name for a in first.signature.args if not a.init)
     sel = manifest["selection"]
+    tasks = sel["tasks"] if isinstance(sel["tasks"], str) else ", ".join(sel["tasks"])
+    gpus = sel["gpus"] if isinstance(sel["gpus"], str) else ", ".join(sel["gpus"])
     lines = [
         f"# {name}",
         "",
         f"Verified kernels exported by kernforge from `{manifest['source']['archive']}`: "
         f"{len(ops)} op(s), {sum(len(o['kernels']) for o in ops.values())} kernel(s). "
-        f"Selection: tasks {sel['tasks']}; GPUs {sel['gpus']}; a kernel runs in a bucket only at "
-        f">= {sel['min_speedup']:g}x vs {sel['baseline']} there.",
+        f"Selected: {tasks}; {gpus}. On a GPU a bucket runs its kernel only where it measured at least "
+        f"{sel['min_speedup']:g}x the speed of {BASELINE_NAMES[sel['baseline']]}; the interpreter has no speed "
+        "evidence, so no threshold applies to its buckets.",
         "",
         "## Install and use",
         "",

@@ -27,6 +27,7 @@ from string import Template
 from typing import Any
 
 from kernforge.tasks import runtime
+from kernforge.tasks.spec import Shape
 
 from .export import ExportError, ExportPlan, OpPlan
 from .export_readme import readme
@@ -129,7 +130,7 @@ def _defaults(op: OpPlan) -> dict[str, Any]:
     values: dict[str, set] = {a.name: set() for a in op.signature.args if a.init}
     for group in op.groups:
         for bucket in group.buckets:
-            init = runtime.make_init_inputs(op.task, _shape(bucket.shape))
+            init = runtime.make_init_inputs(op.task, Shape.of(bucket.shape))
             for arg, value in zip([a for a in op.signature.args if a.init], init):
                 values[arg.name].add(value)
     out: dict[str, Any] = {}
@@ -138,12 +139,6 @@ def _defaults(op: OpPlan) -> dict[str, Any]:
             break
         out[arg.name] = next(iter(values[arg.name]))
     return out
-
-
-def _shape(shape: dict[str, int]):
-    from kernforge.tasks.spec import Shape
-
-    return Shape.of(shape)
 
 
 def _op_fields(plan: ExportPlan, op: OpPlan) -> dict[str, str]:
@@ -171,7 +166,8 @@ def _op_fields(plan: ExportPlan, op: OpPlan) -> dict[str, str]:
         "returns": returns,
         "names": ", ".join(a.name for a in sig.args) + ("," if len(sig.args) == 1 else ""),
         "summary": _wrap(summary, 92),
-        "kernels": ", ".join(f"{k} (attempt {a.id})" for k, a in op.kernels.items()),
+        "kernels": _wrap("Kernels: " + ", ".join(f"{k} (attempt {a.id})" for k, a in op.kernels.items())
+                         + ". Elsewhere the PyTorch reference runs (see README.md).", 92),
     }
 
 
@@ -265,8 +261,7 @@ def _entries(plan: ExportPlan, op: OpPlan, g, kernels: dict[str, Any]) -> list[d
             "attempt_id": kernels[kernel]["attempt_id"], "code_hash": kernels[kernel]["code_hash"],
             "file_sha256": kernels[kernel]["file_sha256"],
             "shape_range": {p: [min(b.shape[p] for b in mine), max(b.shape[p] for b in mine)] for p in params},
-            "buckets": [{"shape": dict(b.shape), "evidence": {k: v for k, v in b.evidence.items() if k != "environment"}}
-                        for b in mine],
+            "buckets": [{"shape": dict(b.shape), "evidence": _bare(b.evidence)} for b in mine],
             "environment": mine[0].evidence["environment"],
         })
     for b in g.buckets:
@@ -274,7 +269,12 @@ def _entries(plan: ExportPlan, op: OpPlan, g, kernels: dict[str, Any]) -> list[d
             out.append({
                 "op": op.op, "arch": g.arch, "gpu": g.gpu, "dtype": g.dtype, "kernel": None, "reason": b.reason,
                 "shape_range": {p: [v, v] for p, v in b.shape.items()},
-                "buckets": [{"shape": dict(b.shape), "evidence": {k: v for k, v in b.evidence.items() if k != "environment"}}],
+                "buckets": [{"shape": dict(b.shape), "evidence": _bare(b.evidence)}],
                 "environment": b.evidence["environment"],
             })
     return out
+
+
+def _bare(evidence: dict[str, Any]) -> dict[str, Any]:
+    """A bucket's evidence without what the entry already says (shape, environment)."""
+    return {k: v for k, v in evidence.items() if k not in ("shape", "environment")}
