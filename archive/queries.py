@@ -30,10 +30,18 @@ _SUMMARY = (
 )
 #: Rejections a parent may be repaired from; cheats and sandbox violations are never evolved.
 REPAIRABLE = ("static_rejected", "compile_error", "runtime_error", "incorrect", "timeout", "crashed")
-#: PRAGMAs ``sql`` allows with an argument (they read); every other PRAGMA with one is refused.
+#: PRAGMAs ``sql`` allows: they only read. Any other PRAGMA (optimize, wal_checkpoint, ...) may write.
 _READ_PRAGMAS = {
-    "table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
-    "integrity_check", "quick_check", "foreign_key_check",
+    "application_id", "collation_list", "compile_options", "data_version", "database_list", "encoding",
+    "foreign_key_check", "foreign_key_list", "freelist_count", "function_list", "index_info", "index_list",
+    "index_xinfo", "integrity_check", "journal_mode", "module_list", "page_count", "page_size", "pragma_list",
+    "quick_check", "schema_version", "table_info", "table_list", "table_xinfo", "user_version",
+}
+#: ... and these of them with an argument (a table or index name, or a row limit); with one, the
+#: others would set a value
+_ARG_PRAGMAS = {
+    "foreign_key_check", "foreign_key_list", "index_info", "index_list", "index_xinfo", "integrity_check",
+    "quick_check", "table_info", "table_xinfo", "table_list",
 }
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 
@@ -276,7 +284,12 @@ class Queries:
         def authorize(action: int, arg1: Any, arg2: Any, _db: Any, _trigger: Any) -> int:
             if action in _ALLOWED_ACTIONS:
                 return sqlite3.SQLITE_OK
-            if action == sqlite3.SQLITE_PRAGMA and (arg2 is None or str(arg1).lower() in _READ_PRAGMAS):
+            if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master":
+                # SQLite asks this while connecting a virtual table (FTS5, pragma_* functions);
+                # a real write to the schema needs PRAGMA writable_schema, which is refused below
+                return sqlite3.SQLITE_OK
+            name = str(arg1).lower()
+            if action == sqlite3.SQLITE_PRAGMA and name in _READ_PRAGMAS and (arg2 is None or name in _ARG_PRAGMAS):
                 return sqlite3.SQLITE_OK
             return sqlite3.SQLITE_DENY
 
@@ -286,7 +299,7 @@ class Queries:
             columns = [d[0] for d in cursor.description or ()]
             rows = cursor.fetchall() if limit is None else cursor.fetchmany(limit + 1)
         except (sqlite3.DatabaseError, sqlite3.Warning) as error:
-            if "authoriz" in str(error) or "readonly" in str(error):
+            if any(word in str(error) for word in ("authoriz", "readonly", "may not be modified")):
                 raise ReadOnlyError(
                     "refused: `archive sql` is read-only; it runs one query (SELECT, WITH, or a PRAGMA that reads),"
                     " never a statement that writes, attaches or changes settings"

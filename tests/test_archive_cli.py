@@ -104,6 +104,12 @@ def test_sql_reads(db):
     "PRAGMA query_only = 0",
     "PRAGMA journal_mode = delete",
     "VACUUM",
+    "PRAGMA optimize",
+    "PRAGMA wal_checkpoint(TRUNCATE)",
+    "PRAGMA user_version = 7",
+    "PRAGMA writable_schema = ON",
+    "UPDATE sqlite_master SET sql = '' WHERE name = 'runs'",
+    "BEGIN",
     "WITH d AS (SELECT 1) DELETE FROM attempts WHERE id IN (SELECT * FROM d)",
 ])
 def test_sql_refuses_writes(db, statement, tmp_path, monkeypatch):
@@ -114,6 +120,21 @@ def test_sql_refuses_writes(db, statement, tmp_path, monkeypatch):
     assert "read-only" in result.output
     assert db.read_bytes() == before and not (tmp_path / "elsewhere.db").exists()
     assert sqlite3.connect(db).execute("SELECT count(*) FROM attempts").fetchone()[0] == 60
+
+
+@pytest.mark.parametrize("statement", [
+    "PRAGMA table_info(attempts)",
+    "SELECT name FROM pragma_table_info('attempts')",
+    "PRAGMA user_version",
+    "PRAGMA integrity_check",
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) SELECT * FROM n",
+    "SELECT rowid FROM attempts_fts WHERE attempts_fts MATCH 'rsqrt' LIMIT 1",
+    "EXPLAIN QUERY PLAN SELECT * FROM attempts WHERE run_id = 1 AND seq = 2",
+])
+def test_sql_allows_reading_statements(db, statement):
+    result = invoke("sql", statement, "--db", db, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["rows"]
 
 
 def test_sql_one_statement_at_a_time(db):
