@@ -90,6 +90,25 @@ def load_tasks(name_or_path: str | Path) -> tuple[list[Task], list[TaskError]]:
     return tasks, errors
 
 
+def bundle(task: Task) -> dict[str, str | None]:
+    """The task's files as text, to rebuild it where its path is not visible (a sandbox)."""
+    return {
+        "name": task.name,
+        "reference": task.reference_source,
+        "meta": task.meta_path.read_text() if task.meta_path else None,
+    }
+
+
+def unbundle(data: dict[str, str | None], folder: Path) -> Task:
+    """Write a bundle into ``folder`` as a task folder and load it (same name as the original)."""
+    target = Path(folder) / str(data["name"])
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "reference.py").write_text(str(data["reference"]))
+    if data.get("meta"):
+        (target / "meta.py").write_text(str(data["meta"]))
+    return _load_task_dir(target, ref=str(target))
+
+
 def _is_companion(path: Path) -> bool:
     return path.name.endswith((".meta.py", ".seed.py"))
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+# Test helper modules (candidates.py, fake_llm.py) import by name under --import-mode=importlib.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:

@@ -55,6 +55,7 @@ def call_facts(reply: Mapping[str, Any], ref: Mapping[str, Any], *, ctx: str, mu
     for rule in (
         lambda: tampering(reply.get("tampered", []), f"during the call ({ctx})"),
         lambda: _threads(reply, ctx, on_gpu),
+        lambda: _l2_pinning(reply, ctx),
         lambda: _aliasing(reply, ctx),
         lambda: _inputs(reply, ref, ctx, mutated),
         lambda: _torch_ops(reply, ctx, allow_torch_ops),
@@ -63,6 +64,14 @@ def call_facts(reply: Mapping[str, Any], ref: Mapping[str, Any], *, ctx: str, mu
         rejection = rule()
         if rejection is not None:
             return rejection
+    return None
+
+
+def _l2_pinning(reply: Mapping[str, Any], ctx: str) -> Rejected | None:
+    limit = reply.get("l2_persisting_limit")
+    if limit:
+        return Rejected(Status.CHEAT, f"the call reserved {limit} bytes of persisting L2 ({ctx}): pinned data would survive the cache flush between timed calls", threat=18,
+                        evidence={"check": "persisting L2", "limit": limit})
     return None
 
 
@@ -137,7 +146,8 @@ def repeat_consistency(reply: Mapping[str, Any], ctx: str, tolerance_abs: Sequen
     return None
 
 
-def mismatch(results: Sequence[Mapping[str, Any]], ctx: str, *, hidden: bool, public_all_passed: bool) -> Rejected | None:
+def mismatch(results: Sequence[Mapping[str, Any]], ctx: str, *, hidden: bool, public_all_passed: bool,
+             cached: bool = False, deferred: bool = False) -> Rejected | None:
     """The first output that is out of tolerance, with the signature of a cheat if it has one."""
     for r in results:
         if r.get("unreadable"):
@@ -150,7 +160,13 @@ def mismatch(results: Sequence[Mapping[str, Any]], ctx: str, *, hidden: bool, pu
             "bad", "numel", "max_abs_err", "max_rel_err", "worst_index", "worst_value", "worst_expected",
             "nonfinite_mismatch", "never_written", "lowered_precision")}}
         threat = None
-        if r.get("never_written"):
+        if cached:
+            threat = 11
+            detail += "; the output is exactly an earlier call's output for other inputs: results cached across calls"
+        elif deferred:
+            threat = 12
+            detail += "; the output is the answer for an earlier call's inputs: work deferred across calls"
+        elif r.get("never_written"):
             threat = 1
             detail += f"; {r['never_written']} elements were never written (they still hold poisoned freed memory)"
         elif r.get("constant"):
@@ -166,6 +182,17 @@ def mismatch(results: Sequence[Mapping[str, Any]], ctx: str, *, hidden: bool, pu
             detail += "; correct on every public shape, wrong on a hidden one: fitted to the public shapes"
         return Rejected(Status.INCORRECT, f"output {r['output']} is wrong ({ctx}): {detail}", threat=threat, evidence=evidence)
     return None
+
+
+def same_checksum(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], rel: float = 1e-3) -> bool:
+    """Whether two lists of per-output (sum, sum of |x|) checksums agree to ``rel``."""
+    if len(a) != len(b):
+        return False
+    for (s1, a1), (s2, a2) in zip(a, b):
+        scale = rel * max(abs(a1), abs(a2)) + 1e-12
+        if abs(s1 - s2) > scale or abs(a1 - a2) > scale:
+            return False
+    return True
 
 
 def _describe(r: Mapping[str, Any]) -> str:

@@ -45,6 +45,7 @@ def warm_up() -> None:
     from . import digest, integrity, tensorio, timing, trace  # noqa: F401  (bind originals)
 
     trace.install_launch_hooks()
+    _record_thread_starts()
     _STATE["snapshot"] = integrity.snapshot()
     _STATE["threads"] = {t.ident for t in threading.enumerate()}
 
@@ -74,11 +75,12 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
 
 # ---- requests ---------------------------------------------------------------------------------
 def _load(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
-    from kernforge.tasks.loader import load_task
+    from kernforge.tasks.loader import unbundle
 
     from . import integrity
 
-    _STATE["task"] = load_task(payload["task_ref"])
+    # The task arrives as text: its own path may not be visible inside the sandbox.
+    _STATE["task"] = unbundle(payload["task"], Path(os.getcwd()) / "task")
     _STATE["device"] = payload["device"]
     _STATE["init_seed"] = int(payload["init_seed"])
     _STATE["models"] = {}
@@ -158,6 +160,7 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
         path = Path(os.getcwd()) / f"out_{msg['id']}_{j}.bin"
         files.append(tensorio.write_tensor(path, out))
 
+    pinned = _l2().persisting_limit() if on_gpu else None
     repeat = []
     if msg.get("repeat", True):
         again_inputs = _inputs(shape, msg["dist"], int(msg["seed"]))
@@ -183,13 +186,22 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
         "new_threads": _new_threads(),
         "native_threads_delta": _native_threads() - threads_before,
         "repeat": repeat,
+        "l2_persisting_limit": pinned,
         "tampered": I.tampered(_STATE["snapshot"]),
     }
 
 
-def _time(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
+def _l2() -> Any:
     import torch
 
+    from . import timing
+
+    if "l2" not in _STATE:
+        _STATE["l2"] = timing.L2Control(torch.device(_STATE["device"]))
+    return _STATE["l2"]
+
+
+def _time(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     from kernforge.tasks.spec import Shape
 
     from . import integrity as I, tensorio, timing
@@ -200,16 +212,13 @@ def _time(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     sets = [_inputs(shape, s["dist"], int(s["seed"])) for s in msg["sets"]]
     reps = int(msg.get("reps", 100))
     if _STATE["device"].startswith("cuda"):
-        if "l2" not in _STATE:
-            _STATE["l2"] = timing.L2Control(torch.device(_STATE["device"]))
         rng = random.Random(int(msg["order_seed"]))
         timed, finals = timing.time_on_gpu(
-            model, sets, task.mutated_inputs, reps, _STATE["l2"], rng, use_graph=bool(msg.get("use_graph", True))
+            model, sets, task.mutated_inputs, reps, _l2(), rng, use_graph=bool(msg.get("use_graph", True))
         )
     else:
-        timed = timing.time_on_cpu(model, sets[0], task.mutated_inputs, reps)
-        result = model(*sets[0])
-        finals = [timing.as_list(result, sets[0], task.mutated_inputs)]
+        timed, last = timing.time_on_cpu(model, sets[0], task.mutated_inputs, reps)
+        finals = [last]
     files = []
     for k, outs in enumerate(finals):
         files.append([
@@ -222,6 +231,7 @@ def _time(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
         "order": timed.order,
         "checksums": timed.checksums,
         "fallback_reason": timed.fallback_reason,
+        "graph_kernels": timed.graph_kernels,
         "outputs": files,
         "tampered": I.tampered(_STATE["snapshot"]),
         "new_threads": _new_threads(),
@@ -271,9 +281,22 @@ def _aliases(returned: list[Any], inputs: list[Any]) -> list[list[int]]:
     return result
 
 
+def _record_thread_starts() -> None:
+    """Remember every thread started from Python, even one that has already finished (#6)."""
+    started: list[str] = _STATE.setdefault("started", [])
+    original = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        started.append(self.name)
+        return original(self)
+
+    threading.Thread.start = start
+
+
 def _new_threads() -> list[str]:
     known = _STATE.get("threads", set())
-    return sorted(t.name for t in threading.enumerate() if t.ident not in known)
+    alive = {t.name for t in threading.enumerate() if t.ident not in known}
+    return sorted(alive | set(_STATE.get("started", [])))
 
 
 def _native_threads() -> int:

@@ -62,6 +62,14 @@ def _watched() -> list[tuple[str, Any]]:
     if torch.cuda.is_available():
         owners += [("torch.cuda.Event", torch.cuda.Event), ("torch.cuda.CUDAGraph", torch.cuda.CUDAGraph),
                    ("torch.cuda.Stream", torch.cuda.Stream)]
+    import threading
+
+    from kernforge.tasks import runtime as task_runtime
+
+    from . import digest, harness, tensorio, timing, trace
+
+    owners += [("threading", threading), ("threading.Thread", threading.Thread), ("kernforge.tasks.runtime", task_runtime)]
+    owners += [(f"kernforge.verifier.{m.__name__.rsplit('.', 1)[-1]}", m) for m in (digest, harness, tensorio, timing, trace)]
     try:
         from triton.runtime import jit as triton_jit
 

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from kernforge.sandbox.protocol import Backend, FailureKind, Limits, Session, WorkerFailure
 from kernforge.tasks import runtime
+from kernforge.tasks.loader import bundle
 from kernforge.tasks.spec import Shape, Task
 
 from . import decide
@@ -58,6 +59,8 @@ class JudgeOptions:
     #: a reported median below this fraction of the parent's per-call wall time is impossible
     wall_ratio: float = 0.4
     cache_dir: Path | None = None
+    #: tests switch the static screen off to show each runtime defence working on its own
+    static_screen: bool = True
 
 
 @dataclass
@@ -65,6 +68,10 @@ class _Progress:
     """Worst errors seen per shape while checking, reported with the timings."""
 
     errors: dict[tuple, tuple[float, float]] = field(default_factory=dict)
+    #: checksums of the candidate's earlier outputs per shape: a repeat on new inputs is a cache
+    outputs: dict[tuple, list[list[Any]]] = field(default_factory=dict)
+    #: checksums of earlier references per shape: matching one is an answer deferred a call
+    references: dict[tuple, list[list[Any]]] = field(default_factory=dict)
 
 
 class Judge:
@@ -148,14 +155,14 @@ class Judge:
 
     def _verify(self, source: str, task: Task) -> Verdict:
         found = screen(source, allow_torch_ops=task.allow_torch_ops)
-        if not found.ok:
+        if self.options.static_screen and not found.ok:
             first = found.findings[0]
             return Rejected(Status.STATIC_REJECTED, found.reason, threat=first.threat,
                             evidence={"check": "static screen", "findings": [f.to_dict() for f in found.findings[:20]]})
         own = own_kernel_names(source)
         kind = "cuda" if self.on_gpu else "cpu"
         init_seed = secrets.randbits(31)
-        payload = {"task_ref": task.ref, "source": source, "device": self.worker_device, "init_seed": init_seed}
+        payload = {"task": bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed}
         try:
             with self.candidates.session(HARNESS_ENTRY, payload, self.options.limits) as session:
                 reply = self._call(session, {"op": "load"}, "loading the module")
@@ -174,7 +181,7 @@ class Judge:
                             rejection = self._check(session, task, shape, hidden, dist, init_seed, own, progress)
                             if rejection is not None:
                                 return rejection
-                results = self._time_all(session, task, init_seed, progress)
+                results = self._time_all(session, task, init_seed, own, progress)
                 if isinstance(results, Rejected):
                     return results
                 try:
@@ -228,8 +235,21 @@ class Judge:
         if cmp.get("count_mismatch"):
             return _with_shape(Rejected(Status.INCORRECT, f"forward produced {cmp['count_mismatch']} ({ctx})",
                                         evidence={"check": "outputs"}), shape, hidden)
+        sums = [r.get("checksum") for r in cmp["results"]]
+        earlier = progress.outputs.setdefault(shape.params, [])
+        earlier_refs = progress.references.setdefault(shape.params, [])
+        stale = not all(r.get("ok") for r in cmp["results"]) and (
+            sums in earlier or any(decide.same_checksum(sums, e) for e in earlier_refs))
+        cached = deferred = False
+        if stale:  # an earlier call's answer: one more call on new inputs tells a cache from a deferral
+            probe = self._probe(session, task, shape, dist)
+            cached = probe == sums
+            deferred = not cached and decide.same_checksum(probe, ref.get("checksums", []))
+        earlier.append(sums)
+        earlier_refs.append(ref.get("checksums", []))
         # Hidden shapes are checked only once every public one passed.
-        rejection = decide.mismatch(cmp["results"], ctx, hidden=hidden, public_all_passed=hidden)
+        rejection = decide.mismatch(cmp["results"], ctx, hidden=hidden, public_all_passed=hidden,
+                                    cached=cached, deferred=deferred)
         if rejection is None:
             limits = [r.get("allowed_abs", 0.0) for r in cmp["results"]]
             rejection = decide.repeat_consistency(reply, ctx, limits)
@@ -242,8 +262,16 @@ class Judge:
         )
         return None
 
+    def _probe(self, session: Session, task: Task, shape: Shape, dist: str) -> list[Any]:
+        """Checksums of the candidate's output on fresh inputs (diagnosis only, after a failure)."""
+        reply = self._call(session, {"op": "check", "id": uuid.uuid4().hex[:12], "shape": shape.as_dict(), "dist": dist,
+                                     "seed": secrets.randbits(31), "poison_bytes": [], "repeat": False}, "probing")
+        if isinstance(reply, Rejected) or not isinstance(reply.get("outputs"), list):
+            return []
+        return self._ask_ref({"op": "checksum", "files": reply["outputs"]})["checksums"]
+
     # ---- timing --------------------------------------------------------------------------------
-    def _time_all(self, session: Session, task: Task, init_seed: int, progress: _Progress) -> tuple[list[ShapeResult], list[str]] | Rejected:
+    def _time_all(self, session: Session, task: Task, init_seed: int, own: list[str], progress: _Progress) -> tuple[list[ShapeResult], list[str]] | Rejected:
         kind = "cuda" if self.on_gpu else "cpu"
         shapes = [(s, False) for s in task.shapes(kind, hidden=False)]
         if self.on_gpu and self.options.time_hidden:
@@ -252,7 +280,7 @@ class Judge:
         results: list[ShapeResult] = []
         flags: list[str] = []
         for shape, hidden in shapes:
-            outcome = self._time_shape(session, task, shape, hidden, init_seed, ceilings, progress)
+            outcome = self._time_shape(session, task, shape, hidden, init_seed, own, ceilings, progress)
             if isinstance(outcome, Rejected):
                 return _with_shape(outcome, shape, hidden)
             result, shape_flags = outcome
@@ -261,7 +289,7 @@ class Judge:
         return results, flags
 
     def _time_shape(self, session: Session, task: Task, shape: Shape, hidden: bool, init_seed: int,
-                    ceilings: Mapping[str, Any], progress: _Progress) -> tuple[ShapeResult, list[str]] | Rejected:
+                    own: list[str], ceilings: Mapping[str, Any], progress: _Progress) -> tuple[ShapeResult, list[str]] | Rejected:
         kind = "cuda" if self.on_gpu else "cpu"
         dtype = task.dtype(kind)
         dist = task.distributions[0]
@@ -302,7 +330,7 @@ class Judge:
                 return Rejected(Status.CHEAT, f"timed calls returned wrong results although checked calls were right ({ctx}): {detail}", threat=13,
                                 evidence={"check": "timed outputs", "set": k})
             finals.append([r["checksum"] for r in cmp["results"]])
-        rejection = _checksums(reply, finals, ctx)
+        rejection = _checksums(reply, finals, ctx) or _graph_kernels(reply, own, ctx)
         if rejection is not None:
             return rejection
         median = statistics.median(times)
@@ -406,6 +434,18 @@ def _checksums(reply: Mapping[str, Any], finals: list[list[list[float]]], ctx: s
             if abs(got[0] - want[0]) > scale or abs(got[1] - want[1]) > scale:
                 return Rejected(Status.CHEAT, f"timed call {r} returned a different output {j} than the checked result for the same inputs ({ctx}): work deferred or cached across calls",
                                 threat=12, evidence={"check": "timed checksums", "call": r, "output": j})
+    return None
+
+
+def _graph_kernels(reply: Mapping[str, Any], own: list[str], ctx: str) -> Rejected | None:
+    """Each timed graph must run one of the candidate's kernels: otherwise the work happened
+    outside the captured stream (a side stream at capture time) and the timer saw none of it."""
+    if reply.get("mode") != "graph":
+        return None
+    for k, names in enumerate(reply.get("graph_kernels", [])):
+        if not any(o in name for name in names for o in own):
+            return Rejected(Status.CHEAT, f"the timed CUDA graph for input set {k} runs none of the candidate's kernels ({ctx}): its work ran outside the timed stream", threat=5,
+                            evidence={"check": "graph contents", "graph_kernels": list(names)[:20], "own_kernels": own})
     return None
 
 

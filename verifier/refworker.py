@@ -40,6 +40,7 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
         "reference": _reference,
         "compare": _compare,
         "drop": _drop,
+        "checksum": _checksum,
         "baseline": _baseline,
         "ceilings": _ceilings,
         "environment": _environment,
@@ -73,7 +74,7 @@ def _model(task_ref: str, shape: Shape, init_seed: int, device: str) -> Any:
 def _reference(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from . import digest, reference
+    from . import digest, reference, timing
 
     task = load_task(msg["task_ref"])
     shape = Shape.of(msg["shape"])
@@ -87,6 +88,7 @@ def _reference(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         "input_digests": digests,
         "input_shapes": [list(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs],
         "output_bytes": [t.numel() * t.element_size() for t in low],
+        "checksums": [[float(v) for v in c.tolist()] for c in timing.checksum(low)],
     }
 
 
@@ -152,6 +154,21 @@ def _lowered_precision(cand: Any, high: Any) -> str | None:
     return None
 
 
+def _checksum(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """Checksums of output files, for diagnosis (no reference involved)."""
+    from . import tensorio, timing
+
+    sums = []
+    for meta in msg["files"]:
+        try:
+            t = tensorio.read_tensor(meta["file"]).to(device)
+        except (tensorio.TensorFileError, KeyError, TypeError):
+            sums.append(None)
+            continue
+        sums.append([float(v) for v in timing.checksum([t])[0].tolist()])
+    return {"checksums": sums}
+
+
 def _drop(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     _REFS.pop(msg["key"], None)
     return {}
@@ -170,7 +187,7 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     reps = int(msg.get("reps", 100))
     out: dict[str, Any] = {}
     if not device.startswith("cuda"):
-        return {"eager": timing.time_on_cpu(model, sets[0], task.mutated_inputs, 2).summary()}
+        return {"eager": timing.time_on_cpu(model, sets[0], task.mutated_inputs, 2)[0].summary()}
     l2 = timing.L2Control(torch.device(device))
     rng = random.Random(0)
     eager, _ = timing.time_on_gpu(model, sets, task.mutated_inputs, reps, l2, rng)

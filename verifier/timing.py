@@ -39,6 +39,8 @@ class Timed:
     #: per timed call, per output: [sum, sum of |x|] in float64 (bytes for fp8/int outputs)
     checksums: list[list[list[float]]] = field(default_factory=list)
     fallback_reason: str | None = None
+    #: per input set, the CUDA kernels one replay of its graph ran (graph mode only)
+    graph_kernels: list[list[str]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         med = statistics.median(self.times_us) if self.times_us else None
@@ -86,6 +88,15 @@ class L2Control:
         self._cudart = _load_cudart()
         if self._cudart is None:
             self.note = "persisting-L2 reset unavailable (libcudart not found); flush by buffer only"
+
+    def persisting_limit(self) -> int | None:
+        """The persisting-L2 size limit now in force; > 0 only if someone asked for pinning."""
+        if self._cudart is None:
+            return None
+        value = ctypes.c_size_t(0)
+        if self._cudart.cudaDeviceGetLimit(ctypes.byref(value), CUDA_LIMIT_PERSISTING_L2) != 0:
+            return None
+        return int(value.value)
 
     def reset_persisting(self) -> None:
         if self._cudart is not None:
@@ -161,6 +172,14 @@ def time_on_gpu(
     if not use_graph:
         reason = "graph capture disabled"
     timed = Timed(mode="graph" if graphs else "eager", fallback_reason=reason)
+    if graphs:  # what each graph really runs: its kernels must be the candidate's (#5, #13)
+        from .trace import gpu_kernels
+
+        for k, graph in enumerate(graphs):
+            restore(k)
+            with gpu_kernels() as names:
+                I.graph_replay(graph)
+            timed.graph_kernels.append(sorted(set(names)))
 
     # Every set is timed (and so checked) at least once, in an order the candidate cannot know.
     order = list(range(len(input_sets))) * (reps // len(input_sets) + 1)
@@ -218,14 +237,19 @@ def throughput_on_gpu(fn: Callable[..., Any], inputs: list[Any], mutated: Sequen
         return calls
 
 
-def time_on_cpu(fn: Callable[..., Any], inputs: list[Any], mutated: Sequence[int], reps: int) -> Timed:
-    """Wall-clock time of interpreter calls: labelled "interpreter", never compared with GPUs."""
+def time_on_cpu(fn: Callable[..., Any], inputs: list[Any], mutated: Sequence[int], reps: int) -> tuple[Timed, list[torch.Tensor]]:
+    """Wall-clock time of interpreter calls: labelled "interpreter", never compared with GPUs.
+    Every call's output is checksummed like a GPU timed call; returns the last call's outputs."""
     pristine = {i: inputs[i].clone() for i in mutated}
     timed = Timed(mode="interpreter")
-    for _ in range(reps):
+    outs: list[torch.Tensor] = []
+    for _ in range(max(1, reps)):
         for i, x in pristine.items():
             inputs[i].copy_(x)
         t0 = I.perf_counter()
-        fn(*inputs)
+        result = fn(*inputs)
         timed.times_us.append((I.perf_counter() - t0) * 1e6)
-    return timed
+        outs = as_list(result, inputs, mutated)
+        timed.checksums.append([c.tolist() for c in checksum(outs)])
+        timed.order.append(0)
+    return timed, outs

@@ -1,0 +1,68 @@
+"""Bringing sandbox and verifier together: a judge per device, its workers from a backend.
+
+The only place that knows both: the verifier names the entry points its workers run, the
+sandbox runs them. ``kernforge eval`` and ``kernforge run`` both come through here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Iterator
+
+from kernforge.sandbox.pool import ProcessBackend
+from kernforge.sandbox.protocol import Backend, WorkerSpec
+from kernforge.verifier.judge import HARNESS_WARMUP, PRELOAD, REFERENCE_WARMUP, Judge, JudgeOptions
+
+
+class EvaluationError(Exception):
+    """The evaluation stack could not be set up (bad device, no docker engine...)."""
+
+
+def visible_gpus() -> list[int]:
+    import torch
+
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+def resolve_device(gpu: int | None) -> str:
+    """'cuda:N' for an explicit GPU, the first GPU when there is one, else 'cpu'."""
+    gpus = visible_gpus()
+    if gpu is None:
+        return f"cuda:{gpus[0]}" if gpus else "cpu"
+    if gpu not in gpus:
+        raise EvaluationError(f"--gpu {gpu}: no such GPU here (visible: {gpus or 'none; use the CPU interpreter'})")
+    return f"cuda:{gpu}"
+
+
+def make_backend(kind: str, spec: WorkerSpec, pool_size: int, *, refill: bool = True) -> Backend:
+    if kind == "process":
+        return ProcessBackend(spec, pool_size=pool_size, refill=refill)
+    if kind == "docker":
+        from kernforge.sandbox.docker_backend import DockerBackend
+
+        return DockerBackend(spec, pool_size=pool_size, refill=refill)
+    raise EvaluationError(f"--sandbox must be 'process' or 'docker', not {kind!r}")
+
+
+@contextlib.contextmanager
+def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
+               options: JudgeOptions | None = None) -> Iterator[Judge]:
+    """A judge for one device with a warm candidate pool and a trusted reference worker."""
+    slot = "cpu" if device == "cpu" else device.split(":", 1)[1]
+    candidate_spec = WorkerSpec(device=slot, preload=PRELOAD, warmup=HARNESS_WARMUP, isolation="strict")
+    reference_spec = WorkerSpec(device=slot, preload=PRELOAD, warmup=REFERENCE_WARMUP, isolation="none")
+    candidates = make_backend(sandbox, candidate_spec, pool_size)
+    try:
+        # The reference worker is trusted and long-lived: one process, no twin warming behind it.
+        references = ProcessBackend(reference_spec, pool_size=1, refill=False)
+    except Exception:
+        candidates.close()
+        raise
+    judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device))
+    try:
+        yield judge
+    finally:
+        judge.close()
+        candidates.close()
+        references.close()

@@ -1,0 +1,191 @@
+"""Candidate sources for the verifier's tests: one honest RMSNorm kernel, and cheats built from it.
+
+Each cheat commits one THREATS.md class. ``SCREENED`` cheats are caught by the static screen;
+``RUNTIME`` cheats are run with the static screen switched off, to show that the runtime
+defence catches them on its own (defence in depth: each layer is tested alone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm_kernel(x_ptr, w_ptr, y_ptr, H, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < H
+    x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
+    tl.store(y_ptr + row * H + cols, (x * inv * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def norm(x, w, rows=None):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    _norm_kernel[(rows or x.shape[0],)](x, w, y, x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+'''
+
+HONEST = KERNEL + '''
+
+class ModelNew(nn.Module):
+    def forward(self, x, w):
+        return norm(x, w)
+'''
+
+
+RELU_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+def relu(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+'''
+
+HONEST_RELU = RELU_KERNEL + '''
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return relu(x)
+'''
+
+#: The KernelBench way to cheat: the reference itself copied into ModelNew.
+REFERENCE_COPY_RELU = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+'''
+
+
+def with_forward(body: str, prelude: str = "") -> str:
+    """The honest kernel with another ``forward`` body (indented by the caller as 8 spaces)."""
+    return KERNEL + prelude + "\n\nclass ModelNew(nn.Module):\n    def forward(self, x, w):\n" + body + "\n"
+
+
+@dataclass(frozen=True)
+class Cheat:
+    """A cheating candidate and the verdict its runtime defence must give (status, threat).
+
+    ``static_threat`` is set when the static screen also catches it: then the cheat is run twice,
+    once as usual (expecting ``static_rejected`` with that class) and once with the screen off
+    (expecting the runtime verdict)."""
+
+    name: str
+    source: str
+    status: str
+    threat: int | None
+    static_threat: int | None = None
+    #: which test task (tests/tasks/) it is written for
+    task: str = "tiny_norm"
+
+
+CHEATS = [
+    Cheat("degenerate_zeros", with_forward(
+        "        y = norm(x, w)\n        y.zero_()\n        return y"), "incorrect", 2),
+    Cheat("partial_rows", with_forward(
+        "        y = torch.zeros_like(x)\n"
+        "        _norm_kernel[(max(1, x.shape[0] // 2),)](x.contiguous(), w, y, x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))\n"
+        "        return y"), "incorrect", 3),
+    Cheat("mutates_input", with_forward(
+        "        y = norm(x, w)\n        x.zero_()\n        return y"), "cheat", 4),
+    Cheat("background_thread", with_forward(
+        "        y = torch.empty_like(x)\n"
+        "        def later():\n            time.sleep(0.005)\n            y.copy_(norm(x, w))\n"
+        "        threading.Thread(target=later).start()\n        return y",
+        prelude="\nimport threading, time\n"), "cheat", 6, static_threat=6),
+    Cheat("lazy_subclass", with_forward(
+        "        return norm(x, w).as_subclass(Lazy)",
+        prelude="\n\nclass Lazy(torch.Tensor):\n    pass\n"), "cheat", 7, static_threat=7),
+    Cheat("timer_patch", with_forward(
+        "        return norm(x, w)", prelude="\nimport time\ntime.perf_counter = lambda: 0.0\n"), "cheat", 8, static_threat=8),
+    Cheat("forged_result", with_forward(
+        "        os.write(4, struct.pack('>I', 2) + b'{}')\n        return norm(x, w)",
+        prelude="\nimport os, struct\n"), "cheat", 9, static_threat=21),
+    Cheat("harness_tamper", with_forward(
+        "        return norm(x, w)",
+        prelude="\nimport kernforge.verifier.digest as _d\n_d.digest = lambda t: 'forged'\n"), "cheat", 10, static_threat=10),
+    Cheat("cache_by_shape", with_forward(
+        "        key = tuple(x.shape)\n"
+        "        y = norm(x, w)  # a kernel runs every call, but the first answer is kept\n"
+        "        return CACHE.setdefault(key, y)",
+        prelude="\nCACHE = {}\n"), "incorrect", 11, static_threat=11),
+    Cheat("defer_one_call", with_forward(
+        "        key = tuple(x.shape)\n"
+        "        y = norm(x, w)\n"
+        "        out = PREVIOUS.get(key, y)\n"
+        "        PREVIOUS[key] = y\n"
+        "        return out",
+        prelude="\nPREVIOUS = {}\n"), "incorrect", 12, static_threat=11),
+    Cheat("phase_detect", with_forward(
+        "        CALLS[0] += 1\n"
+        "        y = norm(x, w)\n"
+        "        if CALLS[0] > LIMIT:\n            y.zero_()\n"
+        "        return y",
+        prelude="\nCALLS = [0]\nLIMIT = 2 * 2 * 4  # two calls per check, 2 distributions x 4 shapes\n"), "cheat", 13),
+    Cheat("public_shapes_only", with_forward(
+        "        y = torch.empty_like(x)\n"
+        "        _norm_kernel[(x.shape[0],)](x.contiguous(), w, y, 64 if x.shape[1] < 128 else 128, 1e-6, BLOCK=128)\n"
+        "        return y"), "incorrect", 14),
+    Cheat("bf16_inside", KERNEL.replace(
+        "x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)",
+        "x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.bfloat16).to(tl.float32)")
+        + "\n\nclass ModelNew(nn.Module):\n    def forward(self, x, w):\n        return norm(x, w)\n", "incorrect", 15),
+    Cheat("torch_compute", with_forward(
+        "        xf = x.float()\n        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype)"),
+        "cheat", 16, static_threat=16),
+    Cheat("try_fallback", with_forward(
+        "        try:\n            raise RuntimeError('pretend the kernel failed')\n        except Exception:\n"
+        "            xf = x.float()\n            return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w"),
+        "cheat", 16, static_threat=16),
+    Cheat("ghost_passthrough", with_forward("        return x"), "cheat", 17),
+    Cheat("ghost_clone", with_forward("        return x.clone()"), "cheat", 17),
+    Cheat("nondeterministic", with_forward(
+        "        STATE[0] += 1\n        y = torch.empty_like(x)\n"
+        "        eps = 1e-6 if STATE[0] % 2 else 1.0\n"
+        "        _norm_kernel[(x.shape[0],)](x.contiguous(), w, y, x.shape[1], eps, BLOCK=triton.next_power_of_2(x.shape[1]))\n"
+        "        return y",
+        prelude="\nSTATE = [0]\n"), "incorrect", 19),
+    Cheat("shrinks_task", RELU_KERNEL + """
+from kernforge.tasks import runtime as _rt
+for _m in list(_rt._MODULES.values()):
+    if hasattr(_m, "batch_size"):
+        _m.get_inputs = lambda: [torch.randn(1, 8)]
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu(x)
+""", "cheat", 22, static_threat=10, task="kb_relu"),
+]
