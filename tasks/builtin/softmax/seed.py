@@ -19,7 +19,7 @@ def _softmax_kernel(x_ptr, out_ptr, V, stride_x, stride_out, BLOCK: tl.constexpr
     x_row = x_ptr + row * stride_x
     out_row = out_ptr + row * stride_out
     # All in float32: the sum of 150k terms in bf16 would stop growing after a few hundred.
-    # Subtracting the running maximum keeps every exp() in (0, 1]: logits near 1000 would
+    # Subtracting the running maximum keeps every exp() in [0, 1]: logits above 88 would
     # overflow float32 otherwise.
     m = -float("inf")
     s = 0.0
