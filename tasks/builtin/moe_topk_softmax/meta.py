@@ -35,10 +35,11 @@ CPU_PUBLIC_SHAPES = [{"T": 1, "E": 8, "K": 2}, {"T": 8, "E": 64, "K": 8}]
 CPU_HIDDEN_SHAPES = [{"T": 3, "E": 60, "K": 4}, {"T": 9, "E": 40, "K": 3}, {"T": 2, "E": 8, "K": 8}]
 
 DISTRIBUTIONS = ("normal", "uniform", "heavy_tailed", "large")
-# Router logits in float32 on both devices (vLLM's kernel takes float32 gating output; many
-# MoE models upcast the router's logits before routing). In bf16, with 8 significant bits,
-# 256 experts' logits cannot all be kept apart by more than rounding noise within a realistic
-# range, so two correct kernels could pick different experts at a near-tie; see make_inputs.
+# Router logits in float32 on both devices, as many MoE models route (the gate's logits
+# upcast, or the gate run in float32) and as vLLM's topk_softmax computes. In bf16, with 8
+# significant bits (steps of 0.125 at |logit| ~ 20), 256 experts' logits cannot all be kept
+# apart by more than rounding noise within a realistic range, so two correct kernels could
+# pick different experts at a near-tie; see make_inputs.
 DTYPES = {"cuda": "float32", "cpu": "float32"}
 # The expert ids are integers and must match exactly: a wrong id routes the token to a
 # different expert. (Without this entry int32 would get the float32 default.)
