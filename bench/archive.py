@@ -7,7 +7,9 @@ Attempts come from ``kernforge.archive.synthetic``: 6 tasks, 4 proposers/models,
 (H200, A100, interpreter), the verdict mix an LLM loop sees, 2-8 shapes each, a parent for most
 and ~5% repeated code (reuse rows). They are written through the library (``record_attempts``,
 one transaction per batch, FTS triggers and all), so the insert rate is the archive's own.
-Read latencies are medians over ``--repeat`` calls on a fresh read-only ``Archive``.
+``--writers N`` fills with N processes at once (each its own runs), as N GPU workers would; each
+waits for the others' write transactions (BEGIN IMMEDIATE, busy timeout). Read latencies are
+medians over ``--repeat`` calls on a fresh read-only ``Archive``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import random
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -29,13 +32,13 @@ from kernforge.archive.content import code_hash
 from kernforge.archive.store import Archive
 
 
-def fill(path: Path, attempts: int, batch: int, seed: int) -> tuple[dict[str, float], dict[str, Any]]:
-    """Write the attempts; (seconds spent generating, hashing and recording; things worth querying)."""
+def write(path: Path, attempts: int, batch: int, seed: int) -> dict[str, float]:
+    """One writer process: generate, hash and record ``attempts``; seconds spent on each."""
     rng = random.Random(seed)
-    generate = hashing = record = 0.0
-    with Archive.create(path, exist_ok=False) as archive:
+    spent = {"generate": 0.0, "hash": 0.0, "record": 0.0}
+    with Archive.open(path) as archive:
         tasks = [(name, archive.register_task(synthetic.task_record(name))) for name in synthetic.TASKS]
-        runs = [archive.start_run({"bench": i}) for i in range(max(1, attempts // 100_000))]
+        runs = [archive.start_run({"bench": seed, "part": i}) for i in range(max(1, attempts // 100_000))]
         last: dict[int, list[int]] = {task_id: [] for _, task_id in tasks}
         codes: dict[tuple[int, str], list[str]] = {}
         seq = {run: 0 for run in runs}
@@ -49,7 +52,8 @@ def fill(path: Path, attempts: int, batch: int, seed: int) -> tuple[dict[str, fl
                 env = rng.choices(synthetic.ENVIRONMENTS, weights=(70, 25, 5))[0]
                 parents = last[task_id]
                 parent = parents[rng.randrange(len(parents))] if parents and rng.random() < 0.8 else None
-                item = synthetic.attempt(rng, run, seq[run], task_id, name, done, environment=env, parent_id=parent)
+                salt = seed * 10_000_000 + done
+                item = synthetic.attempt(rng, run, seq[run], task_id, name, salt, environment=env, parent_id=parent)
                 known = codes.setdefault((task_id, env["gpu"] or "cpu"), [])
                 if known and rng.random() < 0.05:
                     item = replace(item, code=rng.choice(known))  # a repeat: stored as a reuse row
@@ -58,22 +62,34 @@ def fill(path: Path, attempts: int, batch: int, seed: int) -> tuple[dict[str, fl
                 items.append(item)
                 seq[run] += 1
                 done += 1
-            generate += time.perf_counter() - started
+            spent["generate"] += time.perf_counter() - started
             started = time.perf_counter()
             for item in items:  # the loop hashes each proposal for its lookup before evaluating it
                 code_hash(item.code)
-            hashing += time.perf_counter() - started
+            spent["hash"] += time.perf_counter() - started
             started = time.perf_counter()
             ids = archive.record_attempts(items)
-            record += time.perf_counter() - started
+            spent["record"] += time.perf_counter() - started
             for item, attempt_id in zip(items, ids):
                 window = last[item.task_id]
                 window.append(attempt_id)
                 del window[:-200]
-        probe = archive.best()[0]
-        sample = {"task_name": probe.task, "task_id": probe.task_id, "attempt": probe.attempt_id, "gpu": probe.gpu,
-                  "deep": max(max(ids) for ids in last.values() if ids)}
-    return {"generate": generate, "hash": hashing, "record": record}, sample
+    return spent
+
+
+def fill(path: Path, attempts: int, batch: int, seed: int, writers: int) -> tuple[float, list[dict[str, float]]]:
+    """A fresh archive filled by ``writers`` processes at once (as several GPU workers would):
+    (wall seconds, each writer's seconds spent generating, hashing and recording)."""
+    Archive.create(path, exist_ok=False).close()
+    shares = [attempts // writers + (i < attempts % writers) for i in range(writers)]
+    started = time.perf_counter()
+    if writers == 1:
+        spent = [write(path, attempts, batch, seed)]
+    else:
+        with ProcessPoolExecutor(writers) as pool:
+            spent = list(pool.map(write, [path] * writers, shares, [batch] * writers,
+                                  [seed * 100 + i for i in range(writers)]))
+    return time.perf_counter() - started, spent
 
 
 def median_ms(fn: Callable[[], object], repeat: int) -> float:
@@ -91,27 +107,29 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="attempts per transaction")
     parser.add_argument("--repeat", type=int, default=9, help="calls per read latency (median)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--writers", type=int, default=1, help="writer processes filling the archive at once")
     parser.add_argument("--db", type=Path, help="where to build the archive (default: a temporary folder)")
     args = parser.parse_args()
 
     folder = None if args.db else tempfile.TemporaryDirectory(prefix="kernforge-bench-")
     path = args.db or Path(folder.name) / "bench.db"
-    spent, s = fill(path, args.attempts, args.batch, args.seed)
-    record = spent["record"]
+    wall, spent = fill(path, args.attempts, args.batch, args.seed, args.writers)
     size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
     with Archive.open(path, readonly=True) as archive:
         n_shapes = archive.conn.execute("SELECT count(*) FROM measurements").fetchone()[0]
-        lookup_code = archive.get_attempt(s["attempt"]).code
+        deep = archive.conn.execute("SELECT max(id) FROM attempts").fetchone()[0]
+        probe = archive.best()[0]
+        code, env_key = archive.get_attempt(probe.attempt_id).code, archive.get_attempt(probe.attempt_id).env_key
         reads = {
             "best (all tasks x GPUs)": lambda: archive.best(),
-            "best --task --gpu": lambda: archive.best(task=s["task_name"], gpu=s["gpu"]),
-            "best --shapes (one task)": lambda: archive.best_per_shape(task=s["task_name"]),
+            "best --task --gpu": lambda: archive.best(task=probe.task, gpu=probe.gpu),
+            "best --shapes (one task)": lambda: archive.best_per_shape(task=probe.task),
             "stats": lambda: archive.stats(),
-            "lookup (content hash)": lambda: archive.lookup(s["task_id"], lookup_code, archive.get_attempt(s["attempt"]).env_key),
-            "population (8/4/4/4)": lambda: archive.population(s["task_id"], s["gpu"]),
-            "lineage (newest attempt)": lambda: archive.lineage(s["deep"]),
-            "show (get_attempt)": lambda: archive.get_attempt(s["attempt"]),
+            "lookup (content hash)": lambda: archive.lookup(probe.task_id, code, env_key),
+            "population (8/4/4/4)": lambda: archive.population(probe.task_id, probe.gpu),
+            "lineage (newest attempt)": lambda: archive.lineage(deep),
+            "show (get_attempt)": lambda: archive.get_attempt(probe.attempt_id),
         }
         latencies = {name: median_ms(fn, args.repeat) for name, fn in reads.items()}
     if folder:
@@ -120,11 +138,15 @@ def main() -> None:
     table = Table(title=f"archive bench: {args.attempts:,} attempts, {n_shapes:,} shape rows, batch {args.batch}")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("insert rate (record_attempts)", f"{args.attempts / record:,.0f} attempts/s")
-    table.add_row("  shape rows / s", f"{n_shapes / record:,.0f}")
-    table.add_row("  normalise + hash code (ast)", f"{spent['hash'] / args.attempts * 1e3:,.2f} ms/attempt")
-    table.add_row("  seconds recording / hashing / generating",
-                  f"{record:,.0f} / {spent['hash']:,.0f} / {spent['generate']:,.0f}")
+    record = max(w["record"] for w in spent)
+    per_writer = args.attempts / len(spent)
+    table.add_row(f"fill rate, {len(spent)} writer process(es), wall", f"{args.attempts / wall:,.0f} attempts/s")
+    table.add_row("record_attempts rate per writer", f"{per_writer / record:,.0f} attempts/s")
+    table.add_row("  shape rows / s per writer", f"{n_shapes / len(spent) / record:,.0f}")
+    table.add_row("  normalise + hash code (ast)", f"{sum(w['hash'] for w in spent) / args.attempts * 1e3:,.2f} ms/attempt")
+    table.add_row("  wall s: total / recording / hashing / generating (slowest writer)",
+                  f"{wall:,.0f} / {record:,.0f} / {max(w['hash'] for w in spent):,.0f}"
+                  f" / {max(w['generate'] for w in spent):,.0f}")
     table.add_row("file size (db + wal)", f"{size / 2**20:,.1f} MiB ({size / args.attempts:,.0f} B/attempt)")
     for name, ms in latencies.items():
         flag = "  (target <= 50 ms)" if name.startswith("best (all") else ""
