@@ -630,6 +630,29 @@ def test_builtin_seed_passes(name):
     assert result.ok, f"{name}: {result.reason}"
 
 
+#: every seed on a GPU; on the CPU those the Triton interpreter can run
+RUNNABLE_SEEDS = [n for n in SEEDS if torch.cuda.is_available() or load_task(n).interpreter_unsupported is None]
+
+
+@pytest.mark.parametrize("name", RUNNABLE_SEEDS)
+def test_builtin_seed_runs_only_bookkeeping_torch_ops(name, device):
+    """The policy seen from the runtime side: an honest seed's forward, traced op by op, uses
+    only ops that is_allowed_aten accepts, and launches its kernel."""
+    from kernforge.tasks import runtime
+    from kernforge.verifier import trace
+
+    trace.install_launch_hooks()
+    task = load_task(name)
+    shape = (task.cpu_public_shapes if device == "cpu" else task.public_shapes)[0]
+    module = runtime.load_module(task.seed_path, fresh=True)
+    inputs = runtime.make_inputs(task, shape, task.distributions[0], 0, device)
+    model = runtime.build_model(module.ModelNew, runtime.make_init_inputs(task, shape), 0, device)
+    with trace.recording() as rec:
+        model(*inputs)
+    assert rec.launches, "the seed launched no kernel"
+    assert [op for op in rec.ops if not is_allowed_aten(op)] == []
+
+
 @pytest.mark.parametrize("name", builtin_names())
 def test_reference_copied_into_modelnew_follows_the_policy(name):
     """The KernelBench way to cheat: the task's own reference submitted as the candidate."""
