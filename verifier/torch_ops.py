@@ -289,8 +289,31 @@ def torch_reference_kind(path: Sequence[str]) -> Literal["compute", "layer"] | N
         return "compute" if path[2] in AUTOGRAD_COMPUTE else None
     # a name directly under torch: an op unless it is bookkeeping, a utility, or not callable
     if is_bookkeeping(head) or head in TORCH_UTILITIES:
-        return None
-    return "compute" if _op_in_namespace(("torch",), head, frozenset()) else None
+        return _alias_kind(path)
+    return "compute" if _op_in_namespace(("torch",), head, frozenset()) else _alias_kind(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _op_index() -> dict[int, tuple[str, ...]]:
+    """Every op object of torch's op namespaces, by identity, with its canonical path."""
+    index: dict[int, tuple[str, ...]] = {}
+    for ns in (("torch", "nn", "functional"), ("torch", "special"), ("torch", "linalg"), ("torch", "fft"), ("torch",)):
+        module = _torch_object(ns)
+        for name in dir(module) if module is not None else ():
+            obj = getattr(module, name, None)
+            if not name.startswith("__") and callable(obj) and not isinstance(obj, (type, types.ModuleType)):
+                index.setdefault(id(obj), ns + (name,))
+    return index
+
+
+def _alias_kind(path: tuple[str, ...]) -> Literal["compute"] | None:
+    """A path that reaches an op under another name (``torch.nn.modules.activation.F.relu``)."""
+    for n in range(len(path), 2, -1):
+        obj = _torch_object(path[:n])
+        canonical = _op_index().get(id(obj)) if obj is not None else None
+        if canonical is not None and canonical != path[:n]:
+            return "compute" if torch_reference_kind(canonical) == "compute" else None
+    return None
 
 
 def _nn_kind(path: tuple[str, ...]) -> Literal["compute", "layer"] | None:
@@ -307,9 +330,11 @@ def _nn_kind(path: tuple[str, ...]) -> Literal["compute", "layer"] | None:
         return None if path[3] in NN_ATTENTION_NON_OPS else "compute"
     if sub == "modules":
         classes = [p for p in path[3:] if p[:1].isupper()]
-        return _nn_class_kind(classes[0]) if classes else None
+        if classes and _nn_class_kind(classes[0]) == "layer":
+            return "layer"
+        return _alias_kind(path)
     if sub in NN_NON_OP_SUBMODULES:
-        return None
+        return _alias_kind(path)
     return _nn_class_kind(sub)
 
 
