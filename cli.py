@@ -49,9 +49,13 @@ def fail(message: str, code: int = 2) -> None:
 def _known_errors() -> tuple[type[BaseException], ...]:
     """Our own exception classes: each becomes a one-line message and exit code 2."""
     from kernforge.archive.errors import ArchiveError
+    from kernforge.loop.config import ConfigError
+    from kernforge.loop.evaluate import EvaluationError
+    from kernforge.sandbox.protocol import SandboxError
     from kernforge.tasks.errors import TaskError
+    from kernforge.verifier.judge import JudgeError
 
-    return (TaskError, ArchiveError, UsageFailure)
+    return (TaskError, ArchiveError, UsageFailure, EvaluationError, JudgeError, SandboxError, ConfigError)
 
 
 def command(group: typer.Typer, name: str | None = None):
@@ -262,6 +266,33 @@ def export_cmd(
     except export.NothingToExport as error:
         fail(str(error), code=1)
     out.print(export.summary(result), highlight=False)
+
+
+# ---- eval -------------------------------------------------------------------------------------
+GpuOpt = Annotated[Optional[int], typer.Option("--gpu", help="GPU index to run on; the first GPU by default, the CPU interpreter without one.")]
+SandboxOpt = Annotated[str, typer.Option("--sandbox", help="Where candidates run: 'process' (default) or 'docker'.")]
+
+
+@command(app, "eval")
+def eval_cmd(
+    candidate: Annotated[Path, typer.Argument(help="A candidate module defining ModelNew (KernelBench form).")],
+    task: Annotated[str, typer.Option("--task", help="A built-in task name, or a KernelBench-form .py file.")],
+    gpu: GpuOpt = None,
+    sandbox: SandboxOpt = "process",
+    as_json: JsonOpt = False,
+) -> None:
+    """Verify one candidate against a task: hidden-shape correctness, anti-cheating checks, and
+    timings against PyTorch eager and torch.compile. Exit code 0 accepted, 1 rejected, 2 usage error."""
+    from kernforge.loop.evaluate import evaluate_file
+    from kernforge.verifier.report import verdict_renderable
+
+    with err.status(f"verifying {candidate.name} on {task}...", spinner="dots"):
+        verdict, task_name = evaluate_file(candidate, task, gpu=gpu, sandbox=sandbox)
+    if as_json:
+        typer.echo(json.dumps({"task": task_name, "candidate": str(candidate), **verdict.to_dict()}))
+    else:
+        out.print(verdict_renderable(verdict, task_name))
+    raise typer.Exit(0 if verdict.accepted else 1)
 
 
 # ---- doctor -----------------------------------------------------------------------------------

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import replace
+from pathlib import Path
 from typing import Iterator
 
 from kernforge.sandbox.pool import ProcessBackend
 from kernforge.sandbox.protocol import Backend, WorkerSpec
 from kernforge.verifier.judge import HARNESS_WARMUP, PRELOAD, REFERENCE_WARMUP, Judge, JudgeOptions
+from kernforge.verifier.verdict import Verdict
 
 
 class EvaluationError(Exception):
@@ -43,6 +45,20 @@ def make_backend(kind: str, spec: WorkerSpec, pool_size: int, *, refill: bool = 
 
         return DockerBackend(spec, pool_size=pool_size, refill=refill)
     raise EvaluationError(f"--sandbox must be 'process' or 'docker', not {kind!r}")
+
+
+def evaluate_file(path: Path, task_name: str, *, gpu: int | None = None, sandbox: str = "process") -> tuple[Verdict, str]:
+    """``kernforge eval``: one candidate file, one task, a fresh judge."""
+    from kernforge.tasks.loader import load_task
+
+    try:
+        source = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise EvaluationError(f"{path}: cannot read the candidate ({err})") from None
+    task = load_task(task_name)
+    device = resolve_device(gpu)
+    with open_judge(device, sandbox=sandbox, pool_size=1) as judge:
+        return judge.verify(source, task), task.name
 
 
 @contextlib.contextmanager

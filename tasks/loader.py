@@ -13,6 +13,9 @@ Layouts understood:
 
 Metadata attributes (all optional) are listed in ``META_FIELDS``; an unknown upper-case name
 is an error, so a typo cannot silently drop the hidden shapes.
+
+Every integer global of a reference module is a size (KernelBench reads sizes from globals), so
+a shape is an assignment to them; keep other constants (a rope base, an epsilon) as floats.
 """
 
 from __future__ import annotations

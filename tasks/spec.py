@@ -69,6 +69,8 @@ DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
     "bfloat16": Tolerance(atol=4e-3, rtol=8e-3),
     "float8_e4m3fn": Tolerance(atol=2e-2, rtol=0.13),
     "float8_e5m2": Tolerance(atol=4e-2, rtol=0.26),
+    # Integers (ids, indices, counts) have no rounding: they match exactly.
+    **{name: Tolerance(atol=0.0, rtol=0.0) for name in ("int64", "int32", "int16", "int8", "uint8", "bool")},
 }
 
 
@@ -138,7 +140,7 @@ class Task:
             "reference": self.reference_source,
             "public_shapes": [s.as_dict() for s in self.public_shapes],
             "dtypes": dict(self.dtypes),
-            "tolerances": {d: self.tolerance(d).to_dict() for d in sorted(set(self.dtypes.values()))},
+            "tolerances": {d: self.tolerance(d).to_dict() for d in sorted({*self.dtypes.values(), *self.tolerances})},
             "allow_torch_ops": self.allow_torch_ops,
             "mutated_inputs": list(self.mutated_inputs),
         }

@@ -189,3 +189,92 @@ class ModelNew(nn.Module):
         return relu(x)
 """, "cheat", 22, static_threat=10, task="kb_relu"),
 ]
+
+
+#: GPU-only cheats: they need a device, streams or CUDA graphs to cheat at all.
+GPU_CHEATS = [
+    Cheat("side_stream", with_forward(
+        "        y = torch.empty_like(x)\n"
+        "        SIDE.wait_stream(torch.cuda.current_stream())  # inputs ready, but never joined back\n"
+        "        with torch.cuda.stream(SIDE):\n"
+        "            _norm_kernel[(x.shape[0],)](x, w, y, x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))\n"
+        "        return y",
+        prelude="\nSIDE = torch.cuda.Stream()\n"), "cheat", 5, static_threat=5),
+    Cheat("host_thread", with_forward(
+        "        y = torch.empty_like(x)\n"
+        "        def later():\n            time.sleep(0.01)\n            y.copy_(norm(x, w))\n"
+        "        threading.Thread(target=later).start()\n        return y",
+        prelude="\nimport threading, time\n"), "cheat", 6, static_threat=6),
+    Cheat("defer_one_call_gpu", with_forward(
+        "        key = tuple(x.shape)\n"
+        "        y = norm(x, w)\n"
+        "        out = PREVIOUS.get(key, y)\n"
+        "        PREVIOUS[key] = y\n"
+        "        return out",
+        prelude="\nPREVIOUS = {}\n"), "incorrect", 12, static_threat=11),
+    Cheat("l2_pinning", with_forward(
+        "        _CUDART.cudaDeviceSetLimit(6, ctypes.c_size_t(8 << 20))  # cudaLimitPersistingL2CacheSize\n"
+        "        return norm(x, w)",
+        prelude="\nimport ctypes\n_CUDART = ctypes.CDLL(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libcudart' in l})[0])\n"),
+        "cheat", 18, static_threat=21),
+    Cheat("capture_detect", with_forward(
+        "        if torch.cuda.is_current_stream_capturing():\n            return torch.empty_like(x)\n"
+        "        return norm(x, w)"), "cheat", 13, static_threat=13),
+    Cheat("stale_device_memory", with_forward(
+        "        y = torch.empty_like(x)\n"
+        "        _norm_kernel[(max(1, x.shape[0] // 2),)](x.contiguous(), w, y, x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))\n"
+        "        return y"), "incorrect", 1),
+]
+
+#: An honest CUDA C++ candidate (load_inline): kernels need not be Triton.
+HONEST_CUDA = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SRC = """
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_bf16.h>
+
+// One block per row; float accumulation whatever the storage type.
+__global__ void rms_norm_rows(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int H, float eps) {
+    extern __shared__ float partial[];
+    const int row = blockIdx.x;
+    float acc = 0.f;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        float v = __bfloat162float(x[row * H + i]);
+        acc += v * v;
+    }
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float inv = rsqrtf(partial[0] / H + eps);
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        float v = __bfloat162float(x[row * H + i]) * inv * __bfloat162float(w[i]);
+        y[row * H + i] = __float2bfloat16(v);
+    }
+}
+
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const int rows = xc.size(0), H = xc.size(1), threads = 256;
+    rms_norm_rows<<<rows, threads, threads * sizeof(float), at::cuda::getCurrentCUDAStream()>>>(
+        reinterpret_cast<const __nv_bfloat16*>(xc.data_ptr()), reinterpret_cast<const __nv_bfloat16*>(w.data_ptr()),
+        reinterpret_cast<__nv_bfloat16*>(y.data_ptr()), H, 1e-6f);
+    return y;
+}
+"""
+
+_ext = load_inline(name="kf_rms_norm_cuda", cpp_sources="torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w);",
+                   cuda_sources=CUDA_SRC, functions=["rms_norm"], extra_cuda_cflags=["-O3"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, w):
+        return _ext.rms_norm(x, w)
+'''

@@ -2,7 +2,7 @@
 
 Runs only in trusted processes (the judge's reference worker, tests), never in a candidate's.
 ``high`` is the reference on inputs upcast one step (bf16/fp16 -> fp32, fp32 -> fp64) with TF32
-off; ``low`` is the reference on the inputs as given, whose distance from ``high`` is the
+off (a reference that computes in float32 itself, as the built-in ones do, stays float32 there); ``low`` is the reference on the inputs as given, whose distance from ``high`` is the
 rounding error the tolerance allows for (see compare.py).
 """
 

@@ -1,0 +1,80 @@
+"""The verifier on a GPU: the cheats that need a device (side streams, host threads, deferral,
+L2 pinning, graph-capture detection, stale device memory, a time below the roofline floor) are
+rejected with the right class; honest Triton and CUDA C++ kernels are accepted with real
+timings and baselines measured side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import candidates as C
+from kernforge.loop.evaluate import open_judge
+from kernforge.tasks.loader import load_task
+from kernforge.verifier.judge import JudgeOptions
+from kernforge.verifier.screen import screen
+
+pytestmark = pytest.mark.gpu
+TASKS = Path(__file__).parent / "tasks"
+
+
+def _describe(verdict) -> str:
+    return f"{verdict.status.value} #{verdict.threat}: {verdict.reason}"
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), timing_reps=30, baselines=True)
+    with open_judge("cuda:0", pool_size=2, options=options) as j:
+        yield j
+
+
+@pytest.fixture(scope="module")
+def runtime_judge(tmp_path_factory):
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), timing_reps=30, baselines=False, static_screen=False)
+    with open_judge("cuda:0", pool_size=2, options=options) as j:
+        yield j
+
+
+@pytest.mark.parametrize("cheat", C.GPU_CHEATS, ids=[c.name for c in C.GPU_CHEATS])
+def test_gpu_cheat_rejected_at_runtime(runtime_judge, cheat):
+    verdict = runtime_judge.verify(cheat.source, load_task(TASKS / cheat.task))
+    assert (verdict.status.value, verdict.threat) == (cheat.status, cheat.threat), _describe(verdict)
+
+
+@pytest.mark.parametrize("cheat", [c for c in C.GPU_CHEATS if c.static_threat], ids=lambda c: c.name)
+def test_gpu_cheat_rejected_by_static_screen(judge, cheat):
+    verdict = judge.verify(cheat.source, load_task(TASKS / cheat.task))
+    assert (verdict.status.value, verdict.threat) == ("static_rejected", cheat.static_threat), _describe(verdict)
+
+
+@pytest.mark.parametrize("source", [C.HONEST, C.HONEST_CUDA], ids=["triton", "cuda_cpp"])
+def test_honest_kernel_accepted_with_timings(judge, source):
+    verdict = judge.verify(source, load_task(TASKS / "tiny_norm"))
+    assert verdict.accepted, _describe(verdict)
+    for s in verdict.shapes:
+        assert s.timing in ("graph", "eager") and s.time_us > 0
+        assert s.eager_us and s.eager_us > 0, "the eager baseline is measured in the same run"
+
+
+def test_time_below_the_roofline_floor_is_rejected(runtime_judge, tmp_path):
+    """THREATS #20: a task whose roofline says each shape must move a terabyte: any measured time
+    is below the floor, and a time below the floor is rejected, never flagged and accepted."""
+    folder = tmp_path / "tiny_norm"
+    folder.mkdir()
+    (folder / "reference.py").write_text((TASKS / "tiny_norm" / "reference.py").read_text())
+    meta = (TASKS / "tiny_norm" / "meta.py").read_text()
+    (folder / "meta.py").write_text(meta + "\n\ndef roofline(shape, dtype):\n    return 1e12, 0.0\n")
+    verdict = runtime_judge.verify(C.HONEST, load_task(folder))
+    assert (verdict.status.value, verdict.threat) == ("cheat", 20), _describe(verdict)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "silu_and_mul", "fp8_quant_per_token", "fused_add_rms_norm"])
+def test_builtin_seed_accepted_on_gpu(runtime_judge, name):
+    """Seeds pass the static screen and the full runtime verification (baselines off: bench/verify.py
+    measures those)."""
+    task = load_task(name)
+    assert screen(task.seed_source, allow_torch_ops=task.allow_torch_ops).ok
+    verdict = runtime_judge.verify(task.seed_source, task)
+    assert verdict.accepted, _describe(verdict)
