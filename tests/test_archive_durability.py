@@ -80,7 +80,7 @@ def seeded(tmp_path):
     return path, run, task
 
 
-def check_whole(path: Path, run: int) -> int:
+def check_whole(path: Path) -> int:
     """Every invariant a half-written attempt would break; returns the number of attempts."""
     conn = sqlite3.connect(path)
     q = lambda sql: conn.execute(sql).fetchall()  # noqa: E731
@@ -89,8 +89,10 @@ def check_whole(path: Path, run: int) -> int:
     conn.execute("INSERT INTO attempts_fts(attempts_fts) VALUES ('integrity-check')")
     n = q("SELECT count(*) FROM attempts")[0][0]
     assert q("SELECT count(*) FROM attempts_fts") == [(n,)]
-    # seqs dense from 0: nothing lost in the middle, nothing recorded twice
-    assert [s for (s,) in q(f"SELECT seq FROM attempts WHERE run_id = {run} ORDER BY seq")] == list(range(n))
+    runs = [r for (r,) in q("SELECT id FROM runs")]
+    for run in runs:  # seqs dense from 0: nothing lost in the middle, nothing recorded twice
+        seqs = [s for (s,) in q(f"SELECT seq FROM attempts WHERE run_id = {run} ORDER BY seq")]
+        assert seqs == list(range(len(seqs)))
     # every evaluated attempt has all its measurements; reuse rows have none and point at an evaluation
     assert q("SELECT a.id FROM attempts a WHERE a.n_shapes != (SELECT count(*) FROM measurements m"
              " WHERE m.attempt_id = a.id)") == []
@@ -100,9 +102,9 @@ def check_whole(path: Path, run: int) -> int:
     assert q("SELECT id FROM attempts WHERE accepted = 1 AND reuse_of IS NULL AND gpu != 'cpu'"
              " AND score IS NULL") == []
     # counters written in the same transactions agree with the attempts
-    run_row = q(f"SELECT attempts, tokens_in, tokens_out, round(cost_usd, 9) FROM runs WHERE id = {run}")
-    assert run_row == q(f"SELECT count(*), sum(tokens_in), sum(tokens_out), round(sum(cost_usd), 9)"
-                        f" FROM attempts WHERE run_id = {run}")
+    assert q("SELECT id, attempts, tokens_in, tokens_out, round(cost_usd, 9) FROM runs WHERE attempts > 0"
+             " ORDER BY id") == q("SELECT run_id, count(*), sum(tokens_in), sum(tokens_out), round(sum(cost_usd), 9)"
+                                  " FROM attempts GROUP BY run_id ORDER BY run_id")
     by_key = "task_id, proposer, model, status, coalesce(threat, 0)"
     assert q(f"SELECT {by_key}, attempts, reused, tokens_in FROM tallies ORDER BY 1, 2, 3, 4, 5") == q(
         f"SELECT {by_key}, count(*), sum(reuse_of IS NOT NULL), sum(tokens_in) FROM attempts"
@@ -127,7 +129,7 @@ def test_sigkill_at_random_points_loses_nothing_committed(seeded):
             assert reported.setdefault(seq, attempt_id) == attempt_id
         writer.stdout.close()
         writer.stderr.close()
-    n = check_whole(path, run)
+    n = check_whole(path)
     assert len(reported) > KILLS and n >= len(reported)
     with Archive.open(path) as archive:
         status = archive.run_status(run)
@@ -139,7 +141,27 @@ def test_sigkill_at_random_points_loses_nothing_committed(seeded):
         # still writable: the next seq goes in after the last kill
         item = synthetic.attempt(rng, run, status.next_seq, task, "rms_norm", 99)
         assert archive.record_attempt(item) == max(status.attempts.values()) + 1
-    check_whole(path, run)
+    check_whole(path)
+
+
+def test_two_writers_killed_together(seeded):
+    path, run, task = seeded
+    with Archive.open(path) as archive:
+        other = archive.start_run({"test": "second writer"})
+    rng = random.Random(7)
+    for round_ in range(6):
+        writers = [start(WRITER, path, r, task, 100 + 2 * round_ + i) for i, r in enumerate((run, other))]
+        for writer in writers:
+            assert writer.stdout.readline().strip() == "ready", writer.stderr.read()
+        time.sleep(rng.uniform(0.05, 0.3))
+        for writer in writers:
+            writer.send_signal(signal.SIGKILL)
+        for writer in writers:
+            writer.communicate()
+    with Archive.open(path) as archive:
+        assert {archive.run_status(r).run.resumes for r in (run, other)} == {6}
+        assert min(len(archive.run_status(r).attempts) for r in (run, other)) > 0
+    check_whole(path)
 
 
 def _cli(*args: object):
@@ -192,4 +214,4 @@ def test_cli_reads_while_a_writer_writes_continuously(seeded):
     finally:
         writer.kill()
         writer.communicate()
-    check_whole(path, run)
+    check_whole(path)
