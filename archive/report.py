@@ -6,6 +6,7 @@ is the records' ``to_dict``.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Sequence
 
 from rich.console import Group
@@ -37,6 +38,8 @@ def best_table(entries: Sequence[BestEntry]) -> Table:
     table = Table(title=f"best per task and GPU ({len(entries)})", caption="score = geo-mean speedup vs torch.compile")
     for col in ("task", "gpu", "best time per shape", "x eager", "x compile", "% roofline", "attempt", "model"):
         table.add_column(col, justify="right" if col in ("x eager", "x compile", "% roofline", "attempt") else "left")
+    if not entries:
+        table.caption = "no accepted attempt with GPU timings yet (interpreter runs are never ranked)"
     for e in entries:
         table.add_row(e.task, e.gpu, _shape_lines(e.shapes), _num(e.speedup_eager), _num(e.score),
                       _num(e.pct_roofline, ".1f"), str(e.attempt_id), e.model or "-")
@@ -113,7 +116,7 @@ def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int) 
     parts: list[Any] = [Panel(head), Syntax(record.code, "python", line_numbers=True, word_wrap=True)]
     evidence = {k: val for k, val in dict(v.evidence).items() if val}
     if evidence:
-        parts.append(Panel(Text(str(evidence)), title="evidence"))
+        parts.append(Panel(Text(json.dumps(evidence, indent=2, sort_keys=True, default=str)), title="evidence"))
     if v.shapes:
         parts.append(measurements_table(v.shapes))
     parts.append(summary_table(lineage, "lineage (root first)"))

@@ -94,8 +94,8 @@ class Archive(Queries):
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         except sqlite3.Error as error:
             raise ArchiveError(f"cannot open {path}: {error}") from None
-        archive = cls(conn, path, readonly=readonly)
         try:
+            archive = cls(conn, path, readonly=readonly)
             archive._prepare(creating)
         except ArchiveError:
             conn.close()

@@ -203,3 +203,11 @@ def test_browse_runs_datasette_on_the_file(db, monkeypatch):
 def test_migrate_reports_the_version(db):
     result = invoke("migrate", "--db", db)
     assert result.exit_code == 0 and "schema v1" in result.output
+
+
+def test_empty_archive_answers(tmp_path):
+    Archive.create(tmp_path / "empty.db").close()
+    best = invoke("best", "--db", tmp_path / "empty.db")
+    assert best.exit_code == 0 and "no accepted attempt with GPU timings yet" in best.output
+    stats = json.loads(invoke("stats", "--db", tmp_path / "empty.db", "--json").output)
+    assert stats == {"per_task": [], "per_model": []}
