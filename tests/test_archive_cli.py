@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from kernforge.archive import browse as browse_module
 from kernforge.archive import synthetic
+from kernforge.archive.records import NewAttempt
 from kernforge.archive.store import Archive
 from kernforge.cli import app, archive_app
 
@@ -211,3 +212,17 @@ def test_empty_archive_answers(tmp_path):
     assert best.exit_code == 0 and "no accepted attempt with GPU timings yet" in best.output
     stats = json.loads(invoke("stats", "--db", tmp_path / "empty.db", "--json").output)
     assert stats == {"per_task": [], "per_model": []}
+
+
+def test_show_a_reuse_names_its_original(tmp_path):
+    path = tmp_path / "reuse.db"
+    rng = random.Random(2)
+    with Archive.create(path) as archive:
+        run, task = archive.start_run({}), archive.register_task(synthetic.task_record("rms_norm"))
+        first = synthetic.attempt(rng, run, 0, task, "rms_norm", 1)
+        original = archive.record_attempt(first)
+        hit = archive.lookup(task, first.code + "\n# the same code again\n", first.environment)
+        archive.record_attempt(NewAttempt(run, 1, task, first.code, hit.verdict, first.environment, reuse_of=hit.id))
+    shown = invoke("show", 2, "--db", path)
+    assert shown.exit_code == 0 and f"verdict reused from attempt {original}" in shown.output
+    assert "reused by 1 later proposal" in invoke("show", original, "--db", path).output
