@@ -34,8 +34,9 @@ Two views of one policy:
 
 * Python names for the static screen (``verifier/screen.py``): :func:`torch_reference_kind` for a
   dotted path such as ``torch.nn.functional.relu`` and :func:`tensor_method_is_compute` for a
-  method name such as ``.sum``. Operators (``a + b``, ``a @ b``, ``a[idx]``) are not screened by
-  name; the runtime trace sees them as ``aten::add``, ``aten::mm``, ``aten::index``.
+  method name such as ``.sum``. Operators (``a + b``, ``a[idx]``) cannot be judged from syntax
+  (launchers do integer arithmetic too); the runtime trace sees them as ``aten::add``,
+  ``aten::index``. Only ``@`` is screened, since a launcher never multiplies matrices.
 * aten op names for the runtime trace (a ``TorchDispatchMode``): :func:`is_allowed_aten`.
 """
 
