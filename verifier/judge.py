@@ -48,6 +48,8 @@ class JudgeOptions:
     timing_reps: int = 100
     timing_sets: int = 3
     time_hidden: bool = True
+    #: which public shapes to time: "all", or "largest" (by roofline bytes; benchmarks)
+    time_shapes: str = "all"
     cpu_timing_reps: int = 2
     message_timeout_s: float = 600.0
     limits: Limits = field(default_factory=Limits)
@@ -273,8 +275,12 @@ class Judge:
     # ---- timing --------------------------------------------------------------------------------
     def _time_all(self, session: Session, task: Task, init_seed: int, own: list[str], progress: _Progress) -> tuple[list[ShapeResult], list[str]] | Rejected:
         kind = "cuda" if self.on_gpu else "cpu"
-        shapes = [(s, False) for s in task.shapes(kind, hidden=False)]
-        if self.on_gpu and self.options.time_hidden:
+        public = list(task.shapes(kind, hidden=False))
+        if self.options.time_shapes == "largest":
+            dtype = task.dtype(kind)
+            public = [max(public, key=lambda s: getattr(runtime.roofline(task, s, dtype), "bytes", 0.0))]
+        shapes = [(s, False) for s in public]
+        if self.on_gpu and self.options.time_hidden and self.options.time_shapes == "all":
             shapes += [(s, True) for s in task.shapes(kind, hidden=True)]
         ceilings = self.ceilings()
         results: list[ShapeResult] = []

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One lease on the H200: set up (wheels the image lacks, kernforge on the path), then run the
+# phases named on the command line, each with its own log under $OUT. Phases:
+#   env      GPU, driver and versions
+#   tests    the gpu-marked tests (seeds on every built-in task, verifier GPU threats)
+#   verify   bench/verify.py (seeds vs eager and torch.compile, spread, time to verdict)
+#   ncu      bench/ncu_check.py (device time against ncu's gpu__time_duration)
+#   sandbox  bench/sandbox.py on the GPU
+#   loop     bench/loop.py and an offline run on three tasks
+#   export   the export flow with GPU-verified entries
+# Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
+set -u
+OUT=${OUT:-/tmp/kf-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+mkdir -p /tmp/kfpath && ln -sfn "$PWD" /tmp/kfpath/kernforge
+export PYTHONPATH=/tmp/kfpath:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 KERNFORGE_CACHE_DIR=/tmp/kf-cache
+kf() { python3 -c "from kernforge.cli import main; main()" "$@"; }
+
+phase() {  # phase NAME TIMEOUT COMMAND...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name ($(date +%T))"
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  echo "=== $name exit $? ($(date +%T))"
+  tail -n 40 "$OUT/$name.log"
+}
+
+for p in "$@"; do
+  case $p in
+    env) phase env 60 bash -c 'nvidia-smi; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; kf() { python3 -c "from kernforge.cli import main; main()" "$@"; }; kf doctor' ;;
+    tests) phase tests 900 python3 -m pytest -m gpu -x -q -p no:cacheprovider tests/ ;;
+    tests-nox) phase tests 900 python3 -m pytest -m gpu -q -p no:cacheprovider tests/ ;;
+    smoke) phase smoke 560 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/test_tasks_builtin.py tests/test_verifier_gpu.py ;;
+    verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
+    ncu) phase ncu 300 python3 bench/ncu_check.py --task rms_norm ;;
+    sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu ;;
+    loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
+    *) echo "unknown phase $p" ;;
+  esac
+done
