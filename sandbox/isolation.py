@@ -40,6 +40,11 @@ NEVER_COVER = frozenset({"/", "/proc", "/dev", "/sys", "/usr", "/bin", "/lib", "
 class Mechanism:
     name: str  # "bwrap", "namespaces" or "none"
     detail: str
+    netns: bool = False
+    pidns: bool = False
+    mountns: bool = False
+    #: command prefix for "namespaces" (the strongest unshare variant that works here)
+    command: tuple[str, ...] = ()
     #: bwrap supports --perms/--size (bubblewrap >= 0.5)
     bwrap_perms: bool = False
 
@@ -83,19 +88,28 @@ def probe_bwrap() -> tuple[bool, str, bool]:
     return True, version or "bwrap", perms
 
 
-def unshare_command() -> list[str]:
-    cmd = ["unshare", "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"]
-    if os.geteuid() != 0:
-        cmd[1:1] = ["--user", "--map-root-user"]
-    return cmd
+#: unshare variants, strongest first: a container may refuse a fresh /proc or a mount namespace
+#: yet still allow a network namespace.
+UNSHARE_VARIANTS = (
+    ("--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"),
+    ("--net", "--pid", "--mount", "--fork", "--kill-child"),
+    ("--net", "--pid", "--fork", "--kill-child"),
+    ("--net",),
+)
 
 
 @functools.lru_cache(maxsize=None)
-def probe_unshare() -> tuple[bool, str]:
+def probe_unshare() -> tuple[bool, str, tuple[str, ...]]:
     if not shutil.which("unshare"):
-        return False, "unshare (util-linux) not installed"
-    ok, err = _run(unshare_command() + ["true"])
-    return (True, "unshare") if ok else (False, f"unshare cannot create namespaces here: {err}")
+        return False, "unshare (util-linux) not installed", ()
+    user = () if os.geteuid() == 0 else ("--user", "--map-root-user")
+    error = ""
+    for flags in UNSHARE_VARIANTS:
+        command = ("unshare",) + user + flags
+        ok, error = _run(list(command) + ["true"])
+        if ok:
+            return True, " ".join(command), command
+    return False, f"unshare cannot create namespaces here: {error}", ()
 
 
 def mechanism(level: str) -> Mechanism:
@@ -107,12 +121,13 @@ def mechanism(level: str) -> Mechanism:
         level = os.environ.get("KERNFORGE_SANDBOX_MECHANISM", "strict")
     bwrap_ok, bwrap_detail, perms = probe_bwrap()
     if level in ("strict", "bwrap") and bwrap_ok:
-        return Mechanism("bwrap", bwrap_detail, perms)
+        return Mechanism("bwrap", bwrap_detail, netns=True, pidns=True, mountns=True, bwrap_perms=perms)
     if level == "bwrap":
         raise SandboxError(f"isolation 'bwrap' demanded but unavailable: {bwrap_detail}")
-    unshare_ok, unshare_detail = probe_unshare()
+    unshare_ok, unshare_detail, command = probe_unshare()
     if level in ("strict", "namespaces") and unshare_ok:
-        return Mechanism("namespaces", unshare_detail)
+        return Mechanism("namespaces", unshare_detail, netns=True, pidns="--pid" in command,
+                         mountns="--mount" in command, command=command)
     if level == "namespaces":
         raise SandboxError(f"isolation 'namespaces' demanded but unavailable: {unshare_detail}")
     return Mechanism("none", f"no namespaces: {bwrap_detail}; {unshare_detail}")
@@ -241,13 +256,13 @@ def describe_isolation() -> tuple[bool, str]:
     from .uids import uid_drop_status
 
     drop_ok, drop_detail = uid_drop_status(mech)
-    if mech.name == "bwrap":
-        view = "no network, pid namespace, read-only file system (private workdir, /tmp, /dev/shm), home hidden"
-        text = f"{mech.detail}: {view}"
-    elif mech.name == "namespaces":
-        view = "no network, pid+mount namespaces, read-only remount, private /tmp and /dev/shm, home hidden"
-        text = f"namespaces via unshare (no usable bwrap): {view}"
-    else:
+    if mech.name == "none":
         return False, (f"NO network isolation ({mech.detail}); workers get environment scrub, rlimits, "
                        f"memory polling and process-group kill only; {drop_detail}")
+    parts = ["no network", "pid namespace" if mech.pidns else "NO pid namespace"]
+    if mech.mountns:
+        parts.append("read-only file system (private workdir, /tmp, /dev/shm), home hidden")
+    else:
+        parts.append("file system NOT read-only (no mount namespace)")
+    text = f"{mech.detail if mech.name == 'bwrap' else 'namespaces via ' + mech.detail}: {', '.join(parts)}"
     return True, f"{text}; {drop_detail}; rlimits cpu/fsize/nproc/core; memory polled"

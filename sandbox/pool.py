@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import logging
 import os
 import select
 import threading
@@ -19,7 +20,8 @@ from typing import Any, Mapping
 
 from . import procs
 from .env import check_spec_env
-from .isolation import mechanism
+from .isolation import Mechanism
+from .isolation import mechanism as choose_mechanism
 from .protocol import FailureKind, Limits, SandboxError, WorkerFailure, WorkerSpec
 from .session import ProcessSession
 from .spawn import Worker
@@ -31,6 +33,7 @@ MONITOR_SECONDS = 0.1
 #: A pool that fails to start this many workers in a row stops trying and reports why.
 MAX_START_FAILURES = 3
 
+log = logging.getLogger(__name__)
 _live_backends: "weakref.WeakSet[ProcessBackend]" = weakref.WeakSet()
 
 
@@ -51,12 +54,15 @@ class ProcessBackend:
     name = "process"
 
     def __init__(self, spec: WorkerSpec, pool_size: int = 1, *, refill: bool = True,
-                 start_timeout: float = 600.0):
+                 start_timeout: float = 600.0, mechanism: Mechanism | None = None):
         if pool_size < 0:
             raise SandboxError("pool_size must be >= 0")
         check_spec_env(spec.env)
         self.spec, self.pool_size, self.refill, self.start_timeout = spec, pool_size, refill, start_timeout
-        self.mechanism = mechanism(spec.isolation)
+        #: how workers are isolated (``mechanism`` overrides the choice made from spec.isolation)
+        self.mechanism = mechanism or choose_mechanism(spec.isolation)
+        #: file-system steps that could not be applied (mounts left writable), as workers report them
+        self.warnings: set[str] = set()
         self.drop_uid = spec.isolation != "none" and uid_drop_status(self.mechanism)[0]
         self.started_workers = 0
         self._cond = threading.Condition()
@@ -229,7 +235,11 @@ class ProcessBackend:
             self._record_failure(e)
             return
         if ready:
+            fresh = set(map(str, worker.ready_info.get("mount_warnings") or [])) - self.warnings
+            for warning in sorted(fresh):
+                log.warning("sandbox worker file-system view: %s", warning)
             with self._cond:
+                self.warnings |= fresh
                 self._starting.remove(worker)
                 self._ready.append(worker)
                 self._failures = 0

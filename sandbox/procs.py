@@ -21,6 +21,7 @@ class Proc:
     pid: int
     ppid: int
     rss_bytes: int
+    state: str = "R"
 
 
 def snapshot() -> dict[int, Proc]:
@@ -38,7 +39,7 @@ def snapshot() -> dict[int, Proc]:
         rest = raw[raw.rfind(b")") + 2 :].split()
         if len(rest) < 22:
             continue
-        procs[int(name)] = Proc(int(name), int(rest[1]), int(rest[21]) * PAGE)
+        procs[int(name)] = Proc(int(name), int(rest[1]), int(rest[21]) * PAGE, rest[0].decode())
     return procs
 
 
@@ -97,21 +98,39 @@ def kill_group(pgid: int) -> None:
 
 
 def kill_tree(root: int, pgid: int | None = None) -> None:
-    """SIGKILL ``root``'s process group and its whole tree. The tree is frozen first (SIGSTOP,
-    re-reading /proc until no new child shows up), so nothing can fork or be re-parented out of
-    reach between finding it and killing it."""
-    stopped: list[int] = []
-    for _ in range(100):
-        fresh = [pid for pid in descendants(root, snapshot()) if pid not in stopped]
-        if not fresh:
-            break
+    """SIGKILL ``root``'s process group and its whole tree. The tree is frozen first: SIGSTOP to
+    every member, re-reading /proc until no new child shows up and every member has actually
+    stopped (a fork in flight when SIGSTOP arrived can still complete), so nothing can fork or be
+    re-parented out of reach between being found and being killed."""
+    stopped: set[int] = set()
+    for _ in range(500):
+        procs = snapshot()
+        tree = descendants(root, procs)
+        fresh = [pid for pid in tree if pid not in stopped]
         for pid in fresh:
             _signal(pid, signal.SIGSTOP)
-        stopped += fresh
+        stopped.update(fresh)
+        if not fresh and all(procs[pid].state in "tTZX" for pid in tree if pid in procs):
+            break
+        time.sleep(0.001)
     if pgid is not None:
         kill_group(pgid)
     for pid in stopped:
         _signal(pid, signal.SIGKILL)
+
+
+def renice_tree(root: int, value: int) -> None:
+    """Set the nice value of every thread of ``root``'s tree (nice is per thread on Linux)."""
+    for pid in descendants(root, snapshot()):
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, value)
+            except OSError:
+                pass
 
 
 def sweep_uid(uid: int, patience: float = 10.0) -> bool:

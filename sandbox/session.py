@@ -86,6 +86,7 @@ class ProcessSession:
         self._eof = False
         self._closed: Diagnostics | None = None
         self.send({RESERVED_KEY: "job", "entry": entry, "payload": dict(payload), "limits": limits.to_dict()})
+        worker.boost()
 
     # ---- the Session protocol --------------------------------------------------------------------
     def send(self, message: Mapping[str, Any], timeout: float | None = None) -> None:

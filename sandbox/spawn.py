@@ -23,10 +23,12 @@ from typing import Any
 
 from . import procs, uids
 from .env import worker_env
-from .isolation import TMPFS_BYTES, Mechanism, bwrap_command, mount_plan, python_paths, unshare_command
+from .isolation import TMPFS_BYTES, Mechanism, bwrap_command, mount_plan, python_paths
 from .protocol import RESERVED_KEY, FrameBuffer, SandboxError, WorkerSpec
 
 STDERR_IN_ERRORS = 3000
+#: Nice value of workers while they warm up and wait (root parents only).
+WARM_NICE = 10
 
 
 class Worker:
@@ -64,19 +66,21 @@ class Worker:
         strict = self.spec.isolation != "none"
         hidden = (os.path.expanduser("~"),) + tuple(self.spec.hidden_paths) if strict else ()
         needed = python_paths() + tuple(p for p in env.get("PYTHONPATH", "").split(":") if os.path.isabs(p))
-        plan = mount_plan(str(self.workdir), needed, hidden, drop_uid) if self.mech.name != "none" else []
+        plan = mount_plan(str(self.workdir), needed, hidden, drop_uid) if self.mech.mountns else []
         config = {
             "fds": list(child_fds), "workdir": str(self.workdir), "preload": list(self.spec.preload),
-            "warmup": self.spec.warmup, "strict": strict, "pidns": self.mech.name != "none",
+            "warmup": self.spec.warmup, "strict": strict, "pidns": self.mech.pidns,
             "uid": self.lease.uid if self.lease else None, "gid": self.lease.gid if self.lease else None,
             "groups": list(uids.device_groups()) if self.lease and self.spec.device != "cpu" else [],
-            "plan": [op.to_dict() for op in plan] if self.mech.name == "namespaces" else None,
+            "plan": [op.to_dict() for op in plan] if self.mech.name == "namespaces" and plan else None,
             "tmpfs_bytes": TMPFS_BYTES,
+            # Only root can raise the priority again when the worker gets its job (boost()).
+            "nice": WARM_NICE if os.geteuid() == 0 else 0,
         }
         if self.mech.name == "bwrap":
             prefix = bwrap_command(self.mech, plan, str(self.workdir))
         elif self.mech.name == "namespaces":
-            prefix = unshare_command() + ["--"]
+            prefix = list(self.mech.command) + ["--"]
         else:
             prefix = []
         cmd = prefix + [sys.executable, "-m", "kernforge.sandbox.worker", json.dumps(config)]
@@ -132,6 +136,11 @@ class Worker:
         code = self.proc.poll() if self.proc else None
         tail = self.tail("stderr", STDERR_IN_ERRORS).strip() or "(no output)"
         return f"exit status {code}; stderr:\n{tail}"
+
+    def boost(self) -> None:
+        """Back to normal CPU priority: the worker has its job now."""
+        if self.proc is not None and os.geteuid() == 0 and self.proc.returncode is None:
+            procs.renice_tree(self.proc.pid, 0)
 
     def idle_alive(self) -> bool:
         """A warm worker sends nothing until it has a job: anything readable means it died."""

@@ -112,7 +112,7 @@ def uid_drop_status(mech: Mechanism) -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, f"parent is uid {os.geteuid()}, so workers keep that uid (with no capabilities)"
     paths = python_paths()
-    if mech.name == "none":
+    if not mech.mountns:
         closed = sorted({a for p in paths for a in closed_ancestors(p)})
         if closed:
             return False, f"workers run as ROOT: {', '.join(closed)} closed to other users and no mount namespace to open it"

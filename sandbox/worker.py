@@ -114,6 +114,8 @@ def _exit(code: int) -> None:
 def job_process(config: dict) -> None:
     channel = Channel()
     try:
+        if config.get("nice"):
+            os.nice(config["nice"])  # warming up must not slow the job being judged next door
         _become_unprivileged(config)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         cwd = os.getcwd()

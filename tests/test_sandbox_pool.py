@@ -4,12 +4,16 @@ closing with work in flight, and (on a GPU machine) pinned GPU pools."""
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from kernforge.sandbox import FailureKind, Limits, ProcessBackend, SandboxError, WorkerFailure, WorkerSpec
+from kernforge.sandbox.isolation import UNSHARE_VARIANTS, Mechanism
 
 sys.path.append(str(Path(__file__).resolve().parent))  # tests/ helpers (importlib import mode)
 from sandbox_helpers import LIMITS, NEEDLE, TESTS, leftovers, run_job  # noqa: E402
@@ -101,7 +105,7 @@ def test_hidden_paths_look_empty(tmp_path):
     (secret_dir / "shapes.txt").chmod(0o644)
     spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, hidden_paths=(str(secret_dir), str(secret_file)))
     with ProcessBackend(spec, pool_size=0) as backend:
-        if backend.mechanism.name == "none":
+        if not backend.mechanism.mountns:
             pytest.skip("no mount namespace on this machine")
         outcome = run_job(backend, "read_hidden", {"paths": [str(secret_dir / "shapes.txt"), str(secret_file)]})
     assert "hidden shape" not in str(outcome.message) and "archive rows" not in str(outcome.message)
@@ -139,3 +143,26 @@ def test_gpu_worker_crash_does_not_poison_the_next():
         assert outcome.failure.kind is FailureKind.CRASHED
         with backend.session("sandbox_jobs.gpu:add_one", {"n": 10}, Limits(wall_seconds=120)) as session:
             assert session.recv(120)["ok"]
+
+
+@pytest.mark.parametrize("flags", UNSHARE_VARIANTS, ids=lambda f: "+".join(x.strip("-") for x in f))
+def test_every_unshare_fallback_isolates(flags, tmp_path):
+    """Hosts without bwrap (the H200) use the strongest unshare variant they allow: each one must
+    still keep the network out and leave nothing behind."""
+    user = () if os.geteuid() == 0 else ("--user", "--map-root-user")
+    command = ("unshare",) + user + flags
+    if not shutil.which("unshare") or subprocess.run(list(command) + ["true"], capture_output=True).returncode:
+        pytest.skip(f"{' '.join(command)} does not work here")
+    mech = Mechanism("namespaces", " ".join(command), netns=True, pidns="--pid" in flags, mountns="--mount" in flags,
+                     command=command)
+    with ProcessBackend(SPEC, pool_size=0, mechanism=mech) as backend, socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.setblocking(False)
+        outcome = run_job(backend, "connect", {"host": "127.0.0.1", "port": listener.getsockname()[1]})
+        assert outcome.message["outcome"].startswith("refused")
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+        spray = run_job(backend, "fork_spray", {"attempts": 10})  # leftovers are checked inside
+        assert spray.message["started"] == 10
+        assert run_job(backend, "echo", {"ok": 1}).message["echo"] == {"ok": 1}
