@@ -254,9 +254,10 @@ def export_cmd(
     min_speedup: Annotated[float, typer.Option(help="A bucket runs a kernel only at this speedup over --baseline or more.")] = 1.0,
     baseline: Annotated[str, typer.Option(help="What --min-speedup compares with: 'eager' (the op's fallback) or 'compile'.")] = "eager",
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in --out.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Then build the wheel, install it into a fresh venv and run the package's tests there.")] = False,
 ) -> None:
     """Write the best verified kernels as a pip-installable package of torch custom ops."""
-    from kernforge.archive import export
+    from kernforge.archive import export, export_check
 
     wanted = tuple(t.strip() for item in tasks or () for t in item.split(",") if t.strip())
     options = export.ExportOptions(name=name, tasks=wanted, gpus=tuple(gpu or ()), min_speedup=min_speedup,
@@ -266,6 +267,11 @@ def export_cmd(
     except export.NothingToExport as error:
         fail(str(error), code=1)
     out.print(export.summary(result), highlight=False)
+    if check:
+        try:
+            out.print(export_check.check(result.out), highlight=False)
+        except export_check.PackageCheckFailed as error:
+            fail(str(error), code=1)
 
 
 # ---- eval -------------------------------------------------------------------------------------

@@ -42,7 +42,13 @@ from kernforge.tasks.spec import Shape, Task
 from . import export_inspect
 from .errors import ArchiveError
 from .export_inspect import Signature, UnsupportedTask
-from .export_queries import Measured, TaskVersion, accepted_shapes, task_versions
+from .export_queries import (
+    Measured,
+    TaskVersion,
+    accepted_count,
+    accepted_shapes,
+    task_versions,
+)
 from .records import AttemptRecord, TaskRecord
 from .score import roofline_pct, speedup_vs_compile, speedup_vs_eager
 from .store import Archive
@@ -189,7 +195,8 @@ def _resolve(ref: str, by_name: Mapping[str, list[TaskVersion]], *, explicit: bo
     except TaskError as error:
         if explicit:
             raise ExportError(f"--tasks {ref}: {error}") from None
-        notes.append(f"{ref}: not a built-in task here, so its reference cannot be read; name its file or folder with --tasks")
+        notes.append(f"{ref}: not a built-in task here, so its reference cannot be read; "
+                     "name its file or folder with --tasks")
         return None
     if task.name not in by_name:
         known = ", ".join(sorted(by_name))
@@ -201,7 +208,7 @@ def _plan_task(archive: Archive, task: Task, versions: Sequence[TaskVersion], op
                notes: list[str]) -> OpPlan | None:
     digest = TaskRecord.from_task(task).source_hash
     current = [v for v in versions if v.source_hash == digest]
-    older = [v for v in versions if v.source_hash != digest and accepted_shapes(archive, v.id)]
+    older = [v for v in versions if v.source_hash != digest and accepted_count(archive, v.id)]
     if older:
         notes.append(f"{task.name}: accepted attempts judged against {len(older)} other version(s) of the task "
                      "(reference or checks changed since) are not exported")

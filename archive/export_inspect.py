@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
-
 from kernforge.tasks import runtime
 from kernforge.tasks.spec import Shape, Task
 
@@ -111,7 +110,9 @@ def sample_call(task: Task) -> tuple[list[Any], list[Any], Any]:
     try:
         output = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
     except Exception as error:
-        raise UnsupportedTask(f"{task.name}: its reference failed on the CPU at {shape.label}: {type(error).__name__}: {error}") from None
+        raise UnsupportedTask(
+            f"{task.name}: its reference failed on the CPU at {shape.label}: {type(error).__name__}: {error}"
+        ) from None
     if output is not None:
         try:
             model(*[x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs])
@@ -135,6 +136,8 @@ def signature(task: Task) -> Signature:
         Arg(name, _kind(value, f"{task.name}: argument {name!r}"), init=i >= len(inputs))
         for i, (name, value) in enumerate(zip(names, values))
     )
+    if not any(a.kind == "tensor" for a in args):
+        raise UnsupportedTask(f"{task.name}: the reference takes no tensor, so there is nothing to dispatch on")
     mutated = tuple(names[i] for i in task.mutated_inputs)
     if any(args[i].kind != "tensor" for i in task.mutated_inputs):
         raise UnsupportedTask(f"{task.name}: MUTATED_INPUTS names an argument that is not a tensor")

@@ -47,6 +47,16 @@ def task_versions(archive: Archive) -> list[TaskVersion]:
     return [TaskVersion(*row) for row in rows]
 
 
+def accepted_count(archive: Archive, task_id: int) -> int:
+    """How many accepted evaluations (not reuse rows) one task version has."""
+    try:
+        return archive.conn.execute(
+            "SELECT count(*) FROM attempts WHERE task_id = ? AND accepted = 1 AND reuse_of IS NULL", (task_id,)
+        ).fetchone()[0]
+    except sqlite3.Error as error:
+        raise explain(archive.path, error) from None
+
+
 def accepted_shapes(archive: Archive, task_id: int) -> list[Measured]:
     """Every shape of every accepted evaluation (not reuse rows) of one task version.
 

@@ -6,7 +6,6 @@ from typing import Any
 
 from .export import INTERPRETER, ExportPlan
 
-
 BASELINE_NAMES = {"eager": "the PyTorch reference", "compile": "torch.compile of the reference"}
 
 
@@ -35,10 +34,13 @@ def _table(op: str, spec: dict[str, Any]) -> list[str]:
     for e in entries:
         for b in e["buckets"]:
             ev = b["evidence"]
-            runs = f"`{e['kernel']}` (attempt {e['attempt_id']})" if e["kernel"] else "reference"
+            runs = (f"`{e['kernel']}` (attempt {e['attempt_id']})" if e["kernel"]
+                    else f"reference (fastest kernel: attempt {ev['attempt_id']}, numbers shown)")
             interp = e["arch"] == INTERPRETER
+            where = "CPU (Triton interpreter)" if interp else e["gpu"]
+            hidden = " (hidden)" if ev.get("hidden") else ""
             rows.append(
-                f"| {e['arch']} | {'CPU (Triton interpreter)' if interp else e['gpu']} | {e['dtype']} | {_label(b['shape'])}{' (hidden)' if ev.get('hidden') else ''} "
+                f"| {e['arch']} | {where} | {e['dtype']} | {_label(b['shape'])}{hidden} "
                 f"| {runs} | {_num(ev.get('time_us'), '.2f')}{' (interpreter)' if interp else ''} "
                 f"| {_num(ev.get('speedup_eager'), '.2f')} | {_num(ev.get('speedup_compile'), '.2f')} "
                 f"| {_num(ev.get('pct_roofline'), '.0f')} | {_num(ev.get('max_abs_err'), '.2g')} |"

@@ -14,26 +14,27 @@ the sm_90 entries on CUDA (and skip the interpreter ones); without one, the othe
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import sysconfig
 import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
-
 from kernforge.archive import export
-from kernforge.archive.export import ExportError, ExportOptions, NothingToExport, plan_export
+from kernforge.archive.export import (
+    ExportError,
+    ExportOptions,
+    NothingToExport,
+    plan_export,
+)
+from kernforge.archive.export_check import check_package
 from kernforge.archive.records import NewAttempt
 from kernforge.archive.store import Archive
 from kernforge.cli import app
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
 from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status
+from typer.testing import CliRunner
 
 TEMPLATE = Path(export.__file__).with_name("export_template")
 INTERPRETER = {"python": "3.11.7", "torch": torch.__version__, "triton": "3.6.0", "cuda": None, "gpu": None,
@@ -188,7 +189,8 @@ def test_min_speedup_and_baseline_decide_which_buckets_keep_the_reference(full_a
             assert any(kept) and not all(kept)  # the threshold splits the shapes
             for b in op.groups[0].buckets:
                 assert (b.kernel is None) == (b.evidence["speedup_" + baseline] < least)
-    with pytest.raises(NothingToExport, match=r"rms_norm sm_90/bfloat16: no kernel reaches 50x vs eager on any shape \(best \d"):
+    nothing = r"rms_norm sm_90/bfloat16: no kernel reaches 50x vs eager on any shape \(best \d"
+    with pytest.raises(NothingToExport, match=nothing):
         plan(full_archive, min_speedup=50)
 
 
@@ -281,10 +283,6 @@ def test_cli_errors_for_a_missing_archive_and_an_occupied_folder(full_archive, t
 
 
 # ---- the whole flow -------------------------------------------------------------------------
-def venv_python(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
 def test_export_builds_installs_and_passes_its_own_tests(full_archive, tmp_path):
     out = tmp_path / "export"
     result = runner.invoke(app, ["export", "--db", str(full_archive), "--out", str(out), "--name", "kf_test_kernels",
@@ -295,7 +293,8 @@ def test_export_builds_installs_and_passes_its_own_tests(full_archive, tmp_path)
     manifest = json.loads((pkg / "manifest.json").read_text())
     entry = next(e for e in manifest["entries"] if e["op"] == "rms_norm" and e["arch"] == "interpreter")
     assert {"attempt_id", "code_hash", "shape_range", "buckets", "environment"} <= set(entry)
-    assert {"time_us", "speedup_eager", "speedup_compile", "pct_roofline", "max_abs_err"} <= set(entry["buckets"][0]["evidence"])
+    evidence = entry["buckets"][0]["evidence"]
+    assert {"time_us", "speedup_eager", "speedup_compile", "pct_roofline", "max_abs_err"} <= set(evidence)
     attempt = entry["attempt_id"]
     with Archive.open(full_archive, readonly=True) as archive:
         code = archive.get_attempt(attempt).code
@@ -308,42 +307,23 @@ def test_export_builds_installs_and_passes_its_own_tests(full_archive, tmp_path)
                                 "--gpu", "cpu", "--gpu", "H200", "--force"])
     assert again.exit_code == 0, again.output
 
-    dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(out)],
-                   check=True, capture_output=True, text=True)
-    wheel = next(dist.glob("kf_test_kernels-*.whl"))
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    python = venv_python(venv)
-    # torch and triton come from the interpreter running this test, wherever its packages live
-    # (a venv made from a venv sees only the base interpreter's site-packages)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    parent = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    Path(site, "_parent_site.pth").write_text("\n".join(sorted(parent)) + "\n")
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True)
-
-    env = dict(os.environ)
-    if not torch.cuda.is_available():
-        env["TRITON_INTERPRET"] = "1"
-    report = tmp_path / "report.xml"
-    # kernforge is made unimportable: the package must not need it at run time
-    script = ("import sys; sys.modules['kernforge'] = None; import pytest, kf_test_kernels; "
-              "print('package at', kf_test_kernels.__file__); "
-              f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '--junitxml', {str(report)!r}, {str(out / 'tests')!r}]))")
-    run = subprocess.run([str(python), "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
-    assert f"package at {venv}" in run.stdout  # the installed copy, not the source folder
+    checked = check_package(out, tmp_path / "check")
+    assert checked.wheel.parent == out / "dist" and checked.wheel.name.startswith("kf_test_kernels-")
+    # the installed copy ran, not the export's source folder
+    assert f"package at {checked.venv}" in checked.output
 
     cases = {c.get("name"): ("skipped" if c.find("skipped") is not None else "passed")
-             for c in ET.parse(report).getroot().iter("testcase")}
+             for c in ET.parse(checked.report).getroot().iter("testcase")}
     here, other = ("sm_90", "interpreter") if torch.cuda.is_available() else ("interpreter", "sm_90")
     ran = [n for n, s in cases.items() if n.startswith("test_entry") and f"-{here}-" in n and s == "passed"]
     skipped = [n for n, s in cases.items() if n.startswith("test_entry") and f"-{other}-" in n and s == "skipped"]
     buckets = sum(len(g["buckets"]) for op in manifest["ops"].values() for g in op["groups"] if g["arch"] == here)
     assert len(ran) == buckets and len(skipped) + len(ran) == len([n for n in cases if n.startswith("test_entry")])
-    for test in ("test_opcheck", "test_torch_compile_fullgraph", "test_a_size_between_buckets_runs_the_nearest_bucket",
-                 "test_fallback_on_a_device_without_kernels", "test_fallback_for_a_dtype_without_kernels",
-                 "test_fallback_for_non_contiguous_inputs"):
+    per_op = ["test_opcheck", "test_torch_compile_fullgraph", "test_a_size_between_buckets_runs_the_nearest_bucket",
+              "test_fallback_on_a_device_without_kernels", "test_fallback_for_a_dtype_without_kernels",
+              "test_fallback_for_non_contiguous_inputs"]
+    if torch.cuda.is_available():
+        per_op.append("test_cuda_graph_capture_and_replay")
+    for test in per_op:
         passed = [n for n, s in cases.items() if n.startswith(test) and s == "passed"]
         assert len(passed) == len(manifest["ops"]), (test, cases)

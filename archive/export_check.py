@@ -1,0 +1,109 @@
+"""``kernforge export --check``: build the exported package, install it where it will be used, test it.
+
+The wheel is built without build isolation (no registry needed) and installed, without its
+dependencies, into a fresh virtual environment that sees this interpreter's packages: torch and
+Triton come from here, whether they live in the system site-packages or in a virtual environment
+of their own (a venv made from a venv sees only the base interpreter's packages, so a ``.pth``
+file points it here). The package's tests then run there with ``kernforge`` made unimportable,
+which shows the package needs nothing of kernforge at run time; on CUDA when this machine has a
+GPU, else under the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .export import ExportError
+
+
+class PackageCheckFailed(ExportError):
+    """A step of the check failed; the message holds the end of that step's output."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    wheel: Path
+    venv: Path
+    #: JUnit XML of the package's test run
+    report: Path
+    output: str
+
+    @property
+    def summary(self) -> str:
+        lines = [line for line in self.output.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
+
+def _run(step: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-4000:]
+        raise PackageCheckFailed(f"{step} failed (exit {done.returncode}):\n{tail}")
+    return done
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def check_package(out: Path, work: Path, *, timeout_s: float = 1800) -> CheckResult:
+    """Build ``out`` into a wheel in ``out/dist``, install it into ``work/venv``, run its tests."""
+    out, work = Path(out).resolve(), Path(work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    dist = out / "dist"
+    if importlib.util.find_spec("build") is not None:
+        build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(out)]
+    else:
+        build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(out)]
+    _run("building the wheel", build)
+    wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
+    if not wheels:
+        raise PackageCheckFailed(f"building the wheel left no .whl in {dist}")
+
+    venv = work / "venv"
+    _run("making the virtual environment",
+         [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", "--clear", str(venv)])
+    python = str(venv_python(venv))
+    site = _run("reading the environment", [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    here = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(site.stdout.strip(), "_kernforge_check_parent.pth").write_text("\n".join(sorted(here)) + "\n")
+    _run("installing the wheel", [python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheels[-1])])
+
+    env = dict(os.environ)
+    import torch
+
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    report = work / "report.xml"
+    name = next((out / "src").glob("*/manifest.json")).parent.name
+    script = (
+        f"import sys; sys.modules['kernforge'] = None; import pytest, {name}; "
+        f"print('package at', {name}.__file__); "
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rs', '--junitxml', {str(report)!r}, "
+        f"{str(out / 'tests')!r}]))"
+    )
+    # run from the work folder: the export's src/ must not shadow the installed package
+    done = subprocess.run([python, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise PackageCheckFailed(f"the package's tests failed (exit {done.returncode}):\n{output[-6000:]}")
+    return CheckResult(wheel=wheels[-1], venv=venv, report=report, output=output)
+
+
+def check(out: Path) -> str:
+    """``check_package`` in a temporary folder, removed when the tests pass; what to print."""
+    work = Path(tempfile.mkdtemp(prefix="kernforge-export-check-"))
+    try:
+        result = check_package(out, work)
+    except PackageCheckFailed as error:
+        raise PackageCheckFailed(f"{error}\n(the virtual environment is kept in {work})") from None
+    shutil.rmtree(work, ignore_errors=True)
+    return f"checked: {result.wheel.name} installed into a fresh venv; its tests: {result.summary}"
