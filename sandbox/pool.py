@@ -90,6 +90,9 @@ class ProcessBackend:
             except WorkerFailure:
                 worker.cleanup()  # it died between warm-up and now: take the next one
                 continue
+            except BaseException:
+                worker.cleanup()  # e.g. a payload that is not JSON: the worker must not leak
+                raise
             with self._cond:
                 self._busy.add(session)
             return session
@@ -198,6 +201,15 @@ class ProcessBackend:
                 self._cond.notify_all()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # surfaced to every caller, never swallowed
+            log.exception("sandbox pool thread failed")
+            with self._cond:
+                self._broken = SandboxError(f"the sandbox pool thread failed: {type(e).__name__}: {e}")
+                self._cond.notify_all()
+
+    def _loop(self) -> None:
         while True:
             with self._cond:
                 if self._closed:

@@ -232,10 +232,12 @@ class Channel:
 
 class Session(Protocol):
     """The parent's end of one job in one worker. Use as a context manager; closing kills the
-    worker's whole process tree and removes its private directory."""
+    worker's whole process tree and removes its private directory. A WorkerFailure ends the
+    session: the worker is killed when it is raised, and every later call raises it again."""
 
     #: the worker's private directory as the parent sees it (the job may write files there;
-    #: the worker sees it at the same absolute path)
+    #: the worker sees it at the same absolute path). The worker may run as another uid: files
+    #: the parent writes there are readable by it, but folders it must write into it makes itself.
     workdir: Path
 
     def send(self, message: Mapping[str, Any]) -> None: ...

@@ -203,15 +203,22 @@ class ProcessSession:
                 self._final = message
             # Any other reserved frame from the job is ignored: only the sandbox may send them.
 
+    def _select(self, watch: list[int], timeout: float) -> list[int]:
+        try:
+            readable, _, _ = select.select(watch, [], [], max(0.0, timeout))
+        except (OSError, ValueError):
+            self._raise_if_over()  # closed under us by Backend.close() from another thread
+            raise
+        return readable
+
     def _readable(self, timeout: float) -> bool:
-        readable, _, _ = select.select([self.worker.chan_r], [], [], timeout)
-        return bool(readable)
+        return bool(self._select([self.worker.chan_r], timeout))
 
     def _read(self, timeout: float) -> None:
         watch = [self.worker.chan_r]
         if self._report is None and self.worker.ctl is not None:
             watch.append(self.worker.ctl.fileno())
-        readable, _, _ = select.select(watch, [], [], max(0.0, timeout))
+        readable = self._select(watch, timeout)
         if self.worker.chan_r in readable:
             chunk = os.read(self.worker.chan_r, min(self.worker.frames.wanted(), 1 << 20))
             if chunk:

@@ -192,10 +192,13 @@ class Worker:
         if self.lease is not None:
             uids.release(self.lease, clean=procs.sweep_uid(self.lease.uid))
             self.lease = None
-        shutil.rmtree(self.private, onerror=_force_remove)
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(self.private, onexc=_force_remove)
+        else:
+            shutil.rmtree(self.private, onerror=_force_remove)
 
 
-def _force_remove(func, path, exc_info) -> None:
+def _force_remove(func, path, exc) -> None:
     """rmtree's error hook: a job may have left folders without write or search permission."""
     parent = os.path.dirname(path)
     try:

@@ -166,3 +166,13 @@ def test_every_unshare_fallback_isolates(flags, tmp_path):
         spray = run_job(backend, "fork_spray", {"attempts": 10})  # leftovers are checked inside
         assert spray.message["started"] == 10
         assert run_job(backend, "echo", {"ok": 1}).message["echo"] == {"ok": 1}
+
+
+def test_unserialisable_payload_does_not_leak_the_worker():
+    with ProcessBackend(SPEC, pool_size=1) as backend:
+        backend.wait_warm(120)
+        private = backend._ready[0].private
+        with pytest.raises(TypeError):
+            backend.session("sandbox_jobs.hostile:echo", {"x": object()}, LIMITS)
+        assert not private.exists() and backend.counts()["busy"] == 0
+        assert run_job(backend, "echo", {"ok": 1}).message["echo"] == {"ok": 1}
