@@ -35,6 +35,7 @@ for p in "$@"; do
     tests-nox) phase tests 900 python3 -m pytest -m gpu -q -p no:cacheprovider tests/ ;;
     smoke) phase smoke 560 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/test_tasks_builtin.py tests/test_verifier_gpu.py ;;
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
+    verify3) phase verify3 400 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
     ncu) phase ncu 300 python3 bench/ncu_check.py --task rms_norm ;;
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;

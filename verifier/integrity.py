@@ -27,6 +27,13 @@ tensor_equal = torch.equal
 tensor_sum = torch.sum
 vector_norm = torch.linalg.vector_norm
 isinstance_ = builtins.isinstance
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bytes: NaN equals NaN with the same bits (torch.equal says no)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return tensor_equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 type_ = builtins.type
 
 if torch.cuda.is_available():
