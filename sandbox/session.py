@@ -104,7 +104,11 @@ class ProcessSession:
             remaining = end - time.monotonic()
             if remaining <= 0:
                 self._timeout(timeout if end < self.deadline else None)
-            select.select([], [self.worker.chan_w], [], min(remaining, POLL_SECONDS))
+            try:
+                select.select([], [self.worker.chan_w], [], min(remaining, POLL_SECONDS))
+            except (OSError, ValueError):
+                self._raise_if_over()  # closed under us by Backend.close() from another thread
+                raise
 
     def recv(self, timeout: float | None = None) -> dict[str, Any]:
         end = min(self.deadline, time.monotonic() + timeout if timeout is not None else math.inf)
@@ -128,15 +132,7 @@ class ProcessSession:
                 self._failure = WorkerFailure(FailureKind.EXITED_EARLY, "the session was closed")
         self._collect_report(0)
         self.worker.kill()
-        report = self._report or {}
-        diagnostics = Diagnostics(
-            stdout=self.worker.tail("stdout", self.limits.output_bytes),
-            stderr=self.worker.tail("stderr", self.limits.output_bytes),
-            exit_code=report.get("exit_code"),
-            signal=_signal_name(report["signal"]) if "signal" in report else None,
-            wall_seconds=time.monotonic() - self.started,
-            peak_rss_bytes=max(self.peak_rss, int(report.get("maxrss_bytes", 0))),
-        )
+        diagnostics = self._partial_diagnostics()
         self.worker.cleanup()
         self._closed = diagnostics
         if self._on_close is not None:
@@ -173,9 +169,13 @@ class ProcessSession:
 
     # ---- internals -------------------------------------------------------------------------------
     def _partial_diagnostics(self) -> Diagnostics:
+        report = self._report or {}
         return Diagnostics(stdout=self.worker.tail("stdout", self.limits.output_bytes),
                            stderr=self.worker.tail("stderr", self.limits.output_bytes),
-                           wall_seconds=time.monotonic() - self.started, peak_rss_bytes=self.peak_rss)
+                           exit_code=report.get("exit_code"),
+                           signal=_signal_name(report["signal"]) if "signal" in report else None,
+                           wall_seconds=time.monotonic() - self.started,
+                           peak_rss_bytes=max(self.peak_rss, int(report.get("maxrss_bytes", 0))))
 
     def _raise_if_over(self) -> None:
         if self._closed is not None:
@@ -243,7 +243,11 @@ class ProcessSession:
                     report = json.loads(self._report_buf.split(b"\n", 1)[0] or b"{}")
                 except ValueError:
                     report = {}
-                self._report = report if isinstance(report, dict) else {}
+                report = report if isinstance(report, dict) else {}
+                # Only numbers under the keys the supervisor writes are kept.
+                self._report = {k: v for k, v in report.items()
+                                if k in ("exit_code", "signal", "cpu_seconds", "maxrss_bytes")
+                                and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def _finish(self, closed_channel: bool = False) -> None:
         """The job process is over and its frames are drained: fail with its class."""
