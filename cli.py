@@ -50,12 +50,13 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     """Our own exception classes: each becomes a one-line message and exit code 2."""
     from kernforge.archive.errors import ArchiveError
     from kernforge.loop.config import ConfigError
+    from kernforge.loop.errors import LoopError
     from kernforge.loop.evaluate import EvaluationError
     from kernforge.sandbox.protocol import SandboxError
     from kernforge.tasks.errors import TaskError
     from kernforge.verifier.judge import JudgeError
 
-    return (TaskError, ArchiveError, UsageFailure, EvaluationError, JudgeError, SandboxError, ConfigError)
+    return (TaskError, ArchiveError, UsageFailure, EvaluationError, JudgeError, SandboxError, ConfigError, LoopError)
 
 
 def command(group: typer.Typer, name: str | None = None):
@@ -266,10 +267,10 @@ def export_cmd(
         result = export.export(db, out_dir, options)
     except export.NothingToExport as error:
         fail(str(error), code=1)
-    out.print(export.summary(result), highlight=False)
+    out.print(export.summary(result), highlight=False, soft_wrap=True)
     if check:
         try:
-            out.print(export_check.check(result.out), highlight=False)
+            out.print(export_check.check(result.out), highlight=False, soft_wrap=True)
         except export_check.PackageCheckFailed as error:
             fail(str(error), code=1)
 
@@ -299,6 +300,48 @@ def eval_cmd(
     else:
         out.print(verdict_renderable(verdict, task_name))
     raise typer.Exit(0 if verdict.accepted else 1)
+
+
+# ---- run ----------------------------------------------------------------------------------------
+GpusOpt = Annotated[Optional[list[int]], typer.Option("--gpu", help="GPU index (repeatable); every visible GPU by default, the CPU interpreter without one.")]
+
+
+@command(app, "run")
+def run_cmd(
+    task: Annotated[Optional[list[str]], typer.Option("--task", help="A built-in task name, a KernelBench-form .py file, or a folder of them (repeatable).")] = None,
+    db: DbOpt = DEFAULT_DB,
+    provider: Annotated[Optional[str], typer.Option(help="LLM preset: minimax (default, MiniMax M3), minimax-cn, together, openai, local, custom.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="Any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; the key from KERNFORGE_API_KEY.")] = None,
+    model: Annotated[Optional[list[str]], typer.Option("--model", help="Model name (repeatable: the run learns which pays off).")] = None,
+    max_attempts: Annotated[Optional[int], typer.Option("--max-attempts", help="Attempts per task.")] = None,
+    hours: Annotated[Optional[float], typer.Option("--hours", help="Wall-clock budget of the run.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Token budget of the run (prompt + completion).")] = None,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Money budget of the run, USD.")] = None,
+    gpu: GpusOpt = None,
+    sandbox: SandboxOpt = "process",
+    resume: Annotated[Optional[int], typer.Option("--resume", help="Continue this run id (killed or stopped) without redoing or losing attempts.")] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Use the offline tuner even when an API key is configured.")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the search's random choices.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search for faster kernels: ask the LLM (or, with no API key, the offline tuner) for
+    candidates, verify each on the GPUs (the CPU interpreter without one), archive every attempt.
+    Exit code 0 when the budget is used up, 130 when interrupted, 2 for bad input."""
+    from kernforge.loop import display
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.runner import RunSettings, run
+
+    settings = RunSettings(
+        tasks=tuple(task or ()), db=db, provider=provider, base_url=base_url, models=tuple(model or ()),
+        offline=offline, budget=Budget(max_attempts, hours, max_tokens, max_cost), gpus=tuple(gpu or ()),
+        sandbox=sandbox, resume=resume, seed=seed,
+    )
+    result = run(settings, display.make_display(out, quiet=as_json))
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), default=str))
+    else:
+        out.print(display.summary(result.to_dict()), highlight=False)
+    raise typer.Exit(0 if result.status == "finished" else 130)
 
 
 # ---- doctor -----------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ INTERPRETER = "interpreter"
 #: ``--gpu`` values that select kernels verified under the Triton interpreter
 CPU_PATTERNS = ("cpu", "interpreter")
 DEFAULT_NAME = "kernforge_kernels"
+#: names the exported package itself defines; an op of that name is prefixed with ``op_``
+PACKAGE_NAMES = {"ops", "tasks", "testing", "counters", "reset_counters", "explain", "manifest", "arch_of",
+                 "interpreting", "torch", "annotations"}
 #: package names that would shadow or clash with what the package imports or registers into
 RESERVED_NAMES = {"torch", "triton", "aten", "prim", "prims", "kernforge", "numpy", "test", "tests"}
 
@@ -145,7 +148,7 @@ class ExportResult:
 def op_name(task_name: str) -> str:
     """The Python and torch.library name of a task's op: ``1_Square_matmul`` -> ``op_1_square_matmul``."""
     name = re.sub(r"\W+", "_", task_name).strip("_").lower() or "op"
-    if name[0].isdigit() or keyword.iskeyword(name):
+    if name[0].isdigit() or keyword.iskeyword(name) or name in PACKAGE_NAMES:
         name = f"op_{name}"
     return name
 
@@ -344,9 +347,10 @@ def summary(result: ExportResult) -> str:
     lines = [f"wrote {plan.name} to {result.out} ({len(result.files)} files):"]
     for op in plan.ops:
         for g in op.groups:
-            kernels = sorted({b.kernel for b in g.buckets if b.kernel})
+            kernels = sorted({b.kernel for b in g.buckets if b.kernel}, key=lambda k: int(k[1:]))
             fallback = sum(1 for b in g.buckets if not b.kernel)
-            lines.append(f"  {op.op:24} {g.arch}/{g.dtype} on {g.gpu}: {len(g.buckets)} bucket(s), kernels "
+            where = "the CPU (Triton interpreter)" if g.arch == INTERPRETER else g.gpu
+            lines.append(f"  {op.op:24} {g.arch}/{g.dtype} on {where}: {len(g.buckets)} bucket(s), kernels "
                          f"{', '.join(kernels)}" + (f", reference kept in {fallback}" if fallback else ""))
     if plan.notes:
         lines.append("left out:")

@@ -64,7 +64,7 @@ def interpreter_shapes(task: str, variant: int) -> tuple[ShapeResult, ...]:
             elems *= v
         # the interpreter runs a program per row in numpy: milliseconds; each variant wins half the shapes
         time_ms = 1.5 + elems * 2e-4 * (1.0 + 0.3 * ((i + variant) % 2))
-        out.append(ShapeResult(shape=shape.as_dict(), hidden=shape in t.cpu_hidden_shapes, dtype="float32",
+        out.append(ShapeResult(shape=shape.as_dict(), hidden=shape in t.cpu_hidden_shapes, dtype=t.dtype("cpu"),
                                timing="interpreter", time_us=time_ms * 1e3, spread_pct=4.0 + i,
                                max_abs_err=2.4e-7 * (i + 1), max_rel_err=1.1e-7 * (i + 1)))
     return tuple(out)
@@ -74,14 +74,14 @@ def gpu_shapes(task: str, variant: int) -> tuple[ShapeResult, ...]:
     t = load_task(task)
     out = []
     for i, shape in enumerate(t.public_shapes + t.hidden_shapes):
-        line = runtime.roofline(t, shape, "bfloat16")
+        line = runtime.roofline(t, shape, t.dtype("cuda"))
         floor = 1e6 * line.bytes / (BANDWIDTH * 1.2)
         time = 2.2 + 1e6 * line.bytes / BANDWIDTH / (0.85 if (i + variant) % 2 else 0.78)
         eager, compiled = 5.0 + 3.0 * time, 3.5 + 1.25 * time
         if shape.as_dict() == SLOW_GPU_SHAPE.get(task):
             time, eager, compiled = 9.0 + variant, 8.1, 6.0
         out.append(ShapeResult(
-            shape=shape.as_dict(), hidden=shape in t.hidden_shapes, dtype="bfloat16", timing="graph",
+            shape=shape.as_dict(), hidden=shape in t.hidden_shapes, dtype=t.dtype("cuda"), timing="graph",
             time_us=time, spread_pct=0.8, eager_us=eager, compile_us=compiled, speedup_eager=eager / time,
             speedup_compile=compiled / time, gbps=line.bytes / time / 1e3, tflops=line.flops / time / 1e6,
             pct_bandwidth=100 * line.bytes / time / 1e3 / (BANDWIDTH / 1e9), pct_flops=0.1, floor_us=floor,
@@ -89,11 +89,11 @@ def gpu_shapes(task: str, variant: int) -> tuple[ShapeResult, ...]:
     return tuple(out)
 
 
-def fill(path: Path, *, environments=(INTERPRETER, H200)) -> Path:
+def fill(path: Path, *, environments=(INTERPRETER, H200), tasks=TASKS) -> Path:
     with Archive.create(path) as archive:
-        run = archive.start_run({"model": "seed", "tasks": list(TASKS)})
+        run = archive.start_run({"model": "seed", "tasks": list(tasks)})
         attempts, seq = [], 0
-        for name in TASKS:
+        for name in tasks:
             task_id = archive.register_task(load_task(name))
             for env in environments:
                 shapes = interpreter_shapes if env is INTERPRETER else gpu_shapes
