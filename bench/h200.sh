@@ -33,6 +33,9 @@ for p in "$@"; do
     env) phase env 60 bash -c 'nvidia-smi; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; kf() { python3 -c "from kernforge.cli import main; main()" "$@"; }; kf doctor' ;;
     tests) phase tests 900 python3 -m pytest -m gpu -x -q -p no:cacheprovider tests/ ;;
     tests-nox) phase tests 900 python3 -m pytest -m gpu -q -p no:cacheprovider tests/ ;;
+    final) phase final 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_verifier_gpu.py -k "side_stream or triton or stale or rms_norm" ;;
+    verify1) phase verify1 150 python3 bench/verify.py --repeats 3 --tasks rms_norm --json "$OUT/verify1.json" ;;
+    sandbox-quick) phase sandbox 120 python3 bench/sandbox.py --device gpu --candidates 8 ;;
     smoke) phase smoke 560 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/test_tasks_builtin.py tests/test_verifier_gpu.py ;;
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
     verify3) phase verify3 400 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;

@@ -60,8 +60,8 @@ def outer(task_name: str, calls: int) -> None:
     rows = [r for r in csv.reader(io.StringIO(proc.stdout)) if len(r) > 5]
     header, data = rows[0], rows[1:]
     value, unit = header.index("Metric Value"), header.index("Metric Unit")
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
-    durations = [float(r[value].replace(",", "")) * scale.get(r[unit], 1.0) for r in data]
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
+    durations = [float(r[value].replace(",", "")) * scale[r[unit].strip()] for r in data]
     if not durations:
         sys.exit(f"ncu measured nothing:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     theirs = statistics.median(durations)

@@ -345,6 +345,10 @@ class Judge:
             q = statistics.quantiles(times, n=4)
             spread = 100.0 * (q[2] - q[0]) / median if median else None
         flags = []
+        reason = str(reply.get("fallback_reason") or "")
+        if reply["mode"] == "eager" and "join" in reason.lower():
+            return Rejected(Status.CHEAT, f"the call forks work onto another stream that never rejoins the calling stream ({ctx}): its output is not ready when the call returns", threat=5,
+                            evidence={"check": "graph capture", "error": reason})
         if reply["mode"] == "eager":
             flags.append(f"timed eagerly with a device-wide sync: {reply.get('fallback_reason')}")
         result = dict(shape=shape.as_dict(), hidden=hidden, dtype=dtype, timing=reply["mode"] if self.on_gpu else "interpreter",

@@ -83,7 +83,8 @@ class L2Control:
     def __init__(self, device: torch.device):
         props = torch.cuda.get_device_properties(device)
         l2 = int(getattr(props, "L2_cache_size", 0) or 64 * 1024 * 1024)
-        self.buffer = torch.empty(max(4 * l2, 256 * 1024 * 1024) // 4, dtype=torch.int32, device=device)
+        self.buffer = torch.ones(max(4 * l2, 256 * 1024 * 1024) // 4, dtype=torch.int32, device=device)
+        self.sink = torch.empty((), dtype=torch.int32, device=device)
         self.note = None
         self._cudart = _load_cudart()
         if self._cudart is None:
@@ -104,7 +105,20 @@ class L2Control:
             self._cudart.cudaCtxResetPersistingL2Cache()
 
     def flush(self) -> None:
-        self.buffer.fill_(0x5A5A5A5A)
+        # Read, not write: a written buffer leaves the L2 full of dirty lines whose write-back
+        # the next kernel would pay for; a read leaves it full of clean, useless lines.
+        torch.amax(self.buffer, dim=0, out=self.sink)
+
+    def spin(self, seconds: float = 0.1) -> None:
+        """Keep the GPU busy long enough for its clocks to settle before timing starts."""
+        start, end = I.Event(enable_timing=True), I.Event(enable_timing=True)
+        I.event_record(start)
+        self.flush()
+        I.event_record(end)
+        I.synchronize()
+        per_flush = max(I.event_elapsed(start, end) / 1000.0, 1e-6)
+        for _ in range(int(min(2000, seconds / per_flush))):
+            self.flush()
 
 
 def _load_cudart() -> Any:
@@ -181,6 +195,7 @@ def time_on_gpu(
                 I.graph_replay(graph)
             timed.graph_kernels.append(sorted(set(names)))
 
+    l2.spin()
     # Every set is timed (and so checked) at least once, in an order the candidate cannot know.
     order = list(range(len(input_sets))) * (reps // len(input_sets) + 1)
     rng.shuffle(order)
