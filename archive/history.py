@@ -1,0 +1,121 @@
+"""What the loop learns from at start: a task's past attempts as light rows, and a run's own.
+
+The loop carries its learning across runs through the archive alone: lessons are distilled from
+the rejections here, the strategy bandit's arms are re-scored from ``proposer``/``model`` and the
+parent links, budgets of a resumed run are counted from its rows, and the offline tuner is told
+which configurations were tried. ``HistoryRow`` holds no code or prompt (cheap for thousands of
+rows); ``attempts`` fetches full records (code and verdict) for the few the loop needs.
+
+``time_us`` is the geometric mean of an accepted attempt's per-shape times (a reuse row shows its
+original's). Unlike ``score`` it exists on the Triton interpreter too, so a CPU run can rank its
+kernels; it compares attempts of one task in one environment only (the same shapes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from .queries import guarded
+from .records import AttemptRecord
+from .store import Archive
+
+_COLUMNS = (
+    "id", "run_id", "seq", "task_id", "parent_id", "reuse_of", "proposer", "model", "status", "accepted",
+    "threat", "reason", "evidence", "score", "gpu", "env_key", "created", "code_hash", "tokens_in",
+    "tokens_out", "cost_usd", "latency_s",
+)
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    id: int
+    run_id: int
+    seq: int
+    task_id: int
+    parent_id: int | None
+    reuse_of: int | None
+    proposer: str
+    model: str
+    status: str
+    accepted: bool
+    threat: int | None
+    reason: str
+    #: the evidence's ``check`` (which defence decided) and ``error`` excerpt, when present
+    check: str
+    error: str
+    score: float | None
+    time_us: float | None
+    gpu: str
+    env_key: str
+    created: str
+    code_hash: str
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    latency_s: float
+
+
+@guarded
+def _rows(archive: Archive, where: str, params: list[Any], limit: int | None) -> list[HistoryRow]:
+    # newest `limit` rows, returned oldest first
+    tail = f" ORDER BY id DESC LIMIT {int(limit)}" if limit else " ORDER BY id DESC"
+    raw = archive.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM attempts WHERE {where}{tail}", params).fetchall()
+    raw.reverse()
+    sources = {r[_COLUMNS.index("reuse_of")] or r[0] for r in raw if r[_COLUMNS.index("accepted")]}
+    times = _geomean_times(archive, sources)
+    out = []
+    for values in raw:
+        row = dict(zip(_COLUMNS, values))
+        try:
+            evidence = json.loads(row.pop("evidence") or "{}")
+        except ValueError:
+            evidence = {}
+        evidence = evidence if isinstance(evidence, dict) else {}
+        out.append(HistoryRow(
+            **{k: row[k] for k in _COLUMNS if k not in ("evidence", "accepted", "proposer", "model")},
+            proposer=row["proposer"] or "", model=row["model"] or "", accepted=bool(row["accepted"]),
+            check=str(evidence.get("check") or ""), error=str(evidence.get("error") or "")[-2000:],
+            time_us=times.get(row["reuse_of"] or row["id"]),
+        ))
+    return out
+
+
+def _geomean_times(archive: Archive, ids: Iterable[int]) -> dict[int, float]:
+    ids = list(ids)
+    logs: dict[int, list[float]] = {}
+    for start in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+        chunk = ids[start:start + 500]
+        cur = archive.conn.execute(
+            f"SELECT attempt_id, time_us FROM measurements WHERE attempt_id IN ({','.join('?' * len(chunk))})"
+            " AND time_us > 0", chunk)
+        for attempt_id, time_us in cur:
+            logs.setdefault(attempt_id, []).append(math.log(time_us))
+    return {k: math.exp(sum(v) / len(v)) for k, v in logs.items() if v}
+
+
+def task_history(archive: Archive, task_id: int, *, env_key: str | None = None,
+                 limit: int | None = 5000) -> list[HistoryRow]:
+    """The newest ``limit`` attempts of one task (in one environment if given), oldest first."""
+    where, params = "task_id = ?", [task_id]
+    if env_key is not None:
+        where, params = where + " AND env_key = ?", params + [env_key]
+    return _rows(archive, where, params, limit)
+
+
+def run_history(archive: Archive, run_id: int) -> list[HistoryRow]:
+    """Every attempt of one run, oldest first (a resumed run counts its budget from these)."""
+    return _rows(archive, "run_id = ?", [run_id], None)
+
+
+@guarded
+def attempts(archive: Archive, ids: Sequence[int]) -> list[AttemptRecord]:
+    """Full records (code, prompt, verdict with per-shape results) of these attempts, in id order."""
+    out: list[AttemptRecord] = []
+    ids = sorted(set(ids))
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        out += archive._records(f"a.id IN ({','.join('?' * len(chunk))})", list(chunk), "ORDER BY a.id")
+    return out

@@ -1,0 +1,254 @@
+"""What a person sees while ``kernforge run`` works, and the summary at the end.
+
+In a terminal: a rich Live table, one row per task (attempts, accepted, cheats caught, rejected,
+best time and speedup, tokens and cost) and a footer (wall time, GPU busy %, the proposer). When
+stdout is not a terminal (a log file, CI, a pipe): one plain line per attempt. ``--json``: nothing
+while running; the result object at the end. The numbers come from ``TaskStats``, which the
+runner updates as verdicts are recorded, and from a ``RunView`` the display asks for.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Protocol, TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from kernforge.verifier.verdict import THREATS
+
+
+@dataclass
+class TaskStats:
+    """One task's counters for this session, and its best kernel (archived or new)."""
+
+    name: str
+    attempts: int = 0
+    accepted: int = 0
+    cheats: int = 0  # verdicts naming a THREATS class
+    reused: int = 0
+    rejected: Counter = field(default_factory=Counter)  # status -> count
+    tokens: int = 0
+    cost: float = 0.0
+    cost_known: bool = True
+    best_attempt: int | None = None
+    best_time_us: float | None = None
+    best_speedup_eager: float | None = None
+    best_score: float | None = None  # geomean speedup vs torch.compile (GPU only)
+    best_is_new: bool = False  # found in this run
+    seed_time_us: float | None = None
+    note: str = ""
+
+    @property
+    def vs_seed(self) -> float | None:
+        """How many times faster the best is than the task's seed kernel (same shapes, same device)."""
+        if self.seed_time_us and self.best_time_us:
+            return self.seed_time_us / self.best_time_us
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["rejected"] = dict(self.rejected)
+        out["vs_seed"] = self.vs_seed
+        return out
+
+
+@dataclass(frozen=True)
+class AttemptEvent:
+    task: str
+    seq: int
+    attempt_id: int
+    status: str
+    threat: int | None
+    reused: bool
+    proposer: str
+    model: str
+    time_us: float | None
+    speedup_eager: float | None
+    new_best: bool
+    reason: str
+    tokens: int
+    cost: float
+    verify_s: float | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What the display reads on each refresh."""
+
+    run_id: int
+    proposer: str
+    devices: tuple[str, ...]
+    elapsed_s: float
+    busy: float | None  # fraction of device time spent verifying, all devices together
+    tokens: int
+    cost: float
+    stopping: str | None
+    tasks: tuple[TaskStats, ...]
+
+
+class Display(Protocol):
+    def start(self, view: Callable[[], RunView]) -> None: ...
+    def attempt(self, event: AttemptEvent) -> None: ...
+    def note(self, message: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class QuietDisplay:
+    """No output while running (``--json``, library use); notes are kept for the result."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def start(self, view: Callable[[], RunView]) -> None:
+        pass
+
+    def attempt(self, event: AttemptEvent) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def stop(self) -> None:
+        pass
+
+
+def _us(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} us"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def attempt_line(e: AttemptEvent) -> str:
+    """One attempt as one line of plain text."""
+    head = f"[{e.task}] #{e.seq} attempt {e.attempt_id} {e.proposer}{'/' + e.model if e.model and e.model != 'offline' else ''}: "
+    if e.status == "accepted":
+        body = f"accepted {_us(e.time_us)}" + (f" ({_x(e.speedup_eager)} eager)" if e.speedup_eager else "")
+        body += "  NEW BEST" if e.new_best else ""
+        body += f"  ({e.reason[:160]})" if e.reason else ""
+    else:
+        threat = f" #{e.threat} {THREATS.get(e.threat, '')}" if e.threat else ""
+        body = f"{e.status}{threat}: {e.reason.splitlines()[0][:160] if e.reason else ''}"
+    tail = " (reused an earlier verdict)" if e.reused else ""
+    if e.tokens:
+        tail += f"  {e.tokens} tok ${e.cost:.4f}"
+    if e.verify_s is not None:
+        tail += f"  verified in {e.verify_s:.1f}s"
+    return head + body + tail
+
+
+class PlainDisplay:
+    """A line per attempt and per note: for logs and pipes."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+
+    def start(self, view: Callable[[], RunView]) -> None:
+        v = view()
+        self._print(f"run {v.run_id}: {v.proposer} on {', '.join(v.devices)}; tasks: {', '.join(t.name for t in v.tasks)}")
+
+    def attempt(self, event: AttemptEvent) -> None:
+        self._print(attempt_line(event))
+
+    def note(self, message: str) -> None:
+        self._print(message)
+
+    def stop(self) -> None:
+        pass
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+
+def progress_table(v: RunView) -> Table:
+    table = Table(title=f"kernforge run {v.run_id}: {v.proposer}", title_justify="left")
+    for col in ("task", "attempts", "accepted", "cheats caught", "rejected", "best time", "x eager",
+                "x compile", "vs seed", "tokens", "cost"):
+        table.add_column(col, justify="left" if col in ("task", "rejected") else "right")
+    for t in v.tasks:
+        rejected = ", ".join(f"{k} {n}" for k, n in t.rejected.most_common(3)) or "-"
+        best = _us(t.best_time_us) + (" *" if t.best_is_new else "")
+        table.add_row(
+            t.name + (f"\n[dim]{escape(t.note)}[/]" if t.note else ""), str(t.attempts), str(t.accepted),
+            str(t.cheats), rejected, best, _x(t.best_speedup_eager), _x(t.best_score), _x(t.vs_seed),
+            f"{t.tokens:,}", f"${t.cost:.3f}" + ("" if t.cost_known else "+?"),
+        )
+    busy = "-" if v.busy is None else f"{100 * v.busy:.0f}%"
+    footer = (f"{v.elapsed_s:.0f}s on {', '.join(v.devices)}  GPU busy {busy}  "
+              f"{v.tokens:,} tokens  ${v.cost:.3f}  (* new best this run)")
+    if v.stopping:
+        footer += f"  stopping: {v.stopping}"
+    table.caption = footer
+    return table
+
+
+class LiveDisplay:
+    """A rich Live table, refreshed a few times a second; notes print above it."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._live: Live | None = None
+
+    def start(self, view: Callable[[], RunView]) -> None:
+        self._live = Live(get_renderable=lambda: progress_table(view()), console=self.console,
+                          refresh_per_second=4, transient=True)
+        self._live.start()
+
+    def attempt(self, event: AttemptEvent) -> None:
+        if event.new_best or event.status != "accepted":
+            style = "green" if event.new_best else ("red" if event.threat else "yellow")
+            self.console.print(Text(attempt_line(event), style=style))
+
+    def note(self, message: str) -> None:
+        self.console.print(Text(message, style="cyan"))
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+def make_display(console: Console, *, quiet: bool) -> Display:
+    if quiet:
+        return QuietDisplay()
+    return LiveDisplay(console) if console.is_terminal else PlainDisplay(console.file)
+
+
+def summary(result: Mapping[str, Any]) -> Group:
+    """The table printed at the end, from ``RunResult.to_dict()``."""
+    table = Table(title=f"run {result['run_id']} {result['status']}: {result['proposer']}", title_justify="left")
+    for col in ("task", "attempts", "accepted", "cheats caught", "best time", "x eager", "x compile", "vs seed",
+                "best attempt", "note"):
+        table.add_column(col, justify="left" if col in ("task", "note") else "right")
+    for t in result["tasks"]:
+        table.add_row(
+            t["name"], str(t["attempts"]), str(t["accepted"]), str(t["cheats"]),
+            _us(t["best_time_us"]) + (" *" if t["best_is_new"] else ""), _x(t["best_speedup_eager"]),
+            _x(t["best_score"]), _x(t["vs_seed"]), str(t["best_attempt"] or "-"), escape(t["note"] or ""),
+        )
+    busy = "-" if result["busy"] is None else f"{100 * result['busy']:.0f}%"
+    lines = [
+        table,
+        Text(f"{result['attempts']} attempt(s) in {result['wall_s']:.0f}s; device time verifying "
+             f"{result['verify_s']:.0f}s (busy {busy}); {result['tokens']:,} tokens, ${result['cost']:.4f}; "
+             f"{result['retries']} LLM retr{'y' if result['retries'] == 1 else 'ies'}, "
+             f"{result['llm_failures']} failed request(s)"),
+    ]
+    if result.get("stop_reason"):
+        lines.append(Text(f"stopped: {result['stop_reason']}"))
+    best = [t for t in result["tasks"] if t["best_attempt"]]
+    if best:
+        lines.append(Text("best kernels: " + "; ".join(
+            f"{t['name']}: kernforge archive show {t['best_attempt']} --db {result['db']}" for t in best)))
+    lines.append(Text(f"resume with: kernforge run --resume {result['run_id']} --db {result['db']}"
+                      if result["status"] in ("interrupted", "failed") else f"archive: {result['db']}"))
+    return Group(*lines)

@@ -1,0 +1,212 @@
+"""Where candidates come from: the LLM proposer, the offline tuner, and which one a run gets.
+
+Both answer ``await propose(task, population, lessons)`` with a ``Proposal`` (a module to judge,
+with what it cost) or a ``NoProposal`` (nothing left to try for this task, and why), and both
+hear every verdict through ``observe``. The runner does not know which one it drives.
+
+* ``LLMProposer``: a bandit arm (strategy, model) is pulled (strategy.py), the population gives the
+  parent and inspirations for that strategy (search.py), the prompt is rendered from the templates
+  (prompts/), and one chat completion is asked of that model (llm.py). With no seed kernel and
+  nothing archived, the only strategy is ``fresh``: the model starts from the reference alone.
+* ``OfflineTuner``: ``offline.OfflineProposer`` per task, asked around the best kernel, then the
+  other niches' elites, then the unjudged seed. A task without a kernel to tune gets a
+  ``NoProposal`` that says so plainly.
+
+``llm_config`` decides: the LLM proposer when a key is configured or an endpoint is named that
+needs none (``--base-url``, the "local" preset), else the offline tuner; asking for a provider or
+model without a key is an error, never a silent fall back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+from kernforge.prompts.render import Inspiration, Parent, PromptLeak, render
+from kernforge.tasks.spec import Task
+
+from .config import ConfigError, LLMConfig, load_config, needs_key
+from .errors import LoopError
+from .lessons import Lessons
+from .llm import LLMClient
+from .offline import NoProposal as TunerNoProposal
+from .offline import OfflineProposer
+from .search import Member, Population
+from .strategy import Arm, Bandit, proposer_name
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A candidate to judge (``code``) and everything the archive keeps about how it came."""
+
+    code: str
+    proposer: str  # "seed", "offline" or "llm/<strategy>"
+    model: str = ""
+    parent: Member | None = None
+    arm: Arm | None = None
+    prompt: str = ""
+    response: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    #: False when the model has no price in the table (cost counted as 0)
+    cost_known: bool = True
+    latency_s: float = 0.0
+    retries: int = 0
+    description: str = ""
+    #: None: a module to judge. Otherwise the extraction kind (truncated, no_code, no_model_new):
+    #: the reply held no module, and ``note`` says why
+    unusable: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class NoProposal:
+    """Nothing to propose for a task: ``kind`` is "nothing_to_tune" or "exhausted"."""
+
+    reason: str
+    kind: str
+
+
+def llm_config(*, provider: str | None, base_url: str | None, models: Sequence[str], offline: bool,
+               env: Mapping[str, str] | None = None) -> LLMConfig | None:
+    """The LLM configuration of a run, or None for the offline tuner (see the module docstring)."""
+    env = os.environ if env is None else env
+    if offline:
+        if provider or base_url or models:
+            raise LoopError("--offline runs the offline tuner: it takes no --provider, --base-url or --model")
+        return None
+    config = load_config(provider=provider, base_url=base_url, model=models[0] if models else None, env=env)
+    if config.api_key is None and needs_key(config):
+        if provider or models or env.get("KERNFORGE_PROVIDER") or env.get("KERNFORGE_MODEL"):
+            raise ConfigError(
+                f"no API key for {config.provider}: set KERNFORGE_API_KEY (or the provider's usual variable, "
+                f"e.g. MINIMAX_API_KEY), or [keys] {config.provider} in the config file; without a key, "
+                "leave out --provider/--model to run the offline tuner"
+            )
+        return None
+    return config
+
+
+class LLMProposer:
+    kind = "llm"
+
+    def __init__(self, config: LLMConfig, models: Sequence[str], bandit: Bandit, *, hardware: Mapping[str, Any],
+                 device_kind: str) -> None:
+        self.config = config
+        self.bandit = bandit
+        self.hardware = dict(hardware)
+        self.device_kind = device_kind
+        names = list(dict.fromkeys(models)) or [config.model]
+        self.clients = {m: LLMClient(replace(config, model=m)) for m in names}
+        self.models: list[str] = []
+
+    async def start(self) -> None:
+        """Resolve each model's name (a local server without --model names the one it serves)."""
+        self.models = [await client.resolve_model() for client in self.clients.values()]
+        self.clients = dict(zip(self.models, self.clients.values()))
+
+    async def aclose(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()
+
+    def describe(self) -> str:
+        return f"LLM {', '.join(self.models or list(self.clients))} at {self.config.base_url}"
+
+    async def propose(self, task: Task, population: Population, lessons: Lessons) -> Proposal:
+        available = [(s, m) for s in population.strategies() for m in self.models]
+        strategy, model = self.bandit.choose(available)
+        choice = population.choose(strategy)
+        parent = Parent(choice.parent.code, choice.parent.verdict, choice.parent.summary) if choice.parent else None
+        inspirations = [Inspiration(m.code, m.summary, m.verdict) for m in choice.inspirations]
+        prompt = self._render(task, parent, inspirations, lessons.current())
+        completion = await self.clients[model].propose(prompt.messages())
+        response = completion.text
+        if completion.reasoning:
+            response = f"<think>\n{completion.reasoning}\n</think>\n\n{completion.text}"
+        unusable = None if completion.code is not None else completion.code_kind
+        return Proposal(
+            # A reply without a module is archived with its answer as the "code": the attempt
+            # still happened, and its text is what a person (or a lesson) needs to see.
+            code=completion.code if completion.code is not None else (completion.text or "(empty reply)"),
+            proposer=proposer_name(choice.strategy), model=completion.model, parent=choice.parent,
+            arm=(choice.strategy, model), prompt=json.dumps(prompt.messages()), response=response,
+            tokens_in=completion.tokens_in, tokens_out=completion.tokens_out, cost=completion.cost or 0.0,
+            cost_known=completion.cost is not None, latency_s=completion.latency_s, retries=completion.retries,
+            description=completion.summary or completion.note, unusable=unusable, note=completion.note,
+        )
+
+    def _render(self, task: Task, parent: Parent | None, inspirations: list[Inspiration], lessons: list[str]):
+        try:
+            return render(task, self.hardware, parent=parent, inspirations=inspirations, lessons=lessons,
+                          device_kind=self.device_kind)
+        except PromptLeak:
+            # Lessons and inspirations quote verifier text; without them the prompt is the task,
+            # the parent (redacted) and the hardware. If that still leaks, nothing is sent.
+            try:
+                return render(task, self.hardware, parent=parent, device_kind=self.device_kind)
+            except PromptLeak as leak:
+                raise LoopError(str(leak)) from None
+
+    def observe(self, task: Task, code: str, verdict: Mapping[str, Any]) -> None:
+        """The LLM proposer learns through the population, lessons and bandit, not here."""
+
+
+class OfflineTuner:
+    kind = "offline"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self._tuners: dict[str, OfflineProposer] = {}
+
+    def describe(self) -> str:
+        return "offline tuner (no LLM: block sizes, warps and stages of existing Triton kernels)"
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    def _tuner(self, task: Task) -> OfflineProposer:
+        if task.name not in self._tuners:
+            self._tuners[task.name] = OfflineProposer(seed=self.seed)
+        return self._tuners[task.name]
+
+    def prime(self, task: Task, history: Iterable[tuple[str, Mapping[str, Any] | None]]) -> None:
+        """Configurations already tried for ``task`` (archived attempts): never proposed again."""
+        tuner = self._tuner(task)
+        for code, verdict in history:
+            tuner.record(code, verdict)
+
+    def observe(self, task: Task, code: str, verdict: Mapping[str, Any]) -> None:
+        self._tuner(task).record(code, verdict)
+
+    async def propose(self, task: Task, population: Population, lessons: Lessons) -> Proposal | NoProposal:
+        parents = population.tunable()
+        if not parents:
+            return NoProposal(
+                f"nothing to tune: {task.name} has no seed kernel and the archive holds no accepted kernel for it. "
+                "The offline tuner only re-tunes existing Triton kernels; set KERNFORGE_API_KEY (or MINIMAX_API_KEY) "
+                "or give --base-url so an LLM can write the first one", "nothing_to_tune")
+        tuner = self._tuner(task)
+        reasons: list[TunerNoProposal] = []
+        for parent in parents:
+            result = tuner.propose(parent.code, parent.verdict)
+            if isinstance(result, TunerNoProposal):
+                reasons.append(result)
+                continue
+            return Proposal(code=result.source, proposer="offline", model="offline", parent=parent,
+                            description=result.description, response=result.description)
+        exhausted = [r for r in reasons if r.kind == "exhausted"]
+        if exhausted:
+            return NoProposal(exhausted[0].reason, "exhausted")
+        return NoProposal(f"{task.name}: {reasons[0].reason}", "nothing_to_tune")
+
+
+def seed_rng(seed: int, *names: str) -> random.Random:
+    """A random stream per purpose, reproducible from the run's --seed."""
+    return random.Random(f"{seed}|{'|'.join(names)}")

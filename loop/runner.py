@@ -1,0 +1,728 @@
+"""``kernforge run``: the asyncio pipeline that asks for kernels, judges them and archives them.
+
+::
+
+    producers (LLM requests in flight, or the offline tuner)       one consumer per device
+      pick a task with budget left ─ propose ─┐                ┌─ content lookup / verify ─ record
+      ...                                      ├─ queue (1/dev) ┤   (judge.verify in the device's
+      pick a task ... propose ────────────────┘                └─   own thread; one at a time)
+
+* **Devices.** One judge per device: the GPUs named by ``--gpu``, else every visible GPU, else
+  the CPU (the Triton interpreter). A device verifies one candidate at a time, in a thread of its
+  own, so the event loop keeps LLM requests in flight meanwhile. The queue holds at most one
+  proposal per device: enough that a device never waits for the next candidate when the proposer
+  is fast, few enough that proposals are made from fresh feedback.
+* **Every attempt is archived** in one transaction (``Archive.record_attempt``) with its prompt,
+  response, code, tokens, cost, parent and verdict. The same normalised code for the same task
+  in the same environment is judged once: a later proposal of it (archived, or being judged
+  right now by another device) is recorded as a reuse of the first verdict.
+* **Stopping.** Budgets (budget.py), every task done (attempts used, or nothing left to tune), a
+  fatal LLM error, or Ctrl-C. The first Ctrl-C (SIGINT) stops asking: in-flight LLM requests
+  are cancelled, the candidates already proposed are judged and recorded. A second Ctrl-C, or
+  SIGTERM, abandons the verifications in flight (never recorded half-way). Either way the run
+  is marked ``interrupted``. A run killed outright (SIGKILL, a power cut) stays ``running``;
+  ``--resume RUN_ID`` continues any run: its tasks and proposer from the archive, its spent
+  budget counted from its rows, its next sequence number after its last recorded attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from kernforge.archive.content import code_hash, environment_key
+from kernforge.archive.errors import ArchiveError
+from kernforge.archive.history import HistoryRow, attempts as archived_attempts, run_history, task_history
+from kernforge.archive.records import NewAttempt
+from kernforge.archive.store import Archive, gpu_label
+from kernforge.sandbox.protocol import SandboxError
+from kernforge.tasks.loader import load_tasks
+from kernforge.tasks.spec import Task
+from kernforge.verifier.judge import Judge, JudgeError, JudgeOptions
+from kernforge.verifier.verdict import Rejected, Status, Verdict
+
+from .budget import Budget, Meter, Spent, earlier_seconds
+from .display import AttemptEvent, Display, QuietDisplay, RunView, TaskStats
+from .errors import LoopError
+from .evaluate import open_judge, visible_gpus
+from .lessons import Failure, Lessons
+from .llm import LLMError
+from .proposers import LLMProposer, NoProposal, OfflineTuner, Proposal, llm_config, seed_rng
+from .search import Member, Population, fitness_of, geomean_us, row_fitness
+from .strategy import Bandit, reward
+
+#: An LLM provider failing this many requests in a row (after each one's own retries) ends the run.
+MAX_CONSECUTIVE_LLM_FAILURES = 5
+#: Archived attempts read per task at start (lessons, bandit, the offline tuner's memory).
+HISTORY_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything ``kernforge run`` was asked to do. Stored with the run (no secret in it)."""
+
+    tasks: tuple[str, ...] = ()
+    db: Path = Path("kernforge.db")
+    provider: str | None = None
+    base_url: str | None = None
+    models: tuple[str, ...] = ()
+    offline: bool = False
+    budget: Budget = Budget()
+    #: GPU indices; empty: every visible GPU, or the CPU interpreter without one
+    gpus: tuple[int, ...] = ()
+    sandbox: str = "process"
+    resume: int | None = None
+    seed: int = 0
+    #: warm candidate workers per device; None: 2 on a GPU (one judged, one warming), 1 on the CPU
+    pool_size: int | None = None
+    judge_options: JudgeOptions | None = None
+
+    def stored(self) -> dict[str, Any]:
+        return {"tasks": list(self.tasks), "provider": self.provider, "base_url": self.base_url,
+                "models": list(self.models), "offline": self.offline, "budget": self.budget.to_dict(),
+                "gpus": list(self.gpus), "sandbox": self.sandbox, "seed": self.seed}
+
+
+@dataclass
+class RunResult:
+    run_id: int
+    status: str
+    db: str
+    proposer: str
+    devices: tuple[str, ...]
+    tasks: list[TaskStats]
+    attempts: int
+    wall_s: float
+    verify_s: float
+    verify_s_per_device: dict[str, float]
+    busy: float | None
+    tokens: int
+    cost: float
+    retries: int
+    llm_failures: int
+    stop_reason: str | None
+    arms: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "tasks"}
+        out["tasks"] = [t.to_dict() for t in self.tasks]
+        out["devices"] = list(self.devices)
+        return out
+
+
+@dataclass
+class _TaskState:
+    task: Task
+    task_id: int
+    population: Population
+    lessons: Lessons
+    stats: TaskStats
+    seed_code: str | None = None  # the seed, while it still has to be judged
+    pending: int = 0  # proposals being asked for, queued or being judged
+    done: str | None = None  # why no more proposals are asked for this task
+    waiting: bool = False  # the tuner has nothing until an in-flight verdict arrives
+    ids: dict[str, int] = field(default_factory=dict)  # code hash -> attempt id (parents' ids)
+
+
+def _devices(gpus: tuple[int, ...]) -> list[str]:
+    visible = visible_gpus()
+    for g in gpus:
+        if g not in visible:
+            raise LoopError(f"--gpu {g}: no such GPU here (visible: {visible or 'none; leave out --gpu to use the CPU interpreter'})")
+    chosen = list(dict.fromkeys(gpus)) or visible
+    return [f"cuda:{g}" for g in chosen] or ["cpu"]
+
+
+def _load(refs: tuple[str, ...]) -> list[Task]:
+    tasks: dict[str, Task] = {}
+    for ref in refs:
+        found, errors = load_tasks(ref)
+        if errors:
+            raise errors[0]
+        for task in found:
+            if task.name in tasks and tasks[task.name].ref != task.ref:
+                raise LoopError(f"two tasks are named {task.name!r} ({tasks[task.name].ref} and {task.ref}); run them separately")
+            tasks[task.name] = task
+    if not tasks:
+        raise LoopError("no task: give --task NAME_OR_PATH (see `kernforge tasks list`)")
+    return list(tasks.values())
+
+
+def _settings_for_resume(archive: Archive, given: RunSettings) -> tuple[RunSettings, Mapping[str, Any]]:
+    run = archive.run_status(given.resume).run
+    if given.tasks or given.provider or given.base_url or given.models or given.offline:
+        raise LoopError(
+            f"--resume {given.resume} continues the run with its own tasks and proposer (as stored in the archive); "
+            "only budgets, --gpu and --sandbox may be given with it")
+    stored = run.config.get("settings")
+    if not isinstance(stored, Mapping) or "tasks" not in stored:
+        raise LoopError(f"run {given.resume} in {archive.path} was not started by `kernforge run`; it cannot be resumed")
+    settings = replace(
+        given, tasks=tuple(stored["tasks"]), provider=stored.get("provider"), base_url=stored.get("base_url"),
+        models=tuple(stored.get("models") or ()), offline=bool(stored.get("offline")), seed=int(stored.get("seed", 0)),
+        budget=Budget.from_dict(stored.get("budget") or {}).merged(given.budget),
+    )
+    return settings, run.config
+
+
+class Runner:
+    def __init__(self, settings: RunSettings, display: Display | None = None) -> None:
+        self.settings = settings
+        self.display = display or QuietDisplay()
+        self.archive: Archive | None = None
+        self.run_id: int | None = None
+        self.states: list[_TaskState] = []
+        self.judges: list[Judge] = []
+        self.devices: list[str] = []
+        self.busy_s: dict[str, float] = {}
+        self.env: dict[str, Any] = {}
+        self.env_key = ""
+        self.proposer: LLMProposer | OfflineTuner | None = None
+        self.bandit: Bandit | None = None
+        self.meter: Meter | None = None
+        self.stopping: str | None = None
+        self.abandon = False
+        self.failure: BaseException | None = None
+        self.retries = 0
+        self.llm_failures = 0
+        self._consecutive_failures = 0
+        self._next_seq = 0
+        self._t0 = time.monotonic()
+        self._t_devices: float | None = None
+        self._inflight: dict[tuple[int, str], asyncio.Future] = {}
+        self._producers: list[asyncio.Task] = []
+        self._consumers: list[asyncio.Task] = []
+        self._turn = 0
+        self._interrupts = 0
+
+    # ---- the whole run -------------------------------------------------------------------------
+    async def run(self) -> RunResult:
+        s = self.settings
+        status = "failed"
+        judge_cms: list[Any] = []
+        if s.resume is not None:
+            self.archive = Archive.open(s.db)
+        try:
+            if s.resume is not None:
+                s, _ = _settings_for_resume(self.archive, s)
+                self.settings = s
+            tasks = _load(s.tasks)
+            config = llm_config(provider=s.provider, base_url=s.base_url, models=s.models, offline=s.offline)
+            self.devices = _devices(s.gpus)
+            self._check_cost_budget(config)
+            if self.archive is None:  # a new run: its archive is created once the input is known good
+                self.archive = Archive.create(s.db)
+            self.bandit = Bandit(seed_rng(s.seed, "bandit"))
+            task_ids = [self.archive.register_task(t) for t in tasks]
+            self.run_id, before = self._start_run(config, tasks, task_ids)
+            judge_cms = await self._open_judges()
+            self._load_states(tasks, task_ids)
+            self.meter = Meter(s.budget, replace(before, seconds=self._earlier_seconds(config)))
+            if config is None:
+                self.proposer = OfflineTuner(seed=s.seed)
+                self._prime_tuner()
+            else:
+                hardware = dict(self.env) | await asyncio.to_thread(self.judges[0].ceilings)
+                self.proposer = LLMProposer(config, s.models, self.bandit, hardware=hardware,
+                                            device_kind="cpu" if self.devices == ["cpu"] else "cuda")
+                await self.proposer.start()
+            self._t_devices = time.monotonic()
+            self.display.start(self.view)
+            try:
+                await self._pipeline()
+            finally:
+                self.display.stop()
+            status = "failed" if self.failure else ("interrupted" if self._interrupts else "finished")
+        except asyncio.CancelledError:
+            status = "interrupted"
+            raise
+        finally:
+            await self._close(judge_cms)
+            if self.archive is not None:
+                if self.run_id is not None:
+                    self.archive.finish_run(self.run_id, status)
+                self.archive.close()
+        if self.failure is not None:
+            raise self.failure
+        return self.result(status)
+
+    def _check_cost_budget(self, config: Any) -> None:
+        if self.settings.budget.max_cost is None or config is None:
+            return
+        for model in self.settings.models or (config.model,):
+            if model and config.price(model) is None:
+                raise LoopError(f"--max-cost needs a price for model {model!r}: add [prices.\"{model}\"] input/output "
+                                "(USD per million tokens) to the config file")
+
+    def _start_run(self, config: Any, tasks: list[Task], task_ids: list[int]) -> tuple[int, Spent]:
+        assert self.archive is not None
+        s = self.settings
+        if s.resume is None:
+            stored = {"settings": s.stored(), "llm": config.to_dict() if config else None,
+                      "task_refs": {t.name: t.ref for t in tasks}}
+            return self.archive.start_run(stored), Spent()
+        status = self.archive.resume_run(s.resume)
+        rows = run_history(self.archive, s.resume)
+        names = dict(zip(task_ids, (t.name for t in tasks)))
+        counts: dict[str, int] = {}
+        for r in rows:
+            if r.task_id in names:
+                counts[names[r.task_id]] = counts.get(names[r.task_id], 0) + 1
+        self._next_seq = status.next_seq
+        self._resume_rows = rows
+        run = status.run
+        return s.resume, Spent(attempts=counts, tokens=run.tokens_in + run.tokens_out, cost=run.cost_usd)
+
+    def _earlier_seconds(self, config: Any) -> float:
+        rows: list[HistoryRow] = getattr(self, "_resume_rows", [])
+        if not rows:
+            return 0.0
+        options = self.settings.judge_options or JudgeOptions()
+        llm = 60.0
+        if config is not None:
+            llm = config.total_timeout_s or (config.max_retries + 1) * (config.request_timeout_s + config.backoff_max_s)
+        assert self.archive is not None and self.run_id is not None
+        run = self.archive.run_status(self.run_id).run
+        return earlier_seconds(run.started, [r.created for r in rows], llm + options.message_timeout_s)
+
+    # ---- judges --------------------------------------------------------------------------------
+    async def _open_judges(self) -> list[Any]:
+        s = self.settings
+        options = s.judge_options or JudgeOptions()
+
+        def open_one(device: str) -> tuple[Any, Judge]:
+            pool = s.pool_size or (1 if device == "cpu" else 2)
+            cm = open_judge(device, sandbox=s.sandbox, pool_size=pool, options=options)
+            return cm, cm.__enter__()
+
+        opened = await asyncio.gather(*(asyncio.to_thread(open_one, d) for d in self.devices), return_exceptions=True)
+        cms = [o[0] for o in opened if not isinstance(o, BaseException)]
+        errors = [o for o in opened if isinstance(o, BaseException)]
+        if errors:
+            await self._close(cms)
+            raise errors[0]
+        self.judges = [o[1] for o in opened]
+        envs = await asyncio.gather(*(asyncio.to_thread(j.environment) for j in self.judges))
+        keys = {environment_key(e) for e in envs}
+        if len(keys) > 1:
+            await self._close(cms)
+            names = sorted({str(e.get("gpu")) for e in envs})
+            raise LoopError(f"the GPUs differ ({', '.join(names)}): kernels are compared within one GPU model and software "
+                            "stack; choose GPUs of one model with --gpu")
+        self.env = dict(envs[0])
+        self.env_key = keys.pop()
+        self.busy_s = {d: 0.0 for d in self.devices}
+        self._executors = [ThreadPoolExecutor(1, thread_name_prefix=f"kernforge-verify-{d}") for d in self.devices]
+        self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
+        return cms
+
+    async def _close(self, cms: list[Any]) -> None:
+        await asyncio.gather(*(asyncio.to_thread(cm.__exit__, None, None, None) for cm in cms), return_exceptions=True)
+        for ex in getattr(self, "_executors", []):
+            ex.shutdown(wait=False, cancel_futures=True)
+        if getattr(self, "_db_executor", None) is not None:
+            self._db_executor.shutdown(wait=True)
+        if self.proposer is not None:
+            with contextlib.suppress(Exception):
+                await self.proposer.aclose()
+
+    # ---- state from the archive ----------------------------------------------------------------
+    def _load_states(self, tasks: list[Task], task_ids: list[int]) -> None:
+        assert self.archive is not None and self.bandit is not None
+        label = gpu_label(self.env)
+        replay: list[HistoryRow] = []
+        on_cpu = self.devices == ["cpu"]
+        for task, task_id in zip(tasks, task_ids):
+            rng = seed_rng(self.settings.seed, "search", task.name)
+            population = Population.load(self.archive.population(task_id, label, top=8, diverse=4, recent=8, failures=4), rng=rng)
+            rows = task_history(self.archive, task_id, limit=HISTORY_LIMIT)
+            lessons = Lessons()
+            lessons.replay(rows)
+            replay += rows
+            state = _TaskState(task, task_id, population, lessons, TaskStats(task.name))
+            state.ids.update({r.code_hash: r.id for r in rows if r.reuse_of is None and r.env_key == self.env_key})
+            seed = task.seed_source
+            if seed is not None and on_cpu and task.interpreter_unsupported:
+                state.stats.note = f"seed not run on the interpreter: {task.interpreter_unsupported}"
+                seed = None
+            if seed is not None:
+                hit = self.archive.lookup(task_id, seed, self.env_key)
+                if hit is not None:
+                    population.add(Member.from_record(hit))
+                    state.stats.seed_time_us = geomean_us(hit.verdict.to_dict())
+                else:
+                    state.seed_code = seed
+                    population.set_seed(seed)
+            self._set_best(state)
+            state.stats.best_is_new = False
+            self.states.append(state)
+        replay.sort(key=lambda r: r.id)
+        self.bandit.replay(replay, {r.id: row_fitness(r) for r in replay})
+
+    def _prime_tuner(self) -> None:
+        """Tell the offline tuner every configuration archived for this environment."""
+        assert self.archive is not None and isinstance(self.proposer, OfflineTuner)
+        for state in self.states:
+            ids = list(state.ids.values())[-2000:]
+            records = archived_attempts(self.archive, ids)
+            self.proposer.prime(state.task, ((r.code, r.verdict.to_dict()) for r in records))
+
+    def _set_best(self, state: _TaskState) -> None:
+        best = state.population.best
+        if best is None:
+            return
+        st = state.stats
+        shapes = best.verdict.get("shapes") or () if best.verdict else ()
+        st.best_attempt = best.attempt_id
+        st.best_time_us = geomean_us(best.verdict)
+        st.best_score = best.fitness[1] if best.fitness and best.fitness[0] == 1 else None
+        eager = [s["speedup_eager"] for s in shapes if s.get("speedup_eager")]
+        st.best_speedup_eager = math.exp(sum(math.log(x) for x in eager) / len(eager)) if eager else None
+        st.best_is_new = True
+
+    # ---- the pipeline --------------------------------------------------------------------------
+    async def _pipeline(self) -> None:
+        self._queue = asyncio.Queue(maxsize=len(self.judges))
+        self._progress = asyncio.Event()
+        self._late: list[tuple[_TaskState, Proposal]] = []
+        n = self.proposer.config.concurrency if isinstance(self.proposer, LLMProposer) else 1
+        self._consumers = [asyncio.create_task(self._consume(i)) for i in range(len(self.judges))]
+        self._producers = [asyncio.create_task(self._produce()) for _ in range(n)]
+        watch = asyncio.create_task(self._watch_clock())
+        await asyncio.gather(*self._producers, return_exceptions=True)
+        watch.cancel()
+        # Proposals made but not queued when the producers were stopped: their tokens are spent,
+        # so they are judged and archived like the rest (unless everything is being abandoned).
+        for item in self._late:
+            if self.abandon:
+                break
+            await self._queue.put(item)
+        if not self.abandon:
+            for _ in self._consumers:
+                await self._queue.put(None)
+        await asyncio.gather(*self._consumers, return_exceptions=True)
+
+    async def _watch_clock(self) -> None:
+        assert self.meter is not None
+        if self.meter.budget.hours is None:
+            return
+        left = self.meter.budget.hours * 3600 - self.meter.seconds
+        await asyncio.sleep(max(0.0, left))
+        self.stop(self.meter.stopped() or "the time budget is spent")
+
+    def stop(self, reason: str) -> None:
+        """Ask for no more proposals; cancel the requests in flight; judge what is queued."""
+        if self.stopping is None:
+            self.stopping = reason
+            self.display.note(f"stopping: {reason}")
+        for task in self._producers:
+            task.cancel()
+
+    def abandon_all(self) -> None:
+        """Stop at once: verifications in flight are abandoned, never recorded."""
+        self.stop(self.stopping or "interrupted")
+        self.abandon = True
+        for task in self._consumers:
+            task.cancel()
+        queue = getattr(self, "_queue", None)
+        while queue is not None and not queue.empty():
+            queue.get_nowait()
+
+    def interrupt(self, signum: int) -> None:
+        """SIGINT: stop asking (a second one abandons); SIGTERM: abandon."""
+        self._interrupts += 1
+        if signum == signal.SIGINT and self._interrupts == 1:
+            busy = sum(1 for t in self._consumers if not t.done())
+            self.stop("interrupted (Ctrl-C): finishing the candidates already proposed; Ctrl-C again to abandon them"
+                      if busy else "interrupted (Ctrl-C)")
+        else:
+            self.abandon_all()
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.stop(f"error: {error}")
+
+    def _finish_task(self, state: _TaskState, reason: str) -> None:
+        if state.done is None:
+            state.done = reason
+            state.stats.note = reason
+            self.display.note(f"[{state.task.name}] {reason}")
+
+    def _finished(self, state: _TaskState) -> bool:
+        assert self.meter is not None
+        return state.done is not None or self.meter.task_done(state.task.name)
+
+    def _pick(self) -> _TaskState | None:
+        """The next task to ask a proposal for (round robin), with an attempt reserved for it."""
+        assert self.meter is not None
+        for k in range(len(self.states)):
+            state = self.states[(self._turn + k) % len(self.states)]
+            if self._finished(state) or state.waiting:
+                continue
+            if self.meter.reserve(state.task.name):
+                self._turn = (self._turn + k + 1) % len(self.states)
+                state.pending += 1
+                return state
+        return None
+
+    async def _produce(self) -> None:
+        assert self.meter is not None and self.proposer is not None
+        item = None
+        try:
+            while self.stopping is None:
+                reason = self.meter.stopped()
+                if reason is not None:
+                    self.stop(reason)
+                    return
+                self._progress.clear()
+                state = self._pick()
+                if state is None:
+                    if all(self._finished(s) for s in self.states):
+                        return
+                    await self._progress.wait()
+                    continue
+                proposal = await self._propose(state)
+                if proposal is None:
+                    state.pending -= 1
+                    self.meter.release(state.task.name)
+                    self._progress.set()
+                    continue
+                item = (state, proposal)
+                await self._queue.put(item)
+                item = None
+        except asyncio.CancelledError:
+            if item is not None:
+                self._late.append(item)
+            return
+        except (LoopError, ArchiveError) as error:
+            self._fail(error)
+        except Exception as error:  # a bug must still end the run cleanly, marked failed
+            self._fail(error)
+
+    async def _propose(self, state: _TaskState) -> Proposal | None:
+        assert self.proposer is not None
+        if state.seed_code is not None:
+            code, state.seed_code = state.seed_code, None
+            return Proposal(code=code, proposer="seed", description="the task's seed kernel")
+        try:
+            result = await self.proposer.propose(state.task, state.population, state.lessons)
+        except asyncio.CancelledError:
+            state.pending -= 1
+            self.meter.release(state.task.name)
+            raise
+        except LLMError as error:
+            self.llm_failures += 1
+            self.retries += error.retries
+            self._consecutive_failures += 1
+            self.display.note(f"[{state.task.name}] LLM request failed: {error}")
+            if error.fatal or self._consecutive_failures >= MAX_CONSECUTIVE_LLM_FAILURES:
+                why = "" if error.fatal else f" ({self._consecutive_failures} requests in a row)"
+                self._fail(LoopError(f"the LLM provider failed{why}: {error}"))
+            return None
+        if isinstance(result, NoProposal):
+            if result.kind == "exhausted" and state.pending > 1:
+                state.waiting = True  # in-flight verdicts may open new configurations
+            else:
+                self._finish_task(state, result.reason)
+            return None
+        self._consecutive_failures = 0
+        self.retries += result.retries
+        return result
+
+    async def _consume(self, index: int) -> None:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            state, proposal = item
+            try:
+                await self._judge_and_record(index, state, proposal)
+            except asyncio.CancelledError:
+                return
+            except (JudgeError, SandboxError, ArchiveError, LoopError) as error:
+                self._fail(error)
+            except Exception as error:
+                self._fail(error)
+            finally:
+                state.pending -= 1
+                state.waiting = False
+                self._progress.set()
+
+    async def _judge_and_record(self, index: int, state: _TaskState, proposal: Proposal) -> None:
+        assert self.meter is not None
+        loop = asyncio.get_running_loop()
+        task, code = state.task, proposal.code
+        key = (state.task_id, code_hash(code))
+        reuse_of: int | None = None
+        verify_s: float | None = None
+        mine: asyncio.Future | None = None
+        try:
+            if proposal.unusable is not None:
+                verdict: Verdict = _unusable(proposal, self.env)
+            else:
+                hit = await self._db(self.archive.lookup, state.task_id, code, self.env_key)
+                if hit is None and key in self._inflight:
+                    # Another device is judging the same code: wait for its verdict and reuse it.
+                    twin = self._inflight[key]
+                    try:
+                        original = await asyncio.shield(twin)
+                    except asyncio.CancelledError:
+                        if not twin.cancelled() or self.abandon:
+                            raise
+                        original = None  # the twin was abandoned: judge it here
+                    if original is not None:
+                        hit = await self._db(self.archive.get_attempt, original)
+                if hit is not None:
+                    verdict, reuse_of = hit.verdict, hit.id
+                else:
+                    mine = self._inflight[key] = loop.create_future()
+                    started = time.monotonic()
+                    judge = self.judges[index]
+                    verdict = await loop.run_in_executor(self._executors[index], judge.verify, code, task)
+                    verify_s = time.monotonic() - started
+                    self.busy_s[self.devices[index]] += verify_s
+            if self.abandon:
+                raise asyncio.CancelledError
+            attempt_id, seq = await self._db(self._record, state, proposal, verdict, reuse_of)
+        except BaseException:
+            self.meter.release(task.name)
+            if mine is not None and not mine.done():
+                mine.cancel()
+                self._inflight.pop(key, None)
+            raise
+        if mine is not None:
+            mine.set_result(attempt_id)
+            self._inflight.pop(key, None)
+        self._learn(state, proposal, verdict, attempt_id, seq, reuse_of, verify_s)
+
+    async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._db_executor, fn, *args)
+
+    def _record(self, state: _TaskState, p: Proposal, verdict: Verdict, reuse_of: int | None) -> tuple[int, int]:
+        """Write the attempt (in the archive's thread). Sequence numbers are dense: one per row."""
+        assert self.archive is not None and self.run_id is not None
+        parent_id = None
+        if p.parent is not None:
+            parent_id = p.parent.attempt_id or state.ids.get(code_hash(p.parent.code))
+        seq = self._next_seq
+        attempt_id = self.archive.record_attempt(NewAttempt(
+            run_id=self.run_id, seq=seq, task_id=state.task_id, code=p.code, verdict=verdict,
+            environment=self.env if reuse_of is not None or p.unusable else {}, parent_id=parent_id,
+            proposer=p.proposer, model=p.model, prompt=p.prompt, response=p.response, tokens_in=p.tokens_in,
+            tokens_out=p.tokens_out, cost_usd=p.cost, latency_s=p.latency_s, reuse_of=reuse_of,
+        ))
+        self._next_seq += 1
+        return attempt_id, seq
+
+    def _learn(self, state: _TaskState, p: Proposal, verdict: Verdict, attempt_id: int, seq: int,
+               reuse_of: int | None, verify_s: float | None) -> None:
+        """Everything a verdict teaches: population, lessons, bandit, tuner, budget, display."""
+        assert self.meter is not None and self.proposer is not None and self.bandit is not None
+        data = verdict.to_dict()
+        state.ids.setdefault(code_hash(p.code), reuse_of or attempt_id)
+        depth = p.parent.depth + 1 if p.parent is not None and p.arm and p.arm[0] == "repair" else 0
+        member = Member(p.code, data, reuse_of or attempt_id, p.proposer, depth=depth)
+        pop = state.population
+        best_before = pop.best.fitness if pop.best else None
+        new_best = pop.add(member)
+        if p.proposer == "seed":
+            state.stats.seed_time_us = geomean_us(data)
+        if not verdict.accepted and reuse_of is None:
+            state.lessons.observe(Failure.of_verdict(data))
+        if p.arm is not None:
+            parent = p.parent
+            value = 0.0 if reuse_of is not None else reward(
+                verdict.accepted, parent.fitness if parent else None, member.fitness, best_before,
+                parent_accepted=bool(parent and parent.accepted))
+            self.bandit.update(p.arm, value)
+        self.proposer.observe(state.task, p.code, data)
+        self.meter.record(state.task.name, p.tokens_in + p.tokens_out, p.cost)
+        st = state.stats
+        st.attempts += 1
+        st.tokens += p.tokens_in + p.tokens_out
+        st.cost += p.cost
+        st.cost_known &= p.cost_known
+        st.reused += reuse_of is not None
+        if verdict.accepted:
+            st.accepted += 1
+        else:
+            st.rejected[verdict.status.value] += 1
+        st.cheats += verdict.threat is not None
+        if new_best:
+            self._set_best(state)
+        shapes = data.get("shapes") or ()
+        eager = [s["speedup_eager"] for s in shapes if s.get("speedup_eager")]
+        self.display.attempt(AttemptEvent(
+            task=state.task.name, seq=seq, attempt_id=attempt_id, status=verdict.status.value, threat=verdict.threat,
+            reused=reuse_of is not None, proposer=p.proposer, model=p.model if p.proposer != "offline" else "",
+            time_us=geomean_us(data), new_best=new_best,
+            speedup_eager=math.exp(sum(math.log(x) for x in eager) / len(eager)) if eager else None,
+            reason=p.description if verdict.accepted else verdict.reason,
+            tokens=p.tokens_in + p.tokens_out, cost=p.cost, verify_s=verify_s,
+        ))
+
+    # ---- reporting -----------------------------------------------------------------------------
+    def view(self) -> RunView:
+        assert self.meter is not None
+        return RunView(
+            run_id=self.run_id or 0, proposer=self.proposer.describe() if self.proposer else "",
+            devices=tuple(self.devices), elapsed_s=time.monotonic() - self._t0, busy=self._busy(),
+            tokens=self.meter.tokens, cost=self.meter.cost, stopping=self.stopping,
+            tasks=tuple(s.stats for s in self.states),
+        )
+
+    def _busy(self) -> float | None:
+        if self._t_devices is None or not self.devices:
+            return None
+        span = (time.monotonic() - self._t_devices) * len(self.devices)
+        return min(1.0, sum(self.busy_s.values()) / span) if span > 0 else None
+
+    def result(self, status: str) -> RunResult:
+        assert self.meter is not None and self.run_id is not None
+        notes = self.display.notes if isinstance(self.display, QuietDisplay) else []
+        return RunResult(
+            run_id=self.run_id, status=status, db=str(self.settings.db),
+            proposer=self.proposer.describe() if self.proposer else "", devices=tuple(self.devices),
+            tasks=[s.stats for s in self.states], attempts=sum(s.stats.attempts for s in self.states),
+            wall_s=time.monotonic() - self._t0, verify_s=sum(self.busy_s.values()),
+            verify_s_per_device=dict(self.busy_s), busy=self._busy(), tokens=self.meter.tokens,
+            cost=self.meter.cost, retries=self.retries, llm_failures=self.llm_failures,
+            stop_reason=self.stopping, arms=self.bandit.table() if self.bandit else [], notes=list(notes),
+        )
+
+
+def _unusable(p: Proposal, env: Mapping[str, Any]) -> Rejected:
+    """The verdict on a reply that held no module: nothing could be built, so nothing was run."""
+    return Rejected(Status.COMPILE_ERROR, f"the reply held no candidate module ({p.unusable}): {p.note}",
+                    evidence={"check": "extraction", "kind": p.unusable}, environment=dict(env))
+
+
+async def run_async(settings: RunSettings, display: Display | None = None) -> RunResult:
+    runner = Runner(settings, display)
+    loop = asyncio.get_running_loop()
+    handled = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, runner.interrupt, sig)
+            handled.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+            pass
+    try:
+        return await runner.run()
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+
+
+def run(settings: RunSettings, display: Display | None = None) -> RunResult:
+    """Run (or resume) the loop to the end of its budget; Ctrl-C stops it cleanly."""
+    return asyncio.run(run_async(settings, display))

@@ -1,0 +1,267 @@
+"""The population of one task and how parents are chosen from it.
+
+**Niches (MAP-Elites).** Every kernel falls into a niche by what kind of kernel it is, read from its
+code without running it: the backend (Triton, CUDA C++ through ``load_inline``/NVRTC, or other)
+and the structure of its kernels (one kernel or several; straight-line tiles or loops inside the
+kernel, e.g. a row looped in chunks or a persistent grid). Each niche keeps its *elite*, the
+fastest accepted kernel in it. A kernel never has to beat kernels of another kind to survive, so a
+different approach that is slower today stays available to be improved tomorrow instead of being
+crowded out by the current best.
+
+**Fitness** (higher is better) ranks accepted kernels of one task in one environment: the
+archive's score (geometric-mean speedup over ``torch.compile``, GPU timings) when there is one,
+else the negated log of the geometric-mean time (the Triton interpreter has no baselines; its
+times still rank kernels against each other). A scored kernel ranks above an unscored one.
+
+**Strategies**, chosen per proposal by the bandit (strategy.py):
+
+* ``improve``: a fast parent: the best kernel half of the time, else the winner of a tournament
+  of three drawn from the accepted kernels kept (strong, not always the same);
+* ``explore``: the elite of another niche than the best's (uniformly), else any kept kernel but
+  the best: the diversity MAP-Elites keeps is used, not only stored;
+* ``repair``: the newest failure worth repairing (compile, runtime, correctness, timeout, crash,
+  static screen without a cheat signature), each repaired once, and no chain of more than
+  ``max_repairs`` repairs in a row; cheats are never evolved from;
+* ``fresh``: no parent: a new kernel from the reference, the best kernels shown as inspirations.
+
+Inspirations for a parent are the best kernel and the elites of the other niches, fastest first.
+A new run starts from the archive (``Population.load``): its best, a spread of ranks below, the
+newest accepted kernels and failures, so it continues from where the last run stopped.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from kernforge.archive.history import HistoryRow
+from kernforge.archive.queries import REPAIRABLE
+from kernforge.archive.records import AttemptRecord, Population as ArchivedPopulation
+from kernforge.archive.score import summarize
+from kernforge.verifier.verdict import ShapeResult
+
+STRATEGIES = ("improve", "explore", "repair", "fresh")
+#: (tier, value): tier 1 is the archive's score, tier 0 the negated log of the interpreter time
+Fitness = tuple[int, float]
+Niche = tuple[str, str]
+
+_CUDA = re.compile(r"load_inline|nvrtc|cupy|__global__")
+
+
+def fitness_of(verdict: Mapping[str, Any] | None) -> Fitness | None:
+    """How good an accepted verdict (``to_dict`` form) is; None when rejected or unjudged."""
+    if not verdict or not verdict.get("accepted"):
+        return None
+    shapes = [ShapeResult.from_dict(s) for s in verdict.get("shapes") or ()]
+    score = summarize(shapes)["score"]
+    if score is not None:
+        return (1, float(score))
+    times = [s.time_us for s in shapes if s.time_us and s.time_us > 0]
+    if not times:
+        return None
+    return (0, -sum(math.log(t) for t in times) / len(times))
+
+
+def row_fitness(row: HistoryRow) -> Fitness | None:
+    """``fitness_of`` for an archived row (``archive.history``): the same two tiers. A reuse row
+    has none of its own: its original carries it, as in the archive's ranking."""
+    if not row.accepted or row.reuse_of is not None:
+        return None
+    if row.score is not None:
+        return (1, float(row.score))
+    return (0, -math.log(row.time_us)) if row.time_us else None
+
+
+def geomean_us(verdict: Mapping[str, Any] | None) -> float | None:
+    times = [s["time_us"] for s in (verdict or {}).get("shapes") or () if s.get("time_us")]
+    return math.exp(sum(math.log(t) for t in times) / len(times)) if times else None
+
+
+def niche_of(code: str) -> Niche:
+    """(backend, structure) of a candidate module, read from its text and AST."""
+    if _CUDA.search(code):
+        kernels = code.count("__global__")
+        looped = bool(re.search(r"\b(for|while)\s*\(", code))
+        backend = "cuda"
+    else:
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError, RecursionError):
+            return ("unparsed", "-")
+        jitted = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                  and any("jit" in ast.unparse(d) for d in n.decorator_list)]
+        kernels = len(jitted)
+        looped = any(isinstance(n, (ast.For, ast.While)) for k in jitted for n in ast.walk(k))
+        backend = "triton" if jitted else "other"
+    return backend, f"{'one kernel' if kernels <= 1 else 'several kernels'}, {'looped' if looped else 'flat'}"
+
+
+@dataclass(frozen=True)
+class Member:
+    """A kernel the search knows: archived (``attempt_id``) or the task's seed before it is judged."""
+
+    code: str
+    verdict: Mapping[str, Any] | None
+    attempt_id: int | None = None
+    proposer: str = ""
+    summary: str = ""
+    #: repairs in a row that led to this kernel (a repair's child of a repair's child ...)
+    depth: int = 0
+    niche: Niche = field(init=False)
+    fitness: Fitness | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "niche", niche_of(self.code))
+        object.__setattr__(self, "fitness", fitness_of(self.verdict))
+
+    @property
+    def accepted(self) -> bool:
+        return bool(self.verdict and self.verdict.get("accepted"))
+
+    @property
+    def repairable(self) -> bool:
+        """A rejection worth a repair turn: never a cheat, a sandbox violation or a cheat's signature."""
+        v = self.verdict
+        if not v or v.get("accepted") or v.get("status") not in REPAIRABLE:
+            return False
+        return not (v.get("status") == "static_rejected" and v.get("threat"))
+
+    @classmethod
+    def from_record(cls, record: AttemptRecord, depth: int = 0) -> "Member":
+        return cls(record.code, record.verdict.to_dict(), record.id, record.proposer, depth=depth)
+
+
+@dataclass(frozen=True)
+class Choice:
+    strategy: str
+    parent: Member | None
+    inspirations: tuple[Member, ...] = ()
+
+
+class Population:
+    """The search state of one task: accepted kernels, niche elites, failures awaiting repair."""
+
+    def __init__(self, *, rng: random.Random, keep: int = 32, max_repairs: int = 2, max_failures: int = 8) -> None:
+        self.rng = rng
+        self.keep = keep
+        self.max_repairs = max_repairs
+        self.max_failures = max_failures
+        self.accepted: list[Member] = []  # best first, at most ``keep`` (elites are kept besides)
+        self.elites: dict[Niche, Member] = {}
+        self.failures: list[Member] = []  # newest first
+        self.seed: Member | None = None  # the task's seed while it is not judged
+        self._codes: set[str] = set()
+
+    # ---- filling ------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, archived: ArchivedPopulation, *, rng: random.Random, **kw: Any) -> "Population":
+        pop = cls(rng=rng, **kw)
+        for record in (*archived.top, *archived.diverse, *archived.recent, *reversed(archived.failures)):
+            pop.add(Member.from_record(record))
+        return pop
+
+    @property
+    def best(self) -> Member | None:
+        return self.accepted[0] if self.accepted else None
+
+    def add(self, member: Member) -> bool:
+        """Take a judged kernel in; True when it is the task's new best."""
+        if member.fitness is None:
+            if member.repairable and member.depth < self.max_repairs and member.code not in self._codes:
+                self.failures.insert(0, member)
+                del self.failures[self.max_failures:]
+            self._codes.add(member.code)
+            return False
+        if self.seed is not None and self.seed.code == member.code:
+            self.seed = None
+        if member.code in self._codes and any(m.code == member.code for m in self.accepted):
+            return False
+        self._codes.add(member.code)
+        new_best = self.best is None or member.fitness > self.best.fitness
+        self.accepted.append(member)
+        self.accepted.sort(key=lambda m: m.fitness, reverse=True)
+        elite = self.elites.get(member.niche)
+        if elite is None or member.fitness > elite.fitness:
+            self.elites[member.niche] = member
+        del self.accepted[self.keep:]
+        return new_best
+
+    def set_seed(self, code: str) -> None:
+        """The task's seed kernel, a parent before anything is judged (its verdict comes later)."""
+        if code not in self._codes:
+            self.seed = Member(code, None, proposer="seed")
+
+    # ---- choosing -----------------------------------------------------------------------------
+    def strategies(self) -> tuple[str, ...]:
+        """The strategies that have a parent to work with now (``fresh`` always has)."""
+        out = []
+        if self.accepted or self.seed is not None:
+            out += ["improve", "explore"] if len(self.accepted) > 1 else ["improve"]
+        if self.failures:
+            out.append("repair")
+        out.append("fresh")
+        return tuple(out)
+
+    def choose(self, strategy: str) -> Choice:
+        """A parent and inspirations for ``strategy``; falls back to ``improve``, then ``fresh``,
+        when the strategy has nothing to work with."""
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}")
+        if strategy == "repair" and self.failures:
+            parent = self.failures.pop(0)  # newest first; each failure is repaired once
+        elif strategy == "explore":
+            parent = self._explore()
+        elif strategy in ("improve", "repair"):
+            strategy, parent = "improve", self._improve()
+        else:
+            parent = None
+        if parent is None:
+            strategy = "fresh"
+        return Choice(strategy, parent, self.inspirations(parent))
+
+    def _improve(self) -> Member | None:
+        if not self.accepted:
+            return self.seed
+        if len(self.accepted) == 1 or self.rng.random() < 0.5:
+            return self.accepted[0]
+        drawn = self.rng.sample(self.accepted, min(3, len(self.accepted)))
+        return max(drawn, key=lambda m: m.fitness)
+
+    def _explore(self) -> Member | None:
+        best = self.best
+        if best is None:
+            return self.seed
+        others = [m for n, m in sorted(self.elites.items()) if n != best.niche]
+        if not others:
+            others = [m for m in self.accepted[1:]]
+        return self.rng.choice(others) if others else best
+
+    def inspirations(self, parent: Member | None, k: int = 3) -> tuple[Member, ...]:
+        """The best and the other niches' elites, fastest first, without the parent's code."""
+        pool = ([self.best] if self.best else []) + sorted(self.elites.values(), key=lambda m: m.fitness, reverse=True)
+        out: list[Member] = []
+        for m in pool:
+            if (parent is None or m.code != parent.code) and all(m.code != o.code for o in out):
+                out.append(m)
+        return tuple(out[:k])
+
+    def tunable(self) -> list[Member]:
+        """Parents for the offline tuner, in order: the best, the other elites, then the seed."""
+        out: list[Member] = []
+        for m in [*self.accepted[:1], *sorted(self.elites.values(), key=lambda m: m.fitness, reverse=True), *self.accepted[1:]]:
+            if all(m.code != o.code for o in out):
+                out.append(m)
+        if self.seed is not None:
+            out.append(self.seed)
+        return out
+
+    def members(self) -> Iterable[Member]:
+        yield from self.accepted
+        yield from self.failures
+        if self.seed is not None:
+            yield self.seed
+

@@ -1,0 +1,194 @@
+"""`kernforge run` end to end on the CPU (Triton interpreter): against a scripted OpenAI-compatible
+server through the real ``openai`` client, with no API key (the offline tuner), and killed with
+SIGKILL then resumed. Each test judges only a handful of candidates: the interpreter is slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kernforge.cli import app
+from kernforge.loop.config import KEY_ENV_VARS
+
+sys.path.append(str(Path(__file__).resolve().parent))  # tests/ helpers (importlib import mode)
+from candidates import HONEST  # noqa: E402
+from fake_llm import (  # noqa: E402
+    BROKEN_KERNEL, CHEATING_KERNEL, GOOD_KERNEL, error, fake_llm, fenced, reply, slow,
+)
+
+TASKS = Path(__file__).resolve().parent / "tasks"
+KEY = "sk-loop-test-5f1e9a77c3"
+__all__ = ["fake_llm"]
+cli = CliRunner()
+
+#: The good kernel with another launch configuration: new code, judged again.
+GOOD_WARPS = GOOD_KERNEL.replace("BLOCK=triton.next_power_of_2(x2.shape[1]))",
+                                 "BLOCK=triton.next_power_of_2(x2.shape[1]), num_warps=2)")
+#: The good kernel with a comment: the same normalised code, so its verdict is reused.
+GOOD_COMMENTED = GOOD_KERNEL.replace("class ModelNew(nn.Module):", "# one program per row\nclass ModelNew(nn.Module):")
+#: Imports a module that does not exist: the verifier's compile error.
+MISSING_IMPORT = GOOD_KERNEL.replace("import triton.language as tl", "import triton.language as tl\nimport no_such_module_here")
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch, tmp_path):
+    for name in KEY_ENV_VARS + ("KERNFORGE_PROVIDER", "KERNFORGE_BASE_URL", "KERNFORGE_MODEL", "KERNFORGE_DB"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("KERNFORGE_CONFIG", raising=False)
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+def attempts(db: Path) -> list[dict]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("SELECT * FROM attempts ORDER BY run_id, seq")]
+    conn.close()
+    return rows
+
+
+def seeded_task(tmp_path: Path) -> Path:
+    """tiny_norm with a seed kernel (the honest one): something for the offline tuner to tune."""
+    folder = tmp_path / "tiny_seeded"
+    folder.mkdir()
+    for name in ("reference.py", "meta.py"):
+        (folder / name).write_text((TASKS / "tiny_norm" / name).read_text())
+    (folder / "seed.py").write_text(HONEST)
+    return folder
+
+
+def test_run_against_a_scripted_llm(fake_llm, tmp_path, monkeypatch):
+    (tmp_path / "config" / "kernforge").mkdir(parents=True)
+    (tmp_path / "config" / "kernforge" / "config.toml").write_text(
+        "[llm]\nconcurrency = 1\nrequest_timeout_s = 3\nmax_retries = 3\nbackoff_base_s = 0.01\n")
+    monkeypatch.setenv("KERNFORGE_API_KEY", KEY)
+    thinking = "<think>Plan: one program per row, fp32 sums.\n" + fenced(CHEATING_KERNEL) + "\nNo: that calls torch.</think>\n"
+    fake_llm.script = [
+        reply(fenced(GOOD_KERNEL), prompt_tokens=1000, completion_tokens=500),
+        reply(fenced(BROKEN_KERNEL)),
+        reply(fenced(CHEATING_KERNEL)),
+        reply(thinking + fenced(GOOD_COMMENTED)),
+        reply("```python\n" + GOOD_KERNEL[:400], finish_reason="length"),
+        error(429, retry_after=0), reply(fenced(GOOD_WARPS)),
+        slow(30), reply(fenced(MISSING_IMPORT)),
+    ]
+    db = tmp_path / "k.db"
+    result = cli.invoke(app, ["run", "--task", str(TASKS / "tiny_norm"), "--db", str(db), "--base-url",
+                              fake_llm.base_url, "--model", "fake-model", "--max-attempts", "7"])
+    assert result.exit_code == 0, result.output
+
+    rows = attempts(db)
+    assert [r["seq"] for r in rows] == list(range(7))
+    assert [r["status"] for r in rows] == [
+        "accepted", "static_rejected", "static_rejected", "accepted", "compile_error", "accepted", "compile_error"]
+    assert rows[1]["threat"] is None and "syntax error" in rows[1]["reason"]
+    assert rows[2]["threat"] == 16  # the cheat is named by its THREATS class
+    assert rows[3]["reuse_of"] == rows[0]["id"]  # same code after normalisation: not judged twice
+    assert "<think>" in rows[3]["response"] and "Plan: one program per row" in rows[3]["response"]
+    assert "truncated" in rows[4]["reason"] and json.loads(rows[4]["evidence"])["check"] == "extraction"
+    assert "no_such_module_here" in rows[6]["reason"]
+    assert (rows[0]["tokens_in"], rows[0]["tokens_out"]) == (1000, 500)
+    assert all(r["tokens_in"] > 0 and r["tokens_out"] > 0 for r in rows)
+    assert all(r["proposer"].startswith("llm/") and r["model"] == "fake-model" for r in rows)
+    first = json.loads(rows[0]["prompt"])
+    assert first[0]["role"] == "system" and "first candidate" in first[1]["content"]  # no seed: the reference alone
+
+    # 7 attempts, one 429 and one reply past the hard limit: 9 requests, 2 retries
+    assert len(fake_llm.completions) == 9
+    assert "2 LLM retries" in result.output
+    conn = sqlite3.connect(db)
+    run = conn.execute("SELECT status, attempts, tokens_in + tokens_out FROM runs").fetchone()
+    conn.close()
+    assert run[0] == "finished" and run[1] == 7 and run[2] == sum(r["tokens_in"] + r["tokens_out"] for r in rows)
+    best = rows[0]["id"] if rows[0]["status"] == "accepted" else None
+    accepted_ids = {r["id"] for r in rows if r["status"] == "accepted" and r["reuse_of"] is None}
+    shown = [int(w) for w in result.output.split("kernforge archive show ")[1].split()[:1]]
+    assert best is not None and shown and shown[0] in accepted_ids
+
+    # The key went to the server in the Authorization header and nowhere else.
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("k.db*"))
+    assert KEY.encode() not in stored and KEY not in result.output
+    assert all(KEY not in json.dumps(r.body) for r in fake_llm.requests if r.body)
+
+
+def test_readme_main_job_without_key_or_gpu(tmp_path, monkeypatch):
+    """`kernforge run --task rms_norm --max-attempts N`: the offline tuner on the interpreter."""
+    monkeypatch.chdir(tmp_path)
+    result = cli.invoke(app, ["run", "--task", "rms_norm", "--max-attempts", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["status"] == "finished" and data["devices"] == ["cpu"] and data["proposer"].startswith("offline")
+    assert data["tokens"] == 0 and data["cost"] == 0
+    rows = attempts(tmp_path / "kernforge.db")
+    assert [(r["proposer"], r["status"]) for r in rows] == [("seed", "accepted")]  # the seed runs on the interpreter
+    assert data["tasks"][0]["best_attempt"] == rows[0]["id"]
+
+    # A second run continues from the archive: the seed is not judged again, the tuner starts from it.
+    result = cli.invoke(app, ["run", "--task", "rms_norm", "--max-attempts", "1"])
+    assert result.exit_code == 0, result.output
+    rows = attempts(tmp_path / "kernforge.db")
+    assert [(r["run_id"], r["proposer"]) for r in rows] == [(1, "seed"), (2, "offline")]
+    assert rows[1]["parent_id"] == rows[0]["id"] and rows[1]["code_hash"] != rows[0]["code_hash"]
+    assert "offline tuning of _rms_norm_kernel" in result.output and "kernforge archive show" in result.output
+
+
+def _run_cli(*args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in KEY_ENV_VARS}
+    return subprocess.Popen([sys.executable, "-m", "kernforge.cli", "run", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def test_killed_run_resumes_without_duplicates_or_losses(tmp_path):
+    task, db = seeded_task(tmp_path), tmp_path / "k.db"
+    first = _run_cli("--task", str(task), "--db", str(db), "--max-attempts", "4")
+    try:
+        deadline = time.monotonic() + 300
+        while not (db.exists() and len(attempts(db)) >= 1):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
+            time.sleep(0.2)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the run and its sandbox workers, mid-run
+        first.wait()
+    killed = attempts(db)
+    assert 1 <= len(killed) < 4
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT status FROM runs").fetchone()[0] == "running"
+    conn.close()
+
+    resumed = _run_cli("--resume", "1", "--db", str(db))
+    output = resumed.communicate(timeout=400)[0]
+    assert resumed.returncode == 0, output
+    rows = attempts(db)
+    assert [r["seq"] for r in rows] == list(range(4)) and {r["run_id"] for r in rows} == {1}
+    assert rows[: len(killed)] == killed  # nothing recorded before the kill changed or vanished
+    judged = [r["code_hash"] for r in rows if r["reuse_of"] is None]
+    assert len(judged) == len(set(judged)) == 4  # no code judged twice, no attempt redone
+    conn = sqlite3.connect(db)
+    run = conn.execute("SELECT status, attempts, resumes FROM runs").fetchone()
+    conn.close()
+    assert run == ("finished", 4, 1)
+
+
+def test_bad_input_is_a_clear_error(tmp_path):
+    for args, words in [
+        (["run", "--task", "no_such_task", "--db", str(tmp_path / "k.db")], "no such built-in task"),
+        (["run", "--task", "rms_norm", "--max-attempts", "0", "--db", str(tmp_path / "k.db")], "--max-attempts"),
+        (["run", "--resume", "3", "--db", str(tmp_path / "none.db")], "no archive"),
+        (["run", "--task", "rms_norm", "--model", "MiniMax-M3", "--db", str(tmp_path / "k.db")], "no API key"),
+        (["run", "--task", "rms_norm", "--gpu", "5", "--db", str(tmp_path / "k.db")], "--gpu 5"),
+        (["run", "--db", str(tmp_path / "k.db")], "no task"),
+    ]:
+        result = cli.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert words in result.output and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "k.db").exists()  # bad input never leaves an empty archive behind
