@@ -9,16 +9,17 @@ moment its code started running. Workers preload torch and Triton; GPU workers a
 CUDA context in warm-up. The job module is preloaded too, as the verifier preloads its harness.
 
 * dispatch latency: ``backend.session(...)`` called -> the job's first line runs (both on the
-  host's monotonic clock, which every process shares).
-* candidates/min: candidates judged one after another, each in a fresh worker, over the wall
-  time of the whole batch. ``warm`` keeps ``--pool-size`` workers ready and refills in the
+  host's monotonic clock, which every process shares). "ready": each of ``--paced`` candidates
+  arrives at a fully warm pool; "back-to-back": during the throughput run, where a candidate may
+  wait for a worker still warming up.
+* candidates/min: ``--candidates`` judged one after another, each in a fresh worker, over the
+  wall time of the whole batch. ``warm`` keeps ``--pool-size`` workers ready and refills in the
   background; ``cold`` (pool size 0) starts a worker only when a candidate arrives.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 
@@ -34,24 +35,38 @@ TARGET_DISPATCH_MS = 50.0
 TARGET_GPU_RATIO = 3.0
 
 
-def run_batch(spec: WorkerSpec, pool_size: int, candidates: int) -> dict[str, float]:
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_batch(spec: WorkerSpec, pool_size: int, candidates: int, paced: int) -> dict[str, float]:
+    """``paced`` candidates each handed to a ready pool (latency), then ``candidates`` back to
+    back (throughput: the pool refills while candidates run, or cannot keep up)."""
     limits = Limits(wall_seconds=600)
     with ProcessBackend(spec, pool_size=pool_size) as backend:
-        if pool_size:
-            backend.wait_warm(timeout=900)
-        dispatch, start = [], time.monotonic()
-        for _ in range(candidates):
+
+        def one() -> float:
             submitted = time.monotonic()
             with backend.session(ENTRY, {"n": 4096}, limits) as session:
                 reply = session.recv(timeout=600)
             if not reply.get("ok"):
                 raise SystemExit(f"the trivial kernel gave a wrong result: {reply}")
-            dispatch.append(reply["started"] - submitted)
+            return reply["started"] - submitted
+
+        ready = []
+        for _ in range(paced if pool_size else 0):
+            backend.wait_warm(timeout=900)
+            ready.append(one())
+        backend.wait_warm(timeout=900)
+        start = time.monotonic()
+        loaded = [one() for _ in range(candidates)]
         elapsed = time.monotonic() - start
-    dispatch.sort()
     return {
-        "p50_ms": 1000 * statistics.median(dispatch),
-        "p90_ms": 1000 * dispatch[min(len(dispatch) - 1, int(0.9 * len(dispatch)))],
+        "ready_p50_ms": _p(ready, 0.5) if ready else float("nan"),
+        "ready_p90_ms": _p(ready, 0.9) if ready else float("nan"),
+        "p50_ms": _p(loaded, 0.5),
+        "p90_ms": _p(loaded, 0.9),
         "per_candidate_s": elapsed / candidates,
         "per_minute": 60 * candidates / elapsed,
     }
@@ -61,6 +76,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidates", type=int, default=20, help="candidates per measurement")
     parser.add_argument("--pool-size", type=int, default=2, help="warm workers kept ready")
+    parser.add_argument("--paced", type=int, default=10,
+                        help="candidates handed to a fully warm pool, for the dispatch latency of a ready worker")
     parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                         help="auto: the CPU, plus GPU 0 when torch sees one")
     parser.add_argument("--isolation", default="strict", help="WorkerSpec.isolation (strict, bwrap, namespaces, none)")
@@ -77,25 +94,28 @@ def main() -> None:
         elif args.device == "gpu":
             raise SystemExit("--device gpu: torch sees no CUDA GPU")
 
-    console = Console()
+    console = Console(width=110)
     ok, detail = describe_isolation()
     console.print(f"isolation ({args.isolation}): {detail}")
-    table = Table(title=f"sandbox dispatch, {args.candidates} trivial-kernel candidates per row")
-    for col in ("device", "mode", "pool", "dispatch p50 ms", "dispatch p90 ms", "s / candidate", "candidates / min"):
-        table.add_column(col, justify="right" if "ms" in col or "/" in col or col == "pool" else "left")
+    table = Table(title=f"sandbox dispatch: {args.paced} paced + {args.candidates} back-to-back trivial-kernel candidates per row")
+    for col in ("device", "mode", "pool", "ready: dispatch p50 ms", "ready: p90 ms", "back-to-back: dispatch p50 ms",
+                "p90 ms", "s / candidate", "candidates / min"):
+        table.add_column(col, justify="left" if col in ("device", "mode") else "right")
     verdicts = []
     for device in devices:
         spec = WorkerSpec(device=device, preload=("torch", "triton", "sandbox_jobs.gpu"), warmup="sandbox_jobs.gpu:warm",
                           env={"PYTHONPATH": str(JOBS)}, isolation=args.isolation)
-        name = "cpu (interpreter)" if device == "cpu" else f"gpu {device}"
+        name = "cpu" if device == "cpu" else f"gpu {device}"
         results = {}
         for mode, pool in (("warm", args.pool_size), ("cold", 0)):
-            r = results[mode] = run_batch(spec, pool, args.candidates)
-            table.add_row(name, mode, str(pool), f"{r['p50_ms']:.1f}", f"{r['p90_ms']:.1f}",
-                          f"{r['per_candidate_s']:.2f}", f"{r['per_minute']:.1f}")
+            r = results[mode] = run_batch(spec, pool, args.candidates, args.paced)
+            ready = (f"{r['ready_p50_ms']:.1f}", f"{r['ready_p90_ms']:.1f}") if pool else ("-", "-")
+            table.add_row(name, mode, str(pool), *ready,
+                          f"{r['p50_ms']:.1f}", f"{r['p90_ms']:.1f}", f"{r['per_candidate_s']:.2f}", f"{r['per_minute']:.1f}")
         ratio = results["warm"]["per_minute"] / results["cold"]["per_minute"]
-        verdicts.append(f"{name}: warm dispatch p50 {results['warm']['p50_ms']:.1f} ms "
-                        f"({'meets' if results['warm']['p50_ms'] <= TARGET_DISPATCH_MS else 'MISSES'} <= {TARGET_DISPATCH_MS:.0f} ms); "
+        warm_ms = results["warm"]["ready_p50_ms"]
+        verdicts.append(f"{name}: dispatch to a ready warm worker p50 {warm_ms:.1f} ms "
+                        f"({'meets' if warm_ms <= TARGET_DISPATCH_MS else 'MISSES'} <= {TARGET_DISPATCH_MS:.0f} ms); "
                         f"warm/cold candidates per minute {ratio:.2f}x"
                         + ("" if device == "cpu" else f" ({'meets' if ratio >= TARGET_GPU_RATIO else 'MISSES'} >= {TARGET_GPU_RATIO:.0f}x)"))
     console.print(table)

@@ -55,6 +55,17 @@ def check_spec_env(env: Mapping[str, str]) -> None:
             raise SandboxError(f"WorkerSpec.env variable {name!r} is not on the sandbox allow-list")
 
 
+def physical_device(index: str, parent_visible: str | None) -> str:
+    """The CUDA_VISIBLE_DEVICES entry for GPU ``index`` as the parent numbers it: when the parent
+    itself sees only some GPUs ("2,3", UUIDs, MIG ids), its GPU 1 is the second of those."""
+    if not parent_visible:
+        return index
+    visible = [d.strip() for d in parent_visible.split(",") if d.strip()]
+    if int(index) >= len(visible):
+        raise SandboxError(f"GPU {index} does not exist here: CUDA_VISIBLE_DEVICES={parent_visible!r}")
+    return visible[int(index)]
+
+
 def worker_env(spec: WorkerSpec, workdir: Path, parent_env: Mapping[str, str]) -> dict[str, str]:
     """The complete environment of a worker whose private directory is ``workdir``."""
     check_spec_env(spec.env)
@@ -78,7 +89,7 @@ def worker_env(spec: WorkerSpec, workdir: Path, parent_env: Mapping[str, str]) -
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["TRITON_INTERPRET"] = "1"
     else:
-        env["CUDA_VISIBLE_DEVICES"] = spec.device
+        env["CUDA_VISIBLE_DEVICES"] = physical_device(spec.device, parent_env.get("CUDA_VISIBLE_DEVICES"))
         env.pop("TRITON_INTERPRET", None)
     env.update(spec.env)
     return env

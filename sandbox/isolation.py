@@ -133,6 +133,15 @@ def mechanism(level: str) -> Mechanism:
     return Mechanism("none", f"no namespaces: {bwrap_detail}; {unshare_detail}")
 
 
+def protect_parent() -> None:
+    """Make this (trusted) process non-dumpable: a worker that runs under the same uid and can see
+    it (no pid namespace) then cannot read its /proc/<pid>/environ (API keys) or memory."""
+    import ctypes
+
+    PR_SET_DUMPABLE = 4
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 # ---- the file-system view ------------------------------------------------------------------------
 def _depth(path: str) -> int:
     return path.rstrip("/").count("/")

@@ -16,11 +16,12 @@ import select
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Any, Mapping
 
 from . import procs
-from .env import check_spec_env
-from .isolation import Mechanism
+from .env import worker_env
+from .isolation import Mechanism, protect_parent
 from .isolation import mechanism as choose_mechanism
 from .protocol import FailureKind, Limits, SandboxError, WorkerFailure, WorkerSpec
 from .session import ProcessSession
@@ -57,13 +58,15 @@ class ProcessBackend:
                  start_timeout: float = 600.0, mechanism: Mechanism | None = None):
         if pool_size < 0:
             raise SandboxError("pool_size must be >= 0")
-        check_spec_env(spec.env)
+        worker_env(spec, Path("/nonexistent"), os.environ)  # refuse a bad spec now, not in the pool thread
         self.spec, self.pool_size, self.refill, self.start_timeout = spec, pool_size, refill, start_timeout
         #: how workers are isolated (``mechanism`` overrides the choice made from spec.isolation)
         self.mechanism = mechanism or choose_mechanism(spec.isolation)
         #: file-system steps that could not be applied (mounts left writable), as workers report them
         self.warnings: set[str] = set()
         self.drop_uid = spec.isolation != "none" and uid_drop_status(self.mechanism)[0]
+        if spec.isolation != "none" and not self.mechanism.pidns:
+            protect_parent()
         self.started_workers = 0
         self._cond = threading.Condition()
         self._ready: collections.deque[Worker] = collections.deque()

@@ -92,6 +92,15 @@ def release(held: Lease, clean: bool) -> None:
     os.close(held.fd)
 
 
+def _can_setuid() -> bool:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                effective = int(line.split()[1], 16)
+                return bool(effective & (1 << 6)) and bool(effective & (1 << 7))  # CAP_SETGID, CAP_SETUID
+    return False
+
+
 @functools.lru_cache(maxsize=None)
 def device_groups() -> tuple[int, ...]:
     """Groups of GPU device nodes that other users cannot open (e.g. ``video``, ``render``):
@@ -111,6 +120,8 @@ def uid_drop_status(mech: Mechanism) -> tuple[bool, str]:
     """Whether workers under ``mech`` run as private uids, and why not if they do not."""
     if os.geteuid() != 0:
         return False, f"parent is uid {os.geteuid()}, so workers keep that uid (with no capabilities)"
+    if not _can_setuid():
+        return False, "parent is root without CAP_SETUID/CAP_SETGID: workers keep uid 0 (with no capabilities)"
     paths = python_paths()
     if not mech.mountns:
         closed = sorted({a for p in paths for a in closed_ancestors(p)})

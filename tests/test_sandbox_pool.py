@@ -3,6 +3,7 @@ closing with work in flight, and (on a GPU machine) pinned GPU pools."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -146,9 +147,10 @@ def test_gpu_worker_crash_does_not_poison_the_next():
 
 
 @pytest.mark.parametrize("flags", UNSHARE_VARIANTS, ids=lambda f: "+".join(x.strip("-") for x in f))
-def test_every_unshare_fallback_isolates(flags, tmp_path):
+def test_every_unshare_fallback_isolates(flags, monkeypatch):
     """Hosts without bwrap (the H200) use the strongest unshare variant they allow: each one must
-    still keep the network out and leave nothing behind."""
+    still keep the network and the parent's secrets out, and leave nothing behind."""
+    monkeypatch.setenv("OPENAI_API_KEY", NEEDLE)
     user = () if os.geteuid() == 0 else ("--user", "--map-root-user")
     command = ("unshare",) + user + flags
     if not shutil.which("unshare") or subprocess.run(list(command) + ["true"], capture_output=True).returncode:
@@ -163,6 +165,7 @@ def test_every_unshare_fallback_isolates(flags, tmp_path):
         assert outcome.message["outcome"].startswith("refused")
         with pytest.raises(BlockingIOError):
             listener.accept()
+        assert run_job(backend, "read_secrets", {"needle": NEEDLE}).message == {"found": []}
         spray = run_job(backend, "fork_spray", {"attempts": 10})  # leftovers are checked inside
         assert spray.message["started"] == 10
         assert run_job(backend, "echo", {"ok": 1}).message["echo"] == {"ok": 1}
@@ -176,3 +179,28 @@ def test_unserialisable_payload_does_not_leak_the_worker():
             backend.session("sandbox_jobs.hostile:echo", {"x": object()}, LIMITS)
         assert not private.exists() and backend.counts()["busy"] == 0
         assert run_job(backend, "echo", {"ok": 1}).message["echo"] == {"ok": 1}
+
+
+PARENT_SCRIPT = """
+import json, os, sys
+from kernforge.sandbox import Limits, ProcessBackend, WorkerSpec
+from kernforge.sandbox.isolation import Mechanism
+with ProcessBackend(WorkerSpec(env={"PYTHONPATH": sys.argv[1]}), pool_size=0, mechanism=Mechanism("none", "")) as backend:
+    with backend.session("sandbox_jobs.hostile:read_secrets", {"needle": os.environ["OPENAI_API_KEY"]},
+                         Limits(wall_seconds=60)) as s:
+        print(json.dumps(s.recv(60)))
+"""
+
+
+def test_parent_environ_unreadable_without_pid_namespace():
+    """With no namespaces at all, a worker runs as the parent's own user and sees it in /proc: a
+    key in the parent's initial environment must still be out of its reach (the parent makes
+    itself non-dumpable). Simulated as root with every capability dropped, like a plain user."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to simulate an unprivileged parent")
+    drop_all = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"]
+    env = dict(os.environ, OPENAI_API_KEY=NEEDLE)
+    done = subprocess.run(drop_all + [sys.executable, "-c", PARENT_SCRIPT, str(TESTS)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"found": []}

@@ -49,6 +49,19 @@ def test_secret_markers_beat_the_allow_list(name):
     assert not is_allowed(name)
 
 
+@pytest.mark.parametrize("parent, index, expected", [
+    (None, "0", "0"), ("", "1", "1"), ("2,3", "0", "2"), ("2,3", "1", "3"), ("GPU-aa, GPU-bb", "1", "GPU-bb"),
+])
+def test_gpu_index_is_the_parents_numbering(parent, index, expected, tmp_path):
+    env = {"CUDA_VISIBLE_DEVICES": parent} if parent is not None else {}
+    assert worker_env(WorkerSpec(device=index), tmp_path, env)["CUDA_VISIBLE_DEVICES"] == expected
+
+
+def test_gpu_index_beyond_the_parents_view_is_refused(tmp_path):
+    with pytest.raises(SandboxError):
+        worker_env(WorkerSpec(device="2"), tmp_path, {"CUDA_VISIBLE_DEVICES": "4,5"})
+
+
 def test_spec_env_is_merged(tmp_path):
     env = worker_env(WorkerSpec(env={"OMP_NUM_THREADS": "2", "PYTHONPATH": "/jobs"}), tmp_path, PARENT_ENV)
     assert env["OMP_NUM_THREADS"] == "2" and env["PYTHONPATH"] == "/jobs"
