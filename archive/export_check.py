@@ -87,7 +87,7 @@ def check_package(out: Path, work: Path, *, timeout_s: float = 1800) -> CheckRes
     script = (
         f"import sys; sys.modules['kernforge'] = None; import pytest, {name}; "
         f"print('package at', {name}.__file__); "
-        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rs', '--junitxml', {str(report)!r}, "
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rfEs', '--junitxml', {str(report)!r}, "
         f"{str(out / 'tests')!r}]))"
     )
     # run from the work folder: the export's src/ must not shadow the installed package

@@ -8,8 +8,8 @@ reference's ``get_inputs()`` under a seed. An output passes, element by element,
 
 with ``h`` the reference on inputs one step wider (bf16 -> fp32, fp32 -> fp64), ``l`` the
 reference in the inputs' own dtype (its rounding error is allowed twice over) and ``rms(h)``
-the output's root-mean-square, which scales ``atol`` to the output; NaN and Inf must match
-exactly. These are the verifier's rules, so an entry that passed there passes here on new draws.
+the output's root-mean-square, which scales ``atol`` to the output; (atol, rtol) are the
+task's for the output's dtype, zero for integers; NaN and Inf must match exactly. These are the verifier's rules, so an entry that passed there passes here on new draws.
 """
 
 from __future__ import annotations
@@ -104,13 +104,18 @@ def run_reference(op: str, inputs: Sequence[Any], init: Sequence[Any]) -> tuple[
     return high, low
 
 
-def tolerance(op: str, dtype: str) -> tuple[float, float]:
-    tol = manifest()["ops"][op]["tolerances"][dtype]
+def tolerance(op: str, dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) for an output of this dtype: the task's, by the output's dtype (fp8 outputs
+    of a bf16 op get fp8's), integers exactly, anything else as float32."""
+    table = manifest()["ops"][op]["tolerances"]
+    tol = table.get(str(dtype).removeprefix("torch."), table["default"])
     return tol["atol"], tol["rtol"]
 
 
 def compare(candidate: torch.Tensor, high: torch.Tensor, low: torch.Tensor, atol: float, rtol: float) -> str | None:
     """None when every element is within tolerance, else where and by how much it is not."""
+    if candidate.dtype != low.dtype:
+        return f"dtype {candidate.dtype} != reference dtype {low.dtype}"
     if candidate.shape != high.shape:
         return f"shape {tuple(candidate.shape)} != reference shape {tuple(high.shape)}"
     if candidate.numel() == 0:
