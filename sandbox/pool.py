@@ -25,7 +25,7 @@ from .isolation import Mechanism, protect_parent
 from .isolation import mechanism as choose_mechanism
 from .protocol import FailureKind, Limits, SandboxError, WorkerFailure, WorkerSpec
 from .session import ProcessSession
-from .spawn import Worker
+from .spawn import Worker, remove_stale_private_dirs
 from .uids import uid_drop_status
 
 #: How often busy sessions are checked (memory, deadline). A job can overshoot its memory limit
@@ -79,6 +79,7 @@ class ProcessBackend:
         self._closed = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        remove_stale_private_dirs()
         self._thread = threading.Thread(target=self._run, name=f"kernforge-sandbox-{spec.device}", daemon=True)
         self._thread.start()
         _live_backends.add(self)

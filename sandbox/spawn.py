@@ -27,6 +27,8 @@ from .isolation import TMPFS_BYTES, Mechanism, bwrap_command, mount_plan, python
 from .protocol import RESERVED_KEY, FrameBuffer, SandboxError, WorkerSpec
 
 STDERR_IN_ERRORS = 3000
+#: Private folders are named kf-sbx-<parent pid>-*, so those of a parent that died can be found.
+PRIVATE_PREFIX = "kf-sbx-"
 #: Nice value of workers while they warm up and wait (root parents only).
 WARM_NICE = 10
 
@@ -36,7 +38,7 @@ class Worker:
 
     def __init__(self, spec: WorkerSpec, mech: Mechanism, drop_uid: bool):
         self.spec, self.mech = spec, mech
-        self.private = Path(tempfile.mkdtemp(prefix="kf-sbx-"))
+        self.private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-"))
         self.workdir = self.private / "work"
         self.lease: uids.Lease | None = None
         self.proc: subprocess.Popen | None = None
@@ -192,10 +194,29 @@ class Worker:
         if self.lease is not None:
             uids.release(self.lease, clean=procs.sweep_uid(self.lease.uid))
             self.lease = None
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(self.private, onexc=_force_remove)
-        else:
-            shutil.rmtree(self.private, onerror=_force_remove)
+        _rmtree(self.private)
+
+
+def remove_stale_private_dirs() -> list[Path]:
+    """Remove the private folders of parents that no longer exist (killed before they could clean
+    up; their workers died with them). Returns what was removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{PRIVATE_PREFIX}*-*"):
+        pid = folder.name[len(PRIVATE_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}") or not folder.is_dir() or folder.is_symlink():
+            continue
+        if folder.stat().st_uid != os.geteuid():
+            continue
+        _rmtree(folder)
+        removed.append(folder)
+    return removed
+
+
+def _rmtree(folder: Path) -> None:
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(folder, onexc=_force_remove)
+    else:
+        shutil.rmtree(folder, onerror=_force_remove)
 
 
 def _force_remove(func, path, exc) -> None:

@@ -195,9 +195,12 @@ def supervise(child: int, config: dict) -> None:
         if CONTROL_FD in ready and not os.read(CONTROL_FD, 4096):
             # The parent is gone or closed the session: nothing here may outlive it.
             _kill_rest(config)
-            os.kill(child, signal.SIGKILL)
-            if not config.get("pidns"):
-                os.killpg(0, signal.SIGKILL)
+            try:
+                os.kill(child, signal.SIGKILL)
+                if not config.get("pidns"):
+                    os.killpg(0, signal.SIGKILL)  # our own group: the job and what it started
+            except ProcessLookupError:
+                pass
             os._exit(0)
         ended = _reap(child)
     status, usage = ended

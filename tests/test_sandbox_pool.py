@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,57 @@ def test_parent_environ_unreadable_without_pid_namespace():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"found": []}
+
+
+ORPHAN_SCRIPT = """
+import sys, time
+from kernforge.sandbox import Limits, ProcessBackend, WorkerSpec
+backend = ProcessBackend(WorkerSpec(env={"PYTHONPATH": sys.argv[1]}, isolation=sys.argv[2]), pool_size=1)
+session = backend.session("sandbox_jobs.hostile:" + sys.argv[3], {"attempts": 5}, Limits(wall_seconds=None))
+session.send({"op": "ask", "value": 1})
+session.recv(60)
+backend.wait_warm(120)
+for worker in [session.worker] + list(backend._ready):
+    print(worker.workdir, worker.lease.uid if worker.lease else "", flush=True)
+print("end", flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("isolation, job", [("strict", "fork_spray"), ("namespaces", "fork_spray"), ("none", "conversation")])
+def test_workers_die_with_a_killed_parent(isolation, job):
+    """The judge's process is SIGKILLed mid-session (no cleanup code runs): its busy and warm
+    workers, and everything they started, must go too. (A trusted worker's job is trusted: it
+    does not detach children, which only a pid namespace would catch.)"""
+    if isolation == "namespaces" and not _works("namespaces"):
+        pytest.skip("no unshare here")
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT, str(TESTS), isolation, job],
+                              stdout=subprocess.PIPE, text=True)
+    workers = []
+    try:
+        for line in parent.stdout:
+            if line.strip() == "end":
+                break
+            workdir, _, uid = line.strip().partition(" ")
+            workers.append((Path(workdir), int(uid) if uid else None))
+        assert len(workers) == 2, "the parent did not start its session and its warm worker"
+        assert all(leftovers(*w) for w in workers)  # alive before the kill
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 30  # generous: the supervisor notices within about a second
+    while any(leftovers(*w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [w for w in workers if leftovers(*w)] == []
+    assert all(workdir.parent.exists() for workdir, _ in workers)  # nobody was left to clean up...
+    ProcessBackend(SPEC, pool_size=0).close()
+    assert [w for w, _ in workers if w.parent.exists()] == []  # ...until the next backend starts
+
+
+def _works(level: str) -> bool:
+    from kernforge.sandbox.isolation import mechanism
+
+    try:
+        return mechanism(level).name == level
+    except SandboxError:
+        return False
