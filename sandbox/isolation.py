@@ -6,8 +6,10 @@ Mechanisms, strongest first:
   whole file system in which only the worker's private directory is writable, with private
   /tmp, /var/tmp and /dev/shm; device nodes bound as they are so GPUs still work.
 * ``namespaces`` (util-linux ``unshare``, e.g. the H200 host, which has no bwrap): new network,
-  pid and mount namespaces; the worker's supervisor then builds the same view itself (see
-  mounts.py): private temp dirs, hidden folders, every other mount remounted read-only.
+  pid and mount namespaces and a fresh /proc; the worker's supervisor then builds the same view
+  itself (see mounts.py): private temp dirs, hidden folders, every other mount remounted
+  read-only. Where a container refuses part of that, the strongest variant that works is used
+  (down to a network namespace alone) and ``describe_isolation`` says what is missing.
 * ``none``: environment scrub, resource limits and process-group kill only.
 
 Under both namespace mechanisms a root parent also drops each worker to a uid of its own (see

@@ -29,8 +29,9 @@ from .spawn import Worker, remove_stale_private_dirs
 from .uids import uid_drop_status
 
 #: How often busy sessions are checked (memory, deadline). A job can overshoot its memory limit
-#: by what it allocates in this time.
+#: by what it allocates in this time. Trusted (long-lived) workers are checked less often.
 MONITOR_SECONDS = 0.1
+TRUSTED_MONITOR_SECONDS = 0.5
 #: A pool that fails to start this many workers in a row stops trying and reports why.
 MAX_START_FAILURES = 3
 
@@ -223,7 +224,10 @@ class ProcessBackend:
                 self._spawn()
             with self._cond:
                 starting, idle, busy = list(self._starting), list(self._ready), list(self._busy)
-            timeout = MONITOR_SECONDS if busy or starting else 5.0
+            if busy or starting:
+                timeout = MONITOR_SECONDS if self.spec.isolation != "none" or starting else TRUSTED_MONITOR_SECONDS
+            else:
+                timeout = 5.0
             readable, _, _ = select.select([self._wake_r] + starting, [], [], timeout)
             if self._wake_r in readable:
                 os.read(self._wake_r, 4096)
