@@ -138,11 +138,6 @@ class Meter:
         self.tokens += tokens
         self.cost += cost
 
-    def charge(self, tokens: int, cost: float) -> None:
-        """Tokens a request spent without producing an attempt (a reply that came back useless)."""
-        self.tokens += tokens
-        self.cost += cost
-
     # ---- verdicts -------------------------------------------------------------------------------
     def task_done(self, task: str) -> bool:
         """Every attempt of ``task``'s budget is recorded (reservations not counted)."""

@@ -66,6 +66,8 @@ _EXTRACTION = re.compile(r"\((truncated|no_code|no_model_new|syntax_error)\)")
 _NUMBER = re.compile(r"(?<![A-Za-z_])\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 _DIST = re.compile(r"\b(normal|uniform|heavy_tailed|large|default) inputs\b")
 _LINE = re.compile(r"^line \d+: ")
+#: the verifier's "compiling failed while <what>: <headline>"
+_WHILE = re.compile(r"failed while [^:]*: (.*)$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,8 @@ def classify(f: Failure) -> tuple[tuple, str] | None:
         verb = "Caught cheating" if f.status == "cheat" else "Rejected with the signature of"
         return ("threat", f.threat), f"{verb} THREATS #{f.threat} {name} ({{n}}x): {THREAT_RULES.get(f.threat, 'do all of the work honestly on every call')}"
     if f.status in ("compile_error", "runtime_error"):
-        headline = _headline(f.error) or _headline(f.reason.rsplit(": ", 1)[-1])
+        after = _WHILE.search(f.reason)
+        headline = _headline(f.error) or _headline(after.group(1) if after else f.reason)
         what = "Compiling" if f.status == "compile_error" else "Running"
         return (f.status, headline), f"{what} failed ({{n}}x) with `{headline}`: make sure the module cannot fail this way"
     if f.status == "static_rejected":

@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,9 +32,6 @@ KEY = "sk-loop-test-5f1e9a77c3"
 __all__ = ["fake_llm"]
 cli = CliRunner()
 
-#: The good kernel with another launch configuration: new code, judged again.
-GOOD_WARPS = GOOD_KERNEL.replace("BLOCK=triton.next_power_of_2(x2.shape[1]))",
-                                 "BLOCK=triton.next_power_of_2(x2.shape[1]), num_warps=2)")
 #: The good kernel with a comment: the same normalised code, so its verdict is reused.
 GOOD_COMMENTED = GOOD_KERNEL.replace("class ModelNew(nn.Module):", "# one program per row\nclass ModelNew(nn.Module):")
 #: Imports a module that does not exist: the verifier's compile error.
@@ -79,8 +77,8 @@ def test_run_against_a_scripted_llm(fake_llm, tmp_path, monkeypatch):
         reply(fenced(CHEATING_KERNEL)),
         reply(thinking + fenced(GOOD_COMMENTED)),
         reply("```python\n" + GOOD_KERNEL[:400], finish_reason="length"),
-        error(429, retry_after=0), reply(fenced(GOOD_WARPS)),
-        slow(30), reply(fenced(MISSING_IMPORT)),
+        error(429, retry_after=0), reply(fenced(MISSING_IMPORT)),
+        slow(30), reply("I would use a persistent grid here.\n```python\nBLOCK = 1024\n```"),
     ]
     db = tmp_path / "k.db"
     result = cli.invoke(app, ["run", "--task", str(TASKS / "tiny_norm"), "--db", str(db), "--base-url",
@@ -90,13 +88,14 @@ def test_run_against_a_scripted_llm(fake_llm, tmp_path, monkeypatch):
     rows = attempts(db)
     assert [r["seq"] for r in rows] == list(range(7))
     assert [r["status"] for r in rows] == [
-        "accepted", "static_rejected", "static_rejected", "accepted", "compile_error", "accepted", "compile_error"]
+        "accepted", "static_rejected", "static_rejected", "accepted", "compile_error", "compile_error", "compile_error"]
     assert rows[1]["threat"] is None and "syntax error" in rows[1]["reason"]
     assert rows[2]["threat"] == 16  # the cheat is named by its THREATS class
     assert rows[3]["reuse_of"] == rows[0]["id"]  # same code after normalisation: not judged twice
     assert "<think>" in rows[3]["response"] and "Plan: one program per row" in rows[3]["response"]
     assert "truncated" in rows[4]["reason"] and json.loads(rows[4]["evidence"])["check"] == "extraction"
-    assert "no_such_module_here" in rows[6]["reason"]
+    assert "no_such_module_here" in rows[5]["reason"] and json.loads(rows[5]["evidence"])["check"] == "compile"
+    assert "no_model_new" in rows[6]["reason"] and "persistent grid" in rows[6]["code"]
     assert (rows[0]["tokens_in"], rows[0]["tokens_out"]) == (1000, 500)
     assert all(r["tokens_in"] > 0 and r["tokens_out"] > 0 for r in rows)
     assert all(r["proposer"].startswith("llm/") and r["model"] == "fake-model" for r in rows)
@@ -110,10 +109,7 @@ def test_run_against_a_scripted_llm(fake_llm, tmp_path, monkeypatch):
     run = conn.execute("SELECT status, attempts, tokens_in + tokens_out FROM runs").fetchone()
     conn.close()
     assert run[0] == "finished" and run[1] == 7 and run[2] == sum(r["tokens_in"] + r["tokens_out"] for r in rows)
-    best = rows[0]["id"] if rows[0]["status"] == "accepted" else None
-    accepted_ids = {r["id"] for r in rows if r["status"] == "accepted" and r["reuse_of"] is None}
-    shown = [int(w) for w in result.output.split("kernforge archive show ")[1].split()[:1]]
-    assert best is not None and shown and shown[0] in accepted_ids
+    assert f"kernforge archive show {rows[0]['id']} " in result.output  # the best kernel, reported
 
     # The key went to the server in the Authorization header and nowhere else.
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("k.db*"))
@@ -142,6 +138,32 @@ def test_readme_main_job_without_key_or_gpu(tmp_path, monkeypatch):
     assert "offline tuning of _rms_norm_kernel" in result.output and "kernforge archive show" in result.output
 
 
+def test_ctrl_c_cancels_the_request_in_flight_and_marks_the_run_interrupted(fake_llm, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNFORGE_API_KEY", KEY)
+    (tmp_path / "config" / "kernforge").mkdir(parents=True)
+    (tmp_path / "config" / "kernforge" / "config.toml").write_text("[llm]\nconcurrency = 1\nrequest_timeout_s = 120\n")
+    fake_llm.script = [slow(120, reply(fenced(GOOD_KERNEL)))]
+
+    def press_ctrl_c():
+        while not fake_llm.in_flight:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c, daemon=True)
+    presser.start()
+    db = tmp_path / "k.db"
+    result = cli.invoke(app, ["run", "--task", str(TASKS / "tiny_norm"), "--db", str(db), "--base-url",
+                              fake_llm.base_url, "--model", "fake-model", "--max-attempts", "3"])
+    presser.join()
+    assert result.exit_code == 130, result.output
+    assert "interrupted" in result.output and "kernforge run --resume 1" in result.output
+    # Had the request not been cancelled, its reply would have been judged and archived.
+    assert attempts(db) == [] and len(fake_llm.completions) == 1
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT status FROM runs").fetchone()[0] == "interrupted"
+    conn.close()
+
+
 def _run_cli(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in KEY_ENV_VARS}
     return subprocess.Popen([sys.executable, "-m", "kernforge.cli", "run", *args], env=env,
@@ -150,7 +172,7 @@ def _run_cli(*args: str) -> subprocess.Popen:
 
 def test_killed_run_resumes_without_duplicates_or_losses(tmp_path):
     task, db = seeded_task(tmp_path), tmp_path / "k.db"
-    first = _run_cli("--task", str(task), "--db", str(db), "--max-attempts", "4")
+    first = _run_cli("--task", str(task), "--db", str(db), "--max-attempts", "3")
     try:
         deadline = time.monotonic() + 300
         while not (db.exists() and len(attempts(db)) >= 1):
@@ -160,7 +182,7 @@ def test_killed_run_resumes_without_duplicates_or_losses(tmp_path):
         os.killpg(first.pid, signal.SIGKILL)  # the run and its sandbox workers, mid-run
         first.wait()
     killed = attempts(db)
-    assert 1 <= len(killed) < 4
+    assert 1 <= len(killed) < 3
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT status FROM runs").fetchone()[0] == "running"
     conn.close()
@@ -169,14 +191,14 @@ def test_killed_run_resumes_without_duplicates_or_losses(tmp_path):
     output = resumed.communicate(timeout=400)[0]
     assert resumed.returncode == 0, output
     rows = attempts(db)
-    assert [r["seq"] for r in rows] == list(range(4)) and {r["run_id"] for r in rows} == {1}
+    assert [r["seq"] for r in rows] == list(range(3)) and {r["run_id"] for r in rows} == {1}
     assert rows[: len(killed)] == killed  # nothing recorded before the kill changed or vanished
     judged = [r["code_hash"] for r in rows if r["reuse_of"] is None]
-    assert len(judged) == len(set(judged)) == 4  # no code judged twice, no attempt redone
+    assert len(judged) == len(set(judged)) == 3  # no code judged twice, no attempt redone
     conn = sqlite3.connect(db)
     run = conn.execute("SELECT status, attempts, resumes FROM runs").fetchone()
     conn.close()
-    assert run == ("finished", 4, 1)
+    assert run == ("finished", 3, 1)
 
 
 def test_bad_input_is_a_clear_error(tmp_path):

@@ -1,0 +1,144 @@
+"""loop/proposers.py: which proposer a run gets, the LLM proposer's prompts and accounting, and the
+offline tuner saying plainly when it has nothing to tune."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernforge.loop.config import ConfigError
+from kernforge.loop.errors import LoopError
+from kernforge.loop.lessons import Failure, Lessons
+from kernforge.loop.proposers import LLMProposer, NoProposal, OfflineTuner, Proposal, llm_config
+from kernforge.loop.search import Member, Population
+from kernforge.loop.strategy import Bandit
+from kernforge.tasks.loader import load_task
+from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status
+
+sys.path.append(str(Path(__file__).resolve().parent))
+from candidates import HONEST  # noqa: E402
+from fake_llm import BROKEN_KERNEL, GOOD_KERNEL, fake_llm, fenced, reply  # noqa: E402
+
+__all__ = ["fake_llm"]
+TINY = Path(__file__).resolve().parent / "tasks" / "tiny_norm"
+KEY = "sk-proposer-test-0a1b2c"
+
+
+def env(tmp_path, **extra):
+    return {"XDG_CONFIG_HOME": str(tmp_path), **extra}
+
+
+def test_no_key_means_the_offline_tuner(tmp_path):
+    assert llm_config(provider=None, base_url=None, models=(), offline=False, env=env(tmp_path)) is None
+
+
+def test_a_key_means_the_llm_default_minimax_m3(tmp_path):
+    config = llm_config(provider=None, base_url=None, models=(), offline=False, env=env(tmp_path, MINIMAX_API_KEY=KEY))
+    assert (config.provider, config.model, config.key_source) == ("minimax", "MiniMax-M3", "MINIMAX_API_KEY")
+
+
+def test_a_base_url_needs_no_key(tmp_path):
+    config = llm_config(provider=None, base_url="http://127.0.0.1:9/v1", models=("m",), offline=False, env=env(tmp_path))
+    assert config.provider == "custom" and config.api_key is None
+
+
+@pytest.mark.parametrize("kwargs", [{"provider": "minimax"}, {"models": ("MiniMax-M3",)}])
+def test_asking_for_a_provider_without_a_key_is_an_error(tmp_path, kwargs):
+    args = {"provider": None, "base_url": None, "models": (), "offline": False} | kwargs
+    with pytest.raises(ConfigError, match="no API key"):
+        llm_config(**args, env=env(tmp_path))
+
+
+def test_offline_takes_no_llm_options(tmp_path):
+    assert llm_config(provider=None, base_url=None, models=(), offline=True, env=env(tmp_path, KERNFORGE_API_KEY=KEY)) is None
+    with pytest.raises(LoopError, match="--offline"):
+        llm_config(provider=None, base_url=None, models=("m",), offline=True, env=env(tmp_path))
+
+
+def test_offline_tuner_has_nothing_to_tune_without_a_kernel():
+    task = load_task(TINY)  # no seed
+    result = asyncio.run(OfflineTuner().propose(task, Population(rng=random.Random(0)), Lessons()))
+    assert isinstance(result, NoProposal) and result.kind == "nothing_to_tune"
+    assert "no seed kernel" in result.reason and "KERNFORGE_API_KEY" in result.reason
+
+
+def test_offline_tuner_tunes_the_seed_and_never_repeats():
+    task = load_task(TINY)
+    pop = Population(rng=random.Random(0))
+    pop.set_seed(HONEST)
+    tuner = OfflineTuner(seed=1)
+    seen = {HONEST}
+    while True:
+        p = asyncio.run(tuner.propose(task, pop, Lessons()))
+        if isinstance(p, NoProposal):
+            break
+        assert p.proposer == "offline" and p.parent.code == HONEST and p.tokens_in == 0
+        assert p.code not in seen and "offline tuning of _norm_kernel" in p.description
+        seen.add(p.code)
+    assert p.kind == "exhausted" and len(seen) == 5  # num_warps 1, 2, 4 (the seed's), 8, 16
+    primed = OfflineTuner(seed=1)
+    primed.prime(task, [(code, None) for code in seen])  # archived attempts count as tried
+    assert asyncio.run(primed.propose(task, pop, Lessons())).kind == "exhausted"
+
+
+def trained(favourite: str) -> Bandit:
+    """A bandit that has learned ``favourite`` pays and every other strategy does not."""
+    bandit = Bandit(random.Random(0), discount=1.0)
+    for strategy in ("improve", "explore", "repair", "fresh"):
+        for _ in range(50):
+            bandit.update((strategy, "fake-model"), 1.0 if strategy == favourite else 0.0)
+    return bandit
+
+
+def propose(server, tmp_path, population, lessons=None, script=None, bandit=None):
+    server.script = script or [reply(fenced(GOOD_KERNEL), prompt_tokens=300, completion_tokens=200)]
+    config = llm_config(provider=None, base_url=server.base_url, models=("fake-model",), offline=False,
+                        env=env(tmp_path, KERNFORGE_API_KEY=KEY))
+
+    async def go():
+        proposer = LLMProposer(config, ("fake-model",), bandit or Bandit(random.Random(0)), hardware={"torch": "2.x"}, device_kind="cpu")
+        await proposer.start()
+        try:
+            return await proposer.propose(load_task(TINY), population, lessons or Lessons())
+        finally:
+            await proposer.aclose()
+
+    return asyncio.run(go())
+
+
+def test_llm_proposal_carries_prompt_response_and_accounting(fake_llm, tmp_path):
+    p = propose(fake_llm, tmp_path, Population(rng=random.Random(0)))
+    assert p.code == GOOD_KERNEL and p.unusable is None and p.arm == ("fresh", "fake-model")
+    assert p.proposer == "llm/fresh" and p.model == "fake-model" and p.parent is None
+    assert (p.tokens_in, p.tokens_out, p.retries) == (300, 200, 0)
+    assert json.loads(p.prompt) == fake_llm.completions[0].body["messages"]
+    assert KEY not in p.prompt + p.response
+
+
+def test_repair_turn_shows_the_failure_and_the_lessons(fake_llm, tmp_path):
+    pop = Population(rng=random.Random(0))
+    failed = Rejected(Status.COMPILE_ERROR, "compiling failed while loading the module: NameError: name 'tl' is not defined",
+                      evidence={"check": "compile", "error": "NameError: name 'tl' is not defined"}).to_dict()
+    pop.add(Member(BROKEN_KERNEL, failed, attempt_id=4))
+    lessons = Lessons(min_count=1)
+    lessons.observe(Failure.of_verdict(failed))
+    p = propose(fake_llm, tmp_path, pop, lessons, bandit=trained("repair"))
+    assert p.arm == ("repair", "fake-model") and p.proposer == "llm/repair" and p.parent.attempt_id == 4
+    user = json.loads(p.prompt)[1]["content"]
+    assert "Fix the parent kernel" in user and "name 'tl' is not defined" in user
+    assert "Compiling failed (1x)" in user  # the lesson reaches the prompt
+
+
+def test_improve_turn_shows_the_parent_and_a_reply_without_code_is_kept(fake_llm, tmp_path):
+    pop = Population(rng=random.Random(0))
+    times = Accepted(shapes=(ShapeResult({"T": 4, "H": 64}, False, "float32", "interpreter", time_us=900.0),)).to_dict()
+    pop.add(Member(HONEST, times, attempt_id=1))
+    p = propose(fake_llm, tmp_path, pop, script=[reply("no code here, sorry")], bandit=trained("improve"))
+    assert p.unusable == "no_code" and p.code == "no code here, sorry"  # archived as the attempt's text
+    assert p.arm == ("improve", "fake-model") and p.parent.attempt_id == 1
+    assert "Write a faster kernel than the parent" in json.loads(p.prompt)[1]["content"]

@@ -1,0 +1,155 @@
+"""loop/search.py: niches, fitness, and parent selection that balances the best with exploration."""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kernforge.archive.records import AttemptRecord, Population as Archived
+from kernforge.loop.search import Member, Population, fitness_of, niche_of
+from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status
+
+sys.path.append(str(Path(__file__).resolve().parent))
+from candidates import HONEST, RELU_KERNEL  # noqa: E402
+
+LOOPED = HONEST.replace("    row = tl.program_id(0)\n", "    for row in range(tl.program_id(0), 1, 1):\n        pass\n    row = tl.program_id(0)\n")
+TWO_KERNELS = HONEST + RELU_KERNEL.replace("import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n", "")
+CUDA = 'import torch\nfrom torch.utils.cpp_extension import load_inline\nSRC = "__global__ void k(float* x) { for (int i = 0; i < 4; ++i) x[i] = 0; }"\nclass ModelNew(torch.nn.Module):\n    pass\n'
+
+
+def accepted(*times_us: float, compile_us: float | None = None) -> dict:
+    timing = "graph" if compile_us else "interpreter"
+    shapes = tuple(ShapeResult({"T": i}, False, "float32", timing, time_us=t, compile_us=compile_us)
+                   for i, t in enumerate(times_us))
+    return Accepted(shapes=shapes).to_dict()
+
+
+def rejected(status: Status, threat: int | None = None) -> dict:
+    return Rejected(status, f"{status.value} for a test", threat=threat).to_dict()
+
+
+def variant(n: int, code: str = HONEST) -> str:
+    return code + f"\nVARIANT = {n}\n"  # a different module, same niche
+
+
+@pytest.mark.parametrize("code, niche", [
+    (HONEST, ("triton", "one kernel, flat")),
+    (LOOPED, ("triton", "one kernel, looped")),
+    (TWO_KERNELS, ("triton", "several kernels, flat")),
+    (CUDA, ("cuda", "one kernel, looped")),
+    ("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n", ("other", "one kernel, flat")),
+    ("def broken(:\n", ("unparsed", "-")),
+])
+def test_niches(code, niche):
+    assert niche_of(code) == niche
+
+
+def test_fitness_ranks_scores_above_times_and_faster_above_slower():
+    fast, slow = fitness_of(accepted(10.0, 20.0)), fitness_of(accepted(20.0, 40.0))
+    scored = fitness_of(accepted(50.0, compile_us=100.0))  # GPU timing against torch.compile: score 2.0
+    assert slow < fast < scored and scored == (1, pytest.approx(2.0))
+    assert fitness_of(rejected(Status.INCORRECT)) is None and fitness_of(None) is None
+
+
+def population(seed: int = 0) -> Population:
+    pop = Population(rng=random.Random(seed))
+    for i, t in enumerate((100.0, 50.0, 200.0, 80.0)):
+        pop.add(Member(variant(i), accepted(t), attempt_id=i + 1))
+    return pop
+
+
+def test_best_and_elites_per_niche():
+    pop = population()
+    assert pop.best.attempt_id == 2
+    assert pop.add(Member(LOOPED, accepted(400.0), attempt_id=10)) is False  # slower, but a niche of its own
+    assert pop.elites[niche_of(LOOPED)].attempt_id == 10 and pop.elites[niche_of(HONEST)].attempt_id == 2
+    assert pop.add(Member(variant(9), accepted(10.0), attempt_id=11)) is True  # the new best
+    assert pop.best.attempt_id == 11
+
+
+def test_improve_favours_the_best_but_not_always():
+    pop = Population(rng=random.Random(1))
+    for rank in range(8):  # attempt id = rank + 1; rank 0 is the fastest
+        pop.add(Member(variant(rank), accepted(10.0 * (rank + 1)), attempt_id=rank + 1))
+    picks = Counter(pop.choose("improve").parent.attempt_id for _ in range(800))
+    assert picks[1] > 400  # the best half the time, plus the tournaments it wins
+    assert picks[2] > picks[3] > picks[4] > 0  # tournaments of three reach beyond it, the faster more often
+    assert picks[8] == 0  # the slowest never wins a tournament of three
+
+
+def test_explore_draws_other_niches():
+    pop = population()
+    pop.add(Member(LOOPED, accepted(400.0), attempt_id=10))
+    pop.add(Member(TWO_KERNELS, accepted(300.0), attempt_id=12))
+    picks = Counter(pop.choose("explore").parent.attempt_id for _ in range(200))
+    assert set(picks) == {10, 12}  # never the best's niche: kept diversity is used
+    one_niche = population()
+    assert {one_niche.choose("explore").parent.attempt_id for _ in range(100)} <= {1, 3, 4}
+
+
+def test_repair_turns_newest_first_each_once_never_cheats():
+    pop = Population(rng=random.Random(0))
+    pop.add(Member(variant(1), rejected(Status.COMPILE_ERROR), attempt_id=1))
+    pop.add(Member(variant(2), rejected(Status.CHEAT, threat=16), attempt_id=2))
+    pop.add(Member(variant(3), rejected(Status.STATIC_REJECTED, threat=8), attempt_id=3))  # a cheat's signature
+    pop.add(Member(variant(4), rejected(Status.SANDBOX_VIOLATION, threat=21), attempt_id=4))
+    pop.add(Member(variant(5), rejected(Status.INCORRECT), attempt_id=5))
+    assert [m.attempt_id for m in pop.failures] == [5, 1]
+    assert pop.strategies() == ("repair", "fresh")
+    assert [pop.choose("repair").parent.attempt_id for _ in range(2)] == [5, 1]
+    assert pop.choose("repair").strategy == "fresh" and "repair" not in pop.strategies()
+
+
+def test_repair_chains_are_bounded():
+    pop = Population(rng=random.Random(0), max_repairs=2)
+    for depth in range(4):
+        pop.add(Member(variant(depth), rejected(Status.RUNTIME_ERROR), attempt_id=depth, depth=depth))
+    assert sorted(m.depth for m in pop.failures) == [0, 1]
+
+
+def test_strategies_and_fallbacks():
+    empty = Population(rng=random.Random(0))
+    assert empty.strategies() == ("fresh",)
+    choice = empty.choose("improve")
+    assert choice.strategy == "fresh" and choice.parent is None
+    empty.set_seed(HONEST)
+    assert empty.strategies() == ("improve", "fresh")
+    choice = empty.choose("improve")
+    assert choice.parent.code == HONEST and choice.parent.verdict is None  # the unjudged seed
+    empty.add(Member(HONEST, accepted(5.0), attempt_id=7))
+    assert empty.seed is None and empty.best.attempt_id == 7
+    with pytest.raises(ValueError):
+        empty.choose("crossover")
+
+
+def test_inspirations_are_other_kernels_fastest_first():
+    pop = population()
+    pop.add(Member(LOOPED, accepted(400.0), attempt_id=10))
+    best = pop.best
+    assert [m.attempt_id for m in pop.inspirations(best)] == [10]
+    assert [m.attempt_id for m in pop.inspirations(None)] == [2, 10]
+    assert [m.attempt_id for m in pop.tunable()][:2] == [2, 10]
+
+
+def test_choices_are_reproducible_from_the_seed():
+    a = [population(3).choose("improve").parent.attempt_id for _ in range(20)]
+    b = [population(3).choose("improve").parent.attempt_id for _ in range(20)]
+    assert a == b
+
+
+def test_load_from_the_archive_population():
+    def record(i: int, verdict: dict) -> AttemptRecord:
+        from kernforge.verifier.verdict import verdict_from_dict
+
+        return AttemptRecord(id=i, run_id=1, seq=i, task_id=1, task="t", code=variant(i), code_hash=str(i),
+                             verdict=verdict_from_dict(verdict), env_key="e", gpu="cpu", created="", proposer="offline")
+
+    archived = Archived(top=(record(1, accepted(30.0)),), recent=(record(2, accepted(60.0)),),
+                        failures=(record(4, rejected(Status.INCORRECT)), record(3, rejected(Status.TIMEOUT))))
+    pop = Population.load(archived, rng=random.Random(0))
+    assert pop.best.attempt_id == 1 and [m.attempt_id for m in pop.accepted] == [1, 2]
+    assert [m.attempt_id for m in pop.failures] == [4, 3]  # newest first, as the archive lists them
