@@ -340,7 +340,7 @@ def run_cmd(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), default=str))
     else:
-        out.print(display.summary(result.to_dict()), highlight=False)
+        display.print_summary(out, result.to_dict())
     raise typer.Exit(0 if result.status == "finished" else 130)
 
 

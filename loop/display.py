@@ -183,7 +183,7 @@ def progress_table(v: RunView) -> Table:
             f"{t.tokens:,}", f"${t.cost:.3f}" + ("" if t.cost_known else "+?"),
         )
     busy = "-" if v.busy is None else f"{100 * v.busy:.0f}%"
-    footer = (f"{v.elapsed_s:.0f}s on {', '.join(v.devices)}  GPU busy {busy}  "
+    footer = (f"{v.elapsed_s:.0f}s on {', '.join(v.devices)}  busy verifying {busy}  "
               f"{v.tokens:,} tokens  ${v.cost:.3f}  (* new best this run)")
     if v.stopping:
         footer += f"  stopping: {v.stopping}"
@@ -226,15 +226,17 @@ def make_display(console: Console, *, quiet: bool) -> Display:
 def summary(result: Mapping[str, Any]) -> Group:
     """The table printed at the end, from ``RunResult.to_dict()``."""
     table = Table(title=f"run {result['run_id']} {result['status']}: {result['proposer']}", title_justify="left")
-    for col in ("task", "attempts", "accepted", "cheats caught", "best time", "x eager", "x compile", "vs seed",
-                "best attempt", "note"):
-        table.add_column(col, justify="left" if col in ("task", "note") else "right")
+    for col in ("task", "attempts", "accepted", "cheats caught", "rejected", "best time", "x eager", "x compile",
+                "vs seed", "best attempt"):
+        table.add_column(col, justify="left" if col in ("task", "rejected") else "right")
     for t in result["tasks"]:
+        rejected = ", ".join(f"{k} {n}" for k, n in sorted(t["rejected"].items(), key=lambda kv: -kv[1])) or "-"
         table.add_row(
-            t["name"], str(t["attempts"]), str(t["accepted"]), str(t["cheats"]),
+            t["name"], str(t["attempts"]), str(t["accepted"]), str(t["cheats"]), rejected,
             _us(t["best_time_us"]) + (" *" if t["best_is_new"] else ""), _x(t["best_speedup_eager"]),
-            _x(t["best_score"]), _x(t["vs_seed"]), str(t["best_attempt"] or "-"), escape(t["note"] or ""),
+            _x(t["best_score"]), _x(t["vs_seed"]), str(t["best_attempt"] or "-"),
         )
+    table.caption = "* new best this run; x eager / x compile: geometric-mean speedups (GPU); vs seed: the seed's time / the best's"
     busy = "-" if result["busy"] is None else f"{100 * result['busy']:.0f}%"
     lines = [
         table,
@@ -245,6 +247,7 @@ def summary(result: Mapping[str, Any]) -> Group:
     ]
     if result.get("stop_reason"):
         lines.append(Text(f"stopped: {result['stop_reason']}"))
+    lines += [Text(f"{t['name']}: {t['note']}") for t in result["tasks"] if t["note"]]
     best = [t for t in result["tasks"] if t["best_attempt"]]
     if best:
         lines.append(Text("best kernels: " + "; ".join(
@@ -252,3 +255,10 @@ def summary(result: Mapping[str, Any]) -> Group:
     lines.append(Text(f"resume with: kernforge run --resume {result['run_id']} --db {result['db']}"
                       if result["status"] in ("interrupted", "failed") else f"archive: {result['db']}"))
     return Group(*lines)
+
+
+def print_summary(console: Console, result: Mapping[str, Any]) -> None:
+    """The summary, unwrapped when it goes to a log or a pipe (no terminal width to fit)."""
+    if not console.is_terminal:
+        console = Console(file=console.file, width=200, highlight=False)
+    console.print(summary(result), highlight=False)

@@ -100,8 +100,13 @@ class RunResult:
     tasks: list[TaskStats]
     attempts: int
     wall_s: float
+    #: from the devices' being ready to the last verdict: what the busy fraction is a fraction of
+    pipeline_s: float
     verify_s: float
     verify_s_per_device: dict[str, float]
+    verified_per_device: dict[str, int]
+    #: from the start until every device had a warm judge (workers started, reference loaded)
+    startup_s: float
     busy: float | None
     tokens: int
     cost: float
@@ -156,7 +161,7 @@ def _load(refs: tuple[str, ...]) -> list[Task]:
     return list(tasks.values())
 
 
-def _settings_for_resume(archive: Archive, given: RunSettings) -> tuple[RunSettings, Mapping[str, Any]]:
+def _settings_for_resume(archive: Archive, given: RunSettings) -> RunSettings:
     run = archive.run_status(given.resume).run
     if given.tasks or given.provider or given.base_url or given.models or given.offline:
         raise LoopError(
@@ -170,7 +175,7 @@ def _settings_for_resume(archive: Archive, given: RunSettings) -> tuple[RunSetti
         models=tuple(stored.get("models") or ()), offline=bool(stored.get("offline")), seed=int(stored.get("seed", 0)),
         budget=Budget.from_dict(stored.get("budget") or {}).merged(given.budget),
     )
-    return settings, run.config
+    return settings
 
 
 class Runner:
@@ -197,6 +202,7 @@ class Runner:
         self._next_seq = 0
         self._t0 = time.monotonic()
         self._t_devices: float | None = None
+        self._t_end: float | None = None  # when the pipeline ended (before the judges close)
         self._inflight: dict[tuple[int, str], asyncio.Future] = {}
         self._producers: list[asyncio.Task] = []
         self._consumers: list[asyncio.Task] = []
@@ -212,7 +218,7 @@ class Runner:
             self.archive = Archive.open(s.db)
         try:
             if s.resume is not None:
-                s, _ = _settings_for_resume(self.archive, s)
+                s = _settings_for_resume(self.archive, s)
                 self.settings = s
             tasks = _load(s.tasks)
             config = llm_config(provider=s.provider, base_url=s.base_url, models=s.models, offline=s.offline)
@@ -223,6 +229,10 @@ class Runner:
             self.bandit = Bandit(seed_rng(s.seed, "bandit"))
             task_ids = [self.archive.register_task(t) for t in tasks]
             self.run_id, before = self._start_run(config, tasks, task_ids)
+            self.display.note(f"run {self.run_id}: starting sandbox workers and the reference on {', '.join(self.devices)}...")
+            if config is not None and s.budget.unlimited:
+                self.display.note("no budget given (--max-attempts, --hours, --max-tokens, --max-cost): "
+                                  "the run goes on until Ctrl-C")
             judge_cms = await self._open_judges()
             self._load_states(tasks, task_ids)
             self.meter = Meter(s.budget, replace(before, seconds=self._earlier_seconds(config)))
@@ -239,6 +249,7 @@ class Runner:
             try:
                 await self._pipeline()
             finally:
+                self._t_end = time.monotonic()
                 self.display.stop()
             status = "failed" if self.failure else ("interrupted" if self._interrupts else "finished")
         except asyncio.CancelledError:
@@ -320,6 +331,7 @@ class Runner:
         self.env = dict(envs[0])
         self.env_key = keys.pop()
         self.busy_s = {d: 0.0 for d in self.devices}
+        self.verified = {d: 0 for d in self.devices}
         self._executors = [ThreadPoolExecutor(1, thread_name_prefix=f"kernforge-verify-{d}") for d in self.devices]
         self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
         return cms
@@ -590,6 +602,7 @@ class Runner:
                     verdict = await loop.run_in_executor(self._executors[index], judge.verify, code, task)
                     verify_s = time.monotonic() - started
                     self.busy_s[self.devices[index]] += verify_s
+                    self.verified[self.devices[index]] += 1
             if self.abandon:
                 raise asyncio.CancelledError
             attempt_id, seq = await self._db(self._record, state, proposal, verdict, reuse_of)
@@ -683,7 +696,7 @@ class Runner:
     def _busy(self) -> float | None:
         if self._t_devices is None or not self.devices:
             return None
-        span = (time.monotonic() - self._t_devices) * len(self.devices)
+        span = ((self._t_end or time.monotonic()) - self._t_devices) * len(self.devices)
         return min(1.0, sum(self.busy_s.values()) / span) if span > 0 else None
 
     def result(self, status: str) -> RunResult:
@@ -693,8 +706,10 @@ class Runner:
             run_id=self.run_id, status=status, db=str(self.settings.db),
             proposer=self.proposer.describe() if self.proposer else "", devices=tuple(self.devices),
             tasks=[s.stats for s in self.states], attempts=sum(s.stats.attempts for s in self.states),
-            wall_s=time.monotonic() - self._t0, verify_s=sum(self.busy_s.values()),
-            verify_s_per_device=dict(self.busy_s), busy=self._busy(), tokens=self.meter.tokens,
+            wall_s=time.monotonic() - self._t0, pipeline_s=(self._t_end or time.monotonic()) - (self._t_devices or self._t0),
+            verify_s=sum(self.busy_s.values()),
+            verify_s_per_device=dict(self.busy_s), verified_per_device=dict(getattr(self, "verified", {})),
+            startup_s=(self._t_devices or time.monotonic()) - self._t0, busy=self._busy(), tokens=self.meter.tokens,
             cost=self.meter.cost, retries=self.retries, llm_failures=self.llm_failures,
             stop_reason=self.stopping, arms=self.bandit.table() if self.bandit else [], notes=list(notes),
         )

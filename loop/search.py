@@ -36,7 +36,7 @@ import math
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from kernforge.archive.history import HistoryRow
 from kernforge.archive.queries import REPAIRABLE
@@ -258,10 +258,3 @@ class Population:
         if self.seed is not None:
             out.append(self.seed)
         return out
-
-    def members(self) -> Iterable[Member]:
-        yield from self.accepted
-        yield from self.failures
-        if self.seed is not None:
-            yield self.seed
-

@@ -1,0 +1,102 @@
+"""Loop benchmark: the offline tuner (a fast proposer) drives ``kernforge run`` for N attempts per
+task, and the table says how busy the devices were kept and what the search found.
+
+    python bench/loop.py --gpu 0                                  # on the H200
+    python bench/loop.py --tasks rms_norm --attempts 3            # on a CPU (Triton interpreter)
+
+Each run writes a fresh archive (a temporary file unless ``--db``), so every candidate is
+judged: an archive that already held them would answer from its content-addressed verdicts.
+
+* **device busy** = time inside ``judge.verify`` per device / the pipeline's span (from the
+  devices being ready to the last verdict), all devices together. The target with a fast proposer
+  is >= 80%: the rest is the loop's own overhead between verdicts (recording, choosing the next
+  candidate). A verification that waits for a warm sandbox worker counts as busy (the wait is
+  inside ``verify``); ``--pool`` sets how many workers warm up per device.
+* **startup** is the time to a warm judge per device (workers started, reference loaded), once.
+* **vs seed** = the seed kernel's geometric-mean time / the best kernel's, same shapes, same
+  device: > 1 means the search improved on the seed. **x eager / x compile** are the best
+  kernel's geometric-mean speedups over PyTorch eager and torch.compile (GPU only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from kernforge.loop.budget import Budget
+from kernforge.loop.display import PlainDisplay, QuietDisplay
+from kernforge.loop.runner import RunSettings, run
+
+#: Seeds with launch knobs to tune (a block size, warps and stages), so the tuner has room.
+DEFAULT_TASKS = ("gemm_small_m", "softmax", "silu_and_mul")
+
+
+def _us(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} us"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), help="task names or paths")
+    parser.add_argument("--attempts", type=int, default=16, help="attempts per task (the seed's included)")
+    parser.add_argument("--gpu", type=int, nargs="*", default=[], help="GPU indices (default: all visible; none: the CPU)")
+    parser.add_argument("--pool", type=int, default=None, help="warm sandbox workers per device (default 2 on a GPU, 1 on the CPU)")
+    parser.add_argument("--hours", type=float, default=None, help="stop after this long whatever is left")
+    parser.add_argument("--db", type=Path, default=None, help="archive to write (default: a fresh temporary file)")
+    parser.add_argument("--verbose", action="store_true", help="print a line per attempt")
+    parser.add_argument("--json", type=Path, default=None, help="also write the run's result here")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="kf-bench-loop-") as tmp:
+        db = args.db or Path(tmp) / "loop.db"
+        settings = RunSettings(tasks=tuple(args.tasks), db=db, offline=True, gpus=tuple(args.gpu),
+                               budget=Budget(max_attempts=args.attempts, hours=args.hours), pool_size=args.pool)
+        result = run(settings, PlainDisplay() if args.verbose else QuietDisplay())
+    data = result.to_dict()
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=2, default=str))
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # a log file: keep every number on its row
+    tasks = Table(title=f"bench/loop.py: offline tuner, {args.attempts} attempts per task, run {result.status}",
+                  title_justify="left")
+    for col in ("task", "attempts", "accepted", "rejected", "seed time", "best time", "vs seed", "x eager",
+                "x compile", "note"):
+        tasks.add_column(col, justify="left" if col in ("task", "rejected", "note") else "right")
+    for t in result.tasks:
+        rejected = ", ".join(f"{k} {n}" for k, n in t.rejected.most_common()) or "-"
+        tasks.add_row(t.name, str(t.attempts), str(t.accepted), rejected, _us(t.seed_time_us), _us(t.best_time_us),
+                      _x(t.vs_seed), _x(t.best_speedup_eager), _x(t.best_score), t.note[:60])
+    console.print(tasks)
+
+    devices = Table(title="devices", title_justify="left")
+    for col in ("device", "verifications", "verifying", "busy"):
+        devices.add_column(col, justify="left" if col == "device" else "right")
+    span = result.pipeline_s
+    for device in result.devices:
+        spent = result.verify_s_per_device.get(device, 0.0)
+        devices.add_row(device, str(result.verified_per_device.get(device, 0)), f"{spent:.1f} s",
+                        f"{100 * spent / span:.0f}%" if span > 0 else "-")
+    console.print(devices)
+    busy = "-" if result.busy is None else f"{100 * result.busy:.0f}%"
+    console.print(f"attempts {result.attempts}   wall {result.wall_s:.1f} s (startup {result.startup_s:.1f} s, "
+                  f"pipeline {span:.1f} s)   device time verifying {result.verify_s:.1f} s   "
+                  f"device busy {busy} (target >= 80%)")
+    for note in result.notes:
+        console.print(f"note: {note}")
+
+
+if __name__ == "__main__":
+    main()
