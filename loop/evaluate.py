@@ -13,7 +13,9 @@ from typing import Iterator
 
 from kernforge.sandbox.pool import ProcessBackend
 from kernforge.sandbox.protocol import Backend, WorkerSpec
-from kernforge.verifier.judge import HARNESS_WARMUP, PRELOAD, REFERENCE_WARMUP, Judge, JudgeOptions
+from kernforge.verifier.judge import (
+    HARNESS_PRELOAD, HARNESS_WARMUP, REFERENCE_PRELOAD, REFERENCE_WARMUP, Judge, JudgeOptions,
+)
 from kernforge.verifier.verdict import Verdict
 
 
@@ -66,8 +68,8 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
                options: JudgeOptions | None = None) -> Iterator[Judge]:
     """A judge for one device with a warm candidate pool and a trusted reference worker."""
     slot = "cpu" if device == "cpu" else device.split(":", 1)[1]
-    candidate_spec = WorkerSpec(device=slot, preload=PRELOAD, warmup=HARNESS_WARMUP, isolation="strict")
-    reference_spec = WorkerSpec(device=slot, preload=PRELOAD, warmup=REFERENCE_WARMUP, isolation="none")
+    candidate_spec = WorkerSpec(device=slot, preload=HARNESS_PRELOAD, warmup=HARNESS_WARMUP, isolation="strict")
+    reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none")
     candidates = make_backend(sandbox, candidate_spec, pool_size)
     try:
         # The reference worker is trusted and long-lived: one process, no twin warming behind it.

@@ -34,7 +34,8 @@ HARNESS_ENTRY = "kernforge.verifier.harness:run"
 HARNESS_WARMUP = "kernforge.verifier.harness:warm_up"
 REFERENCE_ENTRY = "kernforge.verifier.refworker:run"
 REFERENCE_WARMUP = "kernforge.verifier.refworker:warm_up"
-PRELOAD = ("torch", "triton")
+HARNESS_PRELOAD = ("torch", "triton", "kernforge.verifier.harness")
+REFERENCE_PRELOAD = ("torch", "triton", "kernforge.verifier.refworker")
 
 
 class JudgeError(Exception):
