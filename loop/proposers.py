@@ -187,6 +187,11 @@ class OfflineTuner:
 
     async def propose(self, task: Task, population: Population, lessons: Lessons) -> Proposal | NoProposal:
         parents = population.tunable()
+        if not parents and population.seed_failure is not None:
+            verdict = population.seed_failure.verdict or {}
+            return NoProposal(
+                f"nothing to tune: {task.name}'s seed kernel was rejected ({verdict.get('status')}: "
+                f"{str(verdict.get('reason', ''))[:200]}) and no other kernel is accepted", "nothing_to_tune")
         if not parents:
             return NoProposal(
                 f"nothing to tune: {task.name} has no seed kernel and the archive holds no accepted kernel for it. "

@@ -262,6 +262,9 @@ class Runner:
                     self.archive.finish_run(self.run_id, status)
                 self.archive.close()
         if self.failure is not None:
+            if self.run_id is not None:
+                self.display.note(f"run {self.run_id} failed; once the cause is fixed, continue it with "
+                                  f"kernforge run --resume {self.run_id} --db {self.settings.db}")
             raise self.failure
         return self.result(status)
 
@@ -367,7 +370,8 @@ class Runner:
                 seed = None
             if seed is not None:
                 hit = self.archive.lookup(task_id, seed, self.env_key)
-                if hit is not None:
+                if hit is not None:  # judged in an earlier run: known, not judged again
+                    population.set_seed(seed)
                     population.add(Member.from_record(hit))
                     state.stats.seed_time_us = geomean_us(hit.verdict.to_dict())
                 else:

@@ -154,6 +154,7 @@ class Population:
         self.elites: dict[Niche, Member] = {}
         self.failures: list[Member] = []  # newest first
         self.seed: Member | None = None  # the task's seed while it is not judged
+        self.seed_failure: Member | None = None  # the seed, if it was rejected
         self._codes: set[str] = set()
 
     # ---- filling ------------------------------------------------------------------------------
@@ -170,14 +171,16 @@ class Population:
 
     def add(self, member: Member) -> bool:
         """Take a judged kernel in; True when it is the task's new best."""
+        if self.seed is not None and self.seed.code == member.code:
+            self.seed = None  # judged: from now on a member like any other
+            if member.fitness is None:
+                self.seed_failure = member
         if member.fitness is None:
             if member.repairable and member.depth < self.max_repairs and member.code not in self._codes:
                 self.failures.insert(0, member)
                 del self.failures[self.max_failures:]
             self._codes.add(member.code)
             return False
-        if self.seed is not None and self.seed.code == member.code:
-            self.seed = None
         if member.code in self._codes and any(m.code == member.code for m in self.accepted):
             return False
         self._codes.add(member.code)

@@ -142,3 +142,13 @@ def test_improve_turn_shows_the_parent_and_a_reply_without_code_is_kept(fake_llm
     assert p.unusable == "no_code" and p.code == "no code here, sorry"  # archived as the attempt's text
     assert p.arm == ("improve", "fake-model") and p.parent.attempt_id == 1
     assert "Write a faster kernel than the parent" in json.loads(p.prompt)[1]["content"]
+
+
+def test_offline_tuner_says_when_the_seed_itself_was_rejected():
+    task = load_task(TINY)
+    pop = Population(rng=random.Random(0))
+    pop.set_seed(HONEST)
+    pop.add(Member(HONEST, Rejected(Status.CRASHED, "the candidate's process crashed: SIGSEGV").to_dict(), attempt_id=1))
+    result = asyncio.run(OfflineTuner().propose(task, pop, Lessons()))
+    assert isinstance(result, NoProposal) and result.kind == "nothing_to_tune"
+    assert "seed kernel was rejected (crashed: the candidate's process crashed" in result.reason
