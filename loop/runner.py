@@ -208,6 +208,7 @@ class Runner:
         self._consumers: list[asyncio.Task] = []
         self._turn = 0
         self._interrupts = 0
+        self._resume_rows: list[HistoryRow] = []  # a resumed run's earlier attempts
 
     # ---- the whole run -------------------------------------------------------------------------
     async def run(self) -> RunResult:
@@ -296,7 +297,7 @@ class Runner:
         return s.resume, Spent(attempts=counts, tokens=run.tokens_in + run.tokens_out, cost=run.cost_usd)
 
     def _earlier_seconds(self, config: Any) -> float:
-        rows: list[HistoryRow] = getattr(self, "_resume_rows", [])
+        rows = self._resume_rows
         if not rows:
             return 0.0
         options = self.settings.judge_options or JudgeOptions()

@@ -164,6 +164,19 @@ def test_ctrl_c_cancels_the_request_in_flight_and_marks_the_run_interrupted(fake
     conn.close()
 
 
+@pytest.mark.gpu
+def test_offline_run_on_a_gpu_scores_against_the_baselines(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli.invoke(app, ["run", "--task", "rms_norm", "--max-attempts", "3", "--gpu", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["devices"] == ["cuda:0"] and data["verified_per_device"]["cuda:0"] == 3
+    task = data["tasks"][0]
+    assert task["accepted"] >= 1 and task["best_score"] and task["best_speedup_eager"] and task["vs_seed"] >= 1.0
+    rows = attempts(tmp_path / "kernforge.db")
+    assert rows[0]["proposer"] == "seed" and rows[0]["score"] is not None and rows[0]["gpu"] != "cpu"
+
+
 def _run_cli(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in KEY_ENV_VARS}
     return subprocess.Popen([sys.executable, "-m", "kernforge.cli", "run", *args], env=env,
