@@ -29,13 +29,15 @@ HIDDEN_SHAPES = [
     {"B": 256, "NQ": 32, "NKV": 8, "D": 128, "BLOCK_SIZE": 16, "MAX_LEN": 2048},
     {"B": 2, "NQ": 64, "NKV": 8, "D": 128, "BLOCK_SIZE": 8, "MAX_LEN": 65536},
 ]
+# Small enough for the interpreter: GQA groups of 2, 4 and 3, multi-head, D=48 (masked),
+# blocks of 8 and 16 with lengths that end mid-block.
 CPU_PUBLIC_SHAPES = [
     {"B": 2, "NQ": 4, "NKV": 2, "D": 32, "BLOCK_SIZE": 8, "MAX_LEN": 40},
-    {"B": 3, "NQ": 8, "NKV": 2, "D": 64, "BLOCK_SIZE": 16, "MAX_LEN": 100},
+    {"B": 3, "NQ": 4, "NKV": 1, "D": 64, "BLOCK_SIZE": 16, "MAX_LEN": 100},
 ]
 CPU_HIDDEN_SHAPES = [
-    {"B": 3, "NQ": 6, "NKV": 3, "D": 48, "BLOCK_SIZE": 8, "MAX_LEN": 37},
-    {"B": 5, "NQ": 4, "NKV": 1, "D": 32, "BLOCK_SIZE": 16, "MAX_LEN": 64},
+    {"B": 2, "NQ": 3, "NKV": 1, "D": 48, "BLOCK_SIZE": 8, "MAX_LEN": 37},
+    {"B": 4, "NQ": 2, "NKV": 2, "D": 32, "BLOCK_SIZE": 16, "MAX_LEN": 64},
 ]
 
 DISTRIBUTIONS = ("normal", "uniform", "large")
