@@ -1,0 +1,290 @@
+"""DockerBackend: the process backend's worker, protocol and warm pool, in containers.
+
+Each worker is one container of the worker image (``kernforge sandbox build-image``) running the
+same generic worker (``kernforge.sandbox.worker``, entered through docker_entry.py) with the
+same job channel: two FIFOs and a control socket in the worker's private folder, which is bound
+into the container at the same absolute path (see docker_worker.py). Containers are started ahead
+of time by the process backend's pool thread (preloaded and warmed up like process workers) and
+refilled in the background; sessions are the process backend's sessions.
+
+Every container gets: no network (``network_mode=none``), a read-only root with private tmpfs
+``/tmp``, ``/var/tmp`` and ``/dev/shm``, all capabilities dropped, ``no-new-privileges``, a
+memory cgroup cap and a pid limit, its own pid and IPC namespaces, a non-root user (a private uid
+per worker when the parent is root), at most one GPU (docker_gpu.py), and nothing of the host but
+its private folder, the host folders a ``--from-host`` image names (read-only) and the folders on
+the spec's PYTHONPATH (read-only). The parent's host-side policing is unchanged: the wall-clock
+deadline and the memory of the container's process tree are checked from outside, and a failure
+kills the container's init through a pidfd, which ends its whole pid namespace.
+
+Nothing is left behind: containers are auto-removed when their init exits, which it does when the
+parent closes the control socket, including when the parent is killed; a backend removes the
+containers labelled with its id when it closes (also at exit); and every backend, when it starts,
+removes containers and private folders whose owning process no longer exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping
+
+from docker.errors import APIError, DockerException, NotFound
+
+from . import docker_gpu, docker_image
+from .docker_probe import WORKER_IMAGE
+from .docker_worker import PRIVATE_PREFIX, ContainerPlan, DockerWorker, Engine, remove_tree
+from .env import worker_env
+from .isolation import TMPFS_BYTES, Mechanism
+from .pool import MAX_START_FAILURES, ProcessBackend
+from .protocol import FailureKind, Limits, SandboxError, WorkerFailure, WorkerSpec
+from .session import GRACE_SECONDS, ProcessSession
+from .spawn import WARM_NICE
+from . import procs
+
+LABEL_ROLE = "org.kernforge.sandbox"
+LABEL_OWNER = "org.kernforge.owner"
+LABEL_BACKEND = "org.kernforge.backend"
+LABEL_DEVICE = "org.kernforge.device"
+MECHANISM = Mechanism("docker", "docker containers", netns=True, pidns=True, mountns=True)
+#: Parent variables that name host paths: a container takes these from its image instead.
+HOST_SPECIFIC = frozenset({"PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+                           "CC", "CXX", "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDNN_HOME", "ROCM_PATH", "HIP_PATH",
+                           "PYTHONPATH"})
+#: How long ``close`` waits for the engine to finish removing this backend's containers.
+REMOVAL_WAIT_SECONDS = 60.0
+
+log = logging.getLogger(__name__)
+
+
+class DockerSession(ProcessSession):
+    """A process-backend session whose worker is a container: an OOM kill in the container's
+    memory cgroup is reported as such rather than as an unexplained SIGKILL."""
+
+    def _finish(self, closed_channel: bool = False) -> None:
+        self._collect_report(GRACE_SECONDS)
+        if self.worker.oom_killed():
+            self.fail(FailureKind.OUT_OF_MEMORY, f"the container's memory cap of {self.worker.plan.memory_bytes >> 20} MiB "
+                                                 "was reached (the kernel's OOM killer ended the job)")
+        super()._finish(closed_channel)
+
+
+class DockerBackend(ProcessBackend):
+    """Workers in containers of ``image``. ``memory_bytes`` and ``processes`` set each container's
+    cgroup caps (defaults: ``Limits()``'s, with headroom); a session's own, usually lower, limits
+    are enforced as with the process backend."""
+
+    name = "docker"
+
+    def __init__(self, spec: WorkerSpec, pool_size: int = 1, *, refill: bool = True, start_timeout: float = 600.0,
+                 image: str = WORKER_IMAGE, memory_bytes: int | None = None, processes: int | None = None):
+        self.engine = Engine(docker_image.client())
+        info = docker_image.image_info(self.engine.client, image)
+        if info is None:
+            raise SandboxError(f"the worker image '{image}' is missing: build it with `kernforge sandbox build-image` "
+                               "(`--from-host` where no registry is reachable)")
+        if info.stale:
+            raise SandboxError(f"the worker image {info.describe()}: run `kernforge sandbox build-image` again")
+        missing = [p for p in info.host_paths if not os.path.isdir(p)]
+        if missing:
+            raise SandboxError(f"the worker image binds host folders this machine lacks ({', '.join(missing)}): "
+                               "it was built on another machine; rebuild it here with --from-host")
+        self.image = info
+        self.backend_id = uuid.uuid4().hex[:12]
+        removed = sweep_stale(self.engine)
+        if removed:
+            log.info("removed %d worker containers of kernforge processes that no longer exist", removed)
+        self.plan, self.gpu_detail = self._plan(spec, info, memory_bytes, processes)
+        super().__init__(spec, pool_size, refill=refill, start_timeout=start_timeout, mechanism=MECHANISM)
+        self.drop_uid = self.plan.lease_uids
+
+    # ---- the container every worker gets ---------------------------------------------------------
+    def _plan(self, spec: WorkerSpec, info: docker_image.ImageInfo, memory_bytes: int | None,
+              processes: int | None) -> tuple[ContainerPlan, str]:
+        image_env = dict(item.partition("=")[::2] for item in
+                         (self.engine.client.images.get(info.tag).attrs.get("Config") or {}).get("Env") or [])
+        parent = {k: v for k, v in os.environ.items() if k not in HOST_SPECIFIC}
+        env = worker_env(spec, Path("/nonexistent"), parent)
+        if "PATH" not in spec.env:
+            env.pop("PATH", None)  # the image's PATH leads to its interpreter
+        code_paths = [p for p in spec.env.get("PYTHONPATH", "").split(":") if p]
+        for p in code_paths:
+            if not os.path.isabs(p) or not os.path.isdir(p) or ":" in p:
+                raise SandboxError(f"WorkerSpec PYTHONPATH entry {p!r}: a docker worker needs absolute, existing folders")
+        env["PYTHONPATH"] = ":".join([p for p in image_env.get("PYTHONPATH", "").split(":") if p] + code_paths)
+        env["USER"] = env["LOGNAME"] = "kernforge"
+        binds = [f"{p}:{p}:ro" for p in info.host_paths] + [f"{p}:{p}:ro" for p in code_paths]
+        plan_kwargs: dict[str, Any] = {}
+        detail = "CPU only"
+        if spec.device != "cpu":
+            gpu = docker_gpu.plan(spec.device, self.engine.call("info"), image_env)
+            env.update(gpu.env)
+            binds += list(gpu.binds)
+            plan_kwargs = {"device_requests": gpu.device_requests, "devices": gpu.devices, "group_add": gpu.group_add}
+            detail = gpu.detail
+        sources = [b.split(":", 1)[0] for b in binds]
+        hidden = tuple(os.path.realpath(h) for h in spec.hidden_paths
+                       if os.path.exists(h) and any(_under(os.path.realpath(h), s) for s in sources))
+        limits = Limits()
+        memory = memory_bytes or limits.memory_bytes
+        # Headroom: the parent's poller, which classifies and reports, normally acts first.
+        cap = memory + max(memory // 4, 256 * 1024**2)
+        nice = WARM_NICE if os.geteuid() == 0 and _engine_processes_visible() else 0
+        worker = {"preload": list(spec.preload), "warmup": spec.warmup, "strict": spec.isolation != "none",
+                  "pidns": True, "uid": None, "gid": None, "groups": [], "plan": None, "tmpfs_bytes": TMPFS_BYTES,
+                  "nice": nice}
+        labels = {LABEL_ROLE: "worker", LABEL_OWNER: owner_id(), LABEL_BACKEND: self.backend_id, LABEL_DEVICE: spec.device}
+        plan = ContainerPlan(image=info.id, python=info.python, binds=tuple(binds), env=env, labels=labels,
+                             memory_bytes=cap, pids=(processes or limits.processes) + 64, tmpfs_bytes=TMPFS_BYTES,
+                             lease_uids=os.geteuid() == 0, worker=worker, hidden=hidden, **plan_kwargs)
+        return plan, detail
+
+    def describe(self) -> str:
+        """One line: what a worker of this backend gets."""
+        user = "a private uid per worker" if self.plan.lease_uids else f"uid {os.getuid()} (the parent's)"
+        return (f"docker: image {self.image.describe()}; no network, read-only root, all capabilities dropped, "
+                f"no-new-privileges, memory cap {self.plan.memory_bytes >> 20} MiB, {self.plan.pids} pids, {user}; "
+                f"{self.gpu_detail}")
+
+    # ---- the pool (ProcessBackend's, with containers for processes) ------------------------------
+    def _spawn(self) -> None:
+        try:
+            worker = DockerWorker(self.plan, self.engine)
+        except (OSError, SandboxError, DockerException) as e:
+            self._record_failure(SandboxError(f"cannot start a worker container: {e}"))
+            return
+        with self._cond:
+            self.started_workers += 1
+            if not self.refill:
+                self._initial_left = max(0, self._initial_left - 1)
+            self._starting.append(worker)
+
+    def session(self, entry: str, payload: Mapping[str, Any], limits: Limits) -> DockerSession:
+        """Hand the job to a warm container (waiting for one being started if none is ready)."""
+        for _ in range(MAX_START_FAILURES):
+            worker = self._take()
+            try:
+                session = DockerSession(worker, entry, payload, limits, on_close=self._forget)
+            except WorkerFailure:
+                worker.cleanup()  # it died between warm-up and now: take the next one
+                continue
+            except BaseException:
+                worker.cleanup()
+                raise
+            with self._cond:
+                self._busy.add(session)
+            return session
+        raise SandboxError("warm worker containers keep dying before they can take a job")
+
+    def _monitor(self, busy: list[ProcessSession]) -> None:
+        visible = [s for s in busy if s.worker.host_pid is not None and s.worker.alive()]
+        snapshot = procs.snapshot() if visible else {}
+        now = time.monotonic()
+        for session in busy:
+            if session.failed:
+                continue
+            rss = procs.tree_rss(session.worker.host_pid, snapshot) if session in visible else 0
+            session.check(now, rss)
+
+    def close(self) -> None:
+        """Stop every worker and remove every container this backend started."""
+        super().close()
+        remove_containers(self.engine, {LABEL_BACKEND: self.backend_id}, wait=REMOVAL_WAIT_SECONDS)
+
+
+# ---- owners and sweeping -------------------------------------------------------------------------
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2 :].split()[19].decode()
+
+
+def owner_id(pid: int | None = None) -> str:
+    """``boot/pid/start time`` of a process: names it uniquely on this machine, across pid reuse."""
+    pid = os.getpid() if pid is None else pid
+    return f"{_boot_id()}/{pid}/{_start_time(pid)}"
+
+
+def owner_alive(owner: str) -> bool:
+    try:
+        boot, pid, start = owner.split("/")
+    except ValueError:
+        return False
+    return boot == _boot_id() and pid.isdigit() and _start_time(int(pid)) == start
+
+
+def _engine_processes_visible() -> bool:
+    """Whether this process sees the engine's processes (and so its containers') in /proc."""
+    for pidfile in ("/run/docker.pid", "/var/run/docker.pid"):
+        try:
+            with open(pidfile) as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/comm") as f:
+                return f.read().strip() == "dockerd"
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def remove_containers(engine: Engine, labels: Mapping[str, str], wait: float = 0.0) -> int:
+    """Force-remove every container carrying ``labels``; with ``wait``, until none is left."""
+    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    deadline = time.monotonic() + wait
+    removed = 0
+    while True:
+        found = engine.call("containers", all=True, filters=filters)
+        if not found:
+            return removed
+        for container in found:
+            try:
+                engine.call("remove_container", container["Id"], force=True)
+                removed += 1
+            except NotFound:
+                pass
+            except APIError as e:
+                if e.status_code != 409:  # 409: removal already under way (auto-remove)
+                    raise SandboxError(f"cannot remove container {container['Id'][:12]}: {e.explanation or e}") from None
+        if time.monotonic() >= deadline:
+            return removed
+        time.sleep(0.1)
+
+
+def sweep_stale(engine: Engine) -> int:
+    """Remove worker containers and private folders of kernforge processes that no longer exist
+    (killed before they could clean up). Returns how many containers went."""
+    removed = 0
+    for container in engine.call("containers", all=True, filters={"label": f"{LABEL_ROLE}=worker"}):
+        if owner_alive((container.get("Labels") or {}).get(LABEL_OWNER, "")):
+            continue
+        try:
+            engine.call("remove_container", container["Id"], force=True)
+            removed += 1
+        except NotFound:
+            pass
+        except APIError as e:
+            if e.status_code != 409:
+                log.warning("cannot remove stale container %s: %s", container["Id"][:12], e.explanation or e)
+    for folder in Path(tempfile.gettempdir()).glob(f"{PRIVATE_PREFIX}*-*"):
+        pid = folder.name[len(PRIVATE_PREFIX):].split("-", 1)[0]
+        if (pid.isdigit() and not os.path.exists(f"/proc/{pid}") and folder.is_dir() and not folder.is_symlink()
+                and folder.stat().st_uid == os.geteuid()):
+            remove_tree(folder)
+    return removed
