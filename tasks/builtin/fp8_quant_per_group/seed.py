@@ -23,12 +23,13 @@ def _quant_per_group_kernel(
     mask = tl.arange(0, BLOCK) < GROUP
     # Masked lanes load 0, which never raises a max of absolute values.
     x = tl.load(x_ptr + row.to(tl.int64) * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=0), AMAX_FLOOR) / FP8_MAX
+    # div_rn is IEEE division, as torch's: scale and x / scale come out bit-identical to the
+    # reference's, so the only rounding left is the one to fp8 (Triton's `/` is an approximate
+    # division on NVIDIA GPUs, up to 2 float32 ulps off).
+    scale = tl.div_rn(tl.maximum(tl.max(tl.abs(x), axis=0), AMAX_FLOOR), FP8_MAX)
     tl.store(scales_ptr + row.to(tl.int64) * stride_s + group, scale)
-    # Divide in float32 so x / scale is the reference's value to within a float32 rounding; the
-    # only real rounding is then the one to fp8 (3 mantissa bits). x / scale may land a float32
-    # step above 448 on the group's maximum: clamp before converting.
-    q = tl.minimum(tl.maximum(x / scale, -FP8_MAX), FP8_MAX)
+    # x / scale may land a float32 step above 448 on the group's maximum: clamp first.
+    q = tl.minimum(tl.maximum(tl.div_rn(x, scale), -FP8_MAX), FP8_MAX)
     # float8e4nv is float8_e4m3fn (Hopper's e4m3); the conversion rounds to nearest even.
     tl.store(q_ptr + row.to(tl.int64) * stride_q + cols, q.to(tl.float8e4nv), mask=mask)
 

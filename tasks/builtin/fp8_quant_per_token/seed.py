@@ -24,16 +24,18 @@ def _quant_per_token_kernel(x_ptr, q_ptr, scale_ptr, H, stride_x, stride_q, BLOC
         cols = h0 + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < H, other=0.0).to(tl.float32)
         amax = tl.maximum(amax, tl.abs(x))
-    scale = tl.maximum(tl.max(amax, axis=0) / FP8_MAX, MIN_SCALE)
+    # div_rn is IEEE division, as torch's: scale and x / scale come out bit-identical to the
+    # reference's, so the only rounding left is the one to fp8 (Triton's `/` is an approximate
+    # division on NVIDIA GPUs, up to 2 float32 ulps off).
+    scale = tl.maximum(tl.div_rn(tl.max(amax, axis=0), FP8_MAX), MIN_SCALE)
     tl.store(scale_ptr + row, scale)
-    # Pass 2: divide in float32 so x / scale is the reference's value to within a float32
-    # rounding; the only real rounding is then the one to fp8 (3 mantissa bits).
+    # Pass 2: scale, clamp and round.
     for h0 in range(0, H, BLOCK):
         cols = h0 + tl.arange(0, BLOCK)
         mask = cols < H
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
         # x / scale may land a float32 step above 448 on the row's maximum: clamp first.
-        q = tl.minimum(tl.maximum(x / scale, -FP8_MAX), FP8_MAX)
+        q = tl.minimum(tl.maximum(tl.div_rn(x, scale), -FP8_MAX), FP8_MAX)
         # float8e4nv is float8_e4m3fn (Hopper's e4m3); the conversion rounds to nearest even.
         tl.store(q_row + cols, q.to(tl.float8e4nv), mask=mask)
 

@@ -41,7 +41,7 @@ def _gate_up_kernel(
     hidden_ptr, w1_ptr, rows_ptr, counts_ptr, act_ptr,
     T, H, I, TOPK,
     stride_h, stride_w1e, stride_w1n, stride_act,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
 ):
     expert = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -69,9 +69,8 @@ def _gate_up_kernel(
             w_mask = k_mask[:, None] & n_mask[None, :]
             w_gate = tl.load(gate_ptrs, mask=w_mask, other=0.0)
             w_up = tl.load(up_ptrs, mask=w_mask, other=0.0)
-            # ieee: float32 operands must not be rounded to TF32; bf16 ones use tensor cores anyway.
-            acc_gate = tl.dot(x, w_gate, acc_gate, input_precision="ieee")
-            acc_up = tl.dot(x, w_up, acc_up, input_precision="ieee")
+            acc_gate = tl.dot(x, w_gate, acc_gate, input_precision=PRECISION)
+            acc_up = tl.dot(x, w_up, acc_up, input_precision=PRECISION)
             x_ptrs += BLOCK_K
             gate_ptrs += BLOCK_K
             up_ptrs += BLOCK_K
@@ -87,7 +86,7 @@ def _down_kernel(
     act_ptr, w2_ptr, rows_ptr, counts_ptr, topk_weights_ptr, partial_ptr,
     T, H, I,
     stride_act, stride_w2e, stride_w2n, stride_partial,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
 ):
     expert = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -106,7 +105,7 @@ def _down_kernel(
             k_mask = offs_k < I - k0
             a = tl.load(a_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-            acc = tl.dot(a, w, acc, input_precision="ieee")
+            acc = tl.dot(a, w, acc, input_precision=PRECISION)
             a_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
         weight = tl.load(topk_weights_ptr + assign, mask=m_mask, other=0.0)
@@ -157,17 +156,19 @@ def fused_moe(
 
     # Tile height near the average number of tokens per expert, at least 16 for tl.dot.
     block_m = min(64, max(16, triton.next_power_of_2(-(-assignments // experts))))
+    # float32 operands (the interpreter's dtype, or a float32 run) must not be rounded to TF32.
+    precision = "ieee" if hidden.dtype == torch.float32 else "tf32"
     act = torch.empty((assignments, inter), dtype=hidden.dtype, device=device)
     _gate_up_kernel[(experts, triton.cdiv(inter, 64))](
         hidden, w1, rows, counts, act, tokens, hidden_size, inter, top_k,
         hidden.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
-        BLOCK_M=block_m, BLOCK_N=64, BLOCK_K=64, num_warps=4,
+        BLOCK_M=block_m, BLOCK_N=64, BLOCK_K=64, PRECISION=precision, num_warps=4,
     )
     partial = torch.empty((assignments, hidden_size), dtype=torch.float32, device=device)
     _down_kernel[(experts, triton.cdiv(hidden_size, 64))](
         act, w2, rows, counts, topk_weights, partial, tokens, hidden_size, inter,
         act.stride(0), w2.stride(0), w2.stride(1), partial.stride(0),
-        BLOCK_M=block_m, BLOCK_N=64, BLOCK_K=64, num_warps=4,
+        BLOCK_M=block_m, BLOCK_N=64, BLOCK_K=64, PRECISION=precision, num_warps=4,
     )
     _sum_topk_kernel[(triton.cdiv(tokens, 16), triton.cdiv(hidden_size, 256))](
         partial, out, tokens, hidden_size, top_k, partial.stride(0), out.stride(0),

@@ -13,7 +13,7 @@ import triton.language as tl
 @triton.jit
 def _gemm_kernel(
     x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -32,9 +32,7 @@ def _gemm_kernel(
         # w is [N, K] row-major; reading it as a [BLOCK_K, BLOCK_N] tile gives w.T directly.
         w = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None],
                     mask=n_mask[None, :] & k_mask[:, None], other=0.0)
-        # ieee: float32 operands (the interpreter's dtype, or a float32 run) must not be
-        # rounded to TF32; bf16 operands use tensor cores either way.
-        acc = tl.dot(x, w, acc, input_precision="ieee")
+        acc = tl.dot(x, w, acc, input_precision=PRECISION)
     y = acc.to(y_ptr.dtype.element_ty)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], y,
              mask=m_mask[:, None] & n_mask[None, :])
@@ -52,9 +50,11 @@ def gemm_small_m(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     block_m = min(max(16, triton.next_power_of_2(m)), 64)
     block_n, block_k = 64, 64
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m))
+    # float32 operands (the interpreter's dtype, or a float32 run) must not be rounded to TF32.
+    precision = "ieee" if x.dtype == torch.float32 else "tf32"
     _gemm_kernel[grid](
         x, w, y, m, n, k, x.stride(0), w.stride(0), y.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=precision, num_warps=4,
     )
     return y
 

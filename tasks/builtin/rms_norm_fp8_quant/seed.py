@@ -39,7 +39,10 @@ def _rms_norm_fp8_kernel(
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         amax = tl.maximum(amax, tl.abs(x * inv_rms * w))
-    scale = tl.maximum(tl.max(amax, axis=0) / FP8_MAX, MIN_SCALE)
+    # div_rn is IEEE division, as torch's (Triton's `/` is approximate on NVIDIA GPUs). y itself
+    # differs from the reference's by a few float32 ulps (summation order, square root), which
+    # moves q by at most one fp8 step, and only for values right at a rounding boundary.
+    scale = tl.maximum(tl.div_rn(tl.max(amax, axis=0), FP8_MAX), MIN_SCALE)
     tl.store(scale_ptr + row, scale)
     # Pass 3: the same y, divided in float32, so the only real rounding is the one to fp8.
     for h0 in range(0, H, BLOCK):
@@ -48,7 +51,7 @@ def _rms_norm_fp8_kernel(
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         # y / scale may land a float32 step above 448 on the row's maximum: clamp first.
-        q = tl.minimum(tl.maximum(x * inv_rms * w / scale, -FP8_MAX), FP8_MAX)
+        q = tl.minimum(tl.maximum(tl.div_rn(x * inv_rms * w, scale), -FP8_MAX), FP8_MAX)
         # float8e4nv is float8_e4m3fn (Hopper's e4m3); the conversion rounds to nearest even.
         tl.store(q_row + cols, q.to(tl.float8e4nv), mask=mask)
 
