@@ -7,9 +7,8 @@
       ...                                      ├─ queue (1/dev) ┤   (judge.verify in the device's
       pick a task ... propose ────────────────┘                └─   own thread; one at a time)
 
-* **Devices.** One judge per device: the GPUs named by ``--gpu``, else every visible GPU, else
-  the CPU (the Triton interpreter). A device verifies one candidate at a time, in a thread of its
-  own, so the event loop keeps LLM requests in flight meanwhile. The queue holds at most one
+* **Devices** (devices.py): one judge per device, one verification at a time each, in a thread of
+  its own, so the event loop keeps LLM requests in flight meanwhile. The queue holds at most one
   proposal per device: enough that a device never waits for the next candidate when the proposer
   is fast, few enough that proposals are made from fresh feedback.
 * **Every attempt is archived** in one transaction (``Archive.record_attempt``) with its prompt,
@@ -33,149 +32,34 @@ import math
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from kernforge.archive.content import code_hash, environment_key
+from kernforge.archive.content import code_hash
 from kernforge.archive.errors import ArchiveError
-from kernforge.archive.history import HistoryRow, attempts as archived_attempts, run_history, task_history
+from kernforge.archive.history import HistoryRow, attempts as archived_attempts
 from kernforge.archive.records import NewAttempt
-from kernforge.archive.store import Archive, gpu_label
+from kernforge.archive.store import Archive
 from kernforge.sandbox.protocol import SandboxError
-from kernforge.tasks.loader import load_tasks
 from kernforge.tasks.spec import Task
-from kernforge.verifier.judge import Judge, JudgeError, JudgeOptions
+from kernforge.verifier.judge import JudgeError, JudgeOptions
 from kernforge.verifier.verdict import Rejected, Status, Verdict
 
-from .budget import Budget, Meter, Spent, earlier_seconds
-from .display import AttemptEvent, Display, QuietDisplay, RunView, TaskStats
+from .budget import Meter, Spent
+from .display import AttemptEvent, Display, QuietDisplay, RunView
 from .errors import LoopError
-from .evaluate import open_judge, visible_gpus
-from .lessons import Failure, Lessons
+from .devices import Devices, resolve_devices
+from .lessons import Failure
 from .llm import LLMError
+from .plan import (RunResult, RunSettings, TaskState, dead_gap_s, load_run_tasks, resumed_spent, settings_for_resume,
+                   task_state)
 from .proposers import LLMProposer, NoProposal, OfflineTuner, Proposal, llm_config, seed_rng
-from .search import Member, Population, fitness_of, geomean_us, row_fitness
+from .search import Member, Population, geomean_us, row_fitness
 from .strategy import Bandit, reward
+
+__all__ = ["RunResult", "RunSettings", "Runner", "run", "run_async"]
 
 #: An LLM provider failing this many requests in a row (after each one's own retries) ends the run.
 MAX_CONSECUTIVE_LLM_FAILURES = 5
-#: Archived attempts read per task at start (lessons, bandit, the offline tuner's memory).
-HISTORY_LIMIT = 5000
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """Everything ``kernforge run`` was asked to do. Stored with the run (no secret in it)."""
-
-    tasks: tuple[str, ...] = ()
-    db: Path = Path("kernforge.db")
-    provider: str | None = None
-    base_url: str | None = None
-    models: tuple[str, ...] = ()
-    offline: bool = False
-    budget: Budget = Budget()
-    #: GPU indices; empty: every visible GPU, or the CPU interpreter without one
-    gpus: tuple[int, ...] = ()
-    sandbox: str = "process"
-    resume: int | None = None
-    seed: int = 0
-    #: warm candidate workers per device; None: 2 on a GPU (one judged, one warming), 1 on the CPU
-    pool_size: int | None = None
-    judge_options: JudgeOptions | None = None
-
-    def stored(self) -> dict[str, Any]:
-        return {"tasks": list(self.tasks), "provider": self.provider, "base_url": self.base_url,
-                "models": list(self.models), "offline": self.offline, "budget": self.budget.to_dict(),
-                "gpus": list(self.gpus), "sandbox": self.sandbox, "seed": self.seed}
-
-
-@dataclass
-class RunResult:
-    run_id: int
-    status: str
-    db: str
-    proposer: str
-    devices: tuple[str, ...]
-    tasks: list[TaskStats]
-    attempts: int
-    wall_s: float
-    #: from the devices' being ready to the last verdict: what the busy fraction is a fraction of
-    pipeline_s: float
-    verify_s: float
-    verify_s_per_device: dict[str, float]
-    verified_per_device: dict[str, int]
-    #: from the start until every device had a warm judge (workers started, reference loaded)
-    startup_s: float
-    busy: float | None
-    tokens: int
-    cost: float
-    retries: int
-    llm_failures: int
-    stop_reason: str | None
-    arms: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "tasks"}
-        out["tasks"] = [t.to_dict() for t in self.tasks]
-        out["devices"] = list(self.devices)
-        return out
-
-
-@dataclass
-class _TaskState:
-    task: Task
-    task_id: int
-    population: Population
-    lessons: Lessons
-    stats: TaskStats
-    seed_code: str | None = None  # the seed, while it still has to be judged
-    pending: int = 0  # proposals being asked for, queued or being judged
-    done: str | None = None  # why no more proposals are asked for this task
-    waiting: bool = False  # the tuner has nothing until an in-flight verdict arrives
-    ids: dict[str, int] = field(default_factory=dict)  # code hash -> attempt id (parents' ids)
-
-
-def _devices(gpus: tuple[int, ...]) -> list[str]:
-    visible = visible_gpus()
-    for g in gpus:
-        if g not in visible:
-            raise LoopError(f"--gpu {g}: no such GPU here (visible: {visible or 'none; leave out --gpu to use the CPU interpreter'})")
-    chosen = list(dict.fromkeys(gpus)) or visible
-    return [f"cuda:{g}" for g in chosen] or ["cpu"]
-
-
-def _load(refs: tuple[str, ...]) -> list[Task]:
-    tasks: dict[str, Task] = {}
-    for ref in refs:
-        found, errors = load_tasks(ref)
-        if errors:
-            raise errors[0]
-        for task in found:
-            if task.name in tasks and tasks[task.name].ref != task.ref:
-                raise LoopError(f"two tasks are named {task.name!r} ({tasks[task.name].ref} and {task.ref}); run them separately")
-            tasks[task.name] = task
-    if not tasks:
-        raise LoopError("no task: give --task NAME_OR_PATH (see `kernforge tasks list`)")
-    return list(tasks.values())
-
-
-def _settings_for_resume(archive: Archive, given: RunSettings) -> RunSettings:
-    run = archive.run_status(given.resume).run
-    if given.tasks or given.provider or given.base_url or given.models or given.offline:
-        raise LoopError(
-            f"--resume {given.resume} continues the run with its own tasks and proposer (as stored in the archive); "
-            "only budgets, --gpu and --sandbox may be given with it")
-    stored = run.config.get("settings")
-    if not isinstance(stored, Mapping) or "tasks" not in stored:
-        raise LoopError(f"run {given.resume} in {archive.path} was not started by `kernforge run`; it cannot be resumed")
-    settings = replace(
-        given, tasks=tuple(stored["tasks"]), provider=stored.get("provider"), base_url=stored.get("base_url"),
-        models=tuple(stored.get("models") or ()), offline=bool(stored.get("offline")), seed=int(stored.get("seed", 0)),
-        budget=Budget.from_dict(stored.get("budget") or {}).merged(given.budget),
-    )
-    return settings
 
 
 class Runner:
@@ -184,12 +68,9 @@ class Runner:
         self.display = display or QuietDisplay()
         self.archive: Archive | None = None
         self.run_id: int | None = None
-        self.states: list[_TaskState] = []
-        self.judges: list[Judge] = []
-        self.devices: list[str] = []
-        self.busy_s: dict[str, float] = {}
-        self.env: dict[str, Any] = {}
-        self.env_key = ""
+        self.states: list[TaskState] = []
+        self.devices: Devices | None = None
+        self._db_executor: ThreadPoolExecutor | None = None
         self.proposer: LLMProposer | OfflineTuner | None = None
         self.bandit: Bandit | None = None
         self.meter: Meter | None = None
@@ -208,42 +89,42 @@ class Runner:
         self._consumers: list[asyncio.Task] = []
         self._turn = 0
         self._interrupts = 0
-        self._resume_rows: list[HistoryRow] = []  # a resumed run's earlier attempts
 
     # ---- the whole run -------------------------------------------------------------------------
     async def run(self) -> RunResult:
         s = self.settings
         status = "failed"
-        judge_cms: list[Any] = []
         if s.resume is not None:
             self.archive = Archive.open(s.db)
         try:
             if s.resume is not None:
-                s = _settings_for_resume(self.archive, s)
+                s = settings_for_resume(self.archive, s)
                 self.settings = s
-            tasks = _load(s.tasks)
+            tasks = load_run_tasks(s.tasks)
             config = llm_config(provider=s.provider, base_url=s.base_url, models=s.models, offline=s.offline)
-            self.devices = _devices(s.gpus)
+            names = resolve_devices(s.gpus)
             self._check_cost_budget(config)
             if self.archive is None:  # a new run: its archive is created once the input is known good
                 self.archive = Archive.create(s.db)
             self.bandit = Bandit(seed_rng(s.seed, "bandit"))
             task_ids = [self.archive.register_task(t) for t in tasks]
             self.run_id, before = self._start_run(config, tasks, task_ids)
-            self.display.note(f"run {self.run_id}: starting sandbox workers and the reference on {', '.join(self.devices)}...")
+            self.display.note(f"run {self.run_id}: starting sandbox workers and the reference on {', '.join(names)}...")
             if config is not None and s.budget.unlimited:
                 self.display.note("no budget given (--max-attempts, --hours, --max-tokens, --max-cost): "
                                   "the run goes on until Ctrl-C")
-            judge_cms = await self._open_judges()
+            self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size, options=s.judge_options)
+            self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
+            await self.devices.open()
             self._load_states(tasks, task_ids)
-            self.meter = Meter(s.budget, replace(before, seconds=self._earlier_seconds(config)))
+            self.meter = Meter(s.budget, before)
             if config is None:
                 self.proposer = OfflineTuner(seed=s.seed)
                 self._prime_tuner()
             else:
-                hardware = dict(self.env) | await asyncio.to_thread(self.judges[0].ceilings)
+                hardware = dict(self.devices.env) | await self.devices.ceilings()
                 self.proposer = LLMProposer(config, s.models, self.bandit, hardware=hardware,
-                                            device_kind="cpu" if self.devices == ["cpu"] else "cuda")
+                                            device_kind="cpu" if self.devices.on_cpu else "cuda")
                 await self.proposer.start()
             self._t_devices = time.monotonic()
             self.display.start(self.view)
@@ -257,7 +138,7 @@ class Runner:
             status = "interrupted"
             raise
         finally:
-            await self._close(judge_cms)
+            await self._close()
             if self.archive is not None:
                 if self.run_id is not None:
                     self.archive.finish_run(self.run_id, status)
@@ -284,67 +165,15 @@ class Runner:
             stored = {"settings": s.stored(), "llm": config.to_dict() if config else None,
                       "task_refs": {t.name: t.ref for t in tasks}}
             return self.archive.start_run(stored), Spent()
-        status = self.archive.resume_run(s.resume)
-        rows = run_history(self.archive, s.resume)
-        names = dict(zip(task_ids, (t.name for t in tasks)))
-        counts: dict[str, int] = {}
-        for r in rows:
-            if r.task_id in names:
-                counts[names[r.task_id]] = counts.get(names[r.task_id], 0) + 1
-        self._next_seq = status.next_seq
-        self._resume_rows = rows
-        run = status.run
-        return s.resume, Spent(attempts=counts, tokens=run.tokens_in + run.tokens_out, cost=run.cost_usd)
+        self.archive.resume_run(s.resume)
+        gap = dead_gap_s(config, s.judge_options or JudgeOptions())
+        spent, self._next_seq = resumed_spent(self.archive, s.resume, tasks, task_ids, gap)
+        return s.resume, spent
 
-    def _earlier_seconds(self, config: Any) -> float:
-        rows = self._resume_rows
-        if not rows:
-            return 0.0
-        options = self.settings.judge_options or JudgeOptions()
-        llm = 60.0
-        if config is not None:
-            llm = config.total_timeout_s or (config.max_retries + 1) * (config.request_timeout_s + config.backoff_max_s)
-        assert self.archive is not None and self.run_id is not None
-        run = self.archive.run_status(self.run_id).run
-        return earlier_seconds(run.started, [r.created for r in rows], llm + options.message_timeout_s)
-
-    # ---- judges --------------------------------------------------------------------------------
-    async def _open_judges(self) -> list[Any]:
-        s = self.settings
-        options = s.judge_options or JudgeOptions()
-
-        def open_one(device: str) -> tuple[Any, Judge]:
-            pool = s.pool_size or (1 if device == "cpu" else 2)
-            cm = open_judge(device, sandbox=s.sandbox, pool_size=pool, options=options)
-            return cm, cm.__enter__()
-
-        opened = await asyncio.gather(*(asyncio.to_thread(open_one, d) for d in self.devices), return_exceptions=True)
-        cms = [o[0] for o in opened if not isinstance(o, BaseException)]
-        errors = [o for o in opened if isinstance(o, BaseException)]
-        if errors:
-            await self._close(cms)
-            raise errors[0]
-        self.judges = [o[1] for o in opened]
-        envs = await asyncio.gather(*(asyncio.to_thread(j.environment) for j in self.judges))
-        keys = {environment_key(e) for e in envs}
-        if len(keys) > 1:
-            await self._close(cms)
-            names = sorted({str(e.get("gpu")) for e in envs})
-            raise LoopError(f"the GPUs differ ({', '.join(names)}): kernels are compared within one GPU model and software "
-                            "stack; choose GPUs of one model with --gpu")
-        self.env = dict(envs[0])
-        self.env_key = keys.pop()
-        self.busy_s = {d: 0.0 for d in self.devices}
-        self.verified = {d: 0 for d in self.devices}
-        self._executors = [ThreadPoolExecutor(1, thread_name_prefix=f"kernforge-verify-{d}") for d in self.devices]
-        self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
-        return cms
-
-    async def _close(self, cms: list[Any]) -> None:
-        await asyncio.gather(*(asyncio.to_thread(cm.__exit__, None, None, None) for cm in cms), return_exceptions=True)
-        for ex in getattr(self, "_executors", []):
-            ex.shutdown(wait=False, cancel_futures=True)
-        if getattr(self, "_db_executor", None) is not None:
+    async def _close(self) -> None:
+        if self.devices is not None:
+            await self.devices.close()
+        if self._db_executor is not None:
             self._db_executor.shutdown(wait=True)
         if self.proposer is not None:
             with contextlib.suppress(Exception):
@@ -353,34 +182,13 @@ class Runner:
     # ---- state from the archive ----------------------------------------------------------------
     def _load_states(self, tasks: list[Task], task_ids: list[int]) -> None:
         assert self.archive is not None and self.bandit is not None
-        label = gpu_label(self.env)
         replay: list[HistoryRow] = []
-        on_cpu = self.devices == ["cpu"]
         for task, task_id in zip(tasks, task_ids):
-            rng = seed_rng(self.settings.seed, "search", task.name)
-            population = Population.load(self.archive.population(task_id, label, top=8, diverse=4, recent=8, failures=4), rng=rng)
-            rows = task_history(self.archive, task_id, limit=HISTORY_LIMIT)
-            lessons = Lessons()
-            lessons.replay(rows)
-            replay += rows
-            state = _TaskState(task, task_id, population, lessons, TaskStats(task.name))
-            state.ids.update({r.code_hash: r.id for r in rows if r.reuse_of is None and r.env_key == self.env_key})
-            seed = task.seed_source
-            if seed is not None and on_cpu and task.interpreter_unsupported:
-                state.stats.note = f"seed not run on the interpreter: {task.interpreter_unsupported}"
-                seed = None
-            if seed is not None:
-                hit = self.archive.lookup(task_id, seed, self.env_key)
-                if hit is not None:  # judged in an earlier run: known, not judged again
-                    population.set_seed(seed)
-                    population.add(Member.from_record(hit))
-                    state.stats.seed_time_us = geomean_us(hit.verdict.to_dict())
-                else:
-                    state.seed_code = seed
-                    population.set_seed(seed)
-            self._set_best(state)
-            state.stats.best_is_new = False
+            population = Population(rng=seed_rng(self.settings.seed, "search", task.name))
+            state, rows = task_state(self.archive, task, task_id, env=self.devices.env, env_key=self.devices.env_key,
+                                     population=population, on_cpu=self.devices.on_cpu)
             self.states.append(state)
+            replay += rows
         replay.sort(key=lambda r: r.id)
         self.bandit.replay(replay, {r.id: row_fitness(r) for r in replay})
 
@@ -392,26 +200,14 @@ class Runner:
             records = archived_attempts(self.archive, ids)
             self.proposer.prime(state.task, ((r.code, r.verdict.to_dict()) for r in records))
 
-    def _set_best(self, state: _TaskState) -> None:
-        best = state.population.best
-        if best is None:
-            return
-        st = state.stats
-        shapes = best.verdict.get("shapes") or () if best.verdict else ()
-        st.best_attempt = best.attempt_id
-        st.best_time_us = geomean_us(best.verdict)
-        st.best_score = best.fitness[1] if best.fitness and best.fitness[0] == 1 else None
-        eager = [s["speedup_eager"] for s in shapes if s.get("speedup_eager")]
-        st.best_speedup_eager = math.exp(sum(math.log(x) for x in eager) / len(eager)) if eager else None
-        st.best_is_new = True
-
     # ---- the pipeline --------------------------------------------------------------------------
     async def _pipeline(self) -> None:
-        self._queue = asyncio.Queue(maxsize=len(self.judges))
+        n_devices = len(self.devices.names)
+        self._queue = asyncio.Queue(maxsize=n_devices)
         self._progress = asyncio.Event()
-        self._late: list[tuple[_TaskState, Proposal]] = []
+        self._late: list[tuple[TaskState, Proposal]] = []
         n = self.proposer.config.concurrency if isinstance(self.proposer, LLMProposer) else 1
-        self._consumers = [asyncio.create_task(self._consume(i)) for i in range(len(self.judges))]
+        self._consumers = [asyncio.create_task(self._consume(i)) for i in range(n_devices)]
         self._producers = [asyncio.create_task(self._produce()) for _ in range(n)]
         watch = asyncio.create_task(self._watch_clock())
         await asyncio.gather(*self._producers, return_exceptions=True)
@@ -468,17 +264,17 @@ class Runner:
             self.failure = error
         self.stop(f"error: {error}")
 
-    def _finish_task(self, state: _TaskState, reason: str) -> None:
+    def _finish_task(self, state: TaskState, reason: str) -> None:
         if state.done is None:
             state.done = reason
             state.stats.note = reason
             self.display.note(f"[{state.task.name}] {reason}")
 
-    def _finished(self, state: _TaskState) -> bool:
+    def _finished(self, state: TaskState) -> bool:
         assert self.meter is not None
         return state.done is not None or self.meter.task_done(state.task.name)
 
-    def _pick(self) -> _TaskState | None:
+    def _pick(self) -> TaskState | None:
         """The next task to ask a proposal for (round robin), with an attempt reserved for it."""
         assert self.meter is not None
         for k in range(len(self.states)):
@@ -525,7 +321,7 @@ class Runner:
         except Exception as error:  # a bug must still end the run cleanly, marked failed
             self._fail(error)
 
-    async def _propose(self, state: _TaskState) -> Proposal | None:
+    async def _propose(self, state: TaskState) -> Proposal | None:
         assert self.proposer is not None
         if state.seed_code is not None:
             code, state.seed_code = state.seed_code, None
@@ -574,7 +370,7 @@ class Runner:
                 state.waiting = False
                 self._progress.set()
 
-    async def _judge_and_record(self, index: int, state: _TaskState, proposal: Proposal) -> None:
+    async def _judge_and_record(self, index: int, state: TaskState, proposal: Proposal) -> None:
         assert self.meter is not None
         loop = asyncio.get_running_loop()
         task, code = state.task, proposal.code
@@ -584,9 +380,9 @@ class Runner:
         mine: asyncio.Future | None = None
         try:
             if proposal.unusable is not None:
-                verdict: Verdict = _unusable(proposal, self.env)
+                verdict: Verdict = _unusable(proposal, self.devices.env)
             else:
-                hit = await self._db(self.archive.lookup, state.task_id, code, self.env_key)
+                hit = await self._db(self.archive.lookup, state.task_id, code, self.devices.env_key)
                 if hit is None and key in self._inflight:
                     # Another device is judging the same code: wait for its verdict and reuse it.
                     twin = self._inflight[key]
@@ -602,12 +398,7 @@ class Runner:
                     verdict, reuse_of = hit.verdict, hit.id
                 else:
                     mine = self._inflight[key] = loop.create_future()
-                    started = time.monotonic()
-                    judge = self.judges[index]
-                    verdict = await loop.run_in_executor(self._executors[index], judge.verify, code, task)
-                    verify_s = time.monotonic() - started
-                    self.busy_s[self.devices[index]] += verify_s
-                    self.verified[self.devices[index]] += 1
+                    verdict, verify_s = await self.devices.verify(index, code, task)
             if self.abandon:
                 raise asyncio.CancelledError
             attempt_id, seq = await self._db(self._record, state, proposal, verdict, reuse_of)
@@ -625,7 +416,7 @@ class Runner:
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._db_executor, fn, *args)
 
-    def _record(self, state: _TaskState, p: Proposal, verdict: Verdict, reuse_of: int | None) -> tuple[int, int]:
+    def _record(self, state: TaskState, p: Proposal, verdict: Verdict, reuse_of: int | None) -> tuple[int, int]:
         """Write the attempt (in the archive's thread). Sequence numbers are dense: one per row."""
         assert self.archive is not None and self.run_id is not None
         parent_id = None
@@ -634,14 +425,14 @@ class Runner:
         seq = self._next_seq
         attempt_id = self.archive.record_attempt(NewAttempt(
             run_id=self.run_id, seq=seq, task_id=state.task_id, code=p.code, verdict=verdict,
-            environment=self.env if reuse_of is not None or p.unusable else {}, parent_id=parent_id,
+            environment=self.devices.env if reuse_of is not None or p.unusable else {}, parent_id=parent_id,
             proposer=p.proposer, model=p.model, prompt=p.prompt, response=p.response, tokens_in=p.tokens_in,
             tokens_out=p.tokens_out, cost_usd=p.cost, latency_s=p.latency_s, reuse_of=reuse_of,
         ))
         self._next_seq += 1
         return attempt_id, seq
 
-    def _learn(self, state: _TaskState, p: Proposal, verdict: Verdict, attempt_id: int, seq: int,
+    def _learn(self, state: TaskState, p: Proposal, verdict: Verdict, attempt_id: int, seq: int,
                reuse_of: int | None, verify_s: float | None) -> None:
         """Everything a verdict teaches: population, lessons, bandit, tuner, budget, display."""
         assert self.meter is not None and self.proposer is not None and self.bandit is not None
@@ -676,7 +467,7 @@ class Runner:
             st.rejected[verdict.status.value] += 1
         st.cheats += verdict.threat is not None
         if new_best:
-            self._set_best(state)
+            state.note_best()
         shapes = data.get("shapes") or ()
         eager = [s["speedup_eager"] for s in shapes if s.get("speedup_eager")]
         self.display.attempt(AttemptEvent(
@@ -693,27 +484,27 @@ class Runner:
         assert self.meter is not None
         return RunView(
             run_id=self.run_id or 0, proposer=self.proposer.describe() if self.proposer else "",
-            devices=tuple(self.devices), elapsed_s=time.monotonic() - self._t0, busy=self._busy(),
+            devices=tuple(self.devices.names if self.devices else ()), elapsed_s=time.monotonic() - self._t0, busy=self._busy(),
             tokens=self.meter.tokens, cost=self.meter.cost, stopping=self.stopping,
             tasks=tuple(s.stats for s in self.states),
         )
 
     def _busy(self) -> float | None:
-        if self._t_devices is None or not self.devices:
+        if self._t_devices is None or self.devices is None:
             return None
-        span = ((self._t_end or time.monotonic()) - self._t_devices) * len(self.devices)
-        return min(1.0, sum(self.busy_s.values()) / span) if span > 0 else None
+        span = ((self._t_end or time.monotonic()) - self._t_devices) * len(self.devices.names)
+        return min(1.0, sum(self.devices.busy_s.values()) / span) if span > 0 else None
 
     def result(self, status: str) -> RunResult:
         assert self.meter is not None and self.run_id is not None
         notes = self.display.notes if isinstance(self.display, QuietDisplay) else []
         return RunResult(
             run_id=self.run_id, status=status, db=str(self.settings.db),
-            proposer=self.proposer.describe() if self.proposer else "", devices=tuple(self.devices),
+            proposer=self.proposer.describe() if self.proposer else "", devices=tuple(self.devices.names),
             tasks=[s.stats for s in self.states], attempts=sum(s.stats.attempts for s in self.states),
             wall_s=time.monotonic() - self._t0, pipeline_s=(self._t_end or time.monotonic()) - (self._t_devices or self._t0),
-            verify_s=sum(self.busy_s.values()),
-            verify_s_per_device=dict(self.busy_s), verified_per_device=dict(getattr(self, "verified", {})),
+            verify_s=sum(self.devices.busy_s.values()),
+            verify_s_per_device=dict(self.devices.busy_s), verified_per_device=dict(self.devices.verified),
             startup_s=(self._t_devices or time.monotonic()) - self._t0, busy=self._busy(), tokens=self.meter.tokens,
             cost=self.meter.cost, retries=self.retries, llm_failures=self.llm_failures,
             stop_reason=self.stopping, arms=self.bandit.table() if self.bandit else [], notes=list(notes),

@@ -25,7 +25,7 @@ times still rank kernels against each other). A scored kernel ranks above an uns
 * ``fresh``: no parent: a new kernel from the reference, the best kernels shown as inspirations.
 
 Inspirations for a parent are the best kernel and the elites of the other niches, fastest first.
-A new run starts from the archive (``Population.load``): its best, a spread of ranks below, the
+A new run starts from the archive (``Population.load_archived``): its best, a spread of ranks below, the
 newest accepted kernels and failures, so it continues from where the last run stopped.
 """
 
@@ -158,12 +158,12 @@ class Population:
         self._codes: set[str] = set()
 
     # ---- filling ------------------------------------------------------------------------------
-    @classmethod
-    def load(cls, archived: ArchivedPopulation, *, rng: random.Random, **kw: Any) -> "Population":
-        pop = cls(rng=rng, **kw)
+    def load_archived(self, archived: ArchivedPopulation) -> "Population":
+        """Take in the archive's population of the task: its best, a spread of ranks below, the
+        newest accepted kernels and the newest failures worth repairing."""
         for record in (*archived.top, *archived.diverse, *archived.recent, *reversed(archived.failures)):
-            pop.add(Member.from_record(record))
-        return pop
+            self.add(Member.from_record(record))
+        return self
 
     @property
     def best(self) -> Member | None:

@@ -14,7 +14,7 @@ import pytest
 from kernforge.loop.config import ConfigError
 from kernforge.loop.errors import LoopError
 from kernforge.loop.lessons import Failure, Lessons
-from kernforge.loop.proposers import LLMProposer, NoProposal, OfflineTuner, Proposal, llm_config
+from kernforge.loop.proposers import LLMProposer, NoProposal, OfflineTuner, llm_config
 from kernforge.loop.search import Member, Population
 from kernforge.loop.strategy import Bandit
 from kernforge.tasks.loader import load_task

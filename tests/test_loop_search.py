@@ -150,6 +150,6 @@ def test_load_from_the_archive_population():
 
     archived = Archived(top=(record(1, accepted(30.0)),), recent=(record(2, accepted(60.0)),),
                         failures=(record(4, rejected(Status.INCORRECT)), record(3, rejected(Status.TIMEOUT))))
-    pop = Population.load(archived, rng=random.Random(0))
+    pop = Population(rng=random.Random(0)).load_archived(archived)
     assert pop.best.attempt_id == 1 and [m.attempt_id for m in pop.accepted] == [1, 2]
     assert [m.attempt_id for m in pop.failures] == [4, 3]  # newest first, as the archive lists them
