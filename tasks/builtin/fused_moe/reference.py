@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 T = 16  # tokens
 H = 1024  # hidden size
-I = 512  # each expert's intermediate size  # noqa: E741
+I = 512  # each expert's intermediate size
 E = 8  # experts
 TOPK = 2  # experts per token
 

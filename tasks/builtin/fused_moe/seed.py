@@ -124,7 +124,7 @@ def _sum_topk_kernel(
     mask = (tokens < T)[:, None] & (cols < H)[None, :]
     acc = tl.zeros((BLOCK_T, BLOCK_H), dtype=tl.float32)
     # Slot order, always: the result does not depend on which expert finished first.
-    for k in range(0, TOPK):
+    for k in range(TOPK):
         rows = (tokens * TOPK + k).to(tl.int64)
         acc += tl.load(partial_ptr + rows[:, None] * stride_partial + cols[None, :], mask=mask, other=0.0)
     tl.store(out_ptr + tokens[:, None].to(tl.int64) * stride_out + cols[None, :],
