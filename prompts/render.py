@@ -22,6 +22,7 @@ from string import Template
 from typing import Any, Mapping, Sequence
 
 from kernforge.tasks import runtime
+from kernforge.tasks import report
 from kernforge.tasks.report import NOMINAL_BANDWIDTH, NOMINAL_FLOPS
 from kernforge.tasks.spec import Task
 from kernforge.verifier.verdict import THREATS
@@ -138,7 +139,6 @@ def floors_us(task: Task, hardware: Mapping[str, Any], device_kind: str) -> dict
 def task_section(task: Task, hardware: Mapping[str, Any], device_kind: str, limits: Limits) -> str:
     spec = task.public_spec()
     dtype = task.dtype(device_kind)
-    tol = task.tolerance(dtype)
     floors = floors_us(task, hardware, device_kind)
     rows = ["| shape | MB moved | GFLOP | roofline floor us |", "|---|---|---|---|"]
     for shape in task.shapes(device_kind, hidden=False):
@@ -155,7 +155,7 @@ def task_section(task: Task, hardware: Mapping[str, Any], device_kind: str, limi
         reference=clip(spec["reference"].rstrip(), limits.reference_chars, keep="head"),
         dtype=dtype,
         shapes="\n".join(rows),
-        rtol=f"{tol.rtol:g}", atol=f"{tol.atol:g}",
+        tolerances="\n".join(f"- {line}" for line in report.tolerance_lines(task, device_kind)),
         torch_ops="allowed" if spec["allow_torch_ops"] else "forbidden (only your own kernels compute)",
         in_place=(f"In place: the op writes inputs {mutated}; they are compared like outputs" if mutated
                   else "Inputs are read-only: writing into one is rejected"),

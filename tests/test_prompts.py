@@ -117,7 +117,7 @@ def test_public_spec_hardware_and_roofline():
     user = prompt.user
     assert "NVIDIA H200 (sm_90, 132 SMs" in user and "4242 GB/s" in user and "691 TFLOP/s" in user
     assert "measured on this GPU" in user and "torch 2.11.0+cu130, triton 3.6.0" in user
-    assert "dtype bfloat16" in user and "0.008 * |ref| + 0.004 * rms(ref)" in user
+    assert "dtype bfloat16" in user and "output 0 (bfloat16): rtol 0.008, atol 0.004" in user
     assert "forbidden (only your own kernels compute)" in user and "read-only" in user
     # Roofline floor of the largest public shape: (2*T*H + H) bf16 bytes over 4242 GB/s.
     floor_us = (2 * 16384 * 8192 + 8192) * 2 / 4242e9 * 1e6

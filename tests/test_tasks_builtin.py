@@ -58,19 +58,30 @@ def test_task_metadata(name):
         assert shape.label not in task.reference_source
 
 
+def _check_not_degenerate(task, device: str, shape) -> None:
+    model = runtime.build_model(runtime.reference_module(task).Model, runtime.make_init_inputs(task, shape), 0, device)
+    for dist in task.distributions:
+        inputs = runtime.make_inputs(task, shape, dist, 1234, device)
+        high, low = run_reference(model, inputs, task.mutated_inputs)
+        for i, out in enumerate(low):
+            values = out.double()
+            finite = values[torch.isfinite(values)]
+            assert finite.numel() > 1 and float(finite.std()) > 0, f"output {i} is constant under {dist!r}"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_outputs_are_not_degenerate(name):
     """THREATS #2: on every distribution each output varies, so constants cannot pass."""
     task = load_task(name)
-    model = runtime.build_model(runtime.reference_module(task).Model, runtime.make_init_inputs(task, task.cpu_public_shapes[-1]), 0, "cpu")
-    for dist in task.distributions:
-        shape = task.cpu_public_shapes[-1]
-        inputs = runtime.make_inputs(task, shape, dist, 1234, "cpu")
-        high, _ = run_reference(model, inputs, task.mutated_inputs)
-        for i, out in enumerate(high):
-            values = out.double()
-            finite = values[torch.isfinite(values)]
-            assert finite.numel() > 1 and float(finite.std()) > 0, f"output {i} is constant under {dist!r}"
+    _check_not_degenerate(task, "cpu", task.cpu_public_shapes[-1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_outputs_are_not_degenerate_on_gpu(name):
+    """The same in the GPU dtype (bf16 rounding can make an output constant that fp32 keeps)."""
+    task = load_task(name)
+    _check_not_degenerate(task, "cuda", min(task.public_shapes, key=lambda s: sum(v for _, v in s.params)))
 
 
 def _check_seed(task, device: str, shapes) -> None:
