@@ -26,6 +26,8 @@ tasks_app = typer.Typer(help="List and inspect tasks (what to optimise).", no_ar
 app.add_typer(tasks_app, name="tasks")
 archive_app = typer.Typer(help="Query the archive of every attempt (SQLite).", no_args_is_help=True)
 app.add_typer(archive_app, name="archive")
+sandbox_app = typer.Typer(help="The docker sandbox (--sandbox docker): its worker image.", no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
 
 out = Console()
 err = Console(stderr=True)
@@ -273,6 +275,23 @@ def export_cmd(
             out.print(export_check.check(result.out), highlight=False, soft_wrap=True)
         except export_check.PackageCheckFailed as error:
             fail(str(error), code=1)
+
+
+# ---- sandbox ----------------------------------------------------------------------------------
+@command(sandbox_app, "build-image")
+def sandbox_build_image(
+    base: Annotated[Optional[str], typer.Option(help="Base image: a CUDA PyTorch image from a registry (default: pytorch/pytorch, CUDA, -devel).")] = None,
+    tag: Annotated[Optional[str], typer.Option(help="Tag of the worker image (default: kernforge-worker, or $KERNFORGE_SANDBOX_IMAGE).")] = None,
+    from_host: Annotated[bool, typer.Option("--from-host", help="No registry needed: the base is made from this machine's Python and system libraries.")] = False,
+    toolchain: Annotated[Optional[bool], typer.Option("--toolchain/--no-toolchain", help="With --from-host: include this machine's C compiler (Triton needs it on a GPU; default: when a GPU is present).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when an image from the same sources and base exists.")] = False,
+) -> None:
+    """Build the worker image the docker sandbox runs candidates in (skipped when up to date)."""
+    from kernforge.sandbox.docker_image import build_image, default_tag
+
+    info = build_image(base=base, tag=tag or default_tag(), from_host=from_host, with_toolchain=toolchain, force=force,
+                       log=lambda line: err.print(line, highlight=False, soft_wrap=True))
+    out.print(info.describe(), highlight=False, soft_wrap=True)
 
 
 # ---- eval -------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 from docker.errors import APIError, DockerException, NotFound
 
 from . import docker_gpu, docker_image
-from .docker_probe import WORKER_IMAGE
+from .docker_probe import default_tag
 from .docker_worker import PRIVATE_PREFIX, ContainerPlan, DockerWorker, Engine, remove_tree
 from .env import worker_env
 from .isolation import TMPFS_BYTES, Mechanism
@@ -73,21 +73,20 @@ class DockerSession(ProcessSession):
 
 
 class DockerBackend(ProcessBackend):
-    """Workers in containers of ``image``. ``memory_bytes`` and ``processes`` set each container's
+    """Workers in containers of ``image`` (default: $KERNFORGE_SANDBOX_IMAGE, else kernforge-worker). ``memory_bytes`` and ``processes`` set each container's
     cgroup caps (defaults: ``Limits()``'s, with headroom); a session's own, usually lower, limits
     are enforced as with the process backend."""
 
     name = "docker"
 
     def __init__(self, spec: WorkerSpec, pool_size: int = 1, *, refill: bool = True, start_timeout: float = 600.0,
-                 image: str = WORKER_IMAGE, memory_bytes: int | None = None, processes: int | None = None):
+                 image: str | None = None, memory_bytes: int | None = None, processes: int | None = None):
+        image = image or default_tag()
         self.engine = Engine(docker_image.client())
         info = docker_image.image_info(self.engine.client, image)
         if info is None:
             raise SandboxError(f"the worker image '{image}' is missing: build it with `kernforge sandbox build-image` "
                                "(`--from-host` where no registry is reachable)")
-        if info.stale:
-            raise SandboxError(f"the worker image {info.describe()}: run `kernforge sandbox build-image` again")
         missing = [p for p in info.host_paths if not os.path.isdir(p)]
         if missing:
             raise SandboxError(f"the worker image binds host folders this machine lacks ({', '.join(missing)}): "
@@ -125,9 +124,19 @@ class DockerBackend(ProcessBackend):
             binds += list(gpu.binds)
             plan_kwargs = {"device_requests": gpu.device_requests, "devices": gpu.devices, "group_add": gpu.group_add}
             detail = gpu.detail
+        hidden_dirs, hidden_files = [], []
+        if info.stale:
+            # Built from other kernforge sources: this kernforge's worker packages are bound over the
+            # image's copy, so parent and worker always speak the same protocol.
+            overlay = docker_image.worker_package_binds()
+            binds += overlay.binds
+            hidden_dirs += overlay.hidden_dirs
+            log.info("worker image %s: binding this kernforge's worker packages over its copy", info.describe())
         sources = [b.split(":", 1)[0] for b in binds]
-        hidden = tuple(os.path.realpath(h) for h in spec.hidden_paths
-                       if os.path.exists(h) and any(_under(os.path.realpath(h), s) for s in sources))
+        for h in spec.hidden_paths:
+            real = os.path.realpath(h)
+            if os.path.exists(real) and any(_under(real, s) for s in sources):
+                (hidden_dirs if os.path.isdir(real) else hidden_files).append(real)
         limits = Limits()
         memory = memory_bytes or limits.memory_bytes
         # Headroom: the parent's poller, which classifies and reports, normally acts first.
@@ -139,7 +148,8 @@ class DockerBackend(ProcessBackend):
         labels = {LABEL_ROLE: "worker", LABEL_OWNER: owner_id(), LABEL_BACKEND: self.backend_id, LABEL_DEVICE: spec.device}
         plan = ContainerPlan(image=info.id, python=info.python, binds=tuple(binds), env=env, labels=labels,
                              memory_bytes=cap, pids=(processes or limits.processes) + 64, tmpfs_bytes=TMPFS_BYTES,
-                             lease_uids=os.geteuid() == 0, worker=worker, hidden=hidden, **plan_kwargs)
+                             lease_uids=os.geteuid() == 0, worker=worker, hidden_dirs=tuple(hidden_dirs),
+                             hidden_files=tuple(hidden_files), **plan_kwargs)
         return plan, detail
 
     def describe(self) -> str:

@@ -30,6 +30,8 @@ DRIVER_DIR = "/opt/kernforge/nvidia"
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 #: User-space driver libraries CUDA, NVRTC/PTX JIT and NVML load (by soname).
 DRIVER_LIBRARY = re.compile(r"^lib(cuda|cudadebugger|nvidia-(ptxjitcompiler|nvvm|ml|gpucomp|cfg|allocator|opencl))\.so")
+#: What a GPU worker's environment says inside its container: the one GPU is device 0.
+INSIDE = {"CUDA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 _LDCONFIG_LINE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$")
 
 
@@ -89,26 +91,37 @@ def _run(cmd: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def runtime_plan(physical: str) -> GpuPlan:
+    """GPU ``physical`` through the NVIDIA container runtime (a DeviceRequest)."""
+    request = {"Driver": "nvidia", "Count": 0, "DeviceIDs": [physical], "Capabilities": [["gpu"]], "Options": {}}
+    return GpuPlan(detail=f"GPU {physical} through the NVIDIA container runtime", device_requests=(request,),
+                   env=dict(INSIDE))
+
+
+def explicit_plan(physical: str, node: str, nodes: list[str], libraries: dict[str, str], image_env: dict[str, str],
+                  groups: tuple[int, ...]) -> GpuPlan:
+    """GPU ``physical`` without the runtime: its device node ``node`` and the control ``nodes``
+    as devices, the driver ``libraries`` (soname -> host file) bound into DRIVER_DIR."""
+    if not any(name.startswith("libcuda.so") for name in libraries):
+        raise SandboxError("no NVIDIA driver library (libcuda.so) in `ldconfig -p`: is the driver installed?")
+    binds = tuple(f"{path}:{DRIVER_DIR}/{name}:ro" for name, path in sorted(libraries.items()))
+    loader_path = ":".join(p for p in (DRIVER_DIR, image_env.get("LD_LIBRARY_PATH", "")) if p)
+    env = dict(INSIDE, LD_LIBRARY_PATH=loader_path, TRITON_LIBCUDA_PATH=DRIVER_DIR)
+    return GpuPlan(detail=f"GPU {physical} as {node} with {len(libraries)} driver libraries bound (no NVIDIA runtime)",
+                   devices=tuple(f"{n}:{n}:rwm" for n in [node] + [n for n in nodes if n != node]), binds=binds,
+                   env=env, group_add=tuple(str(g) for g in groups))
+
+
 def plan(index: str, engine_info: dict, image_env: dict[str, str]) -> GpuPlan:
-    """How a container gets GPU ``index`` (the parent's numbering)."""
+    """How a container gets GPU ``index`` (the parent's numbering), on this machine."""
     physical = physical_device(index, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    inside = {"CUDA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
     if has_nvidia_runtime(engine_info):
-        request = {"Driver": "nvidia", "Count": 0, "DeviceIDs": [physical], "Capabilities": [["gpu"]], "Options": {}}
-        return GpuPlan(detail=f"GPU {physical} through the NVIDIA container runtime", device_requests=(request,),
-                       env=inside)
+        return runtime_plan(physical)
     smi = _run(["nvidia-smi", "--query-gpu=index,uuid,minor_number", "--format=csv,noheader"]) if shutil.which("nvidia-smi") else None
     node = f"/dev/nvidia{gpu_minor(physical, smi)}"
     if not os.path.exists(node):
         raise SandboxError(f"GPU {physical}: {node} does not exist on this machine")
-    nodes = [node] + [n for n in CONTROL_NODES if os.path.exists(n)] + sorted(glob.glob("/dev/nvidia-caps/*"))
+    nodes = [n for n in CONTROL_NODES if os.path.exists(n)] + sorted(glob.glob("/dev/nvidia-caps/*"))
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
-    libraries = driver_libraries(_run([ldconfig, "-p"]) or "")
-    if not any(name.startswith("libcuda.so") for name in libraries):
-        raise SandboxError("no NVIDIA driver library (libcuda.so) in `ldconfig -p`: is the driver installed?")
-    binds = tuple(f"{os.path.realpath(path)}:{DRIVER_DIR}/{name}:ro" for name, path in sorted(libraries.items()))
-    loader_path = ":".join(p for p in (DRIVER_DIR, image_env.get("LD_LIBRARY_PATH", "")) if p)
-    env = dict(inside, LD_LIBRARY_PATH=loader_path, TRITON_LIBCUDA_PATH=DRIVER_DIR)
-    return GpuPlan(detail=f"GPU {physical} as {node} with {len(libraries)} driver libraries bound (no NVIDIA runtime)",
-                   devices=tuple(f"{n}:{n}:rwm" for n in nodes), binds=binds, env=env,
-                   group_add=tuple(str(g) for g in device_groups()))
+    libraries = {name: os.path.realpath(path) for name, path in driver_libraries(_run([ldconfig, "-p"]) or "").items()}
+    return explicit_plan(physical, node, nodes, libraries, image_env, device_groups())

@@ -17,8 +17,10 @@ Two bases:
   the workers run exactly the torch the trusted reference runs.
 
 Either way the Dockerfile then copies the kernforge packages a worker imports (sandbox, verifier,
-tasks) into ``/opt/kernforge``. Images are labelled with a digest of those sources; a backend
-refuses an image built from other sources, and a build whose inputs have not changed is skipped.
+tasks) into ``/opt/kernforge``. Images are labelled with a digest of those sources, and a build
+whose inputs have not changed is skipped. A backend given an image built from other sources (an
+upgraded or edited kernforge) binds its own worker packages over the image's copy, read-only, so
+parent and worker never speak different protocols.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .docker_probe import WORKER_IMAGE
+from .docker_probe import WORKER_IMAGE, default_tag  # noqa: F401  (default_tag: for the CLI)
 from .protocol import SandboxError
 
 DEFAULT_BASE = "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-devel"
@@ -52,6 +54,8 @@ LABEL_HOST_PATHS = "org.kernforge.host-paths"
 #: runtime). Only these go into the image and into its source digest, so editing the loop or
 #: the archive does not make the image stale.
 WORKER_PACKAGES = ("sandbox", "verifier", "tasks")
+#: Where docker/Dockerfile copies the package (on the image's PYTHONPATH as /opt/kernforge).
+IMAGE_PACKAGE = "/opt/kernforge/kernforge"
 #: Not needed by workers: the judge sends each task as a bundle, so built-in tasks stay out.
 NOT_IN_IMAGE = frozenset({"tasks/builtin"})
 #: Changes whenever the host base's recipe changes, so old bases are not reused.
@@ -84,7 +88,8 @@ class ImageInfo:
 
     def describe(self) -> str:
         kind = f"from this host, binds {len(self.host_paths)} host folders" if self.host_paths else "self-contained"
-        state = "STALE: built from other kernforge sources, rebuild it" if self.stale else "current"
+        state = ("built from other kernforge sources: this kernforge's worker packages are bound over its copy "
+                 "(rebuild to make it self-contained)" if self.stale else "current")
         return f"{self.tag} ({self.id[7:19]}, {kind}, {state})"
 
 
@@ -127,6 +132,21 @@ def source_digest() -> str:
     for rel in package_files():
         digest.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     return digest.hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Overlay:
+    binds: list[str]
+    hidden_dirs: list[str]
+
+
+def worker_package_binds() -> Overlay:
+    """Read-only binds of this kernforge's worker packages over an image's copy (IMAGE_PACKAGE),
+    for an image built from other sources; built-in tasks (hidden shapes) stay covered."""
+    root = package_root()
+    binds = [f"{root / '__init__.py'}:{IMAGE_PACKAGE}/__init__.py:ro"]
+    binds += [f"{root / package}:{IMAGE_PACKAGE}/{package}:ro" for package in WORKER_PACKAGES]
+    return Overlay(binds=binds, hidden_dirs=[f"{IMAGE_PACKAGE}/{folder}" for folder in sorted(NOT_IN_IMAGE)])
 
 
 def image_info(engine, tag: str = WORKER_IMAGE) -> ImageInfo | None:

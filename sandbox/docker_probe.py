@@ -1,4 +1,4 @@
-"""``kernforge doctor``: is a Docker engine reachable, and is the worker image there?
+"""``kernforge doctor``: is a Docker engine reachable, and is the worker image there (and current)?
 
 Never raises and never blocks more than a few seconds: the Docker SDK call runs in a daemon
 thread that is abandoned if the engine does not answer in time.
@@ -6,29 +6,38 @@ thread that is abandoned if the engine does not answer in time.
 
 from __future__ import annotations
 
+import os
 import threading
 
 WORKER_IMAGE = "kernforge-worker"
 TIMEOUT_SECONDS = 4.0
 
 
+def default_tag() -> str:
+    """The worker image the docker backend runs: $KERNFORGE_SANDBOX_IMAGE, else kernforge-worker."""
+    return os.environ.get("KERNFORGE_SANDBOX_IMAGE") or WORKER_IMAGE
+
+
 def _probe(result: list) -> None:
     try:
         import docker
-        from docker.errors import DockerException, ImageNotFound
+        from docker.errors import DockerException
     except ImportError as e:
         result.append((False, f"docker SDK not importable: {e}"))
         return
     try:
+        from .docker_image import image_info
+
         client = docker.from_env(timeout=int(TIMEOUT_SECONDS))
         client.ping()
         version = client.version().get("Version", "?")
         try:
-            image = client.images.get(WORKER_IMAGE)
-            tag = image.tags[0] if image.tags else image.short_id
-            result.append((True, f"engine {version}; worker image {tag} present"))
-        except ImageNotFound:
-            result.append((False, f"engine {version} reachable, but image '{WORKER_IMAGE}' is missing: build it first"))
+            info = image_info(client, default_tag())
+            if info is None:
+                result.append((False, f"engine {version} reachable, but image '{default_tag()}' is missing: "
+                                      "`kernforge sandbox build-image` (--from-host without a registry)"))
+            else:
+                result.append((True, f"engine {version}; worker image {info.describe()}"))
         finally:
             client.close()
     except (DockerException, OSError) as e:
@@ -38,7 +47,7 @@ def _probe(result: list) -> None:
 
 
 def probe_docker() -> tuple[bool, str]:
-    """(engine reachable and worker image present, one line saying what was found)."""
+    """(engine reachable and a worker image present, one line saying what was found)."""
     result: list[tuple[bool, str]] = []
     thread = threading.Thread(target=_probe, args=(result,), name="kernforge-docker-probe", daemon=True)
     thread.start()

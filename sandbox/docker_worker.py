@@ -67,8 +67,10 @@ class ContainerPlan:
     device_requests: tuple[dict, ...] = ()
     devices: tuple[str, ...] = ()
     group_add: tuple[str, ...] = ()
-    #: paths (inside a bind) the worker must not see: an empty tmpfs or /dev/null covers them
-    hidden: tuple[str, ...] = ()
+    #: folders and files (container paths, inside a bind) the worker must not see: an empty
+    #: read-only tmpfs covers a folder, /dev/null a file
+    hidden_dirs: tuple[str, ...] = ()
+    hidden_files: tuple[str, ...] = ()
     extra_host_config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -165,10 +167,10 @@ class DockerWorker:
         worker = dict(plan.worker, workdir=home)
         config = {"io": f"{private}/io", "chan": f"{private}/chan", "token": self._token, "worker": worker}
         binds = [f"{private}:{private}:rw"] + list(plan.binds)
-        binds += [f"/dev/null:{p}:ro" for p in plan.hidden if not os.path.isdir(p)]
+        binds += [f"/dev/null:{p}:ro" for p in plan.hidden_files]
         tmpfs = {"/tmp": f"rw,nosuid,nodev,size={plan.tmpfs_bytes},mode=1777",
                  "/var/tmp": f"rw,nosuid,nodev,size={plan.tmpfs_bytes},mode=1777"}
-        tmpfs.update({p: "ro,nosuid,nodev,size=4096,mode=755" for p in plan.hidden if os.path.isdir(p)})
+        tmpfs.update({p: "ro,nosuid,nodev,size=4096,mode=755" for p in plan.hidden_dirs})
         api = self.engine.api
         host_config = api.create_host_config(
             binds=binds, tmpfs=tmpfs, read_only=True, network_mode="none", ipc_mode="private",
@@ -348,7 +350,9 @@ class DockerWorker:
         if self._pidfd >= 0:
             select.select([self._pidfd], [], [], EXIT_WAIT_SECONDS)
         elif self.container_id is not None:
+            # The API's kill only sends the signal: wait until the container is really gone.
             self._api_quietly("remove_container", self.container_id, force=True)
+            self._api_quietly("wait", self.container_id, timeout=EXIT_WAIT_SECONDS, condition="removed")
         with self._lock:
             if self._pidfd >= 0:
                 os.close(self._pidfd)
@@ -367,6 +371,8 @@ class DockerWorker:
             uids.release(self.lease, clean=procs.sweep_uid(self.lease.uid))
             self.lease = None
         remove_tree(self.private)
+        if self.private.exists():
+            raise SandboxError(f"cannot remove {self.private}: {sorted(str(p) for p in self.private.rglob('*'))[:10]}")
 
     def _api_quietly(self, name: str, *args, **kwargs) -> None:
         try:

@@ -1,4 +1,6 @@
-"""Shared fixtures. GPU tests are skipped here, in one place, when no CUDA GPU is present.
+"""Shared fixtures. GPU tests are skipped here, in one place, when no CUDA GPU is present, and
+docker tests when no Docker engine or no worker image is (CI sets KERNFORGE_REQUIRE_DOCKER,
+which turns that skip into an error).
 
 Without a GPU every Triton kernel runs under the interpreter (TRITON_INTERPRET=1), which must be
 set before triton is imported anywhere.
@@ -23,12 +25,26 @@ if not HAS_GPU:
 
 
 def pytest_collection_modifyitems(config, items):
-    if HAS_GPU:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    if not HAS_GPU:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    docker_items = [item for item in items if "docker" in item.keywords]
+    if docker_items:
+        ready, detail = _docker_ready()
+        if not ready:
+            if os.environ.get("KERNFORGE_REQUIRE_DOCKER"):  # CI: a missing engine or image is a failure
+                raise pytest.UsageError(f"KERNFORGE_REQUIRE_DOCKER is set, but {detail}")
+            skip = pytest.mark.skip(reason=f"needs a Docker engine and the worker image: {detail}")
+            for item in docker_items:
+                item.add_marker(skip)
+
+
+def _docker_ready() -> tuple[bool, str]:
+    from kernforge.sandbox.docker_probe import probe_docker
+
+    return probe_docker()
 
 
 @pytest.fixture(autouse=True)
