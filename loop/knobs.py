@@ -147,12 +147,20 @@ def rewrite(source: str, analysis: Analysis, assignment: Mapping[str, int | None
 
 def template_key(source: str, analysis: Analysis) -> str:
     """The same for every source that differs from this one only in knob values or comments."""
+    # Holes are named by knob, not by position: a launch option inserted by an earlier rewrite
+    # can stand in another place in the text without making a different family.
     texts = {}
-    for i, knob in enumerate(analysis.knobs):
-        hole = f"__knob_{i}__"
+    for knob in analysis.knobs:
+        hole = "__knob_" + knob.label.replace(".", "_") + "__"
         texts[knob.label] = f"min({knob.expr}, {hole})" if knob.kind == "new_cap" else knob.render(hole)
     rendered = _apply(source, analysis, texts)
-    return code_hash(rendered) + ":" + ",".join(k.label for k in analysis.knobs)
+    # Launch options are dropped from the template altogether: whether one was written out, and
+    # in which order, is part of the configuration, not of the family.
+    rendered = _OPTION_HOLE.sub("", rendered)
+    return code_hash(rendered) + ":" + ",".join(sorted(k.label for k in analysis.knobs))
+
+
+_OPTION_HOLE = re.compile(r",?\s*\b(?:num_warps|num_stages)\s*=\s*__knob_\w+?__")
 
 
 def _apply(source: str, analysis: Analysis, texts: Mapping[str, str]) -> str:
