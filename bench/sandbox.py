@@ -15,6 +15,8 @@ CUDA context in warm-up. The job module is preloaded too, as the verifier preloa
 * candidates/min: ``--candidates`` judged one after another, each in a fresh worker, over the
   wall time of the whole batch. ``warm`` keeps ``--pool-size`` workers ready and refills in the
   background; ``cold`` (pool size 0) starts a worker only when a candidate arrives.
+* docker warm: the same warm pool with each worker in a container (``--sandbox docker``), when a
+  Docker engine and the worker image are there (``kernforge sandbox build-image``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernforge.sandbox import Limits, ProcessBackend, WorkerSpec
+from kernforge.sandbox.docker_probe import probe_docker
 from kernforge.sandbox.isolation import describe_isolation
 
 JOBS = Path(__file__).resolve().parents[1] / "tests"
@@ -40,11 +43,11 @@ def _p(values: list[float], q: float) -> float:
     return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_batch(spec: WorkerSpec, pool_size: int, candidates: int, paced: int) -> dict[str, float]:
+def run_batch(spec: WorkerSpec, pool_size: int, candidates: int, paced: int, backend_class=ProcessBackend) -> dict[str, float]:
     """``paced`` candidates each handed to a ready pool (latency), then ``candidates`` back to
     back (throughput: the pool refills while candidates run, or cannot keep up)."""
     limits = Limits(wall_seconds=600)
-    with ProcessBackend(spec, pool_size=pool_size) as backend:
+    with backend_class(spec, pool_size=pool_size) as backend:
 
         def one() -> float:
             submitted = time.monotonic()
@@ -81,6 +84,7 @@ def main() -> None:
     parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                         help="auto: the CPU, plus GPU 0 when torch sees one")
     parser.add_argument("--isolation", default="strict", help="WorkerSpec.isolation (strict, bwrap, namespaces, none)")
+    parser.add_argument("--no-docker", action="store_true", help="skip the docker row even when an engine and the image are there")
     args = parser.parse_args()
 
     devices = []
@@ -97,6 +101,8 @@ def main() -> None:
     console = Console(width=110)
     ok, detail = describe_isolation()
     console.print(f"isolation ({args.isolation}): {detail}")
+    docker_ok, docker_detail = (False, "skipped (--no-docker)") if args.no_docker else probe_docker()
+    console.print(f"docker: {docker_detail}")
     table = Table(title=f"sandbox dispatch: {args.paced} paced + {args.candidates} back-to-back trivial-kernel candidates per row")
     for col in ("device", "mode", "pool", "ready: dispatch p50 ms", "ready: p90 ms", "back-to-back: dispatch p50 ms",
                 "p90 ms", "s / candidate", "candidates / min"):
@@ -111,6 +117,12 @@ def main() -> None:
             r = results[mode] = run_batch(spec, pool, args.candidates, args.paced)
             ready = (f"{r['ready_p50_ms']:.1f}", f"{r['ready_p90_ms']:.1f}") if pool else ("-", "-")
             table.add_row(name, mode, str(pool), *ready,
+                          f"{r['p50_ms']:.1f}", f"{r['p90_ms']:.1f}", f"{r['per_candidate_s']:.2f}", f"{r['per_minute']:.1f}")
+        if docker_ok:
+            from kernforge.sandbox.docker_backend import DockerBackend
+
+            r = run_batch(spec, args.pool_size, args.candidates, args.paced, DockerBackend)
+            table.add_row(name, "docker warm", str(args.pool_size), f"{r['ready_p50_ms']:.1f}", f"{r['ready_p90_ms']:.1f}",
                           f"{r['p50_ms']:.1f}", f"{r['p90_ms']:.1f}", f"{r['per_candidate_s']:.2f}", f"{r['per_minute']:.1f}")
         ratio = results["warm"]["per_minute"] / results["cold"]["per_minute"]
         warm_ms = results["warm"]["ready_p50_ms"]
