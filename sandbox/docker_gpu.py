@@ -104,6 +104,10 @@ def explicit_plan(physical: str, node: str, nodes: list[str], libraries: dict[st
     as devices, the driver ``libraries`` (soname -> host file) bound into DRIVER_DIR."""
     if not any(name.startswith("libcuda.so") for name in libraries):
         raise SandboxError("no NVIDIA driver library (libcuda.so) in `ldconfig -p`: is the driver installed?")
+    libraries = dict(libraries)
+    if "libcuda.so" not in libraries:
+        # Triton links its launcher with -lcuda, which needs the unversioned name.
+        libraries["libcuda.so"] = next(path for name, path in sorted(libraries.items()) if name.startswith("libcuda.so"))
     binds = tuple(f"{path}:{DRIVER_DIR}/{name}:ro" for name, path in sorted(libraries.items()))
     loader_path = ":".join(p for p in (DRIVER_DIR, image_env.get("LD_LIBRARY_PATH", "")) if p)
     env = dict(INSIDE, LD_LIBRARY_PATH=loader_path, TRITON_LIBCUDA_PATH=DRIVER_DIR)

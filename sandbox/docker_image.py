@@ -172,11 +172,15 @@ def _outermost(paths: Iterable[str]) -> list[str]:
 
 
 def host_library_folders() -> list[str]:
-    """The host folders Python imports from (standard library, site-packages, headers, a CUDA
-    toolkit), never a source checkout of kernforge itself (it may hold the archive)."""
+    """The host folders the installation's Python imports from (standard library, site-packages,
+    headers) and a CUDA toolkit. Decided by the installation, not by this process's sys.path (a
+    test runner or a script adds its own folders there); never a kernforge source checkout."""
     paths = sysconfig.get_paths()
     candidates = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib", "include", "platinclude")]
-    candidates += site.getsitepackages() + [p for p in sys.path[1:] if p]
+    candidates += site.getsitepackages()
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    # Folders .pth files add inside the installation (e.g. lib-dynload, vendored trees) count too.
+    candidates += [p for p in sys.path if p and os.path.isabs(p) and _under_any(os.path.realpath(p), prefixes - {"/", "/usr"})]
     nvcc = shutil.which("nvcc")
     if nvcc:
         candidates.append(str(Path(os.path.realpath(nvcc)).parents[1]))
@@ -186,7 +190,7 @@ def host_library_folders() -> list[str]:
         if not c or not os.path.isabs(c) or not os.path.isdir(c):
             continue
         real = os.path.realpath(c)
-        if repo == real or repo.startswith(real.rstrip("/") + "/") or real in ("/", "/usr", "/usr/local"):
+        if _under_any(repo, [real]) or _under_any(real, [repo]) or real in ("/", "/usr", "/usr/local"):
             continue
         keep.append(real)
     return _outermost(keep)
