@@ -5,7 +5,8 @@
   libraries itself.
 * Without it (a plain Debian docker.io, as on an air-gapped GPU server): the GPU's own device node
   plus the control nodes (``/dev/nvidiactl``, ``/dev/nvidia-uvm``...) are passed as devices, and
-  the driver's user-space libraries (``libcuda``, ``libnvidia-*``, found with ``ldconfig -p``)
+  the driver's user-space libraries (``libcuda``, ``libnvidia-*``, found with ``ldconfig -p``
+  and in the folders of LD_LIBRARY_PATH)
   are bound read-only into one folder that is put on the loader path. Never copied into an
   image: they must match the kernel module of the machine the container runs on.
 
@@ -27,6 +28,8 @@ from .uids import device_groups
 
 #: Where the driver libraries appear inside a container started without the NVIDIA runtime.
 DRIVER_DIR = "/opt/kernforge/nvidia"
+#: Where drivers installed outside the loader cache usually live (containers, GPU clouds).
+DRIVER_FOLDERS = ("/usr/local/nvidia/lib64", "/usr/local/nvidia/lib")
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 #: User-space driver libraries CUDA, NVRTC/PTX JIT and NVML load (by soname).
 DRIVER_LIBRARY = re.compile(r"^lib(cuda|cudadebugger|nvidia-(ptxjitcompiler|nvvm|ml|gpucomp|cfg|allocator|opencl))\.so")
@@ -64,6 +67,21 @@ def driver_libraries(ldconfig_output: str) -> dict[str, str]:
         # "(libc6,x86-64)", "(libc6,AArch64)": 64-bit; a bare "(libc6)" is a 32-bit copy.
         if DRIVER_LIBRARY.match(name) and "," in flags:
             found.setdefault(name, path)
+    return found
+
+
+def scan_driver_folders(folders: list[str]) -> dict[str, str]:
+    """soname -> file of driver libraries found by name in ``folders`` (a driver installed outside
+    the loader cache, e.g. under /usr/local/nvidia and reached through LD_LIBRARY_PATH)."""
+    found: dict[str, str] = {}
+    for folder in folders:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            if DRIVER_LIBRARY.match(name) and re.search(r"\.so(\.\d+)?$", name):
+                found.setdefault(name, os.path.join(folder, name))
     return found
 
 
@@ -127,5 +145,7 @@ def plan(index: str, engine_info: dict, image_env: dict[str, str]) -> GpuPlan:
         raise SandboxError(f"GPU {physical}: {node} does not exist on this machine")
     nodes = [n for n in CONTROL_NODES if os.path.exists(n)] + sorted(glob.glob("/dev/nvidia-caps/*"))
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
-    libraries = {name: os.path.realpath(path) for name, path in driver_libraries(_run([ldconfig, "-p"]) or "").items()}
+    folders = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p] + list(DRIVER_FOLDERS)
+    found = {**scan_driver_folders(folders), **driver_libraries(_run([ldconfig, "-p"]) or "")}
+    libraries = {name: os.path.realpath(path) for name, path in found.items()}
     return explicit_plan(physical, node, nodes, libraries, image_env, device_groups())

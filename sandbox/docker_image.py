@@ -179,8 +179,11 @@ def host_library_folders() -> list[str]:
     candidates = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib", "include", "platinclude")]
     candidates += site.getsitepackages()
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    # Folders .pth files add inside the installation (e.g. lib-dynload, vendored trees) count too.
-    candidates += [p for p in sys.path if p and os.path.isabs(p) and _under_any(os.path.realpath(p), prefixes - {"/", "/usr"})]
+    # Folders .pth files add inside the installation (e.g. lib-dynload, vendored trees) count too;
+    # sys.path[0] is the running script's folder (a console script's bin/), never a library.
+    scripts = {os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(sys.executable))}
+    candidates += [p for p in sys.path[1:] if p and os.path.isabs(p) and os.path.realpath(p) not in scripts
+                   and _under_any(os.path.realpath(p), prefixes - {"/", "/usr"})]
     nvcc = shutil.which("nvcc")
     if nvcc:
         candidates.append(str(Path(os.path.realpath(nvcc)).parents[1]))
@@ -329,10 +332,22 @@ class RootFs:
                     tar.addfile(info, io.BytesIO(data))
 
 
+def host_python() -> str:
+    """The interpreter workers run, named the same whichever way this one was started (a shim, a
+    console script): in a virtual environment its own bin/python3 (the venv is found from that
+    path), otherwise the real file."""
+    if sys.prefix != sys.base_prefix:
+        for name in ("python3", "python"):
+            candidate = os.path.join(sys.prefix, "bin", name)
+            if os.path.exists(candidate):
+                return candidate
+    return os.path.realpath(sys.executable)
+
+
 def host_base(engine, *, with_toolchain: bool, log: Log) -> tuple[str, str, list[str]]:
     """Import (or reuse) the base image made from this machine: (tag, python, host folders)."""
     folders = host_library_folders()
-    python = sys.executable
+    python = host_python()
     roots = {os.path.realpath(python), "/bin/sh"}
     roots.update(p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p))
     fs = RootFs()

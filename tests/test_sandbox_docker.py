@@ -231,3 +231,19 @@ def test_image_from_other_sources_runs_this_kernforge(monkeypatch):
             seen = session.recv(30)
     assert seen["seen"] == {builtin: True, f"{builtin}/rms_norm/meta.py": False}
     assert seen["read"][f"{docker_image.IMAGE_PACKAGE}/sandbox/worker.py"] == (REPO / "sandbox" / "worker.py").read_text()
+
+
+@pytest.mark.gpu
+def test_gpu_worker_gets_exactly_one_gpu_and_runs_triton():
+    """A GPU worker container sees one GPU (device 0 inside) and runs a Triton kernel on it, with
+    or without the NVIDIA container runtime."""
+    spec = WorkerSpec(device="0", preload=("torch", "triton", "sandbox_jobs.gpu"), warmup="sandbox_jobs.gpu:warm",
+                      env={"PYTHONPATH": str(TESTS)})
+    with DockerBackend(spec, pool_size=1) as backend:
+        limits = Limits(wall_seconds=300)
+        with backend.session("sandbox_jobs.container:probe", {"cuda": True}, limits) as session:
+            seen = session.recv(300)
+        assert seen["cuda_devices"] == 1 and seen["visible"] == "0", (backend.gpu_detail, seen)
+        with backend.session("sandbox_jobs.gpu:add_one", {"n": 4096}, limits) as session:
+            reply = session.recv(300)
+        assert reply["ok"], reply

@@ -159,3 +159,10 @@ def test_build_image_from_host_is_cached_and_reported():
 def test_build_image_refuses_two_bases():
     with pytest.raises(SandboxError, match="not both"):
         docker_image.build_image(engine=object(), base="pytorch/pytorch:latest", from_host=True)
+
+
+def test_driver_found_outside_the_loader_cache(tmp_path):
+    for name in ("libcuda.so.580.159.04", "libcuda.so.1", "libnvidia-ml.so.1", "libcudart.so.13", "libGL.so.1"):
+        (tmp_path / name).write_bytes(b"")
+    assert docker_gpu.scan_driver_folders([str(tmp_path), str(tmp_path / "missing")]) == {
+        "libcuda.so.1": str(tmp_path / "libcuda.so.1"), "libnvidia-ml.so.1": str(tmp_path / "libnvidia-ml.so.1")}

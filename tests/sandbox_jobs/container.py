@@ -25,7 +25,16 @@ def probe(channel, payload):
         "interfaces": sorted(os.listdir("/sys/class/net")), "hostname": socket.gethostname(),
         "seen": {p: os.path.exists(p) for p in payload.get("paths", [])},
         "read": {p: _read(p) for p in payload.get("read", [])},
+        **(_cuda() if payload.get("cuda") else {}),
     })
+
+
+def _cuda() -> dict:
+    import torch
+
+    count = torch.cuda.device_count()
+    return {"cuda_devices": count, "cuda_name": torch.cuda.get_device_name(0) if count else None,
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def _read(path: str) -> str:
