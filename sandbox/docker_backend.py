@@ -73,9 +73,10 @@ class DockerSession(ProcessSession):
 
 
 class DockerBackend(ProcessBackend):
-    """Workers in containers of ``image`` (default: $KERNFORGE_SANDBOX_IMAGE, else kernforge-worker). ``memory_bytes`` and ``processes`` set each container's
-    cgroup caps (defaults: ``Limits()``'s, with headroom); a session's own, usually lower, limits
-    are enforced as with the process backend."""
+    """Workers in containers of ``image`` (default: $KERNFORGE_SANDBOX_IMAGE, else
+    kernforge-worker). ``memory_bytes`` and ``processes`` set each container's cgroup caps
+    (defaults: ``Limits()``'s, with headroom); a session's own, usually lower, limits are
+    enforced as with the process backend."""
 
     name = "docker"
 

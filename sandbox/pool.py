@@ -236,9 +236,13 @@ class ProcessBackend:
             for worker in idle:
                 if not worker.idle_alive():
                     with self._cond:
-                        if worker in self._ready:
+                        # A session may have taken it since `idle` was read: then its output is
+                        # the job's, not a death, and the session owns it.
+                        dead = worker in self._ready
+                        if dead:
                             self._ready.remove(worker)
-                    worker.cleanup()
+                    if dead:
+                        worker.cleanup()
             if busy:
                 self._monitor(busy)
 

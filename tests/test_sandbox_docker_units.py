@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernforge.sandbox import SandboxError
-from kernforge.sandbox import docker_gpu, docker_image
+from kernforge.sandbox import docker_gpu, docker_hostbase, docker_image
 from kernforge.sandbox.docker_backend import owner_alive, owner_id
 
 LDCONFIG = """\
@@ -84,7 +84,7 @@ def test_rootfs_keeps_links_and_what_they_point_at(tmp_path):
     (tmp_path / "usr" / "lib" / "libx.so.1.2").write_bytes(b"\x7fELF")
     (tmp_path / "usr" / "lib" / "libx.so.1").symlink_to("libx.so.1.2")
     (tmp_path / "lib").symlink_to("usr/lib")
-    fs = docker_image.RootFs()
+    fs = docker_hostbase.RootFs()
     fs.add(str(tmp_path / "lib" / "libx.so.1"))
     entries = {os.path.relpath(p, tmp_path): kind for p, kind in fs.entries.items() if p.startswith(str(tmp_path))}
     assert entries == {".": "dir", "lib": "link", "usr": "dir", "usr/lib": "dir", "usr/lib/libx.so.1": "link",
@@ -98,7 +98,7 @@ def test_rootfs_tar_opens_every_folder_to_the_worker(tmp_path):
     private.mkdir(mode=0o700)
     (private / "lib.so").write_bytes(b"x")
     (private / "lib.so").chmod(0o600)
-    fs = docker_image.RootFs()
+    fs = docker_hostbase.RootFs()
     fs.add(str(private / "lib.so"))
     out = tmp_path / "rootfs.tar"
     fs.write_tar(str(out), {"/etc/passwd": (b"root:x:0:0::/:/bin/sh\n", 0o644), "/tmp": (None, 0o1777)})
@@ -110,8 +110,8 @@ def test_rootfs_tar_opens_every_folder_to_the_worker(tmp_path):
 
 
 def test_host_library_folders_never_include_the_checkout():
-    folders = docker_image.host_library_folders()
     root = str(docker_image.package_root())
+    folders = docker_hostbase.host_library_folders(root)
     assert folders and not any(root == f or root.startswith(f + "/") for f in folders)
     assert not any(f in ("/", "/usr", "/usr/local") for f in folders)
     assert any(os.path.exists(os.path.join(f, "os.py")) or os.path.exists(os.path.join(f, "site-packages")) for f in folders)
