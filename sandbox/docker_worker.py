@@ -21,6 +21,7 @@ the container's cgroup.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import select
@@ -42,6 +43,7 @@ from .protocol import RESERVED_KEY, FrameBuffer, SandboxError
 from .spawn import STDERR_IN_ERRORS, _force_remove
 
 PRIVATE_PREFIX = "kf-dkr-"
+log = logging.getLogger(__name__)
 #: How long teardown waits for a killed container's processes to be gone.
 EXIT_WAIT_SECONDS = 20.0
 
@@ -112,6 +114,7 @@ class DockerWorker:
         self._epoll = select.epoll()
         self._lock = threading.Lock()
         self._cleaned = False
+        self._cleaned_up = threading.Event()
         self._token = secrets.token_hex(16)
         try:
             self._start()
@@ -343,9 +346,17 @@ class DockerWorker:
         """Kill the container, wait for its processes, release everything (idempotent). The
         engine removes the container itself (auto-remove); the backend sweeps what it missed."""
         with self._lock:
-            if self._cleaned:
-                return
+            first = not self._cleaned
             self._cleaned = True
+        if not first:
+            self._cleaned_up.wait(EXIT_WAIT_SECONDS + 30)  # another thread is at it: done means done
+            return
+        try:
+            self._teardown()
+        finally:
+            self._cleaned_up.set()
+
+    def _teardown(self) -> None:
         self.kill()
         if self._pidfd >= 0:
             select.select([self._pidfd], [], [], EXIT_WAIT_SECONDS)
@@ -382,6 +393,8 @@ class DockerWorker:
         except APIError as e:
             if e.status_code not in (404, 409):  # 409: not running, or removal already under way
                 raise SandboxError(f"docker {name} {self.container_id[:12]}: {e.explanation or e}") from None
+        except OSError as e:  # the engine did not answer in time: the backend's sweep removes it later
+            log.warning("docker %s %s: %s", name, (self.container_id or "?")[:12], e)
 
 
 def remove_tree(folder: Path) -> None:
