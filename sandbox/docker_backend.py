@@ -134,7 +134,10 @@ class DockerBackend(ProcessBackend):
             hidden_dirs += overlay.hidden_dirs
             log.info("worker image %s: binding this kernforge's worker packages over its copy", info.describe())
         sources = [b.split(":", 1)[0] for b in binds]
-        for h in spec.hidden_paths:
+        # As with the process backend, the parent's home is hidden from untrusted workers; here it
+        # matters only where a bound folder holds it.
+        home = (os.path.expanduser("~"),) if spec.isolation != "none" else ()
+        for h in spec.hidden_paths + home:
             real = os.path.realpath(h)
             if os.path.exists(real) and any(_under(real, s) for s in sources):
                 (hidden_dirs if os.path.isdir(real) else hidden_files).append(real)
