@@ -11,7 +11,9 @@ by the caller (the loop or the CLI wiring), so this module knows no sandbox impl
 from __future__ import annotations
 
 import math
+import os
 import secrets
+import stat
 import statistics
 import time
 import uuid
@@ -234,6 +236,10 @@ class Judge:
         if rejection is not None:
             self._ask_ref({"op": "drop", "key": key})
             return _with_shape(rejection, shape, hidden)
+        rejection = _foreign_files(reply["outputs"], session.workdir, ctx)
+        if rejection is not None:
+            self._ask_ref({"op": "drop", "key": key})
+            return _with_shape(rejection, shape, hidden)
         cmp = self._ask_ref({"op": "compare", "key": key, "files": reply["outputs"], "tolerances": _tolerances(task)})
         if cmp.get("count_mismatch"):
             return _with_shape(Rejected(Status.INCORRECT, f"forward produced {cmp['count_mismatch']} ({ctx})",
@@ -270,6 +276,8 @@ class Judge:
         reply = self._call(session, {"op": "check", "id": uuid.uuid4().hex[:12], "shape": shape.as_dict(), "dist": dist,
                                      "seed": secrets.randbits(31), "poison_bytes": [], "repeat": False}, "probing")
         if isinstance(reply, Rejected) or not isinstance(reply.get("outputs"), list):
+            return []
+        if _foreign_files(reply["outputs"], session.workdir, "probing") is not None:
             return []
         return self._ask_ref({"op": "checksum", "files": reply["outputs"]})["checksums"]
 
@@ -330,6 +338,9 @@ class Judge:
                             evidence={"check": "wall clock", "reported_ms": sum(times) / 1e3, "wall_ms": wall * 1e3})
         finals = []
         for k, (key, files) in enumerate(zip(keys, reply["outputs"])):
+            rejection = _foreign_files(files, session.workdir, ctx)
+            if rejection is not None:
+                return rejection
             cmp = self._ask_ref({"op": "compare", "key": key, "files": files, "tolerances": _tolerances(task)})
             wrong = cmp.get("count_mismatch") or decide.mismatch(cmp["results"], ctx, hidden=hidden, public_all_passed=False)
             if wrong:
@@ -445,6 +456,26 @@ def _checksums(reply: Mapping[str, Any], finals: list[list[list[float]]], ctx: s
             if abs(got[0] - want[0]) > scale or abs(got[1] - want[1]) > scale:
                 return Rejected(Status.CHEAT, f"timed call {r} returned a different output {j} than the checked result for the same inputs ({ctx}): work deferred or cached across calls",
                                 threat=12, evidence={"check": "timed checksums", "call": r, "output": j})
+    return None
+
+
+def _foreign_files(files: Any, workdir: Path, ctx: str) -> Rejected | None:
+    """Output files must be regular files directly in the candidate's own private directory:
+    the trusted reference worker opens them, so a link, a FIFO or a path elsewhere is refused."""
+    root = os.path.realpath(workdir)
+    if not isinstance(files, list):
+        files = [files]
+    for meta in files:
+        path = meta.get("file") if isinstance(meta, dict) else None
+        ok = isinstance(path, str) and os.path.dirname(os.path.abspath(path)) == root
+        if ok:
+            try:
+                ok = stat.S_ISREG(os.lstat(path).st_mode)
+            except OSError:
+                ok = False
+        if not ok:
+            return Rejected(Status.CHEAT, f"the harness reply names an output file outside the candidate's private directory or not a regular file ({ctx}): {str(path)[:200]}",
+                            threat=9, evidence={"check": "output files", "file": str(path)[:500]})
     return None
 
 

@@ -8,6 +8,8 @@ the header, and the shape against what the reference produced before reading a b
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 from pathlib import Path
 from typing import Any
@@ -56,8 +58,14 @@ def read_tensor(path: Path, *, expect_dtype: str | None = None, expect_shape: li
     """Read a tensor file written by ``write_tensor``, validating before trusting it."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
+        # Never follow a link, never block on a FIFO, never read a device: a regular file only.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise TensorFileError(f"{path.name}: not a regular file")
+        size = info.st_size
+        with os.fdopen(fd, "rb") as f:
             if f.read(4) != MAGIC:
                 raise TensorFileError(f"{path.name}: not a tensor file")
             (hlen,) = _HEADER_LEN.unpack(f.read(4))
