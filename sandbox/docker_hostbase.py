@@ -180,12 +180,20 @@ class RootFs:
         for path in sorted(self.entries):
             info = os.lstat(path)
             link = os.readlink(path) if self.entries[path] == "link" else ""
-            digest.update(f"{path}\0{self.entries[path]}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_mode}\0{link}\n".encode())
+            # A folder's size and mtime change whenever anything in it does (a venv under /tmp):
+            # only files and links say whether the image would differ.
+            size, mtime = (0, 0) if self.entries[path] == "dir" else (info.st_size, info.st_mtime_ns)
+            digest.update(f"{path}\0{self.entries[path]}\0{size}\0{mtime}\0{info.st_mode}\0{link}\n".encode())
         return digest.hexdigest()[:16]
 
     def write_tar(self, out: str, generated: dict[str, tuple[bytes, int]]) -> None:
+        # A generated file replaces the host's file at the same path (a tar with both is refused
+        # by the engine: "duplicates of file paths not supported").
+        replaced = {os.path.normpath(p) for p in generated}
         with tarfile.open(out, "w") as tar:
             for path in sorted(self.entries):
+                if os.path.normpath(path) in replaced:
+                    continue
                 info = tar.gettarinfo(path, arcname=path.lstrip("/"))
                 # Workers run as an unprivileged uid: every folder on the way must be open to it
                 # (the host's /root is not), every file readable.
