@@ -73,10 +73,10 @@ def _watched() -> list[tuple[str, Any]]:
 
     from kernforge.tasks import runtime as task_runtime
 
-    from . import digest, harness, tensorio, timing, trace
+    from . import digest, harness, reference, tensorio, timing, trace
 
     owners += [("threading", threading), ("threading.Thread", threading.Thread), ("kernforge.tasks.runtime", task_runtime)]
-    owners += [(f"kernforge.verifier.{m.__name__.rsplit('.', 1)[-1]}", m) for m in (digest, harness, tensorio, timing, trace)]
+    owners += [(f"kernforge.verifier.{m.__name__.rsplit('.', 1)[-1]}", m) for m in (digest, harness, reference, tensorio, timing, trace)]
     try:
         from triton.runtime import jit as triton_jit
 

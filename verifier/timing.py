@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import integrity as I
+from .reference import collect_outputs
 
 CUDA_LIMIT_PERSISTING_L2 = 0x06
 
@@ -50,16 +51,6 @@ class Timed:
             spread = 100.0 * (q[2] - q[0]) / med  # interquartile range, % of the median
         return {"mode": self.mode, "median_us": med, "spread_pct": spread, "n": len(self.times_us),
                 "fallback_reason": self.fallback_reason}
-
-
-def as_list(result: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[torch.Tensor]:
-    if isinstance(result, (tuple, list)):
-        outs = list(result)
-    elif result is None:
-        outs = []
-    else:
-        outs = [result]
-    return outs + [inputs[i] for i in mutated]
 
 
 def checksum(outputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -177,7 +168,7 @@ def time_on_gpu(
                 with I.cuda_graph_ctx(graph, pool=pool):
                     result = fn(*input_sets[k])
                 graphs.append(graph)
-                outputs.append(as_list(result, input_sets[k], mutated))
+                outputs.append(collect_outputs(result, input_sets[k], mutated))
             I.synchronize()
         except Exception as err:  # any capture failure means: time eagerly, flagged
             reason = f"CUDA-graph capture failed ({type(err).__name__}: {str(err)[:200]})"
@@ -221,7 +212,7 @@ def time_on_gpu(
             result = fn(*input_sets[k])
             I.synchronize()  # device-wide: work on any stream lands inside the timed region
             I.event_record(ends[r])
-            outs = as_list(result, input_sets[k], mutated)
+            outs = collect_outputs(result, input_sets[k], mutated)
         sums.append(checksum(outs))
         last[k] = outs
     I.synchronize()
@@ -264,7 +255,7 @@ def time_on_cpu(fn: Callable[..., Any], inputs: list[Any], mutated: Sequence[int
         t0 = I.perf_counter()
         result = fn(*inputs)
         timed.times_us.append((I.perf_counter() - t0) * 1e6)
-        outs = as_list(result, inputs, mutated)
+        outs = collect_outputs(result, inputs, mutated)
         timed.checksums.append([c.tolist() for c in checksum(outs)])
         timed.order.append(0)
     return timed, outs
