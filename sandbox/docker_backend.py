@@ -39,8 +39,8 @@ from .docker_probe import default_tag
 from .docker_worker import PRIVATE_PREFIX, ContainerPlan, DockerWorker, Engine, remove_tree
 from .env import worker_env
 from .isolation import TMPFS_BYTES, Mechanism
-from .pool import MAX_START_FAILURES, ProcessBackend
-from .protocol import FailureKind, Limits, SandboxError, WorkerFailure, WorkerSpec
+from .pool import ProcessBackend
+from .protocol import FailureKind, Limits, SandboxError, WorkerSpec
 from .session import GRACE_SECONDS, ProcessSession
 from .spawn import WARM_NICE
 from . import procs
@@ -79,6 +79,7 @@ class DockerBackend(ProcessBackend):
     enforced as with the process backend."""
 
     name = "docker"
+    session_class = DockerSession
 
     def __init__(self, spec: WorkerSpec, pool_size: int = 1, *, refill: bool = True, start_timeout: float = 600.0,
                  image: str | None = None, memory_bytes: int | None = None, processes: int | None = None):
@@ -175,23 +176,6 @@ class DockerBackend(ProcessBackend):
             if not self.refill:
                 self._initial_left = max(0, self._initial_left - 1)
             self._starting.append(worker)
-
-    def session(self, entry: str, payload: Mapping[str, Any], limits: Limits) -> DockerSession:
-        """Hand the job to a warm container (waiting for one being started if none is ready)."""
-        for _ in range(MAX_START_FAILURES):
-            worker = self._take()
-            try:
-                session = DockerSession(worker, entry, payload, limits, on_close=self._forget)
-            except WorkerFailure:
-                worker.cleanup()  # it died between warm-up and now: take the next one
-                continue
-            except BaseException:
-                worker.cleanup()
-                raise
-            with self._cond:
-                self._busy.add(session)
-            return session
-        raise SandboxError("warm worker containers keep dying before they can take a job")
 
     def _monitor(self, busy: list[ProcessSession]) -> None:
         visible = [s for s in busy if s.worker.host_pid is not None and s.worker.alive()]

@@ -39,8 +39,8 @@ from typing import Any
 from docker.errors import APIError, NotFound
 
 from . import procs, uids
-from .protocol import RESERVED_KEY, FrameBuffer, SandboxError
-from .spawn import STDERR_IN_ERRORS, _force_remove
+from .protocol import FrameBuffer, SandboxError
+from .spawn import STDERR_IN_ERRORS, _force_remove, read_ready_frame
 
 PRIVATE_PREFIX = "kf-dkr-"
 log = logging.getLogger(__name__)
@@ -240,23 +240,7 @@ class DockerWorker:
             if self._exited():
                 raise SandboxError(f"worker container exited while starting: {self.startup_error()}")
             return False
-        chunk = os.read(self.chan_r, 65536)
-        if not chunk:
-            self.kill()
-            raise SandboxError(f"worker failed to start: {self.startup_error()}")
-        self.frames.feed(chunk)
-        try:
-            frame = self.frames.pop()
-        except ValueError as e:
-            self.kill()
-            raise SandboxError(f"worker sent garbage while starting: {e}") from None
-        if frame is None:
-            return False
-        if frame.get(RESERVED_KEY) != "ready":
-            self.kill()
-            raise SandboxError(f"worker sent {str(frame)[:200]} instead of 'ready'")
-        self.ready_info = frame
-        return True
+        return read_ready_frame(self)
 
     def _accept(self) -> None:
         """Take the entry point's control connection once it proves itself with the token; then

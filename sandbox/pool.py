@@ -54,6 +54,8 @@ class ProcessBackend:
     """
 
     name = "process"
+    #: the session type handed out; the docker backend substitutes its own
+    session_class = ProcessSession
 
     def __init__(self, spec: WorkerSpec, pool_size: int = 1, *, refill: bool = True,
                  start_timeout: float = 600.0, mechanism: Mechanism | None = None):
@@ -91,7 +93,7 @@ class ProcessBackend:
         for _ in range(MAX_START_FAILURES):
             worker = self._take()
             try:
-                session = ProcessSession(worker, entry, payload, limits, on_close=self._forget)
+                session = self.session_class(worker, entry, payload, limits, on_close=self._forget)
             except WorkerFailure:
                 worker.cleanup()  # it died between warm-up and now: take the next one
                 continue

@@ -105,23 +105,7 @@ class Worker:
         anything else (no candidate code has run yet, so this is a broken spec or machine)."""
         if self.ready_info is not None:
             return True
-        chunk = os.read(self.chan_r, 65536)
-        if not chunk:
-            self.kill()
-            raise SandboxError(f"worker failed to start: {self.startup_error()}")
-        self.frames.feed(chunk)
-        try:
-            frame = self.frames.pop()
-        except ValueError as e:
-            self.kill()
-            raise SandboxError(f"worker sent garbage while starting: {e}") from None
-        if frame is None:
-            return False
-        if frame.get(RESERVED_KEY) != "ready":
-            self.kill()
-            raise SandboxError(f"worker sent {str(frame)[:200]} instead of 'ready'")
-        self.ready_info = frame
-        return True
+        return read_ready_frame(self)
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -231,3 +215,25 @@ def _force_remove(func, path, exc) -> None:
             os.unlink(path)
     except OSError:
         pass
+
+
+def read_ready_frame(worker: Any) -> bool:
+    """Read what a starting worker sent on its channel; True once it said ready. Shared by the
+    process and docker workers (each has ``chan_r``, ``frames``, ``kill``, ``startup_error``)."""
+    chunk = os.read(worker.chan_r, 65536)
+    if not chunk:
+        worker.kill()
+        raise SandboxError(f"worker failed to start: {worker.startup_error()}")
+    worker.frames.feed(chunk)
+    try:
+        frame = worker.frames.pop()
+    except ValueError as e:
+        worker.kill()
+        raise SandboxError(f"worker sent garbage while starting: {e}") from None
+    if frame is None:
+        return False
+    if frame.get(RESERVED_KEY) != "ready":
+        worker.kill()
+        raise SandboxError(f"worker sent {str(frame)[:200]} instead of 'ready'")
+    worker.ready_info = frame
+    return True
