@@ -79,7 +79,18 @@ def output_tolerances(task: Task, device_kind: str = "cuda") -> list[tuple[int, 
     return [(i, name, task.tolerance(name)) for i, name in enumerate(names)]
 
 
+_TOLERANCE_LINES: dict[tuple[str, str, str], list[str]] = {}
+
+
 def tolerance_lines(task: Task, device_kind: str = "cuda") -> list[str]:
+    """One line per output; computed once per task version (every prompt shows them)."""
+    key = (task.ref, task.reference_source, device_kind)
+    if key not in _TOLERANCE_LINES:
+        _TOLERANCE_LINES[key] = _tolerance_lines(task, device_kind)
+    return _TOLERANCE_LINES[key]
+
+
+def _tolerance_lines(task: Task, device_kind: str) -> list[str]:
     try:
         found = output_tolerances(task, device_kind)
     except Exception as err:  # a reference that cannot run on the CPU: show the dtype's tolerance

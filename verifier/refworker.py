@@ -22,10 +22,17 @@ _MODELS: dict[tuple, Any] = {}
 _COMPILED: dict[tuple, Any] = {}
 
 
+_WARM = []
+
+
 def warm_up() -> None:
     import torch
 
     from . import reference
+
+    if _WARM:
+        return
+    _WARM.append(True)
 
     reference.strict_precision()
     if torch.cuda.is_available():
