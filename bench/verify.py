@@ -32,7 +32,7 @@ from kernforge.verifier.judge import JudgeOptions
 def bench_task(judge, name: str, repeats: int) -> dict:
     task = load_task(name)
     row: dict = {"task": name}
-    times, verdict_seconds = [], []
+    times, verdict_seconds, inner, phases = [], [], [], []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
         verdict = judge.verify(task.seed_source, task)
@@ -47,6 +47,8 @@ def bench_task(judge, name: str, repeats: int) -> dict:
             continue
         times.append(shape.time_us)
         verdict_seconds.append(elapsed)
+        inner.append(shape.spread_pct)
+        phases.append(verdict.environment.get("phase_seconds", {}))
     mean = statistics.fmean(times)
     row.update(
         seed_us=statistics.median(times),
@@ -55,6 +57,8 @@ def bench_task(judge, name: str, repeats: int) -> dict:
         speedup_eager=row["eager_us"] / statistics.median(times) if row.get("eager_us") else None,
         speedup_compile=row["compile_us"] / statistics.median(times) if row.get("compile_us") else None,
         times_us=times,
+        inner_spread_pct=inner,
+        phase_seconds=phases[-1] if phases else {},
     )
     return row
 
@@ -80,7 +84,7 @@ def main() -> None:
         for name in names:
             row = bench_task(judge, name, args.repeats)
             rows.append(row)
-            console.print(f"{name}: {json.dumps({k: v for k, v in row.items() if k != 'times_us'}, default=str)}")
+            console.print(f"{name}: {json.dumps(row, default=str)}")
 
     table = Table(title=f"Seeds at their largest public shape on {device} (median over {args.repeats} evaluations)")
     for col in ("task", "shape", "seed us", "eager us", "compile us", "x eager", "x compile", "% BW",

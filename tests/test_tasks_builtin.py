@@ -60,13 +60,20 @@ def test_task_metadata(name):
 
 def _check_not_degenerate(task, device: str, shape) -> None:
     model = runtime.build_model(runtime.reference_module(task).Model, runtime.make_init_inputs(task, shape), 0, device)
+    singles: dict[int, set[float]] = {}
     for dist in task.distributions:
         inputs = runtime.make_inputs(task, shape, dist, 1234, device)
         high, low = run_reference(model, inputs, task.mutated_inputs)
         for i, out in enumerate(low):
             values = out.double()
             finite = values[torch.isfinite(values)]
+            if out.numel() == 1:  # one value (a per-tensor scale of one token): it must move with the inputs
+                assert finite.numel() == 1, f"output {i} is not finite under {dist!r}"
+                singles.setdefault(i, set()).add(float(finite))
+                continue
             assert finite.numel() > 1 and float(finite.std()) > 0, f"output {i} is constant under {dist!r}"
+    for i, seen in singles.items():
+        assert len(seen) > 1 or len(task.distributions) == 1, f"output {i} is the same {seen} under every distribution"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -55,7 +55,7 @@ def call_facts(reply: Mapping[str, Any], ref: Mapping[str, Any], *, ctx: str, mu
     for rule in (
         lambda: tampering(reply.get("tampered", []), f"during the call ({ctx})"),
         lambda: _threads(reply, ctx, on_gpu),
-        lambda: _l2_pinning(reply, ctx),
+        lambda: l2_pinning(reply, ctx),
         lambda: _aliasing(reply, ctx),
         lambda: _inputs(reply, ref, ctx, mutated),
         lambda: _torch_ops(reply, ctx, allow_torch_ops),
@@ -67,7 +67,7 @@ def call_facts(reply: Mapping[str, Any], ref: Mapping[str, Any], *, ctx: str, mu
     return None
 
 
-def _l2_pinning(reply: Mapping[str, Any], ctx: str) -> Rejected | None:
+def l2_pinning(reply: Mapping[str, Any], ctx: str) -> Rejected | None:
     limit = reply.get("l2_persisting_limit")
     if limit:
         return Rejected(Status.CHEAT, f"the call reserved {limit} bytes of persisting L2 ({ctx}): pinned data would survive the cache flush between timed calls", threat=18,

@@ -45,8 +45,11 @@ if torch.cuda.is_available():
     graph_replay = torch.cuda.CUDAGraph.replay
     cuda_graph_ctx = torch.cuda.graph
     current_stream = torch.cuda.current_stream
+    gpu_sleep = torch.cuda._sleep
+    memory_snapshot = torch.cuda.memory_snapshot
 else:  # the interpreter path never times on a device
-    Event = event_record = event_elapsed = CUDAGraph = graph_replay = cuda_graph_ctx = current_stream = None
+    Event = event_record = event_elapsed = CUDAGraph = graph_replay = cuda_graph_ctx = current_stream = gpu_sleep = None
+    memory_snapshot = None
 
     def synchronize(device: Any = None) -> None:
         return None

@@ -79,6 +79,18 @@ class _Progress:
     references: dict[tuple, list[list[Any]]] = field(default_factory=dict)
 
 
+@dataclass
+class _Pending:
+    """A check sent to the candidate whose reply has not been read yet."""
+
+    shape: Shape
+    dist: str
+    hidden: bool
+    key: str
+    ref: dict[str, Any]
+    msg: dict[str, Any]
+
+
 class Judge:
     def __init__(self, candidates: Backend, references: Backend, options: JudgeOptions = JudgeOptions()):
         self.candidates = candidates
@@ -91,6 +103,13 @@ class Judge:
         self.ceiling_cache = JsonCache(cache_dir / "ceilings.json")
         self._ref: Session | None = None
         self._env: dict[str, Any] | None = None
+        #: seconds spent per step of the verdict in progress ("ref.compare", "worker.check", ...)
+        self._phases: dict[str, float] = {}
+        #: references the reference worker holds for the verdict in progress (freed at its end)
+        self._live_refs: set[str] = set()
+
+    def _spent(self, step: str, since: float) -> None:
+        self._phases[step] = self._phases.get(step, 0.0) + time.perf_counter() - since
 
     # ---- the reference worker ------------------------------------------------------------------
     def _ref_session(self) -> Session:
@@ -101,6 +120,13 @@ class Judge:
         return self._ref
 
     def _ask_ref(self, msg: Mapping[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        try:
+            return self._ask_ref_once(msg, timeout)
+        finally:
+            self._spent(f"ref.{msg.get('op')}", t0)
+
+    def _ask_ref_once(self, msg: Mapping[str, Any], timeout: float | None) -> dict[str, Any]:
         for attempt in (1, 2):
             try:
                 session = self._ref_session()
@@ -113,6 +139,12 @@ class Judge:
                     raise JudgeError(f"the reference worker failed: {failure.reason}") from failure
         if not reply.get("ok"):
             raise JudgeError(f"the task's reference failed on {msg.get('op')}: {reply.get('error')}")
+        if msg.get("op") == "reference":
+            self._live_refs.add(msg["key"])
+        elif msg.get("op") == "drop" or (msg.get("op") == "compare" and not msg.get("keep")):
+            self._live_refs.discard(msg["key"])
+        for name, seconds in (reply.get("steps") or {}).items():
+            self._phases[f"ref.{msg.get('op')}:{name}"] = self._phases.get(f"ref.{msg.get('op')}:{name}", 0.0) + seconds
         return reply
 
     def _drop_ref(self) -> None:
@@ -151,9 +183,19 @@ class Judge:
     # ---- one candidate -------------------------------------------------------------------------
     def verify(self, source: str, task: Task) -> Verdict:
         started = time.perf_counter()
-        verdict = self._verify(source, task)
+        self._phases = {}
+        try:
+            verdict = self._verify(source, task)
+        finally:  # a rejection or a worker failure mid-check leaves references behind
+            for key in list(self._live_refs):
+                try:
+                    self._ask_ref({"op": "drop", "key": key})
+                except JudgeError:
+                    self._live_refs.clear()
+                    break
         env = dict(self.environment())
         env["verify_seconds"] = round(time.perf_counter() - started, 3)
+        env["phase_seconds"] = {k: round(v, 3) for k, v in sorted(self._phases.items(), key=lambda kv: -kv[1])}
         if isinstance(verdict, Accepted):
             return Accepted(shapes=verdict.shapes, reason=verdict.reason, flags=verdict.flags, environment=env)
         return Rejected(verdict.status, verdict.reason, verdict.threat, verdict.evidence, verdict.shapes, env)
@@ -169,7 +211,9 @@ class Judge:
         init_seed = secrets.randbits(31)
         payload = {"task": bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed}
         try:
+            t0 = time.perf_counter()
             with self.candidates.session(HARNESS_ENTRY, payload, self.options.limits) as session:
+                self._spent("worker.start", t0)
                 reply = self._call(session, {"op": "load"}, "loading the module")
                 if isinstance(reply, Rejected):
                     return reply
@@ -180,12 +224,10 @@ class Judge:
                 if rejection is not None:
                     return rejection
                 progress = _Progress()
-                for hidden in (False, True):
-                    for shape in task.shapes(kind, hidden=hidden):
-                        for dist in task.distributions:
-                            rejection = self._check(session, task, shape, hidden, dist, init_seed, own, progress)
-                            if rejection is not None:
-                                return rejection
+                for hidden in (False, True):  # hidden shapes only once every public one passed
+                    rejection = self._check_all(session, task, hidden, init_seed, own, progress)
+                    if rejection is not None:
+                        return rejection
                 results = self._time_all(session, task, init_seed, own, progress)
                 if isinstance(results, Rejected):
                     return results
@@ -199,8 +241,29 @@ class Judge:
         return Accepted(shapes=tuple(shapes), flags=tuple(sorted(set(flags))))
 
     def _call(self, session: Session, msg: dict[str, Any], what: str) -> dict[str, Any] | Rejected:
-        session.send(msg)
-        reply = session.recv(self.options.message_timeout_s)
+        self._send(session, msg)
+        return self._reply(session, msg, what)
+
+    def _send(self, session: Session, msg: dict[str, Any]) -> None:
+        t0 = time.perf_counter()
+        try:
+            session.send(msg)
+        finally:
+            self._spent(f"worker.{msg['op']}", t0)
+
+    def _reply(self, session: Session, msg: dict[str, Any], what: str) -> dict[str, Any] | Rejected:
+        """The worker's answer to ``msg`` (sent before): its structure checked, failures as verdicts."""
+        t0 = time.perf_counter()
+        try:
+            reply = session.recv(self.options.message_timeout_s)
+        finally:
+            self._spent(f"worker.{msg['op']}", t0)
+        steps = reply.get("steps") if isinstance(reply, dict) else None
+        if isinstance(steps, dict):  # the worker's own breakdown: diagnostics, never evidence
+            for name, seconds in list(steps.items())[:16]:
+                if isinstance(seconds, (int, float)) and math.isfinite(seconds):
+                    step = f"worker.{msg['op']}:{str(name)[:20]}"
+                    self._phases[step] = self._phases.get(step, 0.0) + float(seconds)
         bad = decide.malformed(reply, ["ok"])
         if bad is not None:
             return bad
@@ -215,35 +278,73 @@ class Judge:
                             evidence={"check": stage or "runtime", "error": error, "while": what})
         return reply
 
-    def _check(self, session: Session, task: Task, shape: Shape, hidden: bool, dist: str, init_seed: int,
-               own: list[str], progress: _Progress) -> Rejected | None:
-        ctx = decide.where(shape.as_dict(), hidden, dist)
+    # ---- correctness ---------------------------------------------------------------------------
+    def _check_all(self, session: Session, task: Task, hidden: bool, init_seed: int, own: list[str],
+                   progress: _Progress) -> Rejected | None:
+        """Check every (shape, distribution) of one group, public or hidden, in order.
+
+        Pipelined: once a call's reply has passed the structural checks, the next call is sent
+        to the candidate, and the reference worker compares the first call's outputs while the
+        candidate computes the next. Outputs are still judged one call at a time, in order.
+        """
+        kind = "cuda" if self.on_gpu else "cpu"
+        items = [(shape, dist) for shape in task.shapes(kind, hidden=hidden) for dist in task.distributions]
+        pending = self._start_check(session, task, *items[0], hidden, init_seed) if items else None
+        for n in range(len(items)):
+            following = items[n + 1] if n + 1 < len(items) else None
+            rejection, pending = self._finish_check(session, task, pending, following, init_seed, own, progress)
+            if rejection is not None:
+                return rejection
+        return None
+
+    def _start_check(self, session: Session, task: Task, shape: Shape, dist: str, hidden: bool, init_seed: int) -> _Pending:
         key = uuid.uuid4().hex
         seed = secrets.randbits(31)
         ref = self._ask_ref({"op": "reference", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
                              "dist": dist, "seed": seed, "init_seed": init_seed})
-        reply = self._call(session, {"op": "check", "id": key[:12], "shape": shape.as_dict(), "dist": dist,
-                                     "seed": seed, "poison_bytes": ref["output_bytes"]}, f"checking the {ctx}")
+        msg = {"op": "check", "id": key[:12], "shape": shape.as_dict(), "dist": dist, "seed": seed,
+               "poison_bytes": ref["output_bytes"]}
+        self._send(session, msg)
+        return _Pending(shape, dist, hidden, key, ref, msg)
+
+    def _abandon(self, session: Session, pending: _Pending | None, *, drain: bool = False) -> bool:
+        """Forget a call sent ahead; with ``drain``, wait for its reply first (the worker must be
+        idle before it is asked anything else). True when the worker is idle again."""
+        if pending is None:
+            return True
+        self._ask_ref({"op": "drop", "key": pending.key})
+        if not drain:
+            return False
+        try:
+            return not isinstance(self._reply(session, pending.msg, "finishing a call sent ahead"), Rejected)
+        except WorkerFailure:
+            return False
+
+    def _finish_check(self, session: Session, task: Task, p: _Pending, following: tuple[Shape, str] | None,
+                      init_seed: int, own: list[str], progress: _Progress) -> tuple[Rejected | None, _Pending | None]:
+        shape, hidden, key, ref = p.shape, p.hidden, p.key, p.ref
+        ctx = decide.where(shape.as_dict(), hidden, p.dist)
+        reply = self._reply(session, p.msg, f"checking the {ctx}")
         if isinstance(reply, Rejected):
             self._ask_ref({"op": "drop", "key": key})
-            return _with_shape(reply, shape, hidden)
+            return _with_shape(reply, shape, hidden), None
         bad = decide.malformed(reply, ["types", "outputs"])
         if bad is None and all(t == "torch.Tensor" for t in reply["types"]):
             bad = decide.malformed(reply, ["late_writes", "aliases", "input_digests", "input_shapes", "torch_ops",
                                            "launches", "gpu_kernels", "new_threads", "repeat", "tampered"])
         rejection = bad or decide.call_facts(reply, ref, ctx=ctx, mutated=task.mutated_inputs,
                                              allow_torch_ops=task.allow_torch_ops, own_kernels=own, on_gpu=self.on_gpu)
+        rejection = rejection or _foreign_files(reply["outputs"], session.workdir, ctx)
         if rejection is not None:
             self._ask_ref({"op": "drop", "key": key})
-            return _with_shape(rejection, shape, hidden)
-        rejection = _foreign_files(reply["outputs"], session.workdir, ctx)
-        if rejection is not None:
-            self._ask_ref({"op": "drop", "key": key})
-            return _with_shape(rejection, shape, hidden)
+            return _with_shape(rejection, shape, hidden), None
+        # The candidate computes the next call while its outputs are compared here.
+        nxt = self._start_check(session, task, *following, hidden, init_seed) if following else None
         cmp = self._ask_ref({"op": "compare", "key": key, "files": reply["outputs"], "tolerances": _tolerances(task)})
         if cmp.get("count_mismatch"):
+            self._abandon(session, nxt)
             return _with_shape(Rejected(Status.INCORRECT, f"forward produced {cmp['count_mismatch']} ({ctx})",
-                                        evidence={"check": "outputs"}), shape, hidden)
+                                        evidence={"check": "outputs"}), shape, hidden), None
         sums = [r.get("checksum") for r in cmp["results"]]
         earlier = progress.outputs.setdefault(shape.params, [])
         earlier_refs = progress.references.setdefault(shape.params, [])
@@ -251,25 +352,27 @@ class Judge:
             sums in earlier or any(decide.same_checksum(sums, e) for e in earlier_refs))
         cached = deferred = False
         if stale:  # an earlier call's answer: one more call on new inputs tells a cache from a deferral
-            probe = self._probe(session, task, shape, dist)
-            cached = probe == sums
-            deferred = not cached and decide.same_checksum(probe, ref.get("checksums", []))
+            if self._abandon(session, nxt, drain=True):
+                probe = self._probe(session, task, shape, p.dist)
+                cached = probe == sums
+                deferred = not cached and decide.same_checksum(probe, ref.get("checksums", []))
+            nxt = None
         earlier.append(sums)
         earlier_refs.append(ref.get("checksums", []))
-        # Hidden shapes are checked only once every public one passed.
         rejection = decide.mismatch(cmp["results"], ctx, hidden=hidden, public_all_passed=hidden,
                                     cached=cached, deferred=deferred)
         if rejection is None:
             limits = [r.get("allowed_abs", 0.0) for r in cmp["results"]]
             rejection = decide.repeat_consistency(reply, ctx, limits)
         if rejection is not None:
-            return _with_shape(rejection, shape, hidden)
+            self._abandon(session, nxt)
+            return _with_shape(rejection, shape, hidden), None
         worst = progress.errors.get(shape.params, (0.0, 0.0))
         progress.errors[shape.params] = (
             max(worst[0], *(r.get("max_abs_err", 0.0) for r in cmp["results"])),
             max(worst[1], *(r.get("max_rel_err", 0.0) for r in cmp["results"])),
         )
-        return None
+        return None, nxt
 
     def _probe(self, session: Session, task: Task, shape: Shape, dist: str) -> list[Any]:
         """Checksums of the candidate's output on fresh inputs (diagnosis only, after a failure)."""
@@ -325,7 +428,7 @@ class Judge:
         bad = decide.malformed(reply, ["mode", "times_us", "order", "checksums", "outputs", "tampered", "new_threads"])
         if bad is not None:
             return bad
-        rejection = decide.tampering(reply["tampered"], f"while {ctx}")
+        rejection = decide.tampering(reply["tampered"], f"while {ctx}") or decide.l2_pinning(reply, ctx)
         if rejection is not None:
             return rejection
         if reply["new_threads"]:

@@ -9,6 +9,7 @@ only here (THREATS #1, #10): the candidate's process never holds them.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from typing import Any
@@ -109,14 +110,18 @@ def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     if len(files) != len(low):
         return {"results": [], "count_mismatch": f"{len(files)} outputs, the reference has {len(low)}"}
     results = []
+    read_s = 0.0
     for j, (meta, h, lo) in enumerate(zip(files, high, low)):
         expect_dtype = str(lo.dtype).removeprefix("torch.")
+        t0 = time.perf_counter()
         try:
-            cand = tensorio.read_tensor(meta["file"], expect_dtype=expect_dtype, expect_shape=list(lo.shape))
+            cand = tensorio.read_tensor(meta["file"], expect_dtype=expect_dtype, expect_shape=list(lo.shape), device=device)
         except (tensorio.TensorFileError, KeyError, TypeError) as err:
             results.append({"output": j, "ok": False, "unreadable": str(err)})
             continue
-        cand = cand.to(device)
+        finally:
+            read_s += time.perf_counter() - t0
+            _discard(meta)
         tol = Tolerance(**msg["tolerances"].get(expect_dtype, msg["tolerances"]["default"]))
         mism = compare.compare(cand, h, tol, low=lo)
         entry = {"output": j, **mism.to_dict()}
@@ -132,7 +137,7 @@ def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         results.append(entry)
     if not msg.get("keep", False):
         _REFS.pop(msg["key"], None)
-    return {"results": results}
+    return {"results": results, "steps": {"read": read_s}}
 
 
 def _lowered_precision(cand: Any, high: Any) -> str | None:
@@ -168,12 +173,23 @@ def _checksum(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     sums = []
     for meta in msg["files"]:
         try:
-            t = tensorio.read_tensor(meta["file"]).to(device)
+            t = tensorio.read_tensor(meta["file"], device=device)
         except (tensorio.TensorFileError, KeyError, TypeError):
             sums.append(None)
             continue
+        finally:
+            _discard(meta)
         sums.append([float(v) for v in timing.checksum([t])[0].tolist()])
     return {"checksums": sums}
+
+
+def _discard(meta: Any) -> None:
+    """Remove an output file once read: dozens of large outputs per candidate would otherwise
+    sit in the worker's folder (and in memory, as page cache) until the candidate is done."""
+    try:
+        os.unlink(meta["file"])
+    except (OSError, KeyError, TypeError):
+        pass
 
 
 def _drop(device: str, msg: dict[str, Any]) -> dict[str, Any]:
