@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -29,7 +31,8 @@ app.add_typer(archive_app, name="archive")
 sandbox_app = typer.Typer(help="The docker sandbox (--sandbox docker): its worker image.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
 
-out = Console()
+# Piped into a file or a log, tables keep their rows whole instead of wrapping at 80 columns.
+out = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=160)
 err = Console(stderr=True)
 
 # ---- shared options (declared once) -------------------------------------------------------

@@ -39,7 +39,7 @@ for p in "$@"; do
     tests) phase tests 900 python3 -m pytest -m gpu -x -q -p no:cacheprovider tests/ ;;
     tests-nox) phase tests 330 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 tests/ ;;
     final) phase final 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_verifier_gpu.py -k "side_stream or triton or stale or rms_norm" ;;
-    verify1) phase verify1 150 python3 bench/verify.py --repeats 3 --tasks rms_norm --json "$OUT/verify1.json" ;;
+    verify1) phase verify1 150 python3 bench/verify.py --repeats 5 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
     sandbox-quick) phase sandbox 120 python3 bench/sandbox.py --device gpu --candidates 8 ;;
     smoke) phase smoke 560 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/test_tasks_builtin.py tests/test_verifier_gpu.py ;;
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;

@@ -1,0 +1,120 @@
+"""The judge's checks are pipelined (the candidate computes the next call while the reference
+worker compares the last one): the pipeline must not change what is revealed or decided.
+
+* hidden shapes are sent only once every public check passed, even with a call sent ahead;
+* a rejection part-way leaves no reference behind in the reference worker;
+* every verdict carries its time breakdown, and output files are removed once compared.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import candidates as C
+from kernforge.loop.evaluate import open_judge
+from kernforge.tasks.loader import load_task
+from kernforge.verifier import tensorio
+from kernforge.verifier.judge import Judge, JudgeOptions
+
+TASKS = Path(__file__).parent / "tasks"
+
+#: Right on T=4 (the first public shape); from T=8 (the second) the last row is never written.
+WRONG_ON_SECOND_PUBLIC = C.with_forward(
+    "        return norm(x, w, rows=x.shape[0] if x.shape[0] == 4 else x.shape[0] - 1)")
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    options = JudgeOptions(cpu_timing_reps=1, cache_dir=tmp_path_factory.mktemp("cache"))
+    with open_judge("cpu", pool_size=1, options=options) as j:
+        yield j
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """(shape, hidden) of every check the judge starts, in order."""
+    seen: list[tuple[dict, bool]] = []
+    original = Judge._start_check
+
+    def recording(self, session, task, shape, dist, hidden, init_seed):
+        seen.append((shape.as_dict(), hidden))
+        return original(self, session, task, shape, dist, hidden, init_seed)
+
+    monkeypatch.setattr(Judge, "_start_check", recording)
+    return seen
+
+
+def test_hidden_shapes_never_sent_after_a_public_failure(judge, sent):
+    verdict = judge.verify(WRONG_ON_SECOND_PUBLIC, load_task(TASKS / "tiny_norm"))
+    assert not verdict.accepted
+    assert "public shape T=8" in verdict.reason, verdict.reason
+    assert sent and not any(hidden for _, hidden in sent), sent
+    assert judge._live_refs == set(), "a rejection left references in the reference worker"
+
+
+def test_honest_kernel_checks_every_shape_in_order_and_reports_its_time(judge, sent):
+    verdict = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
+    assert verdict.accepted, verdict.reason
+    task = load_task(TASKS / "tiny_norm")
+    expected = [(s.as_dict(), hidden) for hidden in (False, True) for s in task.shapes("cpu", hidden=hidden)
+                for _ in task.distributions]
+    assert sent == expected
+    phases = verdict.environment["phase_seconds"]
+    for step in ("worker.check", "ref.reference", "ref.compare", "worker.time", "worker.check:write", "ref.compare:read"):
+        assert step in phases and phases[step] >= 0, phases
+    assert sum(v for k, v in phases.items() if ":" not in k) <= verdict.environment["verify_seconds"] + 0.05
+    assert judge._live_refs == set()
+
+
+def test_compared_output_files_are_removed(judge, monkeypatch):
+    """The reference worker deletes each output file once it has read it."""
+    files: list[str] = []
+    original = Judge._ask_ref
+
+    def spying(self, msg, timeout=None):
+        if msg.get("op") == "compare":
+            files.extend(meta["file"] for meta in msg["files"] if isinstance(meta, dict))
+            reply = original(self, msg, timeout)
+            assert not any(Path(meta["file"]).exists() for meta in msg["files"])
+            return reply
+        return original(self, msg, timeout)
+
+    monkeypatch.setattr(Judge, "_ask_ref", spying)
+    verdict = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
+    assert verdict.accepted, verdict.reason
+    assert files
+
+
+# ---- tensor files ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64", "bool", "uint8"])
+@pytest.mark.parametrize("shape", [(3, 5), (0, 4), (7,)])
+def test_tensor_file_round_trip(tmp_path, dtype, shape):
+    import torch
+
+    t = (torch.randn(shape) * 10).to(getattr(torch, dtype))
+    meta = tensorio.write_tensor(tmp_path / "t.bin", t)
+    assert meta["nbytes"] == t.numel() * t.element_size()
+    back = tensorio.read_tensor(tmp_path / "t.bin", expect_dtype=dtype, expect_shape=list(shape))
+    assert back.dtype == t.dtype and torch.equal(back, t)
+
+
+def test_tensor_file_of_a_view_is_written_contiguously(tmp_path):
+    import torch
+
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    view = base[:, 1:4].t()  # neither contiguous nor starting at the storage's beginning
+    tensorio.write_tensor(tmp_path / "v.bin", view)
+    assert torch.equal(tensorio.read_tensor(tmp_path / "v.bin"), view)
+
+
+def test_tensor_file_cut_short_is_refused(tmp_path):
+    import torch
+
+    path = tmp_path / "t.bin"
+    tensorio.write_tensor(path, torch.ones(64))
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])
+    with pytest.raises(tensorio.TensorFileError, match="do not match"):
+        tensorio.read_tensor(path)
