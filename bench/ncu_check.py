@@ -30,7 +30,7 @@ from kernforge.verifier.kernels import own_kernel_names
 
 def _setup(task_name: str):
     task = load_task(task_name)
-    shape = max(task.public_shapes, key=lambda s: runtime.roofline(task, s, task.dtype("cuda")).bytes)
+    shape = runtime.largest_shape(task, "cuda")
     seed = runtime.load_module(task.seed_path)
     model = runtime.build_model(seed.ModelNew, runtime.make_init_inputs(task, shape), 0, "cuda")
     inputs = runtime.make_inputs(task, shape, task.distributions[0], 1, "cuda")

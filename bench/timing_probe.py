@@ -36,8 +36,7 @@ def child(task_name: str, runs: int) -> None:
     from kernforge.verifier import timing
 
     task = load_task(task_name)
-    dtype = task.dtype("cuda")
-    shape = max(task.shapes("cuda", hidden=False), key=lambda s: getattr(runtime.roofline(task, s, dtype), "bytes", 0.0))
+    shape = runtime.largest_shape(task, "cuda")
     seed_module = runtime.load_module(task.seed_path, fresh=True)
     model = runtime.build_model(seed_module.ModelNew, runtime.make_init_inputs(task, shape), 0, "cuda:0")
     sets = [runtime.make_inputs(task, shape, task.distributions[0], s, "cuda:0") for s in (1, 2, 3)]

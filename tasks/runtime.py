@@ -114,3 +114,9 @@ def roofline(task: Task, shape: Shape, dtype: str) -> Roofline | None:
         return None
     nbytes, flops = meta.roofline(shape.as_dict(), dtype)
     return Roofline(bytes=float(nbytes), flops=float(flops))
+
+
+def largest_shape(task: Task, device_kind: str) -> Shape:
+    """The public shape that moves the most bytes (benchmarks time only this one)."""
+    dtype = task.dtype(device_kind)
+    return max(task.shapes(device_kind, hidden=False), key=lambda s: getattr(roofline(task, s, dtype), "bytes", 0.0))

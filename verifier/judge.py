@@ -111,6 +111,16 @@ class Judge:
     def _spent(self, step: str, since: float) -> None:
         self._phases[step] = self._phases.get(step, 0.0) + time.perf_counter() - since
 
+    def _add_steps(self, prefix: str, steps: Any) -> None:
+        """A worker's own breakdown of one request (diagnostics, never evidence: a candidate's
+        worker may report anything, so only finite numbers under short names are kept)."""
+        if not isinstance(steps, dict):
+            return
+        for name, seconds in list(steps.items())[:16]:
+            if isinstance(seconds, (int, float)) and math.isfinite(seconds):
+                step = f"{prefix}:{str(name)[:20]}"
+                self._phases[step] = self._phases.get(step, 0.0) + float(seconds)
+
     # ---- the reference worker ------------------------------------------------------------------
     def _ref_session(self) -> Session:
         if self._ref is None:
@@ -143,8 +153,7 @@ class Judge:
             self._live_refs.add(msg["key"])
         elif msg.get("op") == "drop" or (msg.get("op") == "compare" and not msg.get("keep")):
             self._live_refs.discard(msg["key"])
-        for name, seconds in (reply.get("steps") or {}).items():
-            self._phases[f"ref.{msg.get('op')}:{name}"] = self._phases.get(f"ref.{msg.get('op')}:{name}", 0.0) + seconds
+        self._add_steps(f"ref.{msg.get('op')}", reply.get("steps"))
         return reply
 
     def _drop_ref(self) -> None:
@@ -207,7 +216,6 @@ class Judge:
             return Rejected(Status.STATIC_REJECTED, found.reason, threat=first.threat,
                             evidence={"check": "static screen", "findings": [f.to_dict() for f in found.findings[:20]]})
         own = own_kernel_names(source)
-        kind = "cuda" if self.on_gpu else "cpu"
         init_seed = secrets.randbits(31)
         payload = {"task": bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed}
         try:
@@ -258,12 +266,8 @@ class Judge:
             reply = session.recv(self.options.message_timeout_s)
         finally:
             self._spent(f"worker.{msg['op']}", t0)
-        steps = reply.get("steps") if isinstance(reply, dict) else None
-        if isinstance(steps, dict):  # the worker's own breakdown: diagnostics, never evidence
-            for name, seconds in list(steps.items())[:16]:
-                if isinstance(seconds, (int, float)) and math.isfinite(seconds):
-                    step = f"worker.{msg['op']}:{str(name)[:20]}"
-                    self._phases[step] = self._phases.get(step, 0.0) + float(seconds)
+        if isinstance(reply, dict):
+            self._add_steps(f"worker.{msg['op']}", reply.get("steps"))
         bad = decide.malformed(reply, ["ok"])
         if bad is not None:
             return bad
@@ -389,8 +393,7 @@ class Judge:
         kind = "cuda" if self.on_gpu else "cpu"
         public = list(task.shapes(kind, hidden=False))
         if self.options.time_shapes == "largest":
-            dtype = task.dtype(kind)
-            public = [max(public, key=lambda s: getattr(runtime.roofline(task, s, dtype), "bytes", 0.0))]
+            public = [runtime.largest_shape(task, kind)]
         shapes = [(s, False) for s in public]
         if self.on_gpu and self.options.time_hidden and self.options.time_shapes == "all":
             shapes += [(s, True) for s in task.shapes(kind, hidden=True)]

@@ -7,11 +7,11 @@ a buffer larger than L2), in-place inputs are restored, and the order of input s
 Persisting-L2 lines are reset and the limit zeroed before every call (THREATS #18), and the
 limit is read again after the last one.
 
-Each replay is queued behind the flush and a short GPU sleep, so the start
-event and the replay are both queued before the GPU reaches them. A host that falls behind (a
-Python pause, a busy virtual CPU) would otherwise leave the GPU idle between the start event
-and the kernel, and that idle time would be counted: on the H200 it showed as a second mode
-20% slower than the first, in a varying share of the calls. The candidate's Python does not run during
+Each replay is queued behind the flush and a short GPU sleep, so the start event and the
+replay are both queued before the GPU reaches them. A host that falls behind (a Python pause, a
+busy virtual CPU) would otherwise leave the GPU idle between the start event and the kernel,
+and that idle time would be counted: on the H200 it showed as a second mode 20% slower than the
+first, in a varying share of the calls. The candidate's Python does not run during
 replay, so it cannot count calls, watch the clock or defer work (#8, #12, #13). If capture
 fails (a host sync inside forward, an unjoined side stream) timing falls back to eager calls
 with a device-wide synchronize inside the timed region (#5), and says so.
