@@ -3,7 +3,7 @@ worker compares the last one): the pipeline must not change what is revealed or 
 
 * hidden shapes are sent only once every public check passed, even with a call sent ahead;
 * a rejection part-way leaves no reference behind in the reference worker;
-* every verdict carries its time breakdown, and output files are removed once compared.
+* every verdict carries its time breakdown, and output files are reused, two per output.
 """
 
 from __future__ import annotations
@@ -34,15 +34,17 @@ def judge(tmp_path_factory):
 
 @pytest.fixture
 def sent(monkeypatch):
-    """(shape, hidden) of every check the judge starts, in order."""
+    """(shape, hidden) of every check sent to the candidate's worker, in order."""
     seen: list[tuple[dict, bool]] = []
-    original = Judge._start_check
+    original = Judge._send
+    hidden_shapes = [s.as_dict() for s in load_task(TASKS / "tiny_norm").shapes("cpu", hidden=True)]
 
-    def recording(self, session, task, shape, dist, hidden, init_seed):
-        seen.append((shape.as_dict(), hidden))
-        return original(self, session, task, shape, dist, hidden, init_seed)
+    def recording(self, session, msg):
+        if msg.get("op") == "check" and msg.get("repeat", True):
+            seen.append((msg["shape"], msg["shape"] in hidden_shapes))
+        return original(self, session, msg)
 
-    monkeypatch.setattr(Judge, "_start_check", recording)
+    monkeypatch.setattr(Judge, "_send", recording)
     return seen
 
 
@@ -68,23 +70,23 @@ def test_honest_kernel_checks_every_shape_in_order_and_reports_its_time(judge, s
     assert judge._live_refs == set()
 
 
-def test_compared_output_files_are_removed(judge, monkeypatch):
-    """The reference worker deletes each output file once it has read it."""
-    files: list[str] = []
+def test_checked_outputs_alternate_between_two_files(judge, monkeypatch):
+    """Each checked call's outputs go to one of two files per output, alternating, so the
+    candidate writes one while the reference worker reads the other and the files are reused
+    (kept mapped) rather than piling up, one per call."""
+    compared: list[str] = []
     original = Judge._ask_ref
 
     def spying(self, msg, timeout=None):
-        if msg.get("op") == "compare":
-            files.extend(meta["file"] for meta in msg["files"] if isinstance(meta, dict))
-            reply = original(self, msg, timeout)
-            assert not any(Path(meta["file"]).exists() for meta in msg["files"])
-            return reply
+        if msg.get("op") == "compare" and isinstance(msg["files"][0], dict) and "/out_" in msg["files"][0]["file"]:
+            compared.append(Path(msg["files"][0]["file"]).name)
         return original(self, msg, timeout)
 
     monkeypatch.setattr(Judge, "_ask_ref", spying)
     verdict = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
     assert verdict.accepted, verdict.reason
-    assert files
+    assert len(compared) > 4 and set(compared) == {"out_s0_0.bin", "out_s1_0.bin"}, compared
+    assert all(a != b for a, b in zip(compared, compared[1:])), compared
 
 
 # ---- tensor files ---------------------------------------------------------------------------------
@@ -118,3 +120,49 @@ def test_tensor_file_cut_short_is_refused(tmp_path):
     path.write_bytes(data[:-10])
     with pytest.raises(tensorio.TensorFileError, match="do not match"):
         tensorio.read_tensor(path)
+
+
+def test_tensor_file_rewritten_in_place_and_recreated_when_replaced(tmp_path):
+    """A kept mapping is reused while the file is the same and the size fits; a file removed
+    or resized meanwhile is written afresh, never through a stale mapping."""
+    import torch
+
+    path = tmp_path / "o.bin"
+    tensorio.write_tensor(path, torch.zeros(1000))
+    inode = path.stat().st_ino
+    tensorio.write_tensor(path, torch.arange(1000, dtype=torch.float32))
+    assert path.stat().st_ino == inode
+    assert torch.equal(tensorio.read_tensor(path), torch.arange(1000, dtype=torch.float32))
+    path.unlink()
+    tensorio.write_tensor(path, torch.ones(1000))
+    assert torch.equal(tensorio.read_tensor(path), torch.ones(1000))
+    tensorio.write_tensor(path, torch.full((7, 3), 2.0, dtype=torch.bfloat16))
+    back = tensorio.read_tensor(path, expect_dtype="bfloat16", expect_shape=[7, 3])
+    assert torch.equal(back, torch.full((7, 3), 2.0, dtype=torch.bfloat16))
+    tensorio.release_mappings()
+
+
+def test_tensor_file_never_written_through_a_link(tmp_path):
+    import torch
+
+    target = tmp_path / "elsewhere.bin"
+    target.write_bytes(b"keep")
+    (tmp_path / "o.bin").symlink_to(target)
+    with pytest.raises(tensorio.TensorFileError, match="cannot be written"):
+        tensorio.write_tensor(tmp_path / "o.bin", torch.ones(4))
+    assert target.read_bytes() == b"keep"
+
+
+def test_large_tensor_file_read_in_parallel_chunks(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(tensorio, "READ_CHUNK", 4096)
+    t = torch.randn(50_000)
+    tensorio.write_tensor(tmp_path / "big.bin", t)
+    assert torch.equal(tensorio.read_tensor(tmp_path / "big.bin"), t)
+    data = (tmp_path / "big.bin").read_bytes()
+    tensorio.release_mappings()
+    (tmp_path / "big.bin").unlink()
+    (tmp_path / "big.bin").write_bytes(data[: len(data) - 5000])
+    with pytest.raises(tensorio.TensorFileError, match="do not match"):
+        tensorio.read_tensor(tmp_path / "big.bin")

@@ -107,6 +107,8 @@ class Judge:
         self._phases: dict[str, float] = {}
         #: references the reference worker holds for the verdict in progress (freed at its end)
         self._live_refs: set[str] = set()
+        #: checks sent to the candidate's worker so far: their parity names the output slot
+        self._sent_checks = 0
 
     def _spent(self, step: str, since: float) -> None:
         self._phases[step] = self._phases.get(step, 0.0) + time.perf_counter() - since
@@ -287,28 +289,35 @@ class Judge:
                    progress: _Progress) -> Rejected | None:
         """Check every (shape, distribution) of one group, public or hidden, in order.
 
-        Pipelined: once a call's reply has passed the structural checks, the next call is sent
-        to the candidate, and the reference worker compares the first call's outputs while the
-        candidate computes the next. Outputs are still judged one call at a time, in order.
+        Pipelined: once a call's reply has passed the structural checks, the next call goes to
+        the candidate; while it computes, the reference worker compares the last call's outputs
+        and computes the reference of the call after next. Outputs are still judged one call at
+        a time, in order, and a call is revealed to the candidate only when it is sent.
         """
         kind = "cuda" if self.on_gpu else "cpu"
         items = [(shape, dist) for shape in task.shapes(kind, hidden=hidden) for dist in task.distributions]
-        pending = self._start_check(session, task, *items[0], hidden, init_seed) if items else None
+        if not items:
+            return None
+        sent = self._prepare_check(task, *items[0], hidden, init_seed)
+        self._send(session, sent.msg)
+        ready = self._prepare_check(task, *items[1], hidden, init_seed) if len(items) > 1 else None
         for n in range(len(items)):
-            following = items[n + 1] if n + 1 < len(items) else None
-            rejection, pending = self._finish_check(session, task, pending, following, init_seed, own, progress)
+            following = items[n + 2] if n + 2 < len(items) else None
+            rejection, sent, ready = self._finish_check(session, task, sent, ready, following, init_seed, own, progress)
             if rejection is not None:
                 return rejection
         return None
 
-    def _start_check(self, session: Session, task: Task, shape: Shape, dist: str, hidden: bool, init_seed: int) -> _Pending:
+    def _prepare_check(self, task: Task, shape: Shape, dist: str, hidden: bool, init_seed: int) -> _Pending:
+        """The reference of one call, computed now, and the message that will reveal the call."""
         key = uuid.uuid4().hex
         seed = secrets.randbits(31)
         ref = self._ask_ref({"op": "reference", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
                              "dist": dist, "seed": seed, "init_seed": init_seed})
+        # Two output slots: the worker writes one while the reference worker reads the other.
+        self._sent_checks += 1
         msg = {"op": "check", "id": key[:12], "shape": shape.as_dict(), "dist": dist, "seed": seed,
-               "poison_bytes": ref["output_bytes"]}
-        self._send(session, msg)
+               "poison_bytes": ref["output_bytes"], "slot": self._sent_checks % 2}
         return _Pending(shape, dist, hidden, key, ref, msg)
 
     def _abandon(self, session: Session, pending: _Pending | None, *, drain: bool = False) -> bool:
@@ -324,14 +333,17 @@ class Judge:
         except WorkerFailure:
             return False
 
-    def _finish_check(self, session: Session, task: Task, p: _Pending, following: tuple[Shape, str] | None,
-                      init_seed: int, own: list[str], progress: _Progress) -> tuple[Rejected | None, _Pending | None]:
+    def _finish_check(self, session: Session, task: Task, p: _Pending, ready: _Pending | None,
+                      following: tuple[Shape, str] | None, init_seed: int, own: list[str],
+                      progress: _Progress) -> tuple[Rejected | None, _Pending | None, _Pending | None]:
+        """Judge call ``p`` (sent), sending ``ready`` (prepared) meanwhile and preparing
+        ``following``; returns (rejection, the call now in flight, the next one prepared)."""
         shape, hidden, key, ref = p.shape, p.hidden, p.key, p.ref
         ctx = decide.where(shape.as_dict(), hidden, p.dist)
         reply = self._reply(session, p.msg, f"checking the {ctx}")
         if isinstance(reply, Rejected):
             self._ask_ref({"op": "drop", "key": key})
-            return _with_shape(reply, shape, hidden), None
+            return _with_shape(reply, shape, hidden), None, None
         bad = decide.malformed(reply, ["types", "outputs"])
         if bad is None and all(t == "torch.Tensor" for t in reply["types"]):
             bad = decide.malformed(reply, ["late_writes", "aliases", "input_digests", "input_shapes", "torch_ops",
@@ -341,14 +353,16 @@ class Judge:
         rejection = rejection or _foreign_files(reply["outputs"], session.workdir, ctx)
         if rejection is not None:
             self._ask_ref({"op": "drop", "key": key})
-            return _with_shape(rejection, shape, hidden), None
+            return _with_shape(rejection, shape, hidden), None, None
         # The candidate computes the next call while its outputs are compared here.
-        nxt = self._start_check(session, task, *following, hidden, init_seed) if following else None
+        nxt = ready
+        if nxt is not None:
+            self._send(session, nxt.msg)
         cmp = self._ask_ref({"op": "compare", "key": key, "files": reply["outputs"], "tolerances": _tolerances(task)})
         if cmp.get("count_mismatch"):
             self._abandon(session, nxt)
             return _with_shape(Rejected(Status.INCORRECT, f"forward produced {cmp['count_mismatch']} ({ctx})",
-                                        evidence={"check": "outputs"}), shape, hidden), None
+                                        evidence={"check": "outputs"}), shape, hidden), None, None
         sums = [r.get("checksum") for r in cmp["results"]]
         earlier = progress.outputs.setdefault(shape.params, [])
         earlier_refs = progress.references.setdefault(shape.params, [])
@@ -370,18 +384,21 @@ class Judge:
             rejection = decide.repeat_consistency(reply, ctx, limits)
         if rejection is not None:
             self._abandon(session, nxt)
-            return _with_shape(rejection, shape, hidden), None
+            return _with_shape(rejection, shape, hidden), None, None
         worst = progress.errors.get(shape.params, (0.0, 0.0))
         progress.errors[shape.params] = (
             max(worst[0], *(r.get("max_abs_err", 0.0) for r in cmp["results"])),
             max(worst[1], *(r.get("max_rel_err", 0.0) for r in cmp["results"])),
         )
-        return None, nxt
+        upcoming = self._prepare_check(task, *following, hidden, init_seed) if following else None
+        return None, nxt, upcoming
 
     def _probe(self, session: Session, task: Task, shape: Shape, dist: str) -> list[Any]:
         """Checksums of the candidate's output on fresh inputs (diagnosis only, after a failure)."""
+        self._sent_checks += 1  # the call sent ahead was drained and the last one compared: a slot is free
         reply = self._call(session, {"op": "check", "id": uuid.uuid4().hex[:12], "shape": shape.as_dict(), "dist": dist,
-                                     "seed": secrets.randbits(31), "poison_bytes": [], "repeat": False}, "probing")
+                                     "seed": secrets.randbits(31), "poison_bytes": [], "repeat": False,
+                                     "slot": self._sent_checks % 2}, "probing")
         if isinstance(reply, Rejected) or not isinstance(reply.get("outputs"), list):
             return []
         if _foreign_files(reply["outputs"], session.workdir, "probing") is not None:

@@ -9,7 +9,6 @@ only here (THREATS #1, #10): the candidate's process never holds them.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from typing import Any
@@ -121,7 +120,6 @@ def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             continue
         finally:
             read_s += time.perf_counter() - t0
-            _discard(meta)
         tol = Tolerance(**msg["tolerances"].get(expect_dtype, msg["tolerances"]["default"]))
         mism = compare.compare(cand, h, tol, low=lo)
         entry = {"output": j, **mism.to_dict()}
@@ -177,19 +175,8 @@ def _checksum(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         except (tensorio.TensorFileError, KeyError, TypeError):
             sums.append(None)
             continue
-        finally:
-            _discard(meta)
         sums.append([float(v) for v in timing.checksum([t])[0].tolist()])
     return {"checksums": sums}
-
-
-def _discard(meta: Any) -> None:
-    """Remove an output file once read: dozens of large outputs per candidate would otherwise
-    sit in the worker's folder (and in memory, as page cache) until the candidate is done."""
-    try:
-        os.unlink(meta["file"])
-    except (OSError, KeyError, TypeError):
-        pass
 
 
 def _drop(device: str, msg: dict[str, Any]) -> dict[str, Any]:
