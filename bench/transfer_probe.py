@@ -6,7 +6,7 @@ silu_and_mul's largest hidden shape that is 470 MB per call. This script times t
 moving such a tensor through a folder on this machine, so the transfer the verifier uses can
 be chosen on measurements. It also times one element-by-element comparison at that size.
 
-    python bench/transfer_probe.py [--mb 470] [--reps 8] [--dirs /tmp /dev/shm]
+    python bench/transfer_probe.py [--mb 470] [--reps 8] [--dirs /tmp /dev/shm] [--contend]
 
 Prints a table: per folder and method, write and read seconds per call and GB/s.
 """
@@ -47,16 +47,33 @@ def _fs_type(folder: str) -> str:
         return "?"
 
 
+def _code(err) -> int:
+    return int(err[0] if isinstance(err, tuple) else err)
+
+
 def _register(buf: torch.Tensor) -> bool:
-    """Page-lock an existing host range for direct DMA; False where the driver refuses."""
+    """Page-lock an existing host range for direct DMA; False where the driver refuses (its
+    error is cleared, or the next CUDA call in this process would report it)."""
     if not torch.cuda.is_available():
         return False
-    err = torch.cuda.cudart().cudaHostRegister(buf.data_ptr(), buf.numel(), 0)
-    return int(err) == 0 if not isinstance(err, tuple) else int(err[0]) == 0
+    cudart = torch.cuda.cudart()
+    ok = _code(cudart.cudaHostRegister(buf.data_ptr(), buf.numel(), 0)) == 0
+    cudart.cudaGetLastError()
+    return ok
 
 
 def _unregister(buf: torch.Tensor) -> None:
     torch.cuda.cudart().cudaHostUnregister(buf.data_ptr())
+    torch.cuda.cudart().cudaGetLastError()
+
+
+def _reader(path: str, stop) -> None:
+    """Another process reading a large output over and over, as the reference worker does
+    while the candidate's worker writes its next outputs."""
+    from kernforge.verifier import tensorio
+
+    while not stop.is_set():
+        tensorio.read_tensor(path, device="cuda" if torch.cuda.is_available() else "cpu")
 
 
 def probe_folder(folder: str, src: torch.Tensor, reps: int) -> list[tuple[str, float, float, str]]:
@@ -131,7 +148,10 @@ def probe_folder(folder: str, src: torch.Tensor, reps: int) -> list[tuple[str, f
         torch.cuda.synchronize() if dev.type == "cuda" else None
 
     threads = torch.get_num_threads()
-    rows.append(("mapping via pinned", _median_s(write_map_staged, reps), _median_s(read_map_staged, reps), f"{threads} torch threads"))
+    for n in sorted({1, 4, threads}):
+        torch.set_num_threads(n)
+        rows.append((f"mapping via pinned, {n} thr", _median_s(write_map_staged, reps), _median_s(read_map_staged, reps), ""))
+    torch.set_num_threads(threads)
     if dev.type == "cuda":
         t0 = time.perf_counter()
         ok = _register(view)
@@ -196,17 +216,40 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--dirs", nargs="+", default=["/tmp", "/dev/shm"])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--contend", action="store_true", help="also measure with another process reading meanwhile")
     args = ap.parse_args()
     nbytes = int(args.mb * 1e6)
     src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=args.device)
-    print(f"kernel {os.uname().release}; {nbytes / 1e6:.0f} MB on {args.device}")
+    print(f"kernel {os.uname().release}; {nbytes / 1e6:.0f} MB on {args.device}; {os.cpu_count()} CPUs")
     rows = []
     for folder in args.dirs:
         if not os.access(folder, os.W_OK):
             print(f"{folder}: not writable, skipped")
             continue
-        for method, w, r, note in probe_folder(folder, src, args.reps):
-            rows.append((f"{folder} ({_fs_type(folder)})", method, w, r, note))
+        for busy in (False, True) if args.contend else (False,):
+            stop = reader = None
+            if busy:  # a second process reads another output meanwhile
+                import multiprocessing as mp
+
+                from kernforge.verifier import tensorio
+
+                other = Path(folder) / f"kf-transfer-other-{os.getpid()}.bin"
+                tensorio.write_tensor(other, src.view(torch.bfloat16))
+                tensorio.release_mappings()
+                ctx = mp.get_context("spawn")
+                stop = ctx.Event()
+                reader = ctx.Process(target=_reader, args=(str(other), stop), daemon=True)
+                reader.start()
+                time.sleep(3)
+            try:
+                for method, w, r, note in probe_folder(folder, src, args.reps):
+                    label = f"{folder} ({_fs_type(folder)})" + (", reader busy" if busy else "")
+                    rows.append((label, method, w, r, note))
+            finally:
+                if reader is not None:
+                    stop.set()
+                    reader.join(30)
+                    other.unlink()
     header = ("folder", "method", "write s", "write GB/s", "read s", "read GB/s", "note")
     lines = [(f, m, f"{w:.3f}", f"{nbytes / w / 1e9:.1f}" if w == w else "-", f"{r:.3f}", f"{nbytes / r / 1e9:.1f}" if r == r else "-", n)
              for f, m, w, r, n in rows]

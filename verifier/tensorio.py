@@ -44,10 +44,9 @@ def write_tensor(path: Path, tensor: torch.Tensor) -> dict[str, Any]:
 
     Outputs of hundreds of MB are checked dozens of times per candidate, so each copy shows in
     the time to a verdict. The file is kept mapped and rewritten in place while its size stays
-    the same (the judge reuses a few names per worker): no page is allocated twice, and the
-    bytes go in with one parallel copy instead of a single-threaded ``write``. A device tensor
-    goes through a page-locked staging buffer first. The header is padded to one page so the
-    data starts page-aligned."""
+    the same (the judge reuses a few names per worker): no page is allocated twice and no
+    ``write`` call copies the bytes again. The header is padded to one page so the data starts
+    page-aligned."""
     name = dtype_name(tensor.dtype)
     if name not in DTYPES:
         raise TensorFileError(f"dtype {name} cannot be transferred")
@@ -60,13 +59,8 @@ def write_tensor(path: Path, tensor: torch.Tensor) -> dict[str, Any]:
     head = MAGIC + _HEADER_LEN.pack(len(blob)) + blob
     mapped = _mapping(Path(path), len(head) + nbytes)
     mapped.mm[: len(head)] = head
-    if nbytes:
-        raw = t.reshape(-1).view(torch.uint8)
-        if raw.device.type != "cpu":
-            host = _staging(nbytes)
-            host.copy_(raw)
-            raw = host
-        mapped.data(len(head), nbytes).copy_(raw)
+    if nbytes:  # a device tensor is copied by the driver straight into the file's pages
+        mapped.data(len(head), nbytes).copy_(t.reshape(-1).view(torch.uint8))
     return {**header, "file": str(path), "nbytes": nbytes}
 
 
@@ -135,7 +129,8 @@ _STAGING: dict[str, torch.Tensor] = {}
 
 
 def _staging(nbytes: int) -> torch.Tensor:
-    """A host buffer of ``nbytes`` for device copies: page-locked when the driver allows it."""
+    """A host buffer of ``nbytes`` for reads bound for the device: page-locked when the driver
+    allows it."""
     buf = _STAGING.get("buf")
     if buf is None or buf.numel() < nbytes:
         _STAGING.pop("buf", None)
@@ -193,6 +188,8 @@ def read_tensor(path: Path, *, expect_dtype: str | None = None, expect_shape: li
 
 #: reads of large files are split over threads: one thread copies page cache at a few GB/s
 READ_CHUNK = 32 << 20
+#: few: the candidate's worker copies its next outputs on the same cores meanwhile
+READ_THREADS = max(1, min(4, (os.cpu_count() or 1) // 2))
 _POOL: list[Any] = []
 
 
@@ -206,7 +203,7 @@ def _read_exactly(fd: int, offset: int, into: memoryview, path: Path) -> None:
         if not _POOL:
             from concurrent.futures import ThreadPoolExecutor
 
-            _POOL.append(ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="kf-read"))
+            _POOL.append(ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="kf-read"))
         done = list(_POOL[0].map(lambda c: _read_chunk(fd, offset, *c), chunks))
     short = next((n for n, (start, chunk) in zip(done, chunks) if n < len(chunk)), None)
     if short is not None:  # the file shrank under us: its writer is still at work, or hostile
