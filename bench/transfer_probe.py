@@ -47,26 +47,6 @@ def _fs_type(folder: str) -> str:
         return "?"
 
 
-def _code(err) -> int:
-    return int(err[0] if isinstance(err, tuple) else err)
-
-
-def _register(buf: torch.Tensor) -> bool:
-    """Page-lock an existing host range for direct DMA; False where the driver refuses (its
-    error is cleared, or the next CUDA call in this process would report it)."""
-    if not torch.cuda.is_available():
-        return False
-    cudart = torch.cuda.cudart()
-    ok = _code(cudart.cudaHostRegister(buf.data_ptr(), buf.numel(), 0)) == 0
-    cudart.cudaGetLastError()
-    return ok
-
-
-def _unregister(buf: torch.Tensor) -> None:
-    torch.cuda.cudart().cudaHostUnregister(buf.data_ptr())
-    torch.cuda.cudart().cudaGetLastError()
-
-
 def _reader(path: str, stop) -> None:
     """Another process reading a large output over and over, as the reference worker does
     while the candidate's worker writes its next outputs."""
@@ -152,17 +132,6 @@ def probe_folder(folder: str, src: torch.Tensor, reps: int) -> list[tuple[str, f
         torch.set_num_threads(n)
         rows.append((f"mapping via pinned, {n} thr", _median_s(write_map_staged, reps), _median_s(read_map_staged, reps), ""))
     torch.set_num_threads(threads)
-    if dev.type == "cuda":
-        t0 = time.perf_counter()
-        ok = _register(view)
-        reg_s = time.perf_counter() - t0
-        if ok:
-            rows.append(("mapping, registered", _median_s(write_map, reps), _median_s(read_map, reps), f"register {reg_s * 1e3:.0f} ms"))
-            t0 = time.perf_counter()
-            _unregister(view)
-            rows[-1] = (*rows[-1][:3], f"register {reg_s * 1e3:.0f} ms, unregister {(time.perf_counter() - t0) * 1e3:.0f} ms")
-        else:
-            rows.append(("mapping, registered", float("nan"), float("nan"), "cudaHostRegister refused"))
     del view
     mm.close()
     os.close(fd)
