@@ -50,7 +50,7 @@ for p in "$@"; do
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
-    transfer) phase transfer 120 python3 bench/transfer_probe.py --mb 470 --reps 6 --dirs /tmp /dev/shm ;;
+    transfer) phase transfer 120 python3 bench/transfer_probe.py --mb 470 --reps 5 --dirs /tmp /dev/shm --contend ;;
     fixes) phase fixes 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_verifier_gpu.py tests/test_tasks_builtin.py -k "stale or degenerate" ;;
     *) echo "unknown phase $p" ;;
   esac

@@ -123,8 +123,8 @@ def test_tensor_file_cut_short_is_refused(tmp_path):
 
 
 def test_tensor_file_rewritten_in_place_and_recreated_when_replaced(tmp_path):
-    """A kept mapping is reused while the file is the same and the size fits; a file removed
-    or resized meanwhile is written afresh, never through a stale mapping."""
+    """A kept mapping is reused while the file is the same and large enough; a file removed or
+    cut short meanwhile is written afresh, never through a stale mapping."""
     import torch
 
     path = tmp_path / "o.bin"
@@ -136,9 +136,18 @@ def test_tensor_file_rewritten_in_place_and_recreated_when_replaced(tmp_path):
     path.unlink()
     tensorio.write_tensor(path, torch.ones(1000))
     assert torch.equal(tensorio.read_tensor(path), torch.ones(1000))
-    tensorio.write_tensor(path, torch.full((7, 3), 2.0, dtype=torch.bfloat16))
+    size = path.stat().st_size
+    tensorio.write_tensor(path, torch.full((7, 3), 2.0, dtype=torch.bfloat16))  # smaller: the file keeps its pages
+    assert path.stat().st_size == size
     back = tensorio.read_tensor(path, expect_dtype="bfloat16", expect_shape=[7, 3])
     assert torch.equal(back, torch.full((7, 3), 2.0, dtype=torch.bfloat16))
+    tensorio.write_tensor(path, torch.full((3000,), 3.0))  # larger: the file grows
+    assert path.stat().st_size > size
+    assert torch.equal(tensorio.read_tensor(path, expect_shape=[3000]), torch.full((3000,), 3.0))
+    with open(path, "r+b") as f:  # cut short behind the writer's back: mapped afresh, never past the end
+        f.truncate(100)
+    tensorio.write_tensor(path, torch.full((2000,), 4.0))
+    assert torch.equal(tensorio.read_tensor(path), torch.full((2000,), 4.0))
     tensorio.release_mappings()
 
 

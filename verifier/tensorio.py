@@ -43,10 +43,11 @@ def write_tensor(path: Path, tensor: torch.Tensor) -> dict[str, Any]:
     """Write a contiguous copy of ``tensor``; returns the header as sent to the judge.
 
     Outputs of hundreds of MB are checked dozens of times per candidate, so each copy shows in
-    the time to a verdict. The file is kept mapped and rewritten in place while its size stays
-    the same (the judge reuses a few names per worker): no page is allocated twice and no
-    ``write`` call copies the bytes again. The header is padded to one page so the data starts
-    page-aligned."""
+    the time to a verdict. The judge reuses a few file names per worker, and each file is kept
+    mapped and rewritten in place; it only ever grows, so a smaller output leaves stale bytes
+    after its own (the header says where the data ends) and no page is allocated twice. Fresh
+    pages cost more than the copy itself: about 3.4 GB/s against 13 GB/s on the H200's host.
+    The header is padded to one page so the data starts page-aligned."""
     name = dtype_name(tensor.dtype)
     if name not in DTYPES:
         raise TensorFileError(f"dtype {name} cannot be transferred")
@@ -79,7 +80,8 @@ class _Mapped:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise TensorFileError(f"{path.name}: not a regular file")
-            if info.st_size != size:
+            size = max(size, info.st_size)
+            if info.st_size < size:
                 os.ftruncate(fd, size)
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
@@ -101,17 +103,18 @@ _MAPPED: dict[str, _Mapped] = {}
 
 
 def _mapping(path: Path, size: int) -> _Mapped:
-    """The mapping of ``path`` at ``size`` bytes: the one kept, unless the file was replaced or
-    its size must change."""
+    """A mapping of ``path`` of at least ``size`` bytes: the one kept, unless the file was
+    replaced or changed size meanwhile (touching a page past its end would kill the process)
+    or is too small."""
     key = str(path)
     kept = _MAPPED.pop(key, None)
     if kept is not None:
         try:
             info = os.stat(path, follow_symlinks=False)
-            same = (info.st_dev, info.st_ino) == kept.ident and stat.S_ISREG(info.st_mode) and info.st_size == size
+            same = (info.st_dev, info.st_ino) == kept.ident and stat.S_ISREG(info.st_mode) and info.st_size == kept.size
         except OSError:
             same = False
-        if same and kept.size == size:
+        if same and kept.size >= size:
             _MAPPED[key] = kept
             return kept
         kept.close()
@@ -175,7 +178,7 @@ def read_tensor(path: Path, *, expect_dtype: str | None = None, expect_shape: li
             for d in shape:
                 numel *= d
             nbytes = numel * torch.empty((), dtype=DTYPES[dtype]).element_size()
-            if nbytes > max_bytes or size != 8 + hlen + nbytes:
+            if nbytes > max_bytes or size < 8 + hlen + nbytes:  # bytes after the data are stale: ignored
                 raise TensorFileError(f"{path.name}: {size} bytes on disk do not match {dtype}{shape}")
             host = _staging(nbytes) if device.type != "cpu" else torch.empty(nbytes, dtype=torch.uint8)
             if nbytes:
