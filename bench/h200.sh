@@ -38,7 +38,7 @@ for p in "$@"; do
   case $p in
     env) phase env 60 bash -c 'nvidia-smi; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; kf() { python3 -c "from kernforge.cli import main; main()" "$@"; }; kf doctor' ;;
     tests) phase tests 900 python3 -m pytest -m gpu -x -q -p no:cacheprovider tests/ ;;
-    tests-nox) phase tests 330 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 tests/ ;;
+    tests-nox) phase tests 500 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 tests/ ;;
     final) phase final 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_verifier_gpu.py -k "side_stream or triton or stale or rms_norm" ;;
     verify1) phase verify1 150 python3 bench/verify.py --repeats 5 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
     sandbox-quick) phase sandbox 120 python3 bench/sandbox.py --device gpu --candidates 8 ;;

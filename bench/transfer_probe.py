@@ -41,7 +41,7 @@ def _median_s(fn, reps: int) -> float:
 
 def _fs_type(folder: str) -> str:
     try:
-        out = subprocess.run(["stat", "-f", "-c", "%T", folder], capture_output=True, text=True, timeout=5)
+        out = subprocess.run(["stat", "-f", "-c", "%T", folder], capture_output=True, text=True, timeout=5, check=False)
         return out.stdout.strip() or "?"
     except (OSError, subprocess.SubprocessError):
         return "?"
@@ -132,7 +132,7 @@ def probe_folder(folder: str, src: torch.Tensor, reps: int) -> list[tuple[str, f
         torch.set_num_threads(n)
         rows.append((f"mapping via pinned, {n} thr", _median_s(write_map_staged, reps), _median_s(read_map_staged, reps), ""))
     torch.set_num_threads(threads)
-    del view
+    view = None  # the mapping cannot close while a tensor exports it
     mm.close()
     os.close(fd)
     path.unlink()
@@ -220,7 +220,7 @@ def main() -> None:
                     reader.join(30)
                     other.unlink()
     header = ("folder", "method", "write s", "write GB/s", "read s", "read GB/s", "note")
-    lines = [(f, m, f"{w:.3f}", f"{nbytes / w / 1e9:.1f}" if w == w else "-", f"{r:.3f}", f"{nbytes / r / 1e9:.1f}" if r == r else "-", n)
+    lines = [(f, m, f"{w:.3f}", f"{nbytes / w / 1e9:.1f}" if w > 0 else "-", f"{r:.3f}", f"{nbytes / r / 1e9:.1f}" if r > 0 else "-", n)
              for f, m, w, r, n in rows]
     numel = nbytes // 2
     cmp_rows = probe_compare(numel, args.device)

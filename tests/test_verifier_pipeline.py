@@ -8,11 +8,11 @@ worker compares the last one): the pipeline must not change what is revealed or 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
-import pytest
-
 import candidates as C
+import pytest
 from kernforge.loop.evaluate import open_judge
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import tensorio
@@ -86,7 +86,7 @@ def test_checked_outputs_alternate_between_two_files(judge, monkeypatch):
     verdict = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
     assert verdict.accepted, verdict.reason
     assert len(compared) > 4 and set(compared) == {"out_s0_0.bin", "out_s1_0.bin"}, compared
-    assert all(a != b for a, b in zip(compared, compared[1:])), compared
+    assert all(a != b for a, b in itertools.pairwise(compared)), compared
 
 
 # ---- tensor files ---------------------------------------------------------------------------------
