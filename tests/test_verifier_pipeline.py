@@ -175,3 +175,19 @@ def test_large_tensor_file_read_in_parallel_chunks(tmp_path, monkeypatch):
     (tmp_path / "big.bin").write_bytes(data[: len(data) - 5000])
     with pytest.raises(tensorio.TensorFileError, match="do not match"):
         tensorio.read_tensor(tmp_path / "big.bin")
+
+
+def test_mapped_output_files_stay_within_a_memory_budget(tmp_path, monkeypatch):
+    """Kept mappings count as the worker's resident memory: past the budget the least recently
+    written files are unmapped, and what they hold is still read back whole."""
+    import torch
+
+    monkeypatch.setattr(tensorio, "KEEP_MAPPED_BYTES", 3 * 4096 + 2 * 4000)
+    tensors = {f"f{k}.bin": torch.full((1000,), float(k)) for k in range(4)}
+    for name, t in tensors.items():
+        tensorio.write_tensor(tmp_path / name, t)
+    kept = sorted(Path(p).name for p in tensorio._MAPPED)
+    assert kept == ["f2.bin", "f3.bin"], kept
+    for name, t in tensors.items():
+        assert torch.equal(tensorio.read_tensor(tmp_path / name), t)
+    tensorio.release_mappings()

@@ -99,7 +99,9 @@ class _Mapped:
         self.mm.close()
 
 
+#: least recently written first
 _MAPPED: dict[str, _Mapped] = {}
+KEEP_MAPPED_BYTES = 4 << 30
 
 
 def _mapping(path: Path, size: int) -> _Mapped:
@@ -118,8 +120,12 @@ def _mapping(path: Path, size: int) -> _Mapped:
             _MAPPED[key] = kept
             return kept
         kept.close()
-    _MAPPED[key] = _Mapped(path, size)
-    return _MAPPED[key]
+    _MAPPED[key] = mapped = _Mapped(path, size)
+    # Mapped pages count as the worker's resident memory, which the sandbox caps: beyond a
+    # budget the least recently written files are unmapped (their pages stay in the page cache).
+    while len(_MAPPED) > 1 and sum(m.size for m in _MAPPED.values()) > KEEP_MAPPED_BYTES:
+        _MAPPED.pop(next(iter(_MAPPED))).close()
+    return mapped
 
 
 def release_mappings() -> None:
