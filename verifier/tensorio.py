@@ -1,8 +1,10 @@
 """Tensors through files without pickle: a JSON header says dtype and shape, then raw bytes.
 
 Candidate outputs reach the judge this way. The file is written by untrusted code, so the
-reader trusts nothing in it: it checks the dtype against an allow-list, the byte count against
-the header, and the shape against what the reference produced before reading a byte of data.
+reader trusts nothing in it: it checks the dtype against an allow-list, that the file holds the
+bytes the header promises, and the shape against what the reference produced before reading a
+byte of data. Files are reused, so bytes after the data may be left from a larger output; they
+are never read.
 """
 
 from __future__ import annotations
@@ -214,8 +216,7 @@ def _read_exactly(fd: int, offset: int, into: memoryview, path: Path) -> None:
 
             _POOL.append(ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="kf-read"))
         done = list(_POOL[0].map(lambda c: _read_chunk(fd, offset, *c), chunks))
-    short = next((n for n, (start, chunk) in zip(done, chunks) if n < len(chunk)), None)
-    if short is not None:  # the file shrank under us: its writer is still at work, or hostile
+    if sum(done) < len(into):  # the file shrank under us: its writer is still at work, or hostile
         raise TensorFileError(f"{path.name}: ended after {sum(done)} of {len(into)} bytes")
 
 
