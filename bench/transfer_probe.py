@@ -23,11 +23,8 @@ from pathlib import Path
 
 import torch
 
-try:
-    from rich.console import Console
-    from rich.table import Table
-except ImportError:  # pragma: no cover - rich comes with typer
-    Console = Table = None
+from rich.console import Console
+from rich.table import Table
 
 
 def _median_s(fn, reps: int) -> float:
@@ -224,25 +221,19 @@ def main() -> None:
              for f, m, w, r, n in rows]
     numel = nbytes // 2
     cmp_rows = probe_compare(numel, args.device)
-    if Table is not None:
-        table = Table(title=f"Moving {nbytes / 1e6:.0f} MB of outputs (median of {args.reps})")
-        for h in header:
-            table.add_column(h)
-        for line in lines:
-            table.add_row(*line)
-        console = Console(width=160)
-        console.print(table)
-        t2 = Table(title=f"Comparing {numel / 1e6:.0f}M bf16 outputs with a float32 reference")
-        t2.add_column("step")
-        t2.add_column("s")
-        for name, s in cmp_rows:
-            t2.add_row(name, f"{s:.4f}")
-        console.print(t2)
-    else:
-        for line in [header, *lines]:
-            print(" | ".join(line))
-        for name, s in cmp_rows:
-            print(f"{name}: {s:.4f} s")
+    table = Table(title=f"Moving {nbytes / 1e6:.0f} MB of outputs (median of {args.reps})")
+    for h in header:
+        table.add_column(h)
+    for line in lines:
+        table.add_row(*line)
+    console = Console(width=160)
+    console.print(table)
+    t2 = Table(title=f"Comparing {numel / 1e6:.0f}M bf16 outputs with a float32 reference")
+    t2.add_column("step")
+    t2.add_column("s")
+    for name, s in cmp_rows:
+        t2.add_row(name, f"{s:.4f}")
+    console.print(t2)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ tensor_equal = torch.equal
 tensor_sum = torch.sum
 vector_norm = torch.linalg.vector_norm
 isinstance_ = builtins.isinstance
+type_ = builtins.type
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -34,7 +35,7 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     return tensor_equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
-type_ = builtins.type
+
 
 if torch.cuda.is_available():
     Event = torch.cuda.Event

@@ -153,7 +153,7 @@ class Judge:
             raise JudgeError(f"the task's reference failed on {msg.get('op')}: {reply.get('error')}")
         if msg.get("op") == "reference":
             self._live_refs.add(msg["key"])
-        elif msg.get("op") == "drop" or (msg.get("op") == "compare" and not msg.get("keep")):
+        elif msg.get("op") in ("drop", "compare"):
             self._live_refs.discard(msg["key"])
         self._add_steps(f"ref.{msg.get('op')}", reply.get("steps"))
         return reply
