@@ -91,16 +91,11 @@ def meta_inputs(task: Task, shape: Shape) -> tuple[list[Any], list[Any]]:
     return inputs, init
 
 
-def smallest_shape(task: Task) -> Shape:
-    shapes = task.cpu_public_shapes + task.cpu_hidden_shapes or task.public_shapes
-    return min(shapes, key=lambda s: sum(v for _, v in s.params))
-
-
 def sample_call(task: Task) -> tuple[list[Any], list[Any], Any]:
     """(inputs, init inputs, output) of one real call of the reference at its smallest shape, on
     the CPU; then the same call on the meta device, which stands in for the fake tensors the
     exported op's fake implementation (torch.compile's view of it) will run the reference on."""
-    shape = smallest_shape(task)
+    shape = runtime.smallest_shape(task)
     module = runtime.reference_module(task)
     inputs = runtime.make_inputs(task, shape, "default", 0, "cpu")
     init = runtime.make_init_inputs(task, shape)
@@ -171,7 +166,7 @@ def vector_of(values: Sequence[Any]) -> tuple[int | float, ...]:
 
 def axis_names(task: Task, sig: Signature) -> list[str]:
     """Labels for the dispatch vector's components: ``x.0``, ``x.1``, ``weight.0``, ``top_k``."""
-    inputs, init = meta_inputs(task, smallest_shape(task))
+    inputs, init = meta_inputs(task, runtime.smallest_shape(task))
     names = []
     for arg, value in zip(sig.args, inputs + init):
         if isinstance(value, torch.Tensor):
@@ -187,14 +182,7 @@ def input_layout(task: Task, dtype: str) -> list[dict[str, Any]]:
     Drawn for real on the CPU at the task's smallest interpreter shape: the meta device would
     skip the casts a task's ``make_inputs`` does.
     """
-    shape = smallest_shape(task)
-    meta = runtime.meta_module(task)
-    dists = [d for d in task.distributions if d != "default"]
-    if meta is not None and hasattr(meta, "make_inputs") and dists:
-        generator = torch.Generator(device="cpu").manual_seed(0)
-        inputs = meta.make_inputs(shape.as_dict(), dists[0], runtime.torch_dtype(dtype), "cpu", generator)
-    else:
-        inputs = runtime.make_inputs(task, shape, "default", 0, "cpu")
+    inputs = runtime.sample_inputs(task, runtime.smallest_shape(task), dtype)
     return [
         {"dtype": str(v.dtype).removeprefix("torch."), "ndim": v.dim()} if isinstance(v, torch.Tensor) else None
         for v in inputs

@@ -63,18 +63,11 @@ def output_tolerances(task: Task, device_kind: str = "cuda") -> list[tuple[int, 
     running the reference once, on the CPU, on the smallest CPU shape in the device's dtype."""
     import torch
 
-    from kernforge.verifier.reference import collect_outputs
-
-    shape = min(task.cpu_public_shapes or task.public_shapes, key=lambda s: sum(v for _, v in s.params))
-    dtype = runtime.torch_dtype(task.dtype(device_kind))
-    meta = runtime.meta_module(task)
-    if meta is not None and hasattr(meta, "make_inputs") and task.distributions[0] != "default":
-        inputs = meta.make_inputs(shape.as_dict(), task.distributions[0], dtype, "cpu", torch.Generator().manual_seed(0))
-    else:
-        inputs = runtime.make_inputs(task, shape, "default", 0, "cpu")
+    shape = runtime.smallest_shape(task)
+    inputs = runtime.sample_inputs(task, shape, task.dtype(device_kind))
     model = runtime.build_model(runtime.reference_module(task).Model, runtime.make_init_inputs(task, shape), 0, "cpu")
     with torch.no_grad():
-        outs = collect_outputs(model(*inputs), inputs, task.mutated_inputs)
+        outs = runtime.collect_outputs(model(*inputs), inputs, task.mutated_inputs)
     names = [str(o.dtype).removeprefix("torch.") for o in outs]
     return [(i, name, task.tolerance(name)) for i, name in enumerate(names)]
 

@@ -87,6 +87,37 @@ def make_inputs(task: Task, shape: Shape, dist: str, seed: int, device: str) -> 
     return list(inputs)
 
 
+def collect_outputs(result: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[Any]:
+    """The tensors a call produced: its return value (a tensor or a tuple/list of them),
+    then the inputs the op writes in place, in the task's order."""
+    if isinstance(result, (tuple, list)):
+        outs = list(result)
+    elif result is None:
+        outs = []
+    else:
+        outs = [result]
+    return outs + [inputs[i] for i in mutated]
+
+
+def smallest_shape(task: Task) -> Shape:
+    """The task's smallest interpreter shape, public or hidden (one cheap real call on the CPU)."""
+    shapes = task.cpu_public_shapes + task.cpu_hidden_shapes or task.public_shapes
+    return min(shapes, key=lambda s: sum(v for _, v in s.params))
+
+
+def sample_inputs(task: Task, shape: Shape, dtype: str) -> list[Any]:
+    """Inputs of one call on the CPU as the verifier draws them for ``dtype`` (a GPU dtype
+    included): the task's first input distribution, or its ``get_inputs`` without one."""
+    import torch
+
+    meta = meta_module(task)
+    dists = [d for d in task.distributions if d != "default"]
+    if meta is not None and hasattr(meta, "make_inputs") and dists:
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        return list(meta.make_inputs(shape.as_dict(), dists[0], torch_dtype(dtype), "cpu", generator))
+    return make_inputs(task, shape, "default", 0, "cpu")
+
+
 def make_init_inputs(task: Task, shape: Shape) -> list[Any]:
     module = reference_module(task)
     set_shape(module, shape)

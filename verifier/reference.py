@@ -13,6 +13,8 @@ from typing import Any, Sequence
 
 import torch
 
+from kernforge.tasks.runtime import collect_outputs
+
 _UPCAST = {torch.bfloat16: torch.float32, torch.float16: torch.float32, torch.float32: torch.float64}
 
 
@@ -31,18 +33,6 @@ def upcast(x: Any) -> Any:
 
 def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
-def collect_outputs(result: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[torch.Tensor]:
-    """The tensors a call produced: its return value (a tensor or a tuple/list of them),
-    then the inputs the op writes in place, in the task's order."""
-    if isinstance(result, (tuple, list)):
-        outs = list(result)
-    elif result is None:
-        outs = []
-    else:
-        outs = [result]
-    return outs + [inputs[i] for i in mutated]
 
 
 def upcast_model(model: Any) -> Any:

@@ -33,8 +33,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from kernforge.tasks.runtime import collect_outputs
+
 from . import integrity as I
-from .reference import collect_outputs
 
 CUDA_LIMIT_PERSISTING_L2 = 0x06
 
