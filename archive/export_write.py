@@ -226,7 +226,7 @@ def build_manifest(plan: ExportPlan, files: dict[str, Path]) -> dict[str, Any]:
             "axes": list(op.axes),
             "shape_params": [k for k, _ in (op.task.cpu_public_shapes or op.task.public_shapes)[0].params],
             "distributions": list(op.task.distributions),
-            "tolerances": _tolerances(op),
+            "tolerances": op.task.tolerance_table(),
             "has_inputs_module": op.task.meta_path is not None,
             "groups": groups,
             "kernels": kernels,
@@ -272,14 +272,6 @@ def _entries(plan: ExportPlan, op: OpPlan, g, kernels: dict[str, Any]) -> list[d
                 "environment": b.evidence["environment"],
             })
     return out
-
-
-def _tolerances(op: OpPlan) -> dict[str, dict[str, float]]:
-    """Tolerance by *output* dtype, as the verifier compares: integers exactly, other dtypes as float32."""
-    names = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", *op.task.tolerances}
-    table = {name: op.task.tolerance(name).to_dict() for name in sorted(names)}
-    table |= {exact: {"atol": 0.0, "rtol": 0.0} for exact in ("int64", "int32", "int16", "int8", "uint8", "bool")}
-    return table | {"default": op.task.tolerance("float32").to_dict()}
 
 
 def _bare(evidence: dict[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, Mapping, Sequence
 
-from kernforge.tasks import runtime
-from kernforge.tasks import report
+from kernforge.tasks import report, runtime
 from kernforge.tasks.report import NOMINAL_BANDWIDTH, NOMINAL_FLOPS
 from kernforge.tasks.spec import Task
 from kernforge.verifier.verdict import THREATS

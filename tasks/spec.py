@@ -128,6 +128,15 @@ class Task:
             return self.tolerances[dtype]
         return DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES["float32"])
 
+    def tolerance_table(self) -> dict[str, dict[str, float]]:
+        """Tolerance by output dtype, as outputs are judged (the verifier, the exported
+        package's tests): floating dtypes by the task's table, integers exactly, any other
+        dtype ("default") as float32."""
+        floats = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", *self.tolerances}
+        table = {name: self.tolerance(name).to_dict() for name in sorted(floats)}
+        table |= {exact: {"atol": 0.0, "rtol": 0.0} for exact in ("int64", "int32", "int16", "int8", "uint8", "bool")}
+        return table | {"default": self.tolerance("float32").to_dict()}
+
     @property
     def seed_source(self) -> str | None:
         return self.seed_path.read_text() if self.seed_path else None

@@ -358,7 +358,7 @@ class Judge:
         nxt = ready
         if nxt is not None:
             self._send(session, nxt.msg)
-        cmp = self._ask_ref({"op": "compare", "key": key, "files": reply["outputs"], "tolerances": _tolerances(task)})
+        cmp = self._ask_ref({"op": "compare", "key": key, "files": reply["outputs"], "tolerances": task.tolerance_table()})
         if cmp.get("count_mismatch"):
             self._abandon(session, nxt)
             return _with_shape(Rejected(Status.INCORRECT, f"forward produced {cmp['count_mismatch']} ({ctx})",
@@ -464,7 +464,7 @@ class Judge:
             rejection = _foreign_files(files, session.workdir, ctx)
             if rejection is not None:
                 return rejection
-            cmp = self._ask_ref({"op": "compare", "key": key, "files": files, "tolerances": _tolerances(task)})
+            cmp = self._ask_ref({"op": "compare", "key": key, "files": files, "tolerances": task.tolerance_table()})
             wrong = cmp.get("count_mismatch") or decide.mismatch(cmp["results"], ctx, hidden=hidden, public_all_passed=False)
             if wrong:
                 detail = wrong.reason if isinstance(wrong, Rejected) else wrong
@@ -555,15 +555,6 @@ class Judge:
             out.update(compile_us=comp.get("median_us"), compile_spread_pct=comp.get("spread_pct"))
         self.baseline_cache.put(key, out)
         return out
-
-
-def _tolerances(task: Task) -> dict[str, Any]:
-    names = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", *task.tolerances}
-    table = {name: task.tolerance(name).to_dict() for name in names}
-    for exact in ("int64", "int32", "int16", "int8", "uint8", "bool"):
-        table[exact] = {"atol": 0.0, "rtol": 0.0}
-    table["default"] = task.tolerance("float32").to_dict()
-    return table
 
 
 def _checksums(reply: Mapping[str, Any], finals: list[list[list[float]]], ctx: str) -> Rejected | None:

@@ -9,7 +9,8 @@ reference's ``get_inputs()`` under a seed. An output passes, element by element,
 with ``h`` the reference on inputs one step wider (bf16 -> fp32, fp32 -> fp64), ``l`` the
 reference in the inputs' own dtype (its rounding error is allowed twice over) and ``rms(h)``
 the output's root-mean-square, which scales ``atol`` to the output; (atol, rtol) are the
-task's for the output's dtype, zero for integers; NaN and Inf must match exactly. These are the verifier's rules, so an entry that passed there passes here on new draws.
+task's for the output's dtype, zero for integers; NaN and Inf must match exactly. These are
+the verifier's rules, so an entry that passed there passes here on new draws.
 """
 
 from __future__ import annotations
