@@ -32,19 +32,15 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
     docker_items = [item for item in items if "docker" in item.keywords]
     if docker_items:
-        ready, detail = _docker_ready()
+        from kernforge.sandbox.docker_probe import probe_docker
+
+        ready, detail = probe_docker()
         if not ready:
             if os.environ.get("KERNFORGE_REQUIRE_DOCKER"):  # CI: a missing engine or image is a failure
                 raise pytest.UsageError(f"KERNFORGE_REQUIRE_DOCKER is set, but {detail}")
             skip = pytest.mark.skip(reason=f"needs a Docker engine and the worker image: {detail}")
             for item in docker_items:
                 item.add_marker(skip)
-
-
-def _docker_ready() -> tuple[bool, str]:
-    from kernforge.sandbox.docker_probe import probe_docker
-
-    return probe_docker()
 
 
 @pytest.fixture(autouse=True)
@@ -57,3 +53,17 @@ def _seeded():
 @pytest.fixture
 def device() -> str:
     return "cuda" if HAS_GPU else "cpu"
+
+
+@pytest.fixture
+def clean_config_env(monkeypatch, tmp_path):
+    """No API key, provider, model, archive or config file from the developer's environment, and
+    an empty config home: a CLI test sees only what it sets itself. A wide terminal keeps the
+    CLI's messages on one line, so tests can search them."""
+    from kernforge.loop.config import KEY_ENV_VARS
+
+    for name in KEY_ENV_VARS + ("KERNFORGE_PROVIDER", "KERNFORGE_BASE_URL", "KERNFORGE_MODEL", "KERNFORGE_DB",
+                                "KERNFORGE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("COLUMNS", "250")

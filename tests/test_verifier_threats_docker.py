@@ -50,14 +50,10 @@ def test_eval_command_runs_the_candidate_in_docker(tmp_path):
     assert json.loads(result.output.strip().splitlines()[-1])["status"] == "accepted"
 
 
+@pytest.mark.usefixtures("clean_config_env")
 def test_run_command_verifies_in_docker(tmp_path, monkeypatch):
     """``kernforge run --sandbox docker``: the offline run's candidates are judged in containers."""
-    from kernforge.loop.config import KEY_ENV_VARS
-
     monkeypatch.chdir(tmp_path)
-    for name in KEY_ENV_VARS + ("KERNFORGE_PROVIDER", "KERNFORGE_BASE_URL", "KERNFORGE_MODEL", "KERNFORGE_DB", "KERNFORGE_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     result = CliRunner().invoke(app, ["run", "--task", "rms_norm", "--max-attempts", "1", "--sandbox", "docker", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
