@@ -14,7 +14,7 @@
 # run: unpack them, start dockerd (overlay2, else vfs; no bridge, no iptables), build the worker
 # image from the machine itself (--from-host, with its C compiler for Triton), then: doctor, the
 # GPU docker test, one candidate through `kernforge eval --sandbox docker`, and the bench rows.
-# Logs go to $OUT (default /tmp/kf-out).
+# Set-up and logs as bench/h200.sh (bench/h200_env.sh); logs go to $OUT (default /tmp/kf-out).
 set -u
 cmd=${1:-run}
 if [ "$cmd" = pack ]; then
@@ -32,21 +32,7 @@ if [ "$cmd" = pack ]; then
   exit 0
 fi
 
-OUT=${OUT:-/tmp/kf-out}
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-fi
-mkdir -p /tmp/kfpath && ln -sfn "$PWD" /tmp/kfpath/kernforge
-export PYTHONPATH=/tmp/kfpath:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERNFORGE_CACHE_DIR=/tmp/kf-cache
-kf() { python3 -c "from kernforge.cli import main; main()" "$@"; }
-step() {  # step NAME TIMEOUT COMMAND...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name ($(date +%T))"
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  echo "=== $name exit $? ($(date +%T))"
-  tail -n 30 "$OUT/$name.log"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/h200_env.sh"
 
 ping() { python3 -c "import docker; docker.from_env().ping()" >/dev/null 2>&1; }
 if ! ping; then
@@ -76,11 +62,11 @@ shift
 steps=${*:-image doctor gputest eval bench}
 for name in $steps; do
   case $name in
-    image) step image 300 bash -c "$(declare -f kf); kf sandbox build-image --from-host" ;;
-    doctor) step doctor 60 bash -c "$(declare -f kf); kf doctor" ;;
-    gputest) step gputest 300 python3 -m pytest -q -p no:cacheprovider -m "gpu and docker" tests/test_sandbox_docker.py ;;
-    eval) step eval 240 bash -c "$(declare -f kf); kf eval --sandbox docker --task rms_norm tasks/builtin/rms_norm/seed.py --json" ;;
-    bench) step bench 300 python3 bench/sandbox.py --device gpu --candidates 8 --paced 5 ;;
+    image) phase image 300 bash -c 'kf sandbox build-image --from-host' ;;
+    doctor) phase doctor 60 bash -c 'kf doctor' ;;
+    gputest) phase gputest 300 python3 -m pytest -q -p no:cacheprovider -m "gpu and docker" tests/test_sandbox_docker.py ;;
+    eval) phase eval 240 bash -c 'kf eval --sandbox docker --task rms_norm tasks/builtin/rms_norm/seed.py --json' ;;
+    bench) phase bench 300 python3 bench/sandbox.py --device gpu --candidates 8 --paced 5 ;;
     *) echo "unknown step $name" ;;
   esac
 done

@@ -26,24 +26,22 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
-from docker.errors import APIError, DockerException, NotFound
+from docker.errors import DockerException
 
-from . import docker_gpu, docker_image
+from . import docker_gpu, docker_image, procs
 from .docker_probe import default_tag
-from .docker_worker import PRIVATE_PREFIX, ContainerPlan, DockerWorker, Engine, remove_tree
+from .docker_worker import PRIVATE_PREFIX, ContainerPlan, DockerWorker, Engine, call_quietly
 from .env import worker_env
-from .isolation import TMPFS_BYTES, Mechanism
+from .isolation import TMPFS_BYTES, Mechanism, under
 from .pool import ProcessBackend
 from .protocol import FailureKind, Limits, SandboxError, WorkerSpec
 from .session import GRACE_SECONDS, ProcessSession
-from .spawn import WARM_NICE
-from . import procs
+from .spawn import WARM_NICE, remove_stale_private_dirs
 
 LABEL_ROLE = "org.kernforge.sandbox"
 LABEL_OWNER = "org.kernforge.owner"
@@ -105,8 +103,6 @@ class DockerBackend(ProcessBackend):
     # ---- the container every worker gets ---------------------------------------------------------
     def _plan(self, spec: WorkerSpec, info: docker_image.ImageInfo, memory_bytes: int | None,
               processes: int | None) -> tuple[ContainerPlan, str]:
-        image_env = dict(item.partition("=")[::2] for item in
-                         (self.engine.client.images.get(info.tag).attrs.get("Config") or {}).get("Env") or [])
         parent = {k: v for k, v in os.environ.items() if k not in HOST_SPECIFIC}
         env = worker_env(spec, Path("/nonexistent"), parent)
         if "PATH" not in spec.env:
@@ -115,13 +111,13 @@ class DockerBackend(ProcessBackend):
         for p in code_paths:
             if not os.path.isabs(p) or not os.path.isdir(p) or ":" in p:
                 raise SandboxError(f"WorkerSpec PYTHONPATH entry {p!r}: a docker worker needs absolute, existing folders")
-        env["PYTHONPATH"] = ":".join([p for p in image_env.get("PYTHONPATH", "").split(":") if p] + code_paths)
+        env["PYTHONPATH"] = ":".join([p for p in info.env.get("PYTHONPATH", "").split(":") if p] + code_paths)
         env["USER"] = env["LOGNAME"] = "kernforge"
         binds = [f"{p}:{p}:ro" for p in info.host_paths] + [f"{p}:{p}:ro" for p in code_paths]
         plan_kwargs: dict[str, Any] = {}
         detail = "CPU only"
         if spec.device != "cpu":
-            gpu = docker_gpu.plan(spec.device, self.engine.call("info"), image_env)
+            gpu = docker_gpu.plan(spec.device, self.engine.call("info"), info.env)
             env.update(gpu.env)
             binds += list(gpu.binds)
             plan_kwargs = {"device_requests": gpu.device_requests, "devices": gpu.devices, "group_add": gpu.group_add}
@@ -140,7 +136,7 @@ class DockerBackend(ProcessBackend):
         home = (os.path.expanduser("~"),) if spec.isolation != "none" else ()
         for h in spec.hidden_paths + home:
             real = os.path.realpath(h)
-            if os.path.exists(real) and any(_under(real, s) for s in sources):
+            if os.path.exists(real) and any(under(real, s) for s in sources):
                 (hidden_dirs if os.path.isdir(real) else hidden_files).append(real)
         limits = Limits()
         memory = memory_bytes or limits.memory_bytes
@@ -165,17 +161,11 @@ class DockerBackend(ProcessBackend):
                 f"{self.gpu_detail}")
 
     # ---- the pool (ProcessBackend's, with containers for processes) ------------------------------
-    def _spawn(self) -> None:
+    def _new_worker(self) -> DockerWorker:
         try:
-            worker = DockerWorker(self.plan, self.engine)
-        except (OSError, SandboxError, DockerException) as e:
-            self._record_failure(SandboxError(f"cannot start a worker container: {e}"))
-            return
-        with self._cond:
-            self.started_workers += 1
-            if not self.refill:
-                self._initial_left = max(0, self._initial_left - 1)
-            self._starting.append(worker)
+            return DockerWorker(self.plan, self.engine)
+        except DockerException as e:
+            raise SandboxError(f"the engine refused a worker container: {e}") from None
 
     def _monitor(self, busy: list[ProcessSession]) -> None:
         visible = [s for s in busy if s.worker.host_pid is not None and s.worker.alive()]
@@ -194,10 +184,6 @@ class DockerBackend(ProcessBackend):
 
 
 # ---- owners and sweeping -------------------------------------------------------------------------
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
 def _boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -252,14 +238,7 @@ def remove_containers(engine: Engine, labels: Mapping[str, str], wait: float = 0
         if not found:
             return removed
         for container in found:
-            try:
-                engine.call("remove_container", container["Id"], force=True)
-                removed += 1
-            except NotFound:
-                pass
-            except APIError as e:
-                if e.status_code != 409:  # 409: removal already under way (auto-remove)
-                    raise SandboxError(f"cannot remove container {container['Id'][:12]}: {e.explanation or e}") from None
+            removed += call_quietly(engine, "remove_container", container["Id"], force=True)
         if time.monotonic() >= deadline:
             return removed
         time.sleep(0.1)
@@ -273,16 +252,8 @@ def sweep_stale(engine: Engine) -> int:
         if owner_alive((container.get("Labels") or {}).get(LABEL_OWNER, "")):
             continue
         try:
-            engine.call("remove_container", container["Id"], force=True)
-            removed += 1
-        except NotFound:
-            pass
-        except APIError as e:
-            if e.status_code != 409:
-                log.warning("cannot remove stale container %s: %s", container["Id"][:12], e.explanation or e)
-    for folder in Path(tempfile.gettempdir()).glob(f"{PRIVATE_PREFIX}*-*"):
-        pid = folder.name[len(PRIVATE_PREFIX):].split("-", 1)[0]
-        if (pid.isdigit() and not os.path.exists(f"/proc/{pid}") and folder.is_dir() and not folder.is_symlink()
-                and folder.stat().st_uid == os.geteuid()):
-            remove_tree(folder)
+            removed += call_quietly(engine, "remove_container", container["Id"], force=True)
+        except SandboxError as e:
+            log.warning("cannot remove a stale container: %s", e)
+    remove_stale_private_dirs(PRIVATE_PREFIX)
     return removed

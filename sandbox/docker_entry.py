@@ -20,13 +20,12 @@ at the same path:
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import socket
 import sys
 
-PR_SET_DUMPABLE = 4
+from .isolation import make_undumpable
 
 
 def _redirect_output(folder: str) -> None:
@@ -52,7 +51,7 @@ def join(config: dict) -> list[int]:
 def main(argv: list[str]) -> None:
     config = json.loads(argv[1])
     _redirect_output(config["io"])
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    make_undumpable()
     worker_config = dict(config["worker"], fds=join(config))
     from .worker import main as worker_main
 

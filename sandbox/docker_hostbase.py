@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .isolation import outermost, under
 from .protocol import SandboxError
 
 HOSTBASE_REPO = "kernforge-hostbase"
@@ -38,14 +39,6 @@ PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexisten
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 
 Log = Callable[[str], None]
-
-
-def _outermost(paths: Iterable[str]) -> list[str]:
-    kept: list[str] = []
-    for p in sorted(set(paths), key=lambda p: p.rstrip("/").count("/")):
-        if not any(p == k or p.startswith(k.rstrip("/") + "/") for k in kept):
-            kept.append(p)
-    return sorted(kept)
 
 
 def host_library_folders(exclude: str) -> list[str]:
@@ -61,7 +54,7 @@ def host_library_folders(exclude: str) -> list[str]:
     # sys.path[0] is the running script's folder (a console script's bin/), never a library.
     scripts = {os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(sys.executable))}
     candidates += [p for p in sys.path[1:] if p and os.path.isabs(p) and os.path.realpath(p) not in scripts
-                   and _under_any(os.path.realpath(p), prefixes - {"/", "/usr"})]
+                   and any(under(os.path.realpath(p), f) for f in prefixes - {"/", "/usr"})]
     nvcc = shutil.which("nvcc")
     if nvcc:
         candidates.append(str(Path(os.path.realpath(nvcc)).parents[1]))
@@ -71,14 +64,10 @@ def host_library_folders(exclude: str) -> list[str]:
         if not c or not os.path.isabs(c) or not os.path.isdir(c):
             continue
         real = os.path.realpath(c)
-        if _under_any(repo, [real]) or _under_any(real, [repo]) or real in ("/", "/usr", "/usr/local"):
+        if under(repo, real) or under(real, repo) or real in ("/", "/usr", "/usr/local"):
             continue
         keep.append(real)
-    return _outermost(keep)
-
-
-def _under_any(path: str, folders: Iterable[str]) -> bool:
-    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+    return list(outermost(keep))
 
 
 def elf_closure(roots: Iterable[str]) -> set[str]:
@@ -252,7 +241,7 @@ def host_base(engine, *, with_toolchain: bool, exclude: str, log: Log) -> tuple[
     log(f"finding the libraries of {python} and {len(folders)} library folders ...")
     roots.update(_shared_objects(folders))
     for lib in sorted(elf_closure(roots)):
-        if not _under_any(lib, folders) and not DRIVER_LIBRARY.search(os.path.basename(lib)):
+        if not any(under(lib, f) for f in folders) and not DRIVER_LIBRARY.search(os.path.basename(lib)):
             fs.add(lib)
     env = [f"PATH={os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"]
     if os.environ.get("LD_LIBRARY_PATH"):
@@ -264,14 +253,11 @@ def host_base(engine, *, with_toolchain: bool, exclude: str, log: Log) -> tuple[
                  "/tmp": (None, 0o1777), "/var/tmp": (None, 0o1777)}
     key = fs.digest(json.dumps([folders, env, python, sorted(generated)]).encode())
     tag = f"{HOSTBASE_REPO}:{key}"
-    from docker.errors import ImageNotFound
+    from .docker_image import find_image  # docker_image imports this module
 
-    try:
-        engine.images.get(tag)
+    if find_image(engine, tag) is not None:
         log(f"host base {tag} is up to date ({len(fs.entries)} paths)")
         return tag, python, folders
-    except ImageNotFound:
-        pass
     size = sum(os.lstat(p).st_size for p, kind in fs.entries.items() if kind == "file")
     log(f"importing host base {tag}: {len(fs.entries)} paths, {size / 2**20:.0f} MiB; "
         f"binding {', '.join(folders)} at run time")

@@ -62,6 +62,8 @@ class ImageInfo:
     host_paths: tuple[str, ...]
     #: digest of the kernforge sources inside
     source: str
+    #: the image's own environment (its ENV lines), read with the same id
+    env: dict[str, str]
 
     @property
     def stale(self) -> bool:
@@ -130,17 +132,25 @@ def worker_package_binds() -> Overlay:
     return Overlay(binds=binds, hidden_dirs=[f"{IMAGE_PACKAGE}/{folder}" for folder in sorted(NOT_IN_IMAGE)])
 
 
-def image_info(engine, tag: str = WORKER_IMAGE) -> ImageInfo | None:
+def find_image(engine, tag: str):
+    """The engine's image named ``tag``, or None."""
     from docker.errors import ImageNotFound
 
     try:
-        image = engine.images.get(tag)
+        return engine.images.get(tag)
     except ImageNotFound:
         return None
+
+
+def image_info(engine, tag: str = WORKER_IMAGE) -> ImageInfo | None:
+    image = find_image(engine, tag)
+    if image is None:
+        return None
     labels = image.labels or {}
+    env = (image.attrs.get("Config") or {}).get("Env") or []
     return ImageInfo(tag=tag, id=image.id, python=labels.get(LABEL_PYTHON, "python3"),
                      host_paths=tuple(json.loads(labels.get(LABEL_HOST_PATHS, "[]"))),
-                     source=labels.get(LABEL_SOURCE, ""))
+                     source=labels.get(LABEL_SOURCE, ""), env=dict(item.partition("=")[::2] for item in env))
 
 
 # ---- the worker image ------------------------------------------------------------------------
@@ -159,16 +169,15 @@ def build_image(engine=None, *, base: str | None = None, tag: str = WORKER_IMAGE
     base = base or DEFAULT_BASE
     dockerfile = Path(__file__).with_name("docker") / "Dockerfile"
     source = source_digest()
-    base_id = _image_id(engine, base)
+    base_image = find_image(engine, base)
     labels = {LABEL_SOURCE: source, LABEL_HOST_PATHS: json.dumps(host_folders)}
-    key = hashlib.sha256(json.dumps([source, base, base_id, python, host_folders,
+    key = hashlib.sha256(json.dumps([source, base, base_image and base_image.id, python, host_folders,
                                      dockerfile.read_text()]).encode()).hexdigest()[:24]
     labels[LABEL_BUILD] = key
-    current = _labels(engine, tag)
-    if current is not None and current.get(LABEL_BUILD) == key and not force:
+    current = find_image(engine, tag)
+    if current is not None and (current.labels or {}).get(LABEL_BUILD) == key and not force:
         log(f"{tag} is up to date (built from the same sources and base)")
         return image_info(engine, tag)
-    old_id = _image_id(engine, tag)
     log(f"building {tag} on {base} ...")
     with tempfile.TemporaryDirectory(prefix="kf-image-") as context:
         shutil.copy(dockerfile, os.path.join(context, "Dockerfile"))
@@ -185,29 +194,11 @@ def build_image(engine=None, *, base: str | None = None, tag: str = WORKER_IMAGE
         except BuildError as e:
             lines = [str(chunk.get("stream") or chunk.get("error") or "").rstrip() for chunk in e.build_log]
             raise SandboxError(f"building {tag} failed: {e.msg}\n" + "\n".join(l for l in lines if l)[-3000:]) from None
-    if old_id and old_id != _image_id(engine, tag):
-        _remove_quietly(engine, old_id)
     info = image_info(engine, tag)
+    if current is not None and current.id != info.id:
+        _remove_quietly(engine, current.id)
     log(f"built {info.describe()}")
     return info
-
-
-def _labels(engine, tag: str) -> dict[str, str] | None:
-    from docker.errors import ImageNotFound
-
-    try:
-        return engine.images.get(tag).labels or {}
-    except ImageNotFound:
-        return None
-
-
-def _image_id(engine, tag: str) -> str | None:
-    from docker.errors import ImageNotFound
-
-    try:
-        return engine.images.get(tag).id
-    except ImageNotFound:
-        return None
 
 
 def _remove_quietly(engine, image_id: str) -> None:

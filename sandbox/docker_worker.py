@@ -25,14 +25,12 @@ import logging
 import os
 import secrets
 import select
-import shutil
 import signal
 import socket
-import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,7 @@ from docker.errors import APIError, NotFound
 
 from . import procs, uids
 from .protocol import FrameBuffer, SandboxError
-from .spawn import STDERR_IN_ERRORS, _force_remove, read_ready_frame
+from .spawn import STDERR_IN_ERRORS, read_ready_frame, remove_tree
 
 PRIVATE_PREFIX = "kf-dkr-"
 log = logging.getLogger(__name__)
@@ -73,7 +71,6 @@ class ContainerPlan:
     #: read-only tmpfs covers a folder, /dev/null a file
     hidden_dirs: tuple[str, ...] = ()
     hidden_files: tuple[str, ...] = ()
-    extra_host_config: dict[str, Any] = field(default_factory=dict)
 
 
 class Engine:
@@ -183,7 +180,7 @@ class DockerWorker:
             log_config={"Type": "none", "Config": {}},
             ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}],
             devices=list(plan.devices) or None, device_requests=list(plan.device_requests) or None,
-            group_add=list(plan.group_add) or None, **plan.extra_host_config)
+            group_add=list(plan.group_add) or None)
         created = self.engine.call(
             "create_container", plan.image, command=[json.dumps(config)],
             entrypoint=[plan.python, "-m", "kernforge.sandbox.docker_entry"], user=f"{uid}:{gid}",
@@ -324,7 +321,7 @@ class DockerWorker:
                     pass
                 return
         if self.container_id is not None:
-            self._api_quietly("kill", self.container_id)
+            self._api_quietly("kill")
 
     def cleanup(self) -> None:
         """Kill the container, wait for its processes, release everything (idempotent). The
@@ -346,8 +343,8 @@ class DockerWorker:
             select.select([self._pidfd], [], [], EXIT_WAIT_SECONDS)
         elif self.container_id is not None:
             # The API's kill only sends the signal: wait until the container is really gone.
-            self._api_quietly("remove_container", self.container_id, force=True)
-            self._api_quietly("wait", self.container_id, timeout=EXIT_WAIT_SECONDS, condition="removed")
+            self._api_quietly("remove_container", force=True)
+            self._api_quietly("wait", timeout=EXIT_WAIT_SECONDS, condition="removed")
         with self._lock:
             if self._pidfd >= 0:
                 os.close(self._pidfd)
@@ -369,24 +366,26 @@ class DockerWorker:
         if self.private.exists():
             raise SandboxError(f"cannot remove {self.private}: {sorted(str(p) for p in self.private.rglob('*'))[:10]}")
 
-    def _api_quietly(self, name: str, *args, **kwargs) -> None:
+    def _api_quietly(self, name: str, **kwargs) -> None:
         try:
-            self.engine.call(name, *args, **kwargs)
-        except NotFound:
-            pass  # gone already (auto-removed)
-        except APIError as e:
-            if e.status_code not in (404, 409):  # 409: not running, or removal already under way
-                raise SandboxError(f"docker {name} {self.container_id[:12]}: {e.explanation or e}") from None
+            call_quietly(self.engine, name, self.container_id, **kwargs)
         except OSError as e:  # the engine did not answer in time: the backend's sweep removes it later
-            log.warning("docker %s %s: %s", name, (self.container_id or "?")[:12], e)
+            log.warning("docker %s %s: %s", name, self.container_id[:12], e)
 
 
-def remove_tree(folder: Path) -> None:
-    """rmtree that also removes what a job left without write or search permission."""
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(folder, onexc=_force_remove)
-    else:
-        shutil.rmtree(folder, onerror=_force_remove)
+def call_quietly(engine: Engine, name: str, container_id: str, **kwargs) -> bool:
+    """The engine's ``name`` on a container that may be gone: False if it is (404, e.g. auto-removed)
+    or the call does not apply (409: not running, or removal already under way); SandboxError for
+    any other refusal."""
+    try:
+        engine.call(name, container_id, **kwargs)
+    except NotFound:
+        return False
+    except APIError as e:
+        if e.status_code in (404, 409):
+            return False
+        raise SandboxError(f"docker {name} {container_id[:12]}: {e.explanation or e}") from None
+    return True
 
 
 def _readable(fd: int) -> bool:

@@ -135,9 +135,10 @@ def mechanism(level: str) -> Mechanism:
     return Mechanism("none", f"no namespaces: {bwrap_detail}; {unshare_detail}")
 
 
-def protect_parent() -> None:
-    """Make this (trusted) process non-dumpable: a worker that runs under the same uid and can see
-    it (no pid namespace) then cannot read its /proc/<pid>/environ (API keys) or memory."""
+def make_undumpable() -> None:
+    """Make this process non-dumpable: a job that runs under the same uid and can see it (a parent
+    without a pid namespace between them, or a container's supervisor) then cannot ptrace it or
+    read its /proc/<pid>/environ (API keys) or memory."""
     import ctypes
 
     PR_SET_DUMPABLE = 4
@@ -149,7 +150,8 @@ def _depth(path: str) -> int:
     return path.rstrip("/").count("/")
 
 
-def _under(path: str, folder: str) -> bool:
+def under(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or inside it (by name; no links are resolved)."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
@@ -161,13 +163,14 @@ def python_paths() -> tuple[str, ...]:
                   os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)),
                   str(package_root)}
     candidates.update(p for p in sys.path if p and os.path.isabs(p))
-    return _outermost(p for c in candidates if os.path.exists(c) for p in {os.path.abspath(c), os.path.realpath(c)})
+    return outermost(p for c in candidates if os.path.exists(c) for p in {os.path.abspath(c), os.path.realpath(c)})
 
 
-def _outermost(paths) -> tuple[str, ...]:
+def outermost(paths) -> tuple[str, ...]:
+    """``paths`` without those inside another of them, sorted."""
     kept: list[str] = []
     for p in sorted(set(paths), key=_depth):
-        if not any(_under(p, k) for k in kept):
+        if not any(under(p, k) for k in kept):
             kept.append(p)
     return tuple(sorted(kept))
 
@@ -220,7 +223,7 @@ def mount_plan(workdir: str, needed: tuple[str, ...], hidden: tuple[str, ...], d
                 if folder not in NEVER_COVER:
                     covers.setdefault(folder, MountOp("tmpfs", folder))
     # A bind is needed only where a cover hides the path; covers inside a bind come after it.
-    binds = [b for b in binds if any(_under(b.path, c) and b.path != c for c in covers)]
+    binds = [b for b in binds if any(under(b.path, c) and b.path != c for c in covers)]
     # A hidden file already under a cover (and not bound back) needs nothing more.
     layers = sorted(list(covers.values()) + binds, key=lambda op: _depth(op.path))
     files = [f for f in files if _visible(f.path, layers)]
@@ -229,7 +232,7 @@ def mount_plan(workdir: str, needed: tuple[str, ...], hidden: tuple[str, ...], d
 
 
 def _visible(path: str, layers: list[MountOp]) -> bool:
-    enclosing = [op for op in layers if _under(path, op.path)]
+    enclosing = [op for op in layers if under(path, op.path)]
     return not enclosing or enclosing[-1].kind == "bind"
 
 
@@ -248,7 +251,7 @@ def bwrap_command(mech: Mechanism, plan: list[MountOp], workdir: str) -> list[st
             # bwrap would create the folders leading to a bind inside a tmpfs with mode 0700,
             # closing them to a dropped uid: create them traversable first.
             for folder in map(str, reversed(Path(op.path).parents)):
-                if folder not in made and any(_under(folder, c) and folder != c for c in covers):
+                if folder not in made and any(under(folder, c) and folder != c for c in covers):
                     made.add(folder)
                     cmd += (["--perms", "0755"] if mech.bwrap_perms else []) + ["--dir", folder]
             cmd += ["--bind" if op.writable else "--ro-bind", op.path, op.path]

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from . import procs
 from .env import worker_env
-from .isolation import Mechanism, protect_parent
+from .isolation import Mechanism, make_undumpable
 from .isolation import mechanism as choose_mechanism
 from .protocol import FailureKind, Limits, SandboxError, WorkerFailure, WorkerSpec
 from .session import ProcessSession
@@ -69,7 +69,7 @@ class ProcessBackend:
         self.warnings: set[str] = set()
         self.drop_uid = spec.isolation != "none" and uid_drop_status(self.mechanism)[0]
         if spec.isolation != "none" and not self.mechanism.pidns:
-            protect_parent()
+            make_undumpable()
         self.started_workers = 0
         self._cond = threading.Condition()
         self._ready: collections.deque[Worker] = collections.deque()
@@ -188,9 +188,13 @@ class ProcessBackend:
         have = len(self._ready) + len(self._starting)
         return 0 if self._broken else max(0, base + self._waiters - have)
 
+    def _new_worker(self) -> Worker:
+        """Start one worker (the docker backend starts a container instead)."""
+        return Worker(self.spec, self.mechanism, self.drop_uid)
+
     def _spawn(self) -> None:
         try:
-            worker = Worker(self.spec, self.mechanism, self.drop_uid)
+            worker = self._new_worker()
         except (OSError, SandboxError) as e:
             self._record_failure(SandboxError(f"cannot start a worker: {e}"))
             return

@@ -104,11 +104,7 @@ class ProcessSession:
             remaining = end - time.monotonic()
             if remaining <= 0:
                 self._timeout(timeout if end < self.deadline else None)
-            try:
-                select.select([], [self.worker.chan_w], [], min(remaining, POLL_SECONDS))
-            except (OSError, ValueError):
-                self._raise_if_over()  # closed under us by Backend.close() from another thread
-                raise
+            self._select([], min(remaining, POLL_SECONDS), write=[self.worker.chan_w])
 
     def recv(self, timeout: float | None = None) -> dict[str, Any]:
         end = min(self.deadline, time.monotonic() + timeout if timeout is not None else math.inf)
@@ -203,9 +199,11 @@ class ProcessSession:
                 self._final = message
             # Any other reserved frame from the job is ignored: only the sandbox may send them.
 
-    def _select(self, watch: list[int], timeout: float) -> list[int]:
+    def _select(self, watch: list[int], timeout: float, write: list[int] | None = None) -> list[int]:
+        """Wait until a descriptor in ``watch`` is readable (or one in ``write`` writable); the
+        readable ones."""
         try:
-            readable, _, _ = select.select(watch, [], [], max(0.0, timeout))
+            readable, _, _ = select.select(watch, write or [], [], max(0.0, timeout))
         except (OSError, ValueError):
             self._raise_if_over()  # closed under us by Backend.close() from another thread
             raise

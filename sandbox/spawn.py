@@ -178,25 +178,26 @@ class Worker:
         if self.lease is not None:
             uids.release(self.lease, clean=procs.sweep_uid(self.lease.uid))
             self.lease = None
-        _rmtree(self.private)
+        remove_tree(self.private)
 
 
-def remove_stale_private_dirs() -> list[Path]:
-    """Remove the private folders of parents that no longer exist (killed before they could clean
-    up; their workers died with them). Returns what was removed."""
+def remove_stale_private_dirs(prefix: str = PRIVATE_PREFIX) -> list[Path]:
+    """Remove the private folders (``<prefix><parent pid>-*``) of parents that no longer exist
+    (killed before they could clean up; their workers died with them). Returns what was removed."""
     removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{PRIVATE_PREFIX}*-*"):
-        pid = folder.name[len(PRIVATE_PREFIX):].split("-", 1)[0]
+    for folder in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = folder.name[len(prefix):].split("-", 1)[0]
         if not pid.isdigit() or os.path.exists(f"/proc/{pid}") or not folder.is_dir() or folder.is_symlink():
             continue
         if folder.stat().st_uid != os.geteuid():
             continue
-        _rmtree(folder)
+        remove_tree(folder)
         removed.append(folder)
     return removed
 
 
-def _rmtree(folder: Path) -> None:
+def remove_tree(folder: Path) -> None:
+    """rmtree that also removes what a job left without write or search permission."""
     if sys.version_info >= (3, 12):
         shutil.rmtree(folder, onexc=_force_remove)
     else:

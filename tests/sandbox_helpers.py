@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernforge.sandbox import Diagnostics, Limits, WorkerFailure
-from kernforge.sandbox import procs
+import pytest
+
+from kernforge.sandbox import Diagnostics, Limits, SandboxError, WorkerFailure
+from kernforge.sandbox import isolation, procs
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 NEEDLE = f"sk-kernforge-fake-{uuid.uuid4().hex}"
 LIMITS = Limits(wall_seconds=30, cpu_seconds=60, memory_bytes=1 << 30, processes=64)
+#: Variables that look like secrets; the pools' fixtures put NEEDLE in each before any worker starts.
+SECRET_NAMES = ("OPENAI_API_KEY", "CUDA_API_KEY", "KERNFORGE_TOKEN", "MY_PASSWORD")
 
 
 @dataclass
@@ -60,3 +68,55 @@ def assert_next_job_ok(backend) -> None:
     assert outcome.message["home"] == str(outcome.workdir)
 
 
+def plant_secrets() -> pytest.MonkeyPatch:
+    """NEEDLE in the parent's environment under every SECRET_NAMES (``undo()`` the patch after)."""
+    patch = pytest.MonkeyPatch()
+    for name in SECRET_NAMES:
+        patch.setenv(name, NEEDLE)
+    return patch
+
+
+def mechanism_available(name: str) -> bool:
+    try:
+        return isolation.mechanism(name).name == name
+    except SandboxError:
+        return False
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` passes (False); never a timing assert."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def assert_connections_refused(backend, hosts: tuple[str, ...] = ("127.0.0.1",), bind: str = "127.0.0.1") -> None:
+    """A job's connection to a listener of this machine, at each of ``hosts``, is refused, and
+    nothing ever reaches the listener."""
+    with socket.socket() as listener:
+        listener.bind((bind, 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        for host in hosts:
+            outcome = run_job(backend, "connect", {"host": host, "port": listener.getsockname()[1]})
+            assert outcome.message["outcome"].startswith("refused"), (host, outcome.message)
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+
+
+@contextlib.contextmanager
+def world_writable_dir() -> Iterator[Path]:
+    """A folder in the repository anyone may write to (only a read-only view can stop a job's
+    write there), removed with what landed in it."""
+    folder = REPO / f".sandbox-escape-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    folder.chmod(0o777)
+    try:
+        yield folder
+    finally:
+        for p in folder.iterdir():
+            p.unlink()
+        folder.rmdir()

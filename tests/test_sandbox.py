@@ -9,37 +9,27 @@ the same pool runs normally. Every namespace mechanism this machine offers is ex
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
-from kernforge.sandbox import FailureKind, Limits, ProcessBackend, SandboxError, WorkerFailure, WorkerSpec
-from kernforge.sandbox import isolation
+from kernforge.sandbox import FailureKind, Limits, ProcessBackend, WorkerFailure, WorkerSpec
 
 sys.path.append(str(Path(__file__).resolve().parent))  # tests/ helpers (importlib import mode)
-from sandbox_helpers import LIMITS, NEEDLE, REPO, TESTS, assert_next_job_ok, leftovers, run_job  # noqa: E402
+from sandbox_helpers import (LIMITS, NEEDLE, REPO, TESTS, assert_connections_refused, assert_next_job_ok,  # noqa: E402
+                             leftovers, mechanism_available, plant_secrets, run_job, world_writable_dir)
+
 
 def _mechanisms() -> list[str]:
-    found = [m for m in ("bwrap", "namespaces") if _available(m)]
+    found = [m for m in ("bwrap", "namespaces") if mechanism_available(m)]
     return found or ["strict"]
-
-
-def _available(name: str) -> bool:
-    try:
-        return isolation.mechanism(name).name == name
-    except SandboxError:
-        return False
 
 
 @pytest.fixture(scope="module", params=_mechanisms())
 def pool(request):
-    # Secrets sit in the parent's environment before any worker starts.
-    patch = pytest.MonkeyPatch()
-    for name in ("OPENAI_API_KEY", "CUDA_API_KEY", "KERNFORGE_TOKEN", "MY_PASSWORD"):
-        patch.setenv(name, NEEDLE)
+    patch = plant_secrets()  # secrets sit in the parent's environment before any worker starts
     backend = ProcessBackend(WorkerSpec(env={"PYTHONPATH": str(TESTS)}, isolation=request.param), pool_size=2)
     yield backend
     backend.close()
@@ -211,33 +201,19 @@ def test_no_secret_reaches_the_worker(pool):
 def test_no_network(pool):
     if not pool.mechanism.netns:
         pytest.skip("no network namespace on this machine")
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(8)
-        listener.setblocking(False)
-        outcome = run_job(pool, "connect", {"host": "127.0.0.1", "port": listener.getsockname()[1]})
-        assert outcome.message["outcome"].startswith("refused")
-        with pytest.raises(BlockingIOError):
-            listener.accept()
+    assert_connections_refused(pool)
     assert_next_job_ok(pool)
 
 
 def test_writes_outside_workdir_do_not_land(pool):
     if not pool.mechanism.mountns:
         pytest.skip("no mount namespace on this machine")
-    open_dir = REPO / f".sandbox-escape-{uuid.uuid4().hex[:8]}"
-    open_dir.mkdir()
-    open_dir.chmod(0o777)  # writable by anyone: only the read-only view can stop the write
-    targets = [open_dir / "a.txt", REPO / "escape.txt", Path(f"/tmp/kf-escape-{uuid.uuid4().hex}"),
-               Path(f"/dev/shm/kf-escape-{uuid.uuid4().hex}")]
-    try:
+    with world_writable_dir() as open_dir:
+        targets = [open_dir / "a.txt", REPO / "escape.txt", Path(f"/tmp/kf-escape-{uuid.uuid4().hex}"),
+                   Path(f"/dev/shm/kf-escape-{uuid.uuid4().hex}")]
         outcome = run_job(pool, "write_outside", {"paths": [str(p) for p in targets]})
         assert outcome.message[str(open_dir / "a.txt")] == "Read-only file system"
         assert [p for p in targets if p.exists()] == []
-    finally:
-        for p in open_dir.iterdir():
-            p.unlink()
-        open_dir.rmdir()
     assert_next_job_ok(pool)
 
 

@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -26,7 +25,8 @@ from kernforge.sandbox import FailureKind, Limits, WorkerSpec
 from kernforge.sandbox.docker_backend import (LABEL_BACKEND, LABEL_OWNER, LABEL_ROLE, DockerBackend, owner_id,
                                               sweep_stale)
 from kernforge.sandbox.docker_worker import PRIVATE_PREFIX
-from sandbox_helpers import LIMITS, NEEDLE, REPO, TESTS, assert_next_job_ok, run_job
+from sandbox_helpers import (LIMITS, NEEDLE, REPO, TESTS, assert_connections_refused, assert_next_job_ok,
+                             plant_secrets, run_job, wait_until, world_writable_dir)
 
 pytestmark = pytest.mark.docker
 
@@ -47,21 +47,9 @@ def containers(backend_id: str) -> list[dict]:
         client.close()
 
 
-def wait_until(condition, timeout: float = 60.0) -> bool:
-    """Poll ``condition`` until it holds (True) or ``timeout`` passes (False); never a timing assert."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 @pytest.fixture(scope="module")
 def pool():
-    patch = pytest.MonkeyPatch()
-    for name in ("OPENAI_API_KEY", "CUDA_API_KEY", "KERNFORGE_TOKEN", "MY_PASSWORD"):
-        patch.setenv(name, NEEDLE)
+    patch = plant_secrets()
     backend = DockerBackend(WorkerSpec(env={"PYTHONPATH": str(TESTS)}), pool_size=2)
     yield backend
     backend.close()
@@ -80,21 +68,14 @@ def test_killing_the_parent_fails(pool):
 
 
 def test_writes_outside_workdir_do_not_land(pool):
-    open_dir = REPO / f".sandbox-escape-{uuid.uuid4().hex[:8]}"
-    open_dir.mkdir()
-    open_dir.chmod(0o777)
-    targets = [open_dir / "a.txt", TESTS / "escape.txt", REPO / "escape.txt",
-               Path(f"/tmp/kf-escape-{uuid.uuid4().hex}"), Path(f"/dev/shm/kf-escape-{uuid.uuid4().hex}")]
-    try:
+    with world_writable_dir() as open_dir:
+        targets = [open_dir / "a.txt", TESTS / "escape.txt", REPO / "escape.txt",
+                   Path(f"/tmp/kf-escape-{uuid.uuid4().hex}"), Path(f"/dev/shm/kf-escape-{uuid.uuid4().hex}")]
         outcome = run_job(pool, "write_outside", {"paths": [str(p) for p in targets]})
         # The bound code folder is read-only; the rest of the host is not there at all.
         assert outcome.message[str(TESTS / "escape.txt")] == "Read-only file system"
         assert outcome.message[str(open_dir / "a.txt")] == "No such file or directory"
         assert [p for p in targets if p.exists()] == []
-    finally:
-        for p in open_dir.iterdir():
-            p.unlink()
-        open_dir.rmdir()
     assert_next_job_ok(pool)
 
 
@@ -204,16 +185,7 @@ def test_stale_containers_and_folders_are_swept_on_start(pool):
 
 def test_connection_to_the_host_is_refused(pool):
     """Not even the host's loopback: the container has a network namespace of its own."""
-    with socket.socket() as listener:
-        listener.bind(("0.0.0.0", 0))
-        listener.listen(8)
-        listener.setblocking(False)
-        port = listener.getsockname()[1]
-        for host in ("127.0.0.1", socket.gethostbyname(socket.gethostname())):
-            outcome = run_job(pool, "connect", {"host": host, "port": port})
-            assert outcome.message["outcome"].startswith("refused"), (host, outcome.message)
-        with pytest.raises(BlockingIOError):
-            listener.accept()
+    assert_connections_refused(pool, hosts=("127.0.0.1", socket.gethostbyname(socket.gethostname())), bind="0.0.0.0")
 
 
 def test_image_from_other_sources_runs_this_kernforge(monkeypatch):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,8 @@ from kernforge.sandbox import FailureKind, Limits, ProcessBackend, SandboxError,
 from kernforge.sandbox.isolation import UNSHARE_VARIANTS, Mechanism
 
 sys.path.append(str(Path(__file__).resolve().parent))  # tests/ helpers (importlib import mode)
-from sandbox_helpers import LIMITS, NEEDLE, TESTS, leftovers, run_job  # noqa: E402
+from sandbox_helpers import (LIMITS, NEEDLE, TESTS, assert_connections_refused, leftovers,  # noqa: E402
+                             mechanism_available, run_job, wait_until)
 
 SPEC = WorkerSpec(env={"PYTHONPATH": str(TESTS)})
 
@@ -158,14 +157,8 @@ def test_every_unshare_fallback_isolates(flags, monkeypatch):
         pytest.skip(f"{' '.join(command)} does not work here")
     mech = Mechanism("namespaces", " ".join(command), netns=True, pidns="--pid" in flags, mountns="--mount" in flags,
                      command=command)
-    with ProcessBackend(SPEC, pool_size=2, mechanism=mech) as backend, socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        listener.setblocking(False)
-        outcome = run_job(backend, "connect", {"host": "127.0.0.1", "port": listener.getsockname()[1]})
-        assert outcome.message["outcome"].startswith("refused")
-        with pytest.raises(BlockingIOError):
-            listener.accept()
+    with ProcessBackend(SPEC, pool_size=2, mechanism=mech) as backend:
+        assert_connections_refused(backend)
         assert run_job(backend, "read_secrets", {"needle": NEEDLE}).message == {"found": []}
         spray = run_job(backend, "fork_spray", {"attempts": 10})  # leftovers are checked inside
         assert spray.message["started"] == 10
@@ -226,7 +219,7 @@ def test_workers_die_with_a_killed_parent(isolation, job):
     """The judge's process is SIGKILLed mid-session (no cleanup code runs): its busy and warm
     workers, and everything they started, must go too. (A trusted worker's job is trusted: it
     does not detach children, which only a pid namespace would catch.)"""
-    if isolation == "namespaces" and not _works("namespaces"):
+    if isolation == "namespaces" and not mechanism_available("namespaces"):
         pytest.skip("no unshare here")
     parent = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT, str(TESTS), isolation, job],
                               stdout=subprocess.PIPE, text=True)
@@ -242,19 +235,9 @@ def test_workers_die_with_a_killed_parent(isolation, job):
     finally:
         parent.kill()
         parent.wait()
-    deadline = time.monotonic() + 30  # generous: the supervisor notices within about a second
-    while any(leftovers(*w) for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # Generous: the supervisor notices within about a second.
+    wait_until(lambda: not any(leftovers(*w) for w in workers), timeout=30)
     assert [w for w in workers if leftovers(*w)] == []
     assert all(workdir.parent.exists() for workdir, _ in workers)  # nobody was left to clean up...
     ProcessBackend(SPEC, pool_size=0).close()
     assert [w for w, _ in workers if w.parent.exists()] == []  # ...until the next backend starts
-
-
-def _works(level: str) -> bool:
-    from kernforge.sandbox.isolation import mechanism
-
-    try:
-        return mechanism(level).name == level
-    except SandboxError:
-        return False

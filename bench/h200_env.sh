@@ -1,0 +1,24 @@
+# Sourced by bench/h200.sh and bench/h200_docker.sh (run from the repository root on the device
+# machine): wheels the image lacks (.whl/, installed into /tmp/site), kernforge importable as a
+# package through /tmp/kfpath, logs under $OUT, and the helpers both scripts use:
+#   kf ARGS...                     the kernforge CLI (exported, so `bash -c 'kf ...'` finds it)
+#   phase NAME TIMEOUT COMMAND...  run COMMAND under `timeout`, log to $OUT/NAME.log, print its exit
+#                                  status and the log's last 40 lines
+OUT=${OUT:-/tmp/kf-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+mkdir -p /tmp/kfpath && ln -sfn "$PWD" /tmp/kfpath/kernforge
+export PYTHONPATH=/tmp/kfpath:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERNFORGE_CACHE_DIR=/tmp/kf-cache
+
+kf() { python3 -c "from kernforge.cli import main; main()" "$@"; }
+export -f kf
+
+phase() {
+  local name=$1 limit=$2; shift 2
+  echo "=== $name ($(date +%T))"
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  echo "=== $name exit $? ($(date +%T))"
+  tail -n 40 "$OUT/$name.log"
+}
