@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,6 +15,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from kernforge.loop.display import stdout_console
 
 app = typer.Typer(
     help="kernforge: ask an LLM for GPU kernels, verify them against cheating, keep the best.",
@@ -32,7 +32,7 @@ sandbox_app = typer.Typer(help="The docker sandbox (--sandbox docker): its worke
 app.add_typer(sandbox_app, name="sandbox")
 
 # Piped into a file or a log, tables keep their rows whole instead of wrapping at 80 columns.
-out = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=160)
+out = stdout_console()
 err = Console(stderr=True)
 
 # ---- shared options (declared once) -------------------------------------------------------
@@ -362,7 +362,7 @@ def run_cmd(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), default=str))
     else:
-        display.print_summary(out, result.to_dict())
+        out.print(display.summary(result.to_dict()), highlight=False)
     raise typer.Exit(0 if result.status == "finished" else 130)
 
 

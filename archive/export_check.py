@@ -28,6 +28,10 @@ class PackageCheckFailed(ExportError):
     """A step of the check failed; the message holds the end of that step's output."""
 
 
+class PackageCheckTimedOut(PackageCheckFailed):
+    """A step of the check ran past its time and was killed."""
+
+
 @dataclass(frozen=True)
 class CheckResult:
     wheel: Path
@@ -42,11 +46,17 @@ class CheckResult:
         return lines[-1] if lines else ""
 
 
-def _run(step: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+def _run(step: str, argv: list[str], *, timeout_s: float, **kwargs) -> subprocess.CompletedProcess:
+    """One step of the check; its failure, or its running past ``timeout_s`` (the step is killed),
+    is a ``PackageCheckFailed`` that ends with the step's output."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, **kwargs)
+    except subprocess.TimeoutExpired as expired:
+        # the output read before the kill; bytes on POSIX even with text=True
+        parts = [p.decode(errors="replace") if isinstance(p, bytes) else p for p in (expired.stdout, expired.stderr) if p]
+        raise PackageCheckTimedOut(f"{step} timed out after {timeout_s:g}s:\n{''.join(parts)[-6000:]}") from None
     if done.returncode != 0:
-        tail = (done.stdout + done.stderr)[-4000:]
-        raise PackageCheckFailed(f"{step} failed (exit {done.returncode}):\n{tail}")
+        raise PackageCheckFailed(f"{step} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-6000:]}")
     return done
 
 
@@ -55,7 +65,8 @@ def venv_python(venv: Path) -> Path:
 
 
 def check_package(out: Path, work: Path, *, timeout_s: float = 1800) -> CheckResult:
-    """Build ``out`` into a wheel in ``out/dist``, install it into ``work/venv``, run its tests."""
+    """Build ``out`` into a wheel in ``out/dist``, install it into ``work/venv``, run its tests
+    (each step within ``timeout_s``)."""
     out, work = Path(out).resolve(), Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     dist = out / "dist"
@@ -63,19 +74,22 @@ def check_package(out: Path, work: Path, *, timeout_s: float = 1800) -> CheckRes
         build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(out)]
     else:
         build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(out)]
-    _run("building the wheel", build)
+    _run("building the wheel", build, timeout_s=timeout_s)
     wheels = sorted(dist.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     if not wheels:
         raise PackageCheckFailed(f"building the wheel left no .whl in {dist}")
 
     venv = work / "venv"
     _run("making the virtual environment",
-         [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", "--clear", str(venv)])
+         [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", "--clear", str(venv)],
+         timeout_s=timeout_s)
     python = str(venv_python(venv))
-    site = _run("reading the environment", [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    site = _run("reading the environment", [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                timeout_s=timeout_s)
     here = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(site.stdout.strip(), "_kernforge_check_parent.pth").write_text("\n".join(sorted(here)) + "\n")
-    _run("installing the wheel", [python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheels[-1])])
+    _run("installing the wheel", [python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheels[-1])],
+         timeout_s=timeout_s)
 
     env = dict(os.environ)
     import torch
@@ -91,19 +105,23 @@ def check_package(out: Path, work: Path, *, timeout_s: float = 1800) -> CheckRes
         f"{str(out / 'tests')!r}]))"
     )
     # run from the work folder: the export's src/ must not shadow the installed package
-    done = subprocess.run([python, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
-    output = done.stdout + done.stderr
-    if done.returncode != 0:
-        raise PackageCheckFailed(f"the package's tests failed (exit {done.returncode}):\n{output[-6000:]}")
-    return CheckResult(wheel=wheels[-1], venv=venv, report=report, output=output)
+    done = _run("running the package's tests", [python, "-c", script], timeout_s=timeout_s, cwd=work, env=env)
+    return CheckResult(wheel=wheels[-1], venv=venv, report=report, output=done.stdout + done.stderr)
 
 
-def check(out: Path) -> str:
-    """``check_package`` in a temporary folder, removed when the tests pass; what to print."""
+def check(out: Path, *, timeout_s: float = 1800) -> str:
+    """``check_package`` in a temporary folder; what to print. The folder is kept only when a step
+    failed (to look into), and removed otherwise: passed, timed out (half-made) or an error of ours."""
     work = Path(tempfile.mkdtemp(prefix="kernforge-export-check-"))
     try:
-        result = check_package(out, work)
+        result = check_package(out, work, timeout_s=timeout_s)
+    except PackageCheckTimedOut:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     except PackageCheckFailed as error:
         raise PackageCheckFailed(f"{error}\n(the virtual environment is kept in {work})") from None
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     shutil.rmtree(work, ignore_errors=True)
     return f"checked: {result.wheel.name} installed into a fresh venv; its tests: {result.summary}"

@@ -4,22 +4,25 @@ The loop carries its learning across runs through the archive alone: lessons are
 the rejections here, the strategy bandit's arms are re-scored from ``proposer``/``model`` and the
 parent links, budgets of a resumed run are counted from its rows, and the offline tuner is told
 which configurations were tried. ``HistoryRow`` holds no code or prompt (cheap for thousands of
-rows); ``attempts`` fetches full records (code and verdict) for the few the loop needs.
+rows); ``judged_code`` fetches only the code and verdict of the attempts the offline tuner is told
+of (no prompt or response).
 
 ``time_us`` is the geometric mean of an accepted attempt's per-shape times (a reuse row shows its
 original's). Unlike ``score`` it exists on the Triton interpreter too, so a CPU run can rank its
-kernels; it compares attempts of one task in one environment only (the same shapes).
+kernels; it compares attempts of one task in one environment only (the same shapes). A run's rows
+(``run_history``, read to count a resumed run's budget) go without it.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from kernforge.verifier.verdict import Verdict
+
 from .queries import guarded
-from .records import AttemptRecord
+from .score import geomean
 from .store import Archive
 
 _COLUMNS = (
@@ -59,13 +62,14 @@ class HistoryRow:
 
 
 @guarded
-def _rows(archive: Archive, where: str, params: list[Any], limit: int | None) -> list[HistoryRow]:
+def _rows(archive: Archive, where: str, params: list[Any], limit: int | None, *,
+          with_times: bool = True) -> list[HistoryRow]:
     # newest `limit` rows, returned oldest first
     tail = f" ORDER BY id DESC LIMIT {int(limit)}" if limit else " ORDER BY id DESC"
     raw = archive.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM attempts WHERE {where}{tail}", params).fetchall()
     raw.reverse()
     sources = {r[_COLUMNS.index("reuse_of")] or r[0] for r in raw if r[_COLUMNS.index("accepted")]}
-    times = _geomean_times(archive, sources)
+    times = _geomean_times(archive, sources) if with_times else {}
     out = []
     for values in raw:
         row = dict(zip(_COLUMNS, values))
@@ -85,37 +89,37 @@ def _rows(archive: Archive, where: str, params: list[Any], limit: int | None) ->
 
 def _geomean_times(archive: Archive, ids: Iterable[int]) -> dict[int, float]:
     ids = list(ids)
-    logs: dict[int, list[float]] = {}
+    times: dict[int, list[float]] = {}
     for start in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
         chunk = ids[start:start + 500]
         cur = archive.conn.execute(
             f"SELECT attempt_id, time_us FROM measurements WHERE attempt_id IN ({','.join('?' * len(chunk))})"
             " AND time_us > 0", chunk)
         for attempt_id, time_us in cur:
-            logs.setdefault(attempt_id, []).append(math.log(time_us))
-    return {k: math.exp(sum(v) / len(v)) for k, v in logs.items() if v}
+            times.setdefault(attempt_id, []).append(time_us)
+    return {k: geomean(v) for k, v in times.items()}
 
 
-def task_history(archive: Archive, task_id: int, *, env_key: str | None = None,
-                 limit: int | None = 5000) -> list[HistoryRow]:
-    """The newest ``limit`` attempts of one task (in one environment if given), oldest first."""
-    where, params = "task_id = ?", [task_id]
-    if env_key is not None:
-        where, params = where + " AND env_key = ?", params + [env_key]
-    return _rows(archive, where, params, limit)
+def task_history(archive: Archive, task_id: int, *, limit: int | None = 5000) -> list[HistoryRow]:
+    """The newest ``limit`` attempts of one task (every environment), oldest first."""
+    return _rows(archive, "task_id = ?", [task_id], limit)
 
 
 def run_history(archive: Archive, run_id: int) -> list[HistoryRow]:
-    """Every attempt of one run, oldest first (a resumed run counts its budget from these)."""
-    return _rows(archive, "run_id = ?", [run_id], None)
+    """Every attempt of one run, oldest first, without ``time_us`` (a resumed run counts its
+    budget from these)."""
+    return _rows(archive, "run_id = ?", [run_id], None, with_times=False)
 
 
 @guarded
-def attempts(archive: Archive, ids: Sequence[int]) -> list[AttemptRecord]:
-    """Full records (code, prompt, verdict with per-shape results) of these attempts, in id order."""
-    out: list[AttemptRecord] = []
+def judged_code(archive: Archive, ids: Sequence[int]) -> list[tuple[str, Verdict]]:
+    """(code, verdict) of these attempts, in id order: no prompt, response or other columns."""
+    out: list[tuple[str, Verdict]] = []
     ids = sorted(set(ids))
-    for start in range(0, len(ids), 500):
+    for start in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
         chunk = ids[start:start + 500]
-        out += archive._records(f"a.id IN ({','.join('?' * len(chunk))})", list(chunk), "ORDER BY a.id")
+        rows = list(archive.db.query(
+            "SELECT id, reuse_of, code, status, reason, threat, evidence, env_key FROM attempts"
+            f" WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", chunk))
+        out += [(row["code"], verdict) for row, verdict in zip(rows, archive._verdicts(rows))]
     return out

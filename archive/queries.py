@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from sqlite_utils import Database
 
-from kernforge.verifier.verdict import ShapeResult, verdict_from_dict
+from kernforge.verifier.verdict import ShapeResult, Verdict, verdict_from_dict
 
 from .content import code_hash, environment_key
 from .errors import ArchiveError, ReadOnlyError
@@ -104,6 +104,12 @@ class Queries:
     def _records(self, where: str, params: list[Any], order: str = "") -> list[AttemptRecord]:
         rows = list(self.db.query(f"SELECT a.*, t.name AS task FROM attempts a JOIN tasks t ON t.id = a.task_id"
                                   f" WHERE {where} {order}", params))
+        return [AttemptRecord(**{k: row[k] for k in _ATTEMPT_FIELDS if k in row}, verdict=verdict)
+                for row, verdict in zip(rows, self._verdicts(rows))]
+
+    def _verdicts(self, rows: list[Mapping[str, Any]]) -> list[Verdict]:
+        """The verdict of each attempt row; a row needs its id, reuse_of, status, reason, threat,
+        evidence and env_key."""
         if not rows:
             return []
         # a reuse row shows its original's measurements: the verdict it reused
@@ -119,12 +125,11 @@ class Queries:
         out = []
         for row in rows:
             evidence = json.loads(row["evidence"])
-            verdict = verdict_from_dict({
+            out.append(verdict_from_dict({
                 "status": row["status"], "reason": row["reason"], "threat": row["threat"], "evidence": evidence,
                 "flags": evidence.get("flags", ()), "environment": envs.get(row["env_key"], {}),
                 "shapes": [s.to_dict() for s in shapes.get(row["reuse_of"] or row["id"], ())],
-            })
-            out.append(AttemptRecord(**{k: row[k] for k in _ATTEMPT_FIELDS if k in row}, verdict=verdict))
+            }))
         return out
 
     # ---- best ------------------------------------------------------------------------------

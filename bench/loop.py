@@ -25,25 +25,14 @@ import json
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from kernforge.loop.budget import Budget
-from kernforge.loop.display import PlainDisplay, QuietDisplay
+from kernforge.loop.display import PlainDisplay, QuietDisplay, fmt_us, fmt_x, stdout_console
 from kernforge.loop.runner import RunSettings, run
 
 #: Seeds with launch knobs to tune (a block size, warps and stages), so the tuner has room.
 DEFAULT_TASKS = ("gemm_small_m", "softmax", "silu_and_mul")
-
-
-def _us(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} us"
-
-
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}x"
 
 
 def main() -> None:
@@ -67,9 +56,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(data, indent=2, default=str))
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)  # a log file: keep every number on its row
+    console = stdout_console()
     tasks = Table(title=f"bench/loop.py: offline tuner, {args.attempts} attempts per task, run {result.status}",
                   title_justify="left")
     for col in ("task", "attempts", "accepted", "rejected", "seed time", "best time", "vs seed", "x eager",
@@ -77,8 +64,9 @@ def main() -> None:
         tasks.add_column(col, justify="left" if col in ("task", "rejected", "note") else "right")
     for t in result.tasks:
         rejected = ", ".join(f"{k} {n}" for k, n in t.rejected.most_common()) or "-"
-        tasks.add_row(t.name, str(t.attempts), str(t.accepted), rejected, _us(t.seed_time_us), _us(t.best_time_us),
-                      _x(t.vs_seed), _x(t.best_speedup_eager), _x(t.best_score), t.note[:60])
+        tasks.add_row(t.name, str(t.attempts), str(t.accepted), rejected, fmt_us(t.seed_time_us),
+                      fmt_us(t.best_time_us), fmt_x(t.vs_seed, 3), fmt_x(t.best_speedup_eager, 3),
+                      fmt_x(t.best_score, 3), t.note[:60])
     console.print(tasks)
 
     devices = Table(title="devices", title_justify="left")

@@ -23,17 +23,7 @@ from kernforge.verifier.judge import Judge, JudgeOptions
 from kernforge.verifier.verdict import Verdict
 
 from .errors import LoopError
-from .evaluate import open_judge, visible_gpus
-
-
-def resolve_devices(gpus: Sequence[int]) -> list[str]:
-    """'cuda:N' for the GPUs asked for (all visible ones if none), else ['cpu']."""
-    visible = visible_gpus()
-    for g in gpus:
-        if g not in visible:
-            raise LoopError(f"--gpu {g}: no such GPU here (visible: {visible or 'none; leave out --gpu to use the CPU interpreter'})")
-    chosen = list(dict.fromkeys(gpus)) or visible
-    return [f"cuda:{g}" for g in chosen] or ["cpu"]
+from .evaluate import open_judge
 
 
 class Devices:

@@ -9,6 +9,7 @@ runner updates as verdicts are recorded, and from a ``RunView`` the display asks
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -118,21 +119,29 @@ class QuietDisplay:
         pass
 
 
-def _us(value: float | None) -> str:
+def stdout_console() -> Console:
+    """The console for stdout. Piped into a file or a log (no terminal, no COLUMNS), tables keep
+    their rows whole at 160 columns instead of wrapping at rich's default of 80."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=160)
+
+
+def fmt_us(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} us"
 
 
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+def fmt_x(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}x"
 
 
 def attempt_line(e: AttemptEvent) -> str:
     """One attempt as one line of plain text."""
     head = f"[{e.task}] #{e.seq} attempt {e.attempt_id} {e.proposer}{'/' + e.model if e.model and e.model != 'offline' else ''}: "
     if e.status == "accepted":
-        body = f"accepted {_us(e.time_us)}" + (f" ({_x(e.speedup_eager)} eager)" if e.speedup_eager else "")
+        body = f"accepted {fmt_us(e.time_us)}" + (f" ({fmt_x(e.speedup_eager)} eager)" if e.speedup_eager else "")
         body += "  NEW BEST" if e.new_best else ""
         body += f"  ({e.reason[:160]})" if e.reason else ""
     else:
@@ -176,10 +185,10 @@ def progress_table(v: RunView) -> Table:
         table.add_column(col, justify="left" if col in ("task", "rejected") else "right")
     for t in v.tasks:
         rejected = ", ".join(f"{k} {n}" for k, n in t.rejected.most_common(3)) or "-"
-        best = _us(t.best_time_us) + (" *" if t.best_is_new else "")
+        best = fmt_us(t.best_time_us) + (" *" if t.best_is_new else "")
         table.add_row(
             t.name + (f"\n[dim]{escape(t.note)}[/]" if t.note else ""), str(t.attempts), str(t.accepted),
-            str(t.cheats), rejected, best, _x(t.best_speedup_eager), _x(t.best_score), _x(t.vs_seed),
+            str(t.cheats), rejected, best, fmt_x(t.best_speedup_eager), fmt_x(t.best_score), fmt_x(t.vs_seed),
             f"{t.tokens:,}", f"${t.cost:.3f}" + ("" if t.cost_known else "+?"),
         )
     busy = "-" if v.busy is None else f"{100 * v.busy:.0f}%"
@@ -233,8 +242,8 @@ def summary(result: Mapping[str, Any]) -> Group:
         rejected = ", ".join(f"{k} {n}" for k, n in sorted(t["rejected"].items(), key=lambda kv: -kv[1])) or "-"
         table.add_row(
             t["name"], str(t["attempts"]), str(t["accepted"]), str(t["cheats"]), rejected,
-            _us(t["best_time_us"]) + (" *" if t["best_is_new"] else ""), _x(t["best_speedup_eager"]),
-            _x(t["best_score"]), _x(t["vs_seed"]), str(t["best_attempt"] or "-"),
+            fmt_us(t["best_time_us"]) + (" *" if t["best_is_new"] else ""), fmt_x(t["best_speedup_eager"]),
+            fmt_x(t["best_score"]), fmt_x(t["vs_seed"]), str(t["best_attempt"] or "-"),
         )
     table.caption = "* new best this run; x eager / x compile: geometric-mean speedups (GPU); vs seed: the seed's time / the best's"
     busy = "-" if result["busy"] is None else f"{100 * result['busy']:.0f}%"
@@ -256,9 +265,3 @@ def summary(result: Mapping[str, Any]) -> Group:
                       if result["status"] in ("interrupted", "failed") else f"archive: {result['db']}"))
     return Group(*lines)
 
-
-def print_summary(console: Console, result: Mapping[str, Any]) -> None:
-    """The summary, unwrapped when it goes to a log or a pipe (no terminal width to fit)."""
-    if not console.is_terminal:
-        console = Console(file=console.file, width=200, highlight=False)
-    console.print(summary(result), highlight=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from kernforge.sandbox.pool import ProcessBackend
 from kernforge.sandbox.protocol import Backend, WorkerSpec
@@ -29,14 +29,20 @@ def visible_gpus() -> list[int]:
     return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
 
 
+def resolve_devices(gpus: Sequence[int]) -> list[str]:
+    """'cuda:N' for the GPUs asked for (all visible ones if none), else ['cpu']."""
+    visible = visible_gpus()
+    for g in gpus:
+        if g not in visible:
+            raise EvaluationError(f"--gpu {g}: no such GPU here "
+                                  f"(visible: {visible or 'none; leave out --gpu to use the CPU interpreter'})")
+    chosen = list(dict.fromkeys(gpus)) or visible
+    return [f"cuda:{g}" for g in chosen] or ["cpu"]
+
+
 def resolve_device(gpu: int | None) -> str:
     """'cuda:N' for an explicit GPU, the first GPU when there is one, else 'cpu'."""
-    gpus = visible_gpus()
-    if gpu is None:
-        return f"cuda:{gpus[0]}" if gpus else "cpu"
-    if gpu not in gpus:
-        raise EvaluationError(f"--gpu {gpu}: no such GPU here (visible: {gpus or 'none; use the CPU interpreter'})")
-    return f"cuda:{gpu}"
+    return resolve_devices(() if gpu is None else (gpu,))[0]
 
 
 def make_backend(kind: str, spec: WorkerSpec, pool_size: int, *, refill: bool = True) -> Backend:

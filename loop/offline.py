@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from kernforge.archive.content import code_hash, text_hash
+from kernforge.archive.score import geomean
 
 from .knobs import Analysis, analyse, rewrite, template_key
 
@@ -121,7 +122,7 @@ class _Family:
 
         def score(c: Config) -> float:
             keys = common or measured[c].keys()
-            return math.exp(sum(math.log(measured[c][k]) for k in keys) / len(keys))
+            return geomean(measured[c][k] for k in keys) or math.inf  # times are positive: never inf
 
         # In the order they were measured: a newcomer must beat the incumbent by more than
         # timing noise, else the search would wander between equally fast configurations.

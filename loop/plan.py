@@ -10,7 +10,6 @@ settings stored with it; only budgets, devices and the sandbox may change.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,7 +24,7 @@ from .budget import Budget, Spent, earlier_seconds
 from .display import TaskStats
 from .errors import LoopError
 from .lessons import Lessons
-from .search import Member, Population, geomean_us
+from .search import Member, Population, geomean_us, speedups
 
 #: Archived attempts read per task at start (lessons, bandit, the offline tuner's memory).
 HISTORY_LIMIT = 5000
@@ -49,7 +48,6 @@ class RunSettings:
     seed: int = 0
     #: warm candidate workers per device; None: 2 on a GPU (one judged, one warming), 1 on the CPU
     pool_size: int | None = None
-    judge_options: JudgeOptions | None = None
 
     def stored(self) -> dict[str, Any]:
         return {"tasks": list(self.tasks), "provider": self.provider, "base_url": self.base_url,
@@ -109,12 +107,11 @@ class TaskState:
         if best is None:
             return
         st = self.stats
-        shapes = (best.verdict or {}).get("shapes") or ()
+        summary = speedups(best.verdict)
         st.best_attempt = best.attempt_id
         st.best_time_us = geomean_us(best.verdict)
-        st.best_score = best.fitness[1] if best.fitness and best.fitness[0] == 1 else None
-        eager = [s["speedup_eager"] for s in shapes if s.get("speedup_eager")]
-        st.best_speedup_eager = math.exp(sum(math.log(x) for x in eager) / len(eager)) if eager else None
+        st.best_score = summary["score"]
+        st.best_speedup_eager = summary["speedup_eager"]
         st.best_is_new = new
 
 

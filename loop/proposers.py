@@ -32,8 +32,7 @@ from .config import ConfigError, LLMConfig, load_config, needs_key
 from .errors import LoopError
 from .lessons import Lessons
 from .llm import LLMClient
-from .offline import NoProposal as TunerNoProposal
-from .offline import OfflineProposer
+from .offline import NoProposal, OfflineProposer
 from .search import Member, Population
 from .strategy import Arm, Bandit, proposer_name
 
@@ -61,14 +60,6 @@ class Proposal:
     #: the reply held no module, and ``note`` says why
     unusable: str | None = None
     note: str = ""
-
-
-@dataclass(frozen=True)
-class NoProposal:
-    """Nothing to propose for a task: ``kind`` is "nothing_to_tune" or "exhausted"."""
-
-    reason: str
-    kind: str
 
 
 def llm_config(*, provider: str | None, base_url: str | None, models: Sequence[str], offline: bool,
@@ -198,17 +189,17 @@ class OfflineTuner:
                 "The offline tuner only re-tunes existing Triton kernels; set KERNFORGE_API_KEY (or MINIMAX_API_KEY) "
                 "or give --base-url so an LLM can write the first one", "nothing_to_tune")
         tuner = self._tuner(task)
-        reasons: list[TunerNoProposal] = []
+        reasons: list[NoProposal] = []
         for parent in parents:
             result = tuner.propose(parent.code, parent.verdict)
-            if isinstance(result, TunerNoProposal):
+            if isinstance(result, NoProposal):
                 reasons.append(result)
                 continue
             return Proposal(code=result.source, proposer="offline", model="offline", parent=parent,
                             description=result.description, response=result.description)
         exhausted = [r for r in reasons if r.kind == "exhausted"]
         if exhausted:
-            return NoProposal(exhausted[0].reason, "exhausted")
+            return exhausted[0]
         return NoProposal(f"{task.name}: {reasons[0].reason}", "nothing_to_tune")
 
 

@@ -28,32 +28,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 from kernforge.archive.content import code_hash
-from kernforge.archive.errors import ArchiveError
-from kernforge.archive.history import HistoryRow, attempts as archived_attempts
+from kernforge.archive.history import HistoryRow, judged_code
 from kernforge.archive.records import NewAttempt
 from kernforge.archive.store import Archive
-from kernforge.sandbox.protocol import SandboxError
 from kernforge.tasks.spec import Task
-from kernforge.verifier.judge import JudgeError, JudgeOptions
+from kernforge.verifier.judge import JudgeOptions
 from kernforge.verifier.verdict import Rejected, Status, Verdict
 
 from .budget import Meter, Spent
 from .display import AttemptEvent, Display, QuietDisplay, RunView
 from .errors import LoopError
-from .devices import Devices, resolve_devices
+from .devices import Devices
+from .evaluate import resolve_devices
 from .lessons import Failure
 from .llm import LLMError
 from .plan import (RunResult, RunSettings, TaskState, dead_gap_s, load_run_tasks, resumed_spent, settings_for_resume,
                    task_state)
 from .proposers import LLMProposer, NoProposal, OfflineTuner, Proposal, llm_config, seed_rng
-from .search import Member, Population, geomean_us, row_fitness
+from .search import Member, Population, geomean_us, row_fitness, speedups
 from .strategy import Bandit, reward
 
 __all__ = ["RunResult", "RunSettings", "Runner", "run", "run_async"]
@@ -113,7 +111,7 @@ class Runner:
             if config is not None and s.budget.unlimited:
                 self.display.note("no budget given (--max-attempts, --hours, --max-tokens, --max-cost): "
                                   "the run goes on until Ctrl-C")
-            self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size, options=s.judge_options)
+            self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size)
             self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
             await self.devices.open()
             self._load_states(tasks, task_ids)
@@ -166,7 +164,7 @@ class Runner:
                       "task_refs": {t.name: t.ref for t in tasks}}
             return self.archive.start_run(stored), Spent()
         self.archive.resume_run(s.resume)
-        gap = dead_gap_s(config, s.judge_options or JudgeOptions())
+        gap = dead_gap_s(config, JudgeOptions())
         spent, self._next_seq = resumed_spent(self.archive, s.resume, tasks, task_ids, gap)
         return s.resume, spent
 
@@ -197,8 +195,8 @@ class Runner:
         assert self.archive is not None and isinstance(self.proposer, OfflineTuner)
         for state in self.states:
             ids = list(state.ids.values())[-2000:]
-            records = archived_attempts(self.archive, ids)
-            self.proposer.prime(state.task, ((r.code, r.verdict.to_dict()) for r in records))
+            judged = judged_code(self.archive, ids)
+            self.proposer.prime(state.task, ((code, verdict.to_dict()) for code, verdict in judged))
 
     # ---- the pipeline --------------------------------------------------------------------------
     async def _pipeline(self) -> None:
@@ -316,9 +314,7 @@ class Runner:
             if item is not None:
                 self._late.append(item)
             return
-        except (LoopError, ArchiveError) as error:
-            self._fail(error)
-        except Exception as error:  # a bug must still end the run cleanly, marked failed
+        except Exception as error:  # ours or a bug: either ends the run cleanly, marked failed, and re-raised
             self._fail(error)
 
     async def _propose(self, state: TaskState) -> Proposal | None:
@@ -361,9 +357,7 @@ class Runner:
                 await self._judge_and_record(index, state, proposal)
             except asyncio.CancelledError:
                 return
-            except (JudgeError, SandboxError, ArchiveError, LoopError) as error:
-                self._fail(error)
-            except Exception as error:
+            except Exception as error:  # ours or a bug: either ends the run cleanly, marked failed, and re-raised
                 self._fail(error)
             finally:
                 state.pending -= 1
@@ -449,9 +443,8 @@ class Runner:
             state.lessons.observe(Failure.of_verdict(data))
         if p.arm is not None:
             parent = p.parent
-            value = 0.0 if reuse_of is not None else reward(
-                verdict.accepted, parent.fitness if parent else None, member.fitness, best_before,
-                parent_accepted=bool(parent and parent.accepted))
+            value = reward(verdict.accepted, parent.fitness if parent else None, member.fitness, best_before,
+                           parent_accepted=bool(parent and parent.accepted), reused=reuse_of is not None)
             self.bandit.update(p.arm, value)
         self.proposer.observe(state.task, p.code, data)
         self.meter.record(state.task.name, p.tokens_in + p.tokens_out, p.cost)
@@ -468,13 +461,11 @@ class Runner:
         st.cheats += verdict.threat is not None
         if new_best:
             state.note_best()
-        shapes = data.get("shapes") or ()
-        eager = [s["speedup_eager"] for s in shapes if s.get("speedup_eager")]
         self.display.attempt(AttemptEvent(
             task=state.task.name, seq=seq, attempt_id=attempt_id, status=verdict.status.value, threat=verdict.threat,
             reused=reuse_of is not None, proposer=p.proposer, model=p.model if p.proposer != "offline" else "",
             time_us=geomean_us(data), new_best=new_best,
-            speedup_eager=math.exp(sum(math.log(x) for x in eager) / len(eager)) if eager else None,
+            speedup_eager=speedups(data)["speedup_eager"],
             reason=p.description if verdict.accepted else verdict.reason,
             tokens=p.tokens_in + p.tokens_out, cost=p.cost, verify_s=verify_s,
         ))

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 from kernforge.archive.history import HistoryRow
 from kernforge.archive.queries import REPAIRABLE
 from kernforge.archive.records import AttemptRecord, Population as ArchivedPopulation
-from kernforge.archive.score import summarize
+from kernforge.archive.score import geomean, summarize
 from kernforge.verifier.verdict import ShapeResult
 
 STRATEGIES = ("improve", "explore", "repair", "fresh")
@@ -52,18 +52,30 @@ Niche = tuple[str, str]
 _CUDA = re.compile(r"load_inline|nvrtc|cupy|__global__")
 
 
+def _shapes(verdict: Mapping[str, Any] | None) -> list[ShapeResult]:
+    return [ShapeResult.from_dict(s) for s in (verdict or {}).get("shapes") or ()]
+
+
+def geomean_us(verdict: Mapping[str, Any] | None) -> float | None:
+    """Geometric-mean time of a verdict's shapes (any timing: the interpreter's times too)."""
+    return geomean(s.time_us for s in _shapes(verdict))
+
+
+def speedups(verdict: Mapping[str, Any] | None) -> dict[str, float | None]:
+    """The archive's aggregates of a verdict (``archive.score.summarize``): ``score`` (vs
+    ``torch.compile``) and ``speedup_eager``, both over GPU-timed shapes only."""
+    return summarize(_shapes(verdict))
+
+
 def fitness_of(verdict: Mapping[str, Any] | None) -> Fitness | None:
     """How good an accepted verdict (``to_dict`` form) is; None when rejected or unjudged."""
     if not verdict or not verdict.get("accepted"):
         return None
-    shapes = [ShapeResult.from_dict(s) for s in verdict.get("shapes") or ()]
-    score = summarize(shapes)["score"]
+    score = speedups(verdict)["score"]
     if score is not None:
         return (1, float(score))
-    times = [s.time_us for s in shapes if s.time_us and s.time_us > 0]
-    if not times:
-        return None
-    return (0, -sum(math.log(t) for t in times) / len(times))
+    mean_us = geomean_us(verdict)
+    return None if mean_us is None else (0, -math.log(mean_us))
 
 
 def row_fitness(row: HistoryRow) -> Fitness | None:
@@ -74,11 +86,6 @@ def row_fitness(row: HistoryRow) -> Fitness | None:
     if row.score is not None:
         return (1, float(row.score))
     return (0, -math.log(row.time_us)) if row.time_us else None
-
-
-def geomean_us(verdict: Mapping[str, Any] | None) -> float | None:
-    times = [s["time_us"] for s in (verdict or {}).get("shapes") or () if s.get("time_us")]
-    return math.exp(sum(math.log(t) for t in times) / len(times)) if times else None
 
 
 def niche_of(code: str) -> Niche:

@@ -46,9 +46,10 @@ def strategy_of(proposer: str) -> str | None:
 
 
 def reward(accepted: bool, parent_fitness: Fitness | None, child_fitness: Fitness | None,
-           best_before: Fitness | None, *, parent_accepted: bool = False) -> float:
-    """The payoff of one verdict (see the module docstring)."""
-    if not accepted or child_fitness is None:
+           best_before: Fitness | None, *, parent_accepted: bool = False, reused: bool = False) -> float:
+    """The payoff of one verdict (see the module docstring); ``reused``: the archive already had
+    the code, so the verdict is a repeat and pays 0 whatever it says."""
+    if reused or not accepted or child_fitness is None:
         return 0.0
     improved = (not parent_accepted) or parent_fitness is None or child_fitness > parent_fitness
     new_best = best_before is None or child_fitness > best_before
@@ -119,8 +120,9 @@ class Bandit:
             strategy = strategy_of(row.proposer)
             if strategy is not None:
                 parent = row.parent_id
-                value = 0.0 if row.reuse_of is not None else reward(row.accepted, fitness.get(parent) if parent else None, child,
-                               best.get(row.task_id), parent_accepted=accepted.get(parent, False) if parent else False)
+                value = reward(row.accepted, fitness.get(parent) if parent else None, child, best.get(row.task_id),
+                               parent_accepted=accepted.get(parent, False) if parent else False,
+                               reused=row.reuse_of is not None)
                 self.update((strategy, row.model), value)
                 n += 1
             accepted[row.id] = row.accepted

@@ -14,6 +14,8 @@ the sm_90 entries on CUDA (and skip the interpreter ones); without one, the othe
 from __future__ import annotations
 
 import json
+import sys
+import tempfile
 import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -27,7 +29,8 @@ from kernforge.archive.export import (
     NothingToExport,
     plan_export,
 )
-from kernforge.archive.export_check import check_package
+from kernforge.archive import export_check
+from kernforge.archive.export_check import PackageCheckFailed, check_package
 from kernforge.archive.records import NewAttempt
 from kernforge.archive.store import Archive
 from kernforge.cli import app
@@ -327,3 +330,19 @@ def test_export_builds_installs_and_passes_its_own_tests(full_archive, tmp_path)
     for test in per_op:
         passed = [n for n, s in cases.items() if n.startswith(test) and s == "passed"]
         assert len(passed) == len(manifest["ops"]), (test, cases)
+
+
+def test_a_check_step_past_its_timeout_is_a_clean_failure_and_leaves_no_folder(tmp_path, monkeypatch):
+    """A hung step (here: a sleep standing in for the build) is killed and reported like any
+    failed step, and the half-made temporary folder goes."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def hung_build(out: Path, work: Path, *, timeout_s: float):
+        assert work.parent == tmp_path
+        export_check._run("building the wheel", [sys.executable, "-c", "import time; time.sleep(60)"],
+                          timeout_s=timeout_s)
+
+    monkeypatch.setattr(export_check, "check_package", hung_build)
+    with pytest.raises(PackageCheckFailed, match="building the wheel timed out after 0.1s"):
+        export_check.check(tmp_path / "out", timeout_s=0.1)
+    assert list(tmp_path.glob("kernforge-export-check-*")) == []

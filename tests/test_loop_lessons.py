@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernforge.archive.history import HistoryRow
 from kernforge.loop.lessons import Failure, Lessons, classify
 from kernforge.verifier.verdict import Rejected, Status
-
-
-def row(i: int, status: str, reason: str, *, threat=None, check="", error="", accepted=False, reuse_of=None) -> HistoryRow:
-    return HistoryRow(id=i, run_id=1, seq=i, task_id=1, parent_id=None, reuse_of=reuse_of, proposer="llm/fresh",
-                      model="m", status=status, accepted=accepted, threat=threat, reason=reason, check=check,
-                      error=error, score=None, time_us=None, gpu="cpu", env_key="e", created="", code_hash=str(i),
-                      tokens_in=0, tokens_out=0, cost_usd=0.0, latency_s=0.0)
+from loop_helpers import history_row
 
 
 @pytest.mark.parametrize("failure, key, words", [
@@ -70,8 +63,9 @@ def test_only_recurring_failures_become_lessons_most_frequent_first():
 
 
 def test_lessons_carry_across_runs_through_the_archive():
-    rows = [row(1, "cheat", "torch ops", threat=16), row(2, "accepted", "ok", accepted=True),
-            row(3, "cheat", "torch ops", threat=16), row(4, "cheat", "torch ops", threat=16, reuse_of=1)]
+    cheat = {"status": "cheat", "reason": "torch ops", "threat": 16}
+    rows = [history_row(1, **cheat), history_row(2, status="accepted", reason="ok", accepted=True),
+            history_row(3, **cheat), history_row(4, **cheat, reuse_of=1)]
     lessons = Lessons()
     lessons.replay(rows)
     assert lessons.current() == [lessons.texts[("threat", 16)].replace("{n}", "2")]  # a reuse row is not a new failure

@@ -73,13 +73,15 @@ def test_offline_tuner_tunes_the_seed_and_never_repeats():
     pop.set_seed(HONEST)
     tuner = OfflineTuner(seed=1)
     seen = {HONEST}
-    while True:
+    for _ in range(20):
         p = asyncio.run(tuner.propose(task, pop, Lessons()))
         if isinstance(p, NoProposal):
             break
         assert p.proposer == "offline" and p.parent.code == HONEST and p.tokens_in == 0
         assert p.code not in seen and "offline tuning of _norm_kernel" in p.description
         seen.add(p.code)
+    else:
+        pytest.fail(f"the offline tuner never ran out: {len(seen)} kernels and still proposing")
     assert p.kind == "exhausted" and len(seen) == 5  # num_warps 1, 2, 4 (the seed's), 8, 16
     primed = OfflineTuner(seed=1)
     primed.prime(task, [(code, None) for code in seen])  # archived attempts count as tried

@@ -38,13 +38,7 @@ GOOD_COMMENTED = GOOD_KERNEL.replace("class ModelNew(nn.Module):", "# one progra
 MISSING_IMPORT = GOOD_KERNEL.replace("import triton.language as tl", "import triton.language as tl\nimport no_such_module_here")
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch, tmp_path):
-    for name in KEY_ENV_VARS + ("KERNFORGE_PROVIDER", "KERNFORGE_BASE_URL", "KERNFORGE_MODEL", "KERNFORGE_DB"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("KERNFORGE_CONFIG", raising=False)
-    monkeypatch.setenv("COLUMNS", "250")
+pytestmark = pytest.mark.usefixtures("clean_config_env")
 
 
 def attempts(db: Path) -> list[dict]:

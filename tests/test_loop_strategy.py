@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from kernforge.archive.history import HistoryRow
 from kernforge.loop.strategy import Bandit, proposer_name, reward, strategy_of
+from loop_helpers import history_row
 
 
 @pytest.mark.parametrize("accepted, parent, child, best, parent_accepted, expected", [
@@ -21,6 +21,10 @@ from kernforge.loop.strategy import Bandit, proposer_name, reward, strategy_of
 ])
 def test_reward(accepted, parent, child, best, parent_accepted, expected):
     assert reward(accepted, parent, child, best, parent_accepted=parent_accepted) == pytest.approx(expected)
+
+
+def test_a_reused_verdict_pays_nothing_even_when_it_would_be_a_new_best():
+    assert reward(True, None, (0, 2.5), (0, 2.0), reused=True) == 0.0
 
 
 def test_proposer_names_carry_the_strategy():
@@ -63,22 +67,15 @@ def test_choose_is_reproducible_and_only_among_available():
         a.update(arms[0], 1.5)
 
 
-def row(i: int, proposer: str, *, accepted: bool, time_us: float | None = None, parent: int | None = None,
-        reuse_of: int | None = None, task: int = 1) -> HistoryRow:
-    return HistoryRow(id=i, run_id=1, seq=i, task_id=task, parent_id=parent, reuse_of=reuse_of, proposer=proposer,
-                      model="m", status="accepted" if accepted else "incorrect", accepted=accepted, threat=None,
-                      reason="", check="", error="", score=None, time_us=time_us, gpu="cpu", env_key="e", created="",
-                      code_hash=str(i), tokens_in=0, tokens_out=0, cost_usd=0.0, latency_s=0.0)
-
-
 def test_replay_learns_from_archived_attempts():
+    ok = {"status": "accepted", "accepted": True}
     rows = [
-        row(1, "seed", accepted=True, time_us=100.0),
-        row(2, "llm/improve", accepted=True, time_us=50.0, parent=1),  # faster and the new best: 1.0
-        row(3, "llm/fresh", accepted=False),  # 0.0
-        row(4, "llm/improve", accepted=True, time_us=80.0, parent=2),  # slower than its parent: 0.3
-        row(5, "llm/fresh", accepted=True, time_us=50.0, reuse_of=2),  # a repeat: 0.0
-        row(6, "offline", accepted=True, time_us=40.0, parent=2),  # not an LLM arm
+        history_row(1, proposer="seed", **ok, time_us=100.0),
+        history_row(2, proposer="llm/improve", **ok, time_us=50.0, parent_id=1),  # faster and the new best: 1.0
+        history_row(3, proposer="llm/fresh"),  # rejected: 0.0
+        history_row(4, proposer="llm/improve", **ok, time_us=80.0, parent_id=2),  # slower than its parent: 0.3
+        history_row(5, proposer="llm/fresh", **ok, time_us=50.0, reuse_of=2),  # a repeat: 0.0
+        history_row(6, proposer="offline", **ok, time_us=40.0, parent_id=2),  # not an LLM arm
     ]
     from kernforge.loop.search import row_fitness
 
