@@ -12,6 +12,7 @@
 #   ncu        bench/ncu_check.py (device time against ncu's gpu__time_duration)
 #   sandbox    bench/sandbox.py on the GPU
 #   transfer   bench/transfer_probe.py (moving outputs between the workers; one comparison)
+#   ipc        bench/ipc_probe.py (shared device memory, trusted batch clock, time-slicing, ncu)
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
@@ -34,6 +35,7 @@ for p in "$@"; do
     ncu) phase ncu 90 python3 bench/ncu_check.py --task rms_norm ;;
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
     transfer) phase transfer 120 python3 bench/transfer_probe.py --mb 470 --reps 5 --dirs /tmp /dev/shm --contend ;;
+    ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     *) echo "unknown phase $p" ;;
