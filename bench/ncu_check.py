@@ -1,11 +1,13 @@
-"""Cross-check the verifier's device time against Nsight Compute's gpu__time_duration.
+"""The judge's trusted time of record against two yardsticks: the old per-call CUDA-graph time
+measured inside one process, and Nsight Compute's gpu__time_duration.
 
-    python bench/ncu_check.py --task rms_norm          # needs ncu on PATH and a GPU
+    python bench/ncu_check.py --tasks rms_norm silu_and_mul softmax     # GPU; ncu on PATH
 
-The outer run times the task's seed at its largest public shape with the verifier's own timing
-code (CUDA-graph replay, L2 flushed between calls), then runs itself under ncu, which replays
-each launch of the seed's kernel with caches flushed (--cache-control all) and reports its
-duration; the table compares the two medians (target: within 3%).
+For each task's seed at its largest public shape: (1) a verdict from the judge (time of record:
+the reference worker's clock over batches of calls, each on inputs of its own); (2) the old way,
+each call replayed alone from a graph with the L2 flushed (bench/graph_timer.py); (3) ncu, which
+replays each launch of the seed's kernels with caches flushed (--cache-control all, clocks left
+alone). Targets: (1) within 5% of (2) and of (3).
 """
 
 from __future__ import annotations
@@ -14,66 +16,99 @@ import argparse
 import csv
 import io
 import os
-import random
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import torch
 
-from kernforge.tasks import runtime
-from kernforge.tasks.loader import load_task
-from kernforge.verifier import timing
-from kernforge.verifier.kernels import own_kernel_names
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from graph_timer import per_call_graph_us  # noqa: E402
+
+from kernforge.tasks import runtime  # noqa: E402
+from kernforge.tasks.loader import load_task  # noqa: E402
+from kernforge.verifier.kernels import own_kernel_names  # noqa: E402
 
 
-def _setup(task_name: str):
+def _setup(task_name: str, sets: int = 3):
     task = load_task(task_name)
     shape = runtime.largest_shape(task, "cuda")
     seed = runtime.load_module(task.seed_path)
     model = runtime.build_model(seed.ModelNew, runtime.make_init_inputs(task, shape), 0, "cuda")
-    inputs = runtime.make_inputs(task, shape, task.distributions[0], 1, "cuda")
+    inputs = [runtime.make_inputs(task, shape, task.distributions[0], k + 1, "cuda") for k in range(sets)]
     return task, shape, model, inputs
 
 
 def inner(task_name: str, calls: int) -> None:
-    task, shape, model, inputs = _setup(task_name)
+    task, shape, model, inputs = _setup(task_name, 1)
     for _ in range(calls):
-        model(*inputs)
+        model(*inputs[0])
     torch.cuda.synchronize()
 
 
-def outer(task_name: str, calls: int) -> None:
-    task, shape, model, inputs = _setup(task_name)
-    l2 = timing.L2Control(torch.device("cuda"))
-    timed, _ = timing.time_on_gpu(model, [inputs], task.mutated_inputs, 200, l2, random.Random(0))
-    ours = statistics.median(timed.times_us)
+def ncu_us(task_name: str, calls: int) -> tuple[float | None, str]:
+    task = load_task(task_name)
     kernels = own_kernel_names(task.seed_source)
     ncu = shutil.which("ncu")
     if ncu is None:
-        sys.exit("ncu is not on PATH")
+        return None, "ncu is not on PATH"
     cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--metrics", "gpu__time_duration.sum",
-           "--csv", "-k", f"regex:{'|'.join(kernels)}", sys.executable, __file__, "--task", task_name,
+           "--csv", "-k", f"regex:{'|'.join(kernels)}", sys.executable, __file__, "--tasks", task_name,
            "--calls", str(calls), "--inner"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     rows = [r for r in csv.reader(io.StringIO(proc.stdout)) if len(r) > 5]
+    if not rows:
+        return None, (proc.stderr or proc.stdout)[-500:]
     header, data = rows[0], rows[1:]
     value, unit = header.index("Metric Value"), header.index("Metric Unit")
     scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
-    durations = [float(r[value].replace(",", "")) * scale[r[unit].strip()] for r in data]
-    if not durations:
-        sys.exit(f"ncu measured nothing:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    theirs = statistics.median(durations)
-    print(f"task {task_name} shape {shape.label} kernels {kernels}")
-    print(f"| measure | median us |\n|---|---|\n| kernforge (graph replay, L2 flushed) | {ours:.2f} |\n"
-          f"| ncu gpu__time_duration (cache flushed) | {theirs:.2f} |\n| difference | {100 * (ours - theirs) / theirs:+.2f}% |")
+    per_launch = [float(r[value].replace(",", "")) * scale[r[unit].strip()] for r in data]
+    # several kernels per call: add them up per call (launches come in call order)
+    per_call = len(per_launch) // calls if calls and len(per_launch) >= calls else 1
+    sums = [sum(per_launch[i:i + per_call]) for i in range(0, per_call * calls, per_call)] or per_launch
+    return statistics.median(sums), ""
+
+
+def outer(names: list[str], calls: int) -> None:
+    from kernforge.loop.evaluate import open_judge
+    from kernforge.verifier.judge import JudgeOptions
+
+    options = JudgeOptions(device="cuda:0", time_shapes="largest", baselines=False,
+                           cache_dir=Path(tempfile.mkdtemp(prefix="kf-ncu-cache-")))
+    rows = []
+    with open_judge("cuda:0", pool_size=1, options=options) as judge:
+        for name in names:
+            task = load_task(name)
+            verdict = judge.verify(task.seed_source, task)
+            trusted = verdict.shapes[0].time_us if verdict.accepted else None
+            rows.append([name, verdict.shapes[0].label if verdict.shapes else "-", trusted,
+                         verdict.shapes[0].batch_calls if verdict.shapes else None, verdict.status.value])
+    for row in rows:
+        task, shape, model, inputs = _setup(row[0])
+        row.append(per_call_graph_us(model, inputs))
+        del model, inputs
+        torch.cuda.empty_cache()
+        row.append(ncu_us(row[0], calls)[0])
+    print("| task | shape | verdict | trusted us (batch of N) | old per-call graph us | ncu us | trusted vs old | trusted vs ncu |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, shape, trusted, n, status, old, ncu in rows:
+        def pct(a, b):
+            return f"{100 * (a - b) / b:+.2f}%" if a and b else "-"
+        print(f"| {name} | {shape} | {status} | {trusted and f'{trusted:.2f}'} ({n}) | {old:.2f} | "
+              f"{ncu and f'{ncu:.2f}'} | {pct(trusted, old)} | {pct(trusted, ncu)} |")
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--task", default="rms_norm")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=["rms_norm"])
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--inner", action="store_true")
     args = parser.parse_args()
-    (inner if args.inner else outer)(args.task, args.calls)
+    if args.inner:
+        inner(args.tasks[0], args.calls)
+    else:
+        outer(args.tasks, args.calls)

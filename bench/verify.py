@@ -33,7 +33,7 @@ from kernforge.verifier.judge import JudgeOptions
 def bench_task(judge, name: str, repeats: int) -> dict:
     task = load_task(name)
     row: dict = {"task": name}
-    times, verdict_seconds, inner, phases = [], [], [], []
+    times, verdict_seconds, inner, phases, claimed = [], [], [], [], []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
         verdict = judge.verify(task.seed_source, task)
@@ -44,9 +44,11 @@ def bench_task(judge, name: str, repeats: int) -> dict:
         shape = verdict.shapes[0]
         if i == 0:  # measures and caches the baselines
             row.update(shape=shape.label, first_verdict_s=elapsed, eager_us=shape.eager_us, compile_us=shape.compile_us,
-                       pct_bandwidth=shape.pct_bandwidth, floor_us=shape.floor_us, timing=shape.timing)
+                       pct_bandwidth=shape.pct_bandwidth, floor_us=shape.floor_us, timing=shape.timing,
+                       batch_calls=shape.batch_calls)
             continue
         times.append(shape.time_us)
+        claimed.append(shape.claimed_us)
         verdict_seconds.append(elapsed)
         inner.append(shape.spread_pct)
         phases.append(verdict.environment.get("phase_seconds", {}))
@@ -55,6 +57,7 @@ def bench_task(judge, name: str, repeats: int) -> dict:
         seed_us=statistics.median(times),
         spread_pct=100 * (max(times) - min(times)) / mean,
         verdict_s=statistics.median(verdict_seconds),
+        claimed_us=statistics.median(c for c in claimed if c is not None) if any(c is not None for c in claimed) else None,
         speedup_eager=row["eager_us"] / statistics.median(times) if row.get("eager_us") else None,
         speedup_compile=row["compile_us"] / statistics.median(times) if row.get("compile_us") else None,
         times_us=times,
@@ -72,14 +75,12 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="*", default=None, help="built-in task names (default: all)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--gpu", type=int, default=None)
-    parser.add_argument("--reps", type=int, default=100, help="timed calls per evaluation")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
 
     device = resolve_device(args.gpu)
     names = args.tasks or builtin_names()
-    options = JudgeOptions(time_shapes="largest", timing_reps=args.reps,
-                           cache_dir=Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
+    options = JudgeOptions(time_shapes="largest", cache_dir=Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
     rows = []
     console = Console()
     # Three warm workers: each verdict starts on one that is ready, as in a run with a pool

@@ -34,10 +34,11 @@ class Region:
         self._used: dict[int, int] = {}
         self._lock = threading.Lock()
 
-    def alloc(self, n: int) -> int:
-        """The address of ``n`` free bytes, or 0 when none are left."""
+    def alloc(self, n: int) -> int | None:
+        """The address of ``n`` free bytes, or None when none are left (torch then frees its
+        cached blocks and asks again, or reports out of memory)."""
         if n <= 0:
-            return 0
+            return None
         align = PAGE if n >= PAGE else SMALL_ALIGN
         with self._lock:
             for start in self._starts:
@@ -46,7 +47,7 @@ class Region:
                 if at + n <= start + length:
                     self._take(start, length, at, n)
                     return at
-        return 0
+        return None
 
     def _take(self, start: int, length: int, at: int, n: int) -> None:
         self._starts.remove(start)
@@ -89,10 +90,11 @@ class HeapPool:
     def __init__(self, base: int, size: int):
         import torch
 
-        self.region = Region(base, size)
-        # The callbacks must outlive the pool: torch keeps only their addresses.
-        self._alloc_cb = _ALLOC(lambda n, device, stream: self.region.alloc(int(n)) or None)
-        self._free_cb = _FREE(lambda ptr, n, device, stream: self.region.free(int(ptr or 0)))
+        region = self.region = Region(base, size)
+        # The callbacks must outlive the pool (torch keeps only their addresses); they close
+        # over the region, not self, so they still work while the interpreter tears down.
+        self._alloc_cb = _ALLOC(lambda n, device, stream: region.alloc(int(n)))
+        self._free_cb = _FREE(lambda ptr, n, device, stream: region.free(int(ptr or 0)))
         alloc_fn = ctypes.cast(self._alloc_cb, ctypes.c_void_p).value
         free_fn = ctypes.cast(self._free_cb, ctypes.c_void_p).value
         self.allocator = torch._C._cuda_customAllocator(alloc_fn, free_fn)

@@ -1,4 +1,4 @@
-"""Originals captured before a candidate loads, and a check that nobody swapped them since.
+"""Originals captured before a candidate loads, and an early check that nobody swapped them since.
 
 The harness and the timing code call the function objects bound here at import time (which
 happens during the worker's warm-up, before any candidate code exists in the process), so a
@@ -10,6 +10,7 @@ itself: every callable attribute of the watched modules and classes is recorded 
 from __future__ import annotations
 
 import builtins
+import socket
 import time
 from types import ModuleType
 from typing import Any
@@ -77,10 +78,12 @@ def _watched() -> list[tuple[str, Any]]:
 
     from kernforge.tasks import runtime as task_runtime
 
-    from . import digest, harness, reference, tensorio, timing, trace
+    from . import arena, harness, heap, messages, timing, trace
 
     owners += [("threading", threading), ("threading.Thread", threading.Thread), ("kernforge.tasks.runtime", task_runtime)]
-    owners += [(f"kernforge.verifier.{m.__name__.rsplit('.', 1)[-1]}", m) for m in (digest, harness, reference, tensorio, timing, trace)]
+    owners += [(f"kernforge.verifier.{m.__name__.rsplit('.', 1)[-1]}", m) for m in (arena, harness, heap, messages, timing, trace)]
+    owners += [("kernforge.verifier.arena.Arena", arena.Arena), ("kernforge.verifier.heap.HeapPool", heap.HeapPool),
+               ("kernforge.verifier.heap.Region", heap.Region), ("socket.socket", socket.socket)]
     try:
         from triton.runtime import jit as triton_jit
 

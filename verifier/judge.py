@@ -1,11 +1,23 @@
 """The judge: decides, for one candidate and one task, accepted or rejected, and how fast.
 
-Runs in the trusted process. The candidate runs in a sandboxed worker (harness.py); references,
-comparisons and baselines run in a trusted reference worker (refworker.py). The judge reveals
-each (shape, distribution, seed) only when the candidate must compute it, checks every element
-of every output on the public and hidden shapes, then times the candidate (timing.py) and
-bounds every reported time by its own clock. Both workers come from sandbox backends handed in
-by the caller (the loop or the CLI wiring), so this module knows no sandbox implementation.
+Runs in the trusted process. The candidate runs in a sandboxed worker (harness.py); the trusted
+reference worker (refworker.py) owns the shared arena, writes every input into it, computes the
+references, reads and compares the outputs, and clocks timed batches with its own events. A
+verdict rests only on what those trusted processes measured or read themselves:
+
+* inputs: drawn by the reference worker from seeds the candidate never sees, fresh for every
+  call, checked and timed alike;
+* outputs: the bytes the call left in the shared memory, compared element by element there;
+* times: the reference worker's CUDA events around a batch of calls, each on inputs of its own,
+  from before its own write of the inputs until its own probe of the outputs after "done", over
+  the number of calls whose outputs it then verifies (THREATS #8, #9, #11-#13);
+* every reply from the candidate's worker is parsed against its schema (messages.py) before any
+  field is used; a malformed one is a rejection, never an exception (#9).
+
+What the candidate's worker says about itself (an op trace, replaced functions, threads, its
+own clock) is read as early evidence that can reject and never accept. Each rule lives in one
+module of ``defences/``. The interpreter path (no GPU) checks correctness only: its times are
+the judge's wall clock per call, labelled ``interpreter`` and never ranked.
 """
 
 from __future__ import annotations
@@ -13,21 +25,23 @@ from __future__ import annotations
 import math
 import os
 import secrets
-import stat
+import socket
 import statistics
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
-from kernforge.sandbox.protocol import Backend, FailureKind, Limits, Session, WorkerFailure
+from kernforge.sandbox.protocol import Backend, Limits, Session, WorkerFailure
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import bundle
 from kernforge.tasks.spec import Shape, Task
 
-from . import decide
+from . import messages as M
 from .cache import JsonCache, default_dir, key_of
+from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
+                       output_type, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
 from .kernels import own_kernel_names
 from .screen import screen
 from .verdict import Accepted, Rejected, ShapeResult, Status, Verdict
@@ -39,6 +53,8 @@ REFERENCE_WARMUP = "kernforge.verifier.refworker:warm_up"
 HARNESS_PRELOAD = ("torch", "triton", "kernforge.verifier.harness")
 REFERENCE_PRELOAD = ("torch", "triton", "kernforge.verifier.refworker")
 
+R = TypeVar("R")
+
 
 class JudgeError(Exception):
     """The judge itself could not work (the task's reference failed, a worker would not start)."""
@@ -48,47 +64,66 @@ class JudgeError(Exception):
 class JudgeOptions:
     #: "cpu" (Triton interpreter) or "cuda" (the GPU the backends are pinned to)
     device: str = "cpu"
-    timing_reps: int = 100
-    timing_sets: int = 3
     time_hidden: bool = True
     #: which public shapes to time: "all", or "largest" (by roofline bytes; benchmarks)
     time_shapes: str = "all"
-    cpu_timing_reps: int = 2
+    #: each timed batch's calls should take at least this long together (its fixed cost, the
+    #: messages and the probe, is then a small share of it)
+    batch_window_ms: float = 3.0
+    #: a call is assumed to take at least this long when sizing a batch (launch-bound kernels)
+    min_call_us: float = 2.0
+    max_batch_calls: int = 4096
+    #: timed batches per shape; the time of record is their median
+    batches: int = 3
+    #: a batch that has not said done by then is a timeout
+    batch_timeout_s: float = 60.0
+    #: share of the GPU's memory the arena may take
+    arena_share: float = 0.45
     message_timeout_s: float = 600.0
     limits: Limits = field(default_factory=Limits)
     baselines: bool = True
-    #: the parent's own clock must see at least this long a run of back-to-back calls
-    throughput_seconds: float = 0.25
     #: measured ceilings sit below the datasheet: the floor allows this much headroom above them
     floor_headroom: float = 1.2
-    #: a reported median below this fraction of the parent's per-call wall time is impossible
-    wall_ratio: float = 0.4
     cache_dir: Path | None = None
     #: tests switch the static screen off to show each runtime defence working on its own
     static_screen: bool = True
 
 
 @dataclass
-class _Progress:
-    """Worst errors seen per shape while checking, reported with the timings."""
-
-    errors: dict[tuple, tuple[float, float]] = field(default_factory=dict)
-    #: checksums of the candidate's earlier outputs per shape: a repeat on new inputs is a cache
-    outputs: dict[tuple, list[list[Any]]] = field(default_factory=dict)
-    #: checksums of earlier references per shape: matching one is an answer deferred a call
-    references: dict[tuple, list[list[Any]]] = field(default_factory=dict)
-
-
-@dataclass
-class _Pending:
-    """A check sent to the candidate whose reply has not been read yet."""
+class _Call:
+    """One checked call: where it is in the sequence, and what the reference worker prepared."""
 
     shape: Shape
     dist: str
     hidden: bool
     key: str
-    ref: dict[str, Any]
-    msg: dict[str, Any]
+    half: int
+    repeat_of: str | None = None
+    keep: bool = False
+    prepared: M.Prepared | None = None
+    sent_at: float = 0.0
+
+    @property
+    def ctx(self) -> str:
+        label = " ".join(f"{k}={v}" for k, v in self.shape.params)
+        extra = ", repeated on the same inputs" if self.repeat_of else ""
+        return f"{'hidden' if self.hidden else 'public'} shape {label}, {self.dist} inputs{extra}"
+
+
+@dataclass
+class _Verdict:
+    """Per-verdict state: worst errors, check walls per shape, live references."""
+
+    errors: dict[tuple, tuple[float, float]] = field(default_factory=dict)
+    walls: dict[tuple, list[float]] = field(default_factory=dict)
+    claimed: dict[tuple, list[float]] = field(default_factory=dict)
+    capture_queries: int = 0
+    live: set[str] = field(default_factory=set)
+
+
+def where(shape: Shape, hidden: bool, dist: str) -> str:
+    label = " ".join(f"{k}={v}" for k, v in shape.params)
+    return f"{'hidden' if hidden else 'public'} shape {label}, {dist} inputs"
 
 
 class Judge:
@@ -103,60 +138,62 @@ class Judge:
         self.ceiling_cache = JsonCache(cache_dir / "ceilings.json")
         self._ref: Session | None = None
         self._env: dict[str, Any] | None = None
+        self._sizes: dict[tuple, dict[str, Any]] = {}
         #: seconds spent per step of the verdict in progress ("ref.compare", "worker.check", ...)
         self._phases: dict[str, float] = {}
-        #: references the reference worker holds for the verdict in progress (freed at its end)
-        self._live_refs: set[str] = set()
-        #: checks sent to the candidate's worker so far: their parity names the output slot
-        self._sent_checks = 0
+        self._state = _Verdict()
 
+    # ---- bookkeeping ---------------------------------------------------------------------------
     def _spent(self, step: str, since: float) -> None:
         self._phases[step] = self._phases.get(step, 0.0) + time.perf_counter() - since
 
-    def _add_steps(self, prefix: str, steps: Any) -> None:
-        """A worker's own breakdown of one request (diagnostics, never evidence: a candidate's
-        worker may report anything, so only finite numbers under short names are kept)."""
-        if not isinstance(steps, dict):
-            return
+    def _add_steps(self, prefix: str, steps: Mapping[str, float]) -> None:
+        """A worker's own breakdown of one request (diagnostics, never evidence)."""
         for name, seconds in list(steps.items())[:16]:
-            if isinstance(seconds, (int, float)) and math.isfinite(seconds):
-                step = f"{prefix}:{str(name)[:20]}"
-                self._phases[step] = self._phases.get(step, 0.0) + float(seconds)
+            step = f"{prefix}:{str(name)[:20]}"
+            self._phases[step] = self._phases.get(step, 0.0) + float(seconds)
 
     # ---- the reference worker ------------------------------------------------------------------
     def _ref_session(self) -> Session:
         if self._ref is None:
             self._ref = self.references.session(
-                REFERENCE_ENTRY, {"device": self.worker_device}, Limits(wall_seconds=None, cpu_seconds=10**7, memory_bytes=self.options.limits.memory_bytes * 2)
-            )
+                REFERENCE_ENTRY, {"device": self.worker_device},
+                Limits(wall_seconds=None, cpu_seconds=10**7, memory_bytes=self.options.limits.memory_bytes * 2))
         return self._ref
 
-    def _ask_ref(self, msg: Mapping[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    def _ask_ref(self, reply_type: type[R] | None, msg: Mapping[str, Any], *, fds: tuple[tuple[int, ...], str] | None = None,
+                 recv_fds: bool = False, timeout: float | None = None) -> Any:
+        """One request to the reference worker; its reply parsed. A failure of the reference
+        worker, or a reply that does not parse, is the judge's problem (JudgeError)."""
         t0 = time.perf_counter()
+        op = msg["op"]
         try:
-            return self._ask_ref_once(msg, timeout)
+            for attempt in (1, 2):
+                try:
+                    session = self._ref_session()
+                    if fds is not None:
+                        session.send_fds(list(fds[0]), fds[1])
+                    session.send(msg)
+                    received = session.recv_fds(timeout or self.options.message_timeout_s) if recv_fds else None
+                    data = session.recv(timeout or self.options.message_timeout_s)
+                    break
+                except WorkerFailure as failure:
+                    self._drop_ref()
+                    if attempt == 2 or fds is not None or recv_fds:
+                        raise JudgeError(f"the reference worker failed on {op}: {failure.reason}") from failure
         finally:
-            self._spent(f"ref.{msg.get('op')}", t0)
-
-    def _ask_ref_once(self, msg: Mapping[str, Any], timeout: float | None) -> dict[str, Any]:
-        for attempt in (1, 2):
-            try:
-                session = self._ref_session()
-                session.send(msg)
-                reply = session.recv(timeout or self.options.message_timeout_s)
-                break
-            except WorkerFailure as failure:
-                self._drop_ref()
-                if attempt == 2:
-                    raise JudgeError(f"the reference worker failed: {failure.reason}") from failure
-        if not reply.get("ok"):
-            raise JudgeError(f"the task's reference failed on {msg.get('op')}: {reply.get('error')}")
-        if msg.get("op") == "reference":
-            self._live_refs.add(msg["key"])
-        elif msg.get("op") in ("drop", "compare"):
-            self._live_refs.discard(msg["key"])
-        self._add_steps(f"ref.{msg.get('op')}", reply.get("steps"))
-        return reply
+            self._spent(f"ref.{op}", t0)
+        if not isinstance(data, dict) or data.get("ok") is not True:
+            raise JudgeError(f"the task's reference failed on {op}: {data.get('error') if isinstance(data, dict) else data}")
+        if reply_type is None:
+            return (data, received) if recv_fds else data
+        try:
+            parsed = M.parse(reply_type, data)
+        except M.Malformed as err:
+            raise JudgeError(f"the reference worker's reply to {op} is malformed: {err}") from None
+        if hasattr(parsed, "steps"):
+            self._add_steps(f"ref.{op}", parsed.steps)
+        return (parsed, received) if recv_fds else parsed
 
     def _drop_ref(self) -> None:
         if self._ref is not None:
@@ -167,19 +204,20 @@ class Judge:
 
     def environment(self) -> dict[str, Any]:
         if self._env is None:
-            self._env = self._ask_ref({"op": "environment"})["environment"]
+            self._env = self._ask_ref(None, {"op": "environment"})["environment"]
         return self._env
 
     def ceilings(self) -> dict[str, Any]:
-        """Copy bandwidth (GB/s) and bf16 matmul rate (TFLOP/s), measured once per GPU."""
+        """Copy bandwidth (GB/s), the trusted write's rate and bf16 matmul rate (TFLOP/s),
+        measured once per GPU and software stack."""
         if not self.on_gpu:
-            return {"bandwidth_gbps": None, "tflops": None}
+            return {"bandwidth_gbps": None, "tflops": None, "write_gbps": None}
         env = self.environment()
-        key = key_of("ceilings", env.get("gpu"), env.get("driver"), env.get("torch"), env.get("cuda"))
+        key = key_of("ceilings", 2, env.get("gpu"), env.get("driver"), env.get("torch"), env.get("cuda"))
         cached = self.ceiling_cache.get(key)
         if cached is None:
-            cached = self._ask_ref({"op": "ceilings"})
-            cached = {"bandwidth_gbps": cached["bandwidth_gbps"], "tflops": cached["tflops"]}
+            got = self._ask_ref(None, {"op": "ceilings"})
+            cached = {k: got.get(k) for k in ("bandwidth_gbps", "tflops", "write_gbps")}
             self.ceiling_cache.put(key, cached)
         return cached
 
@@ -195,65 +233,90 @@ class Judge:
     def verify(self, source: str, task: Task) -> Verdict:
         started = time.perf_counter()
         self._phases = {}
+        self._state = _Verdict()
         try:
             verdict = self._verify(source, task)
-        finally:  # a rejection or a worker failure mid-check leaves references behind
-            for key in list(self._live_refs):
-                try:
-                    self._ask_ref({"op": "drop", "key": key})
-                except JudgeError:
-                    self._live_refs.clear()
-                    break
+        finally:  # whatever happened, the reference worker forgets this verdict's calls
+            try:
+                self._ask_ref(None, {"op": "forget"})
+            except JudgeError:
+                self._drop_ref()
         env = dict(self.environment())
         env["verify_seconds"] = round(time.perf_counter() - started, 3)
         env["phase_seconds"] = {k: round(v, 3) for k, v in sorted(self._phases.items(), key=lambda kv: -kv[1])}
         if isinstance(verdict, Accepted):
             return Accepted(shapes=verdict.shapes, reason=verdict.reason, flags=verdict.flags, environment=env)
-        return Rejected(verdict.status, verdict.reason, verdict.threat, verdict.evidence, verdict.shapes, env)
+        return Rejected(verdict.status, verdict.reason, verdict.threat, verdict.evidence, verdict.shapes, env, check=verdict.check)
 
     def _verify(self, source: str, task: Task) -> Verdict:
         found = screen(source, allow_torch_ops=task.allow_torch_ops)
-        if self.options.static_screen and not found.ok:
-            first = found.findings[0]
-            return Rejected(Status.STATIC_REJECTED, found.reason, threat=first.threat,
-                            evidence={"check": "static screen", "findings": [f.to_dict() for f in found.findings[:20]]})
+        if self.options.static_screen:
+            rejection = static.findings(found)
+            if rejection is not None:
+                return rejection
         own = own_kernel_names(source)
         init_seed = secrets.randbits(31)
-        payload = {"task": bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed}
+        kind = "cuda" if self.on_gpu else "cpu"
+        checked = list(task.shapes(kind, hidden=False)) + list(task.shapes(kind, hidden=True))
+        timed = self._timed_shapes(task)
+        sizes = self._shape_sizes(task, checked + [s for s, _ in timed], init_seed)
+        plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
+        layout = self._arena_layout(sizes, checked, plan)
+        arena, (tag, fds) = self._ask_ref(None, {"op": "arena", **layout}, recv_fds=True)
+        if tag != "arena" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise JudgeError(f"the reference worker handed over {len(fds)} descriptors tagged {tag!r} for the arena")
+        arena_fd = fds[0]
+        payload = {"task": bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed,
+                   "layout": {"size": arena["size"], "input_bytes": arena["input_bytes"]}}
+        go_ours = go_theirs = None
+        if self.on_gpu:
+            go_ours, go_theirs = socket.socketpair()
+            self._ask_ref(None, {"op": "batch_socket"}, fds=((go_ours.fileno(),), "go"))
         try:
             t0 = time.perf_counter()
             with self.candidates.session(HARNESS_ENTRY, payload, self.options.limits) as session:
                 self._spent("worker.start", t0)
-                reply = self._call(session, {"op": "load"}, "loading the module")
-                if isinstance(reply, Rejected):
-                    return reply
-                rejection = decide.tampering(reply.get("tampered", []), "while the module was imported")
-                if rejection is None and reply.get("new_threads"):
-                    rejection = Rejected(Status.CHEAT, f"importing the module started threads {reply['new_threads'][:3]}", threat=6,
-                                         evidence={"check": "threads"})
-                if rejection is not None:
-                    return rejection
-                progress = _Progress()
-                for hidden in (False, True):  # hidden shapes only once every public one passed
-                    rejection = self._check_all(session, task, hidden, init_seed, own, progress)
-                    if rejection is not None:
-                        return rejection
-                results = self._time_all(session, task, init_seed, own, progress)
-                if isinstance(results, Rejected):
-                    return results
-                try:
-                    session.send({"op": "done"})
-                except (WorkerFailure, OSError):
-                    pass
+                session.send_fds([arena_fd], "arena")
+                if go_theirs is not None:
+                    session.send_fds([go_theirs.fileno()], "go")
+                return self._judge(session, task, own, init_seed, sizes, plan, timed, arena["size"])
         except WorkerFailure as failure:
-            return _failure_verdict(failure)
+            return failures.ended(failure)
+        finally:
+            if arena_fd >= 0:
+                os.close(arena_fd)
+            for sock in (go_ours, go_theirs):
+                if sock is not None:
+                    sock.close()
+
+    def _judge(self, session: Session, task: Task, own: list[str], init_seed: int, sizes: dict[tuple, dict[str, Any]],
+               plan: dict[tuple, int], timed: list[tuple[Shape, bool]], arena_size: int) -> Verdict:
+        loaded = self._call(session, M.Loaded, {"op": "load"}, "loading the module")
+        if isinstance(loaded, Rejected):
+            return loaded
+        rejection = _signals_rules(loaded.signals, "while the module was imported", task, own, self.on_gpu, call=False)
+        if rejection is not None:
+            return rejection
+        for hidden in (False, True):  # hidden shapes only once every public one passed
+            rejection = self._check_all(session, task, hidden, init_seed, own, sizes, arena_size)
+            if rejection is not None:
+                return rejection
+        if self.on_gpu:
+            results = self._time_all(session, task, init_seed, own, sizes, plan, timed, arena_size)
+        else:
+            results = self._interpreter_times(task, timed)
+        if isinstance(results, Rejected):
+            return results
+        try:
+            session.send({"op": "done"})
+        except (WorkerFailure, OSError):
+            pass
         shapes, flags = results
         return Accepted(shapes=tuple(shapes), flags=tuple(sorted(set(flags))))
 
-    def _call(self, session: Session, msg: dict[str, Any], what: str) -> dict[str, Any] | Rejected:
-        self._send(session, msg)
-        return self._reply(session, msg, what)
-
+    # ---- talking to the candidate's worker --------------------------------------------------------
     def _send(self, session: Session, msg: dict[str, Any]) -> None:
         t0 = time.perf_counter()
         try:
@@ -261,152 +324,127 @@ class Judge:
         finally:
             self._spent(f"worker.{msg['op']}", t0)
 
-    def _reply(self, session: Session, msg: dict[str, Any], what: str) -> dict[str, Any] | Rejected:
-        """The worker's answer to ``msg`` (sent before): its structure checked, failures as verdicts."""
+    def _reply(self, session: Session, reply_type: type[R], op: str, what: str, timeout: float | None = None) -> R | Rejected:
+        """The worker's answer to ``op`` (sent before): parsed, failures turned into verdicts."""
         t0 = time.perf_counter()
         try:
-            reply = session.recv(self.options.message_timeout_s)
+            data = session.recv(timeout or self.options.message_timeout_s)
         finally:
-            self._spent(f"worker.{msg['op']}", t0)
-        if isinstance(reply, dict):
-            self._add_steps(f"worker.{msg['op']}", reply.get("steps"))
-        bad = decide.malformed(reply, ["ok"])
-        if bad is not None:
-            return bad
-        if reply.get("op") != msg["op"]:
-            return decide.malformed({}, ["op"])
-        if not reply["ok"]:
-            stage = reply.get("stage")
-            error = str(reply.get("error", ""))[-3000:]
-            status = {"compile": Status.COMPILE_ERROR}.get(stage, Status.RUNTIME_ERROR)
-            headline = error.strip().splitlines()[-1] if error.strip() else "no message"
-            return Rejected(status, f"{'compiling' if status is Status.COMPILE_ERROR else 'running'} failed while {what}: {headline}",
-                            evidence={"check": stage or "runtime", "error": error, "while": what})
-        return reply
+            self._spent(f"worker.{op}", t0)
+        try:
+            got = M.failure_or(reply_type, data)
+        except M.Malformed as err:
+            return reply_rules.malformed(err, what)
+        if isinstance(got, M.Failure):
+            if got.op != op:
+                return reply_rules.malformed(f"a failure of {got.op!r} in answer to {op!r}", what)
+            return failures.failed(got, what)
+        if hasattr(got, "steps"):
+            self._add_steps(f"worker.{op}", got.steps)
+        return got
+
+    def _call(self, session: Session, reply_type: type[R], msg: dict[str, Any], what: str) -> R | Rejected:
+        self._send(session, msg)
+        return self._reply(session, reply_type, msg["op"], what)
 
     # ---- correctness ---------------------------------------------------------------------------
+    def _items(self, task: Task, hidden: bool) -> list[_Call]:
+        kind = "cuda" if self.on_gpu else "cpu"
+        items: list[_Call] = []
+        for shape in task.shapes(kind, hidden=hidden):
+            for i, dist in enumerate(task.distributions):
+                first = _Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2)
+                items.append(first)
+                if i == 0 and not hidden:  # the same inputs again, elsewhere: undefined behaviour shows (#19)
+                    first.keep = True
+                    items.append(_Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2, repeat_of=first.key))
+        return items
+
     def _check_all(self, session: Session, task: Task, hidden: bool, init_seed: int, own: list[str],
-                   progress: _Progress) -> Rejected | None:
+                   sizes: dict[tuple, dict[str, Any]], arena_size: int) -> Rejected | None:
         """Check every (shape, distribution) of one group, public or hidden, in order.
 
-        Pipelined: once a call's reply has passed the structural checks, the next call goes to
+        Pipelined: once a call's reply has passed its structural checks, the next call goes to
         the candidate; while it computes, the reference worker compares the last call's outputs
-        and computes the reference of the call after next. Outputs are still judged one call at
-        a time, in order, and a call is revealed to the candidate only when it is sent.
+        and prepares the call after next in the other half of the arena. A call is revealed to
+        the candidate only when it is sent.
         """
-        kind = "cuda" if self.on_gpu else "cpu"
-        items = [(shape, dist) for shape in task.shapes(kind, hidden=hidden) for dist in task.distributions]
+        items = self._items(task, hidden)
         if not items:
             return None
-        sent = self._prepare_check(task, *items[0], hidden, init_seed)
-        self._send(session, sent.msg)
-        ready = self._prepare_check(task, *items[1], hidden, init_seed) if len(items) > 1 else None
-        for n in range(len(items)):
-            following = items[n + 2] if n + 2 < len(items) else None
-            rejection, sent, ready = self._finish_check(session, task, sent, ready, following, init_seed, own, progress)
+        self._prepare(task, items[0], init_seed)
+        self._send_check(session, items[0])
+        if len(items) > 1:
+            self._prepare(task, items[1], init_seed)
+        public_passed = hidden
+        for n, call in enumerate(items):
+            rejection = self._finish_check(session, task, call, items[n + 1] if n + 1 < len(items) else None, own, sizes,
+                                           arena_size, public_passed)
             if rejection is not None:
-                return rejection
+                return _with_shape(rejection, call.shape, call.hidden)
+            if n + 2 < len(items):
+                self._prepare(task, items[n + 2], init_seed)
         return None
 
-    def _prepare_check(self, task: Task, shape: Shape, dist: str, hidden: bool, init_seed: int) -> _Pending:
-        """The reference of one call, computed now, and the message that will reveal the call."""
-        key = uuid.uuid4().hex
-        seed = secrets.randbits(31)
-        ref = self._ask_ref({"op": "reference", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
-                             "dist": dist, "seed": seed, "init_seed": init_seed})
-        # Two output slots: the worker writes one while the reference worker reads the other.
-        self._sent_checks += 1
-        msg = {"op": "check", "id": key[:12], "shape": shape.as_dict(), "dist": dist, "seed": seed,
-               "poison_bytes": ref["output_bytes"], "slot": self._sent_checks % 2}
-        return _Pending(shape, dist, hidden, key, ref, msg)
+    def _prepare(self, task: Task, call: _Call, init_seed: int) -> None:
+        call.prepared = self._ask_ref(M.Prepared, {
+            "op": "prepare", "key": call.key, "task_ref": task.ref, "shape": call.shape.as_dict(), "dist": call.dist,
+            "seed": secrets.randbits(31), "init_seed": init_seed, "half": call.half, "repeat_of": call.repeat_of})
+        self._state.live.add(call.key)
 
-    def _abandon(self, session: Session, pending: _Pending | None, *, drain: bool = False) -> bool:
-        """Forget a call sent ahead; with ``drain``, wait for its reply first (the worker must be
-        idle before it is asked anything else). True when the worker is idle again."""
-        if pending is None:
-            return True
-        self._ask_ref({"op": "drop", "key": pending.key})
-        if not drain:
-            return False
-        try:
-            return not isinstance(self._reply(session, pending.msg, "finishing a call sent ahead"), Rejected)
-        except WorkerFailure:
-            return False
+    def _send_check(self, session: Session, call: _Call) -> None:
+        p = call.prepared
+        msg = {"op": "check", "id": call.key[:12], "shape": call.shape.as_dict(),
+               "args": [{"ref": a.ref.to_dict()} if a.ref is not None else {"value": a.value} for a in p.args],
+               "slots": [s.to_dict() for s in p.slots]}
+        call.sent_at = time.perf_counter()
+        self._send(session, msg)
 
-    def _finish_check(self, session: Session, task: Task, p: _Pending, ready: _Pending | None,
-                      following: tuple[Shape, str] | None, init_seed: int, own: list[str],
-                      progress: _Progress) -> tuple[Rejected | None, _Pending | None, _Pending | None]:
-        """Judge call ``p`` (sent), sending ``ready`` (prepared) meanwhile and preparing
-        ``following``; returns (rejection, the call now in flight, the next one prepared)."""
-        shape, hidden, key, ref = p.shape, p.hidden, p.key, p.ref
-        ctx = decide.where(shape.as_dict(), hidden, p.dist)
-        reply = self._reply(session, p.msg, f"checking the {ctx}")
+    def _finish_check(self, session: Session, task: Task, call: _Call, nxt: _Call | None, own: list[str],
+                      sizes: dict[tuple, dict[str, Any]], arena_size: int, public_passed: bool) -> Rejected | None:
+        ctx = call.ctx
+        reply = self._reply(session, M.Checked, "check", f"checking the {ctx}")
+        wall = time.perf_counter() - call.sent_at
         if isinstance(reply, Rejected):
-            self._ask_ref({"op": "drop", "key": key})
-            return _with_shape(reply, shape, hidden), None, None
-        bad = decide.malformed(reply, ["types", "outputs"])
-        if bad is None and all(t == "torch.Tensor" for t in reply["types"]):
-            bad = decide.malformed(reply, ["late_writes", "aliases", "input_digests", "input_shapes", "torch_ops",
-                                           "launches", "gpu_kernels", "new_threads", "repeat", "tampered"])
-        rejection = bad or decide.call_facts(reply, ref, ctx=ctx, mutated=task.mutated_inputs,
-                                             allow_torch_ops=task.allow_torch_ops, own_kernels=own, on_gpu=self.on_gpu)
-        rejection = rejection or _foreign_files(reply["outputs"], session.workdir, ctx)
+            return reply
+        rejection = output_type.returned(reply.types, ctx) or _signals_rules(reply.signals, f"during the call ({ctx})", task, own,
+                                                                              self.on_gpu, call=True)
+        expected = call.prepared.outputs
+        rejection = rejection or memory.inside(reply.outputs, arena_size, ctx) or memory.matches(reply.outputs, expected, ctx)
+        rejection = rejection or _inside_inputs(reply.outputs, call.prepared, task, ctx)
+        if call.repeat_of:  # sent only once the judge waited for it: this wall is the call's own
+            rejection = rejection or clock.lied(reply.claimed_s, wall, 0.02 if self.on_gpu else 0.05, ctx)
         if rejection is not None:
-            self._ask_ref({"op": "drop", "key": key})
-            return _with_shape(rejection, shape, hidden), None, None
-        # The candidate computes the next call while its outputs are compared here.
-        nxt = ready
-        if nxt is not None:
-            self._send(session, nxt.msg)
-        cmp = self._ask_ref({"op": "compare", "key": key, "files": reply["outputs"], "tolerances": task.tolerance_table()})
-        if cmp.get("count_mismatch"):
-            self._abandon(session, nxt)
-            return _with_shape(Rejected(Status.INCORRECT, f"forward produced {cmp['count_mismatch']} ({ctx})",
-                                        evidence={"check": "outputs"}), shape, hidden), None, None
-        sums = [r.get("checksum") for r in cmp["results"]]
-        earlier = progress.outputs.setdefault(shape.params, [])
-        earlier_refs = progress.references.setdefault(shape.params, [])
-        stale = not all(r.get("ok") for r in cmp["results"]) and (
-            sums in earlier or any(decide.same_checksum(sums, e) for e in earlier_refs))
-        cached = deferred = False
-        if stale:  # an earlier call's answer: one more call on new inputs tells a cache from a deferral
-            if self._abandon(session, nxt, drain=True):
-                probe = self._probe(session, task, shape, p.dist)
-                cached = probe == sums
-                deferred = not cached and decide.same_checksum(probe, ref.get("checksums", []))
-            nxt = None
-        earlier.append(sums)
-        earlier_refs.append(ref.get("checksums", []))
-        rejection = decide.mismatch(cmp["results"], ctx, hidden=hidden, public_all_passed=hidden,
-                                    cached=cached, deferred=deferred)
-        if rejection is None:
-            limits = [r.get("allowed_abs", 0.0) for r in cmp["results"]]
-            rejection = decide.repeat_consistency(reply, ctx, limits)
+            return rejection
+        if nxt is not None and not nxt.repeat_of:  # the candidate computes the next call while this one is compared
+            self._send_check(session, nxt)
+        compared = self._ask_ref(M.Compared, {
+            "op": "compare", "key": call.key, "task_ref": task.ref, "outputs": [o.to_dict() for o in reply.outputs],
+            "tolerances": task.tolerance_table(), "keep": call.keep, "repeat_of": call.repeat_of})
+        if not call.keep:
+            self._state.live.discard(call.key)
+        if call.repeat_of:
+            self._ask_ref(None, {"op": "drop", "key": call.repeat_of})
+            self._state.live.discard(call.repeat_of)
+        rejection = (late_writes.changed(compared.late_writes, ctx, self.on_gpu)
+                     or input_mutation.mutated(compared.mutated_inputs, ctx)
+                     or values.wrong(compared.results, ctx, hidden=call.hidden, public_all_passed=public_passed,
+                                     earlier=compared.earlier)
+                     or repeat.disagree(compared.repeat, ctx))
         if rejection is not None:
-            self._abandon(session, nxt)
-            return _with_shape(rejection, shape, hidden), None, None
-        worst = progress.errors.get(shape.params, (0.0, 0.0))
-        progress.errors[shape.params] = (
-            max(worst[0], *(r.get("max_abs_err", 0.0) for r in cmp["results"])),
-            max(worst[1], *(r.get("max_rel_err", 0.0) for r in cmp["results"])),
-        )
-        upcoming = self._prepare_check(task, *following, hidden, init_seed) if following else None
-        return None, nxt, upcoming
-
-    def _probe(self, session: Session, task: Task, shape: Shape, dist: str) -> list[Any]:
-        """Checksums of the candidate's output on fresh inputs (diagnosis only, after a failure)."""
-        self._sent_checks += 1  # the call sent ahead was drained and the last one compared: a slot is free
-        reply = self._call(session, {"op": "check", "id": uuid.uuid4().hex[:12], "shape": shape.as_dict(), "dist": dist,
-                                     "seed": secrets.randbits(31), "poison_bytes": [], "repeat": False,
-                                     "slot": self._sent_checks % 2}, "probing")
-        if isinstance(reply, Rejected) or not isinstance(reply.get("outputs"), list):
-            return []
-        if _foreign_files(reply["outputs"], session.workdir, "probing") is not None:
-            return []
-        return self._ask_ref({"op": "checksum", "files": reply["outputs"]})["checksums"]
+            return rejection
+        if nxt is not None and nxt.repeat_of:  # sent now, not ahead, so that its wall clock is exact
+            self._send_check(session, nxt)
+        worst = self._state.errors.get(call.shape.params, (0.0, 0.0))
+        self._state.errors[call.shape.params] = (
+            max([worst[0]] + [float(r.details.get("max_abs_err", 0.0)) for r in compared.results]),
+            max([worst[1]] + [float(r.details.get("max_rel_err", 0.0)) for r in compared.results]))
+        if call.repeat_of:
+            self._state.walls.setdefault(call.shape.params, []).append(wall)
+        return None
 
     # ---- timing --------------------------------------------------------------------------------
-    def _time_all(self, session: Session, task: Task, init_seed: int, own: list[str], progress: _Progress) -> tuple[list[ShapeResult], list[str]] | Rejected:
+    def _timed_shapes(self, task: Task) -> list[tuple[Shape, bool]]:
         kind = "cuda" if self.on_gpu else "cpu"
         public = list(task.shapes(kind, hidden=False))
         if self.options.time_shapes == "largest":
@@ -414,11 +452,29 @@ class Judge:
         shapes = [(s, False) for s in public]
         if self.on_gpu and self.options.time_hidden and self.options.time_shapes == "all":
             shapes += [(s, True) for s in task.shapes(kind, hidden=True)]
+        return shapes
+
+    def _interpreter_times(self, task: Task, timed: list[tuple[Shape, bool]]) -> tuple[list[ShapeResult], list[str]]:
+        """The CPU's figures: the judge's own wall clock over each checked call (every one of them
+        on fresh inputs and compared in full), labelled as the interpreter's and never ranked."""
+        results = []
+        dtype = task.dtype("cpu")
+        for shape, hidden in timed:
+            walls = self._state.walls.get(shape.params, [])
+            errs = self._state.errors.get(shape.params, (None, None))
+            results.append(ShapeResult(shape=shape.as_dict(), hidden=hidden, dtype=dtype, timing="interpreter",
+                                       time_us=statistics.median(walls) * 1e6 if walls else None,
+                                       max_abs_err=errs[0], max_rel_err=errs[1]))
+        return results, ["interpreter: correctness only, times are wall clock per call and not comparable"]
+
+    def _time_all(self, session: Session, task: Task, init_seed: int, own: list[str], sizes: dict[tuple, dict[str, Any]],
+                  plan: dict[tuple, int], timed: list[tuple[Shape, bool]], arena_size: int) -> tuple[list[ShapeResult], list[str]] | Rejected:
         ceilings = self.ceilings()
         results: list[ShapeResult] = []
         flags: list[str] = []
-        for shape, hidden in shapes:
-            outcome = self._time_shape(session, task, shape, hidden, init_seed, own, ceilings, progress)
+        for shape, hidden in timed:
+            outcome = self._time_shape(session, task, shape, hidden, init_seed, own, sizes[shape.params], plan[shape.params],
+                                       ceilings, arena_size)
             if isinstance(outcome, Rejected):
                 return _with_shape(outcome, shape, hidden)
             result, shape_flags = outcome
@@ -426,88 +482,63 @@ class Judge:
             flags += shape_flags
         return results, flags
 
-    def _time_shape(self, session: Session, task: Task, shape: Shape, hidden: bool, init_seed: int,
-                    own: list[str], ceilings: Mapping[str, Any], progress: _Progress) -> tuple[ShapeResult, list[str]] | Rejected:
-        kind = "cuda" if self.on_gpu else "cpu"
-        dtype = task.dtype(kind)
+    def _time_shape(self, session: Session, task: Task, shape: Shape, hidden: bool, init_seed: int, own: list[str],
+                    size: dict[str, Any], calls: int, ceilings: Mapping[str, Any], arena_size: int) -> tuple[ShapeResult, list[str]] | Rejected:
         dist = task.distributions[0]
-        n_sets = self.options.timing_sets if self.on_gpu else 1
-        sets = [{"dist": dist, "seed": secrets.randbits(31)} for _ in range(n_sets)]
-        keys = [uuid.uuid4().hex for _ in sets]
-        for key, s in zip(keys, sets):
-            self._ask_ref({"op": "reference", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
-                           "dist": s["dist"], "seed": s["seed"], "init_seed": init_seed})
-        reps = self.options.timing_reps if self.on_gpu else self.options.cpu_timing_reps
-        ctx = f"timing the {decide.where(shape.as_dict(), hidden, dist)}"
-        t0 = time.perf_counter()
-        reply = self._call(session, {"op": "time", "id": keys[0][:12], "shape": shape.as_dict(), "sets": sets,
-                                     "reps": reps, "order_seed": secrets.randbits(31)}, ctx)
-        wall = time.perf_counter() - t0
-        if isinstance(reply, Rejected):
-            return reply
-        bad = decide.malformed(reply, ["mode", "times_us", "order", "checksums", "outputs", "tampered", "new_threads"])
-        if bad is not None:
-            return bad
-        rejection = decide.tampering(reply["tampered"], f"while {ctx}") or decide.l2_pinning(reply, ctx)
-        if rejection is not None:
-            return rejection
-        if reply["new_threads"]:
-            return Rejected(Status.CHEAT, f"threads {reply['new_threads'][:3]} appeared while {ctx}", threat=6, evidence={"check": "threads"})
-        times = [float(t) for t in reply["times_us"]]
-        if not times or not all(math.isfinite(t) and t >= 0 for t in times) or len(reply["outputs"]) != len(sets):
-            return Rejected(Status.CHEAT, f"the timing reply is malformed ({ctx})", threat=9, evidence={"check": "protocol"})
-        if sum(times) / 1e6 > wall * 1.05 + 0.01:
-            return Rejected(Status.CHEAT, f"reported {sum(times) / 1e3:.1f} ms of device time in {wall * 1e3:.1f} ms of the judge's clock ({ctx})", threat=9,
-                            evidence={"check": "wall clock", "reported_ms": sum(times) / 1e3, "wall_ms": wall * 1e3})
-        finals = []
-        for k, (key, files) in enumerate(zip(keys, reply["outputs"])):
-            rejection = _foreign_files(files, session.workdir, ctx)
-            if rejection is not None:
-                return rejection
-            cmp = self._ask_ref({"op": "compare", "key": key, "files": files, "tolerances": task.tolerance_table()})
-            wrong = cmp.get("count_mismatch") or decide.mismatch(cmp["results"], ctx, hidden=hidden, public_all_passed=False)
-            if wrong:
-                detail = wrong.reason if isinstance(wrong, Rejected) else wrong
-                return Rejected(Status.CHEAT, f"timed calls returned wrong results although checked calls were right ({ctx}): {detail}", threat=13,
-                                evidence={"check": "timed outputs", "set": k})
-            finals.append([r["checksum"] for r in cmp["results"]])
-        rejection = _checksums(reply, finals, ctx) or _graph_kernels(reply, own, ctx)
-        if rejection is not None:
-            return rejection
-        median = statistics.median(times)
-        spread = None
-        if len(times) >= 4:
-            q = statistics.quantiles(times, n=4)
-            spread = 100.0 * (q[2] - q[0]) / median if median else None
+        ctx = f"timing the {where(shape, hidden, dist)} in batches of {calls} calls"
+        key = uuid.uuid4().hex
+        self._state.live.add(key)
+        expected = [M.OutputMeta(**o) for o in size["outputs"]]
+        planned = self._ask_ref(M.BatchPlanned, {"op": "plan_batch", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
+                                                 "dist": dist, "seeds": [secrets.randbits(31) for _ in range(calls)],
+                                                 "init_seed": init_seed})
+        ready = self._call(session, M.BatchReady, {"op": "prepare_batch", "id": key[:12], "shape": shape.as_dict(),
+                                                   "sets": [[_arg(a) for a in s] for s in planned.sets]}, ctx)
+        if isinstance(ready, Rejected):
+            return ready
         flags = []
-        reason = str(reply.get("fallback_reason") or "")
-        if reply["mode"] == "eager" and "join" in reason.lower():
-            return Rejected(Status.CHEAT, f"the call forks work onto another stream that never rejoins the calling stream ({ctx}): its output is not ready when the call returns", threat=5,
-                            evidence={"check": "graph capture", "error": reason})
-        if reply["mode"] == "eager":
-            flags.append(f"timed eagerly with a device-wide sync: {reply.get('fallback_reason')}")
-        result = dict(shape=shape.as_dict(), hidden=hidden, dtype=dtype, timing=reply["mode"] if self.on_gpu else "interpreter",
-                      time_us=median, spread_pct=spread)
-        errs = progress.errors.get(shape.params)
-        if errs:
-            result.update(max_abs_err=errs[0], max_rel_err=errs[1])
-        if not self.on_gpu:
-            return ShapeResult(**result), flags
-
+        rejection = _signals_rules(ready.signals, f"while {ctx}", task, own, self.on_gpu, call=False)
+        if rejection is None and ready.mode == "eager":
+            rejection = capture.unjoined(ready.fallback_reason, ctx)
+            flags.append(f"timed eagerly (host launches counted): {ready.fallback_reason[:200]}")
+        if rejection is None and ready.mode == "graph":
+            rejection = _batch_outputs(ready.outputs, calls, expected, arena_size, ctx)
+        if rejection is not None:
+            return rejection
+        per_call, claimed = [], []
+        worst = (0.0, 0.0)
+        for b in range(self.options.batches):
+            if b:  # fresh inputs for every call of every batch, at the places the calls were captured on
+                self._ask_ref(M.BatchPlanned, {"op": "plan_batch", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
+                                               "dist": dist, "seeds": [secrets.randbits(31) for _ in range(calls)],
+                                               "init_seed": init_seed})
+            outcome = self._one_batch(session, task, key, ready, calls, expected, arena_size, ctx)
+            if isinstance(outcome, Rejected):
+                return outcome
+            timed_ms, verified, claimed_s = outcome
+            per_call.append(max(timed_ms.window_ms - timed_ms.write_floor_ms, 0.0) * 1e3 / calls)
+            claimed.append(claimed_s * 1e6 / calls)
+            worst = (max(worst[0], verified.max_abs_err), max(worst[1], verified.max_rel_err))
+        self._ask_ref(None, {"op": "drop", "key": key})
+        self._state.live.discard(key)
+        median = statistics.median(per_call)
+        spread = 100.0 * (max(per_call) - min(per_call)) / median if median and len(per_call) > 1 else None
+        dtype = task.dtype("cuda")
+        result = dict(shape=shape.as_dict(), hidden=hidden, dtype=dtype, timing=ready.mode, time_us=median, spread_pct=spread,
+                      batch_calls=calls, claimed_us=statistics.median(claimed), max_abs_err=worst[0], max_rel_err=worst[1])
         line = runtime.roofline(task, shape, dtype)
         bw, fl = ceilings.get("bandwidth_gbps"), ceilings.get("tflops")
         if line is not None and bw and fl:
             floor_us = 1e6 * line.floor_seconds(bw * 1e9 * self.options.floor_headroom, fl * 1e12 * self.options.floor_headroom)
-            result.update(floor_us=floor_us, gbps=line.bytes / median / 1e3, tflops=line.flops / median / 1e6,
-                          pct_bandwidth=100 * line.bytes / median / 1e3 / bw, pct_flops=100 * line.flops / median / 1e6 / fl)
-            if median < floor_us:
-                return Rejected(Status.CHEAT, f"{median:.2f} us is faster than the hardware allows for this shape (floor {floor_us:.2f} us from {line.bytes / 1e6:.2f} MB and {line.flops / 1e9:.3f} GFLOP) ({ctx})",
-                                threat=20, evidence={"check": "roofline floor", "time_us": median, "floor_us": floor_us})
-        rejection = self._wall_bound(session, shape, sets[0], median, reply["mode"], ctx)
-        if rejection is not None:
-            return rejection
+            result.update(floor_us=floor_us, gbps=line.bytes / median / 1e3 if median else None,
+                          tflops=line.flops / median / 1e6 if median else None,
+                          pct_bandwidth=100 * line.bytes / median / 1e3 / bw if median else None,
+                          pct_flops=100 * line.flops / median / 1e6 / fl if median else None)
+            rejection = roofline.below(median, floor_us, line.bytes, line.flops, ctx)
+            if rejection is not None:
+                return rejection
         if self.options.baselines:
-            base = self._baseline(task, shape, sets, init_seed, reps)
+            base = self._baseline(task, shape, calls, dist, init_seed)
             eager, comp = base.get("eager_us"), base.get("compile_us")
             result.update(eager_us=eager, compile_us=comp,
                           speedup_eager=eager / median if eager and median else None,
@@ -516,111 +547,173 @@ class Judge:
                 flags.append(f"torch.compile baseline unavailable: {base['compile_error'][:120]}")
         return ShapeResult(**result), flags
 
-    def _wall_bound(self, session: Session, shape: Shape, first_set: Mapping[str, Any], median: float, mode: str, ctx: str) -> Rejected | None:
-        """Back-to-back calls timed by the judge's own clock: device time can't be below it (#8)."""
-        per_call = max(median, 0.5)
-        unroll = int(min(64, max(1, math.ceil(50.0 / per_call))))
-        calls = int(max(unroll, math.ceil(self.options.throughput_seconds * 1e6 / per_call)))
-        calls = min(calls, 200_000)
-        t0 = time.perf_counter()
-        reply = self._call(session, {"op": "throughput", "shape": shape.as_dict(), "dist": first_set["dist"],
-                                     "seed": first_set["seed"], "calls": calls, "unroll": unroll}, ctx)
-        wall = time.perf_counter() - t0
-        if isinstance(reply, Rejected):
-            return reply
-        done = reply.get("calls")
-        if not isinstance(done, int) or done <= 0:
-            return Rejected(Status.CHEAT, f"the throughput reply is malformed ({ctx})", threat=9, evidence={"check": "protocol"})
-        wall_per_call = wall * 1e6 / done
-        if mode == "graph" and median < self.options.wall_ratio * wall_per_call:
-            return Rejected(Status.CHEAT, f"reported {median:.2f} us per call, but {done} back-to-back calls took {wall_per_call:.2f} us each by the judge's clock ({ctx}): the timer was fooled",
-                            threat=8, evidence={"check": "wall clock", "median_us": median, "wall_per_call_us": wall_per_call})
-        return None
+    def _one_batch(self, session: Session, task: Task, key: str, ready: M.BatchReady, calls: int, expected: list[M.OutputMeta],
+                   arena_size: int, ctx: str) -> tuple[M.BatchTimed, M.BatchVerified, float] | Rejected:
+        """One timed batch: the worker waits for go; the reference worker writes the inputs,
+        says go, waits for done and probes (all inside its own events); then every output is
+        verified."""
+        self._send(session, {"op": "run_batch", "id": key[:12]})
+        eager = ready.mode == "eager"
+        timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "timeout_s": self.options.batch_timeout_s,
+                                             "outputs": [] if eager else [[r.to_dict() for r in call] for call in ready.outputs],
+                                             "probe_later": eager})
+        if not timed.done:
+            session.close()
+            return failures.SANDBOX.reject(Status.TIMEOUT, f"the candidate did not finish a timed batch of {calls} calls within "
+                                           f"{self.options.batch_timeout_s:.0f} s ({ctx})")
+        ran = self._reply(session, M.BatchRan, "run_batch", ctx)
+        if isinstance(ran, Rejected):
+            return ran
+        if eager:  # outputs are known only now; the probe runs once the worker has said where
+            outputs = _eager_outputs(ran)
+            rejection = _batch_outputs(outputs, calls, expected, arena_size, ctx)
+            if rejection is not None:
+                return rejection
+            timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "probe": True,
+                                                 "outputs": [[r.to_dict() for r in call] for call in outputs]})
+        rejection = _signals_rules(ran.signals, f"while {ctx}", task, [], self.on_gpu, call=False)
+        rejection = rejection or clock.lied(ran.claimed_s, max(timed.window_ms - timed.write_ms, 0.0) / 1e3, 2e-4, ctx)
+        if rejection is not None:
+            return rejection
+        verified = self._ask_ref(M.BatchVerified, {"op": "verify_batch", "key": key, "tolerances": task.tolerance_table()})
+        rejection = (batch_rules.incomplete(verified.incomplete_calls, calls, ctx)
+                     or input_mutation.mutated(verified.mutated_inputs, ctx))
+        if rejection is None and verified.failed_call >= 0:
+            rejection = batch_rules.replay_wrong(verified.failed_call, verified.results, ctx, ready.mode,
+                                                 queried=ready.signals.capture_queries > 0)
+        if rejection is not None:
+            return rejection
+        return timed, verified, ran.claimed_s
 
-    def _baseline(self, task: Task, shape: Shape, sets: list[dict[str, Any]], init_seed: int, reps: int) -> dict[str, Any]:
+    def _baseline(self, task: Task, shape: Shape, calls: int, dist: str, init_seed: int) -> dict[str, Any]:
         env = self.environment()
         source = task.reference_source + (task.meta_path.read_text() if task.meta_path else "")
-        key = key_of("baseline", source, shape.as_dict(), task.dtype("cuda"), env.get("gpu"), env.get("driver"),
+        key = key_of("baseline", 2, source, shape.as_dict(), task.dtype("cuda"), calls, env.get("gpu"), env.get("driver"),
                      env.get("torch"), env.get("triton"), env.get("cuda"))
         cached = self.baseline_cache.get(key)
         if cached is not None:
             return cached
-        reply = self._ask_ref({"op": "baseline", "task_ref": task.ref, "shape": shape.as_dict(), "sets": sets,
-                               "init_seed": init_seed, "reps": reps})
-        out = {"eager_us": reply["eager"].get("median_us"), "eager_spread_pct": reply["eager"].get("spread_pct")}
-        comp = reply.get("compile", {})
+        got = self._ask_ref(None, {"op": "baseline", "task_ref": task.ref, "shape": shape.as_dict(), "dist": dist,
+                                   "seeds": [secrets.randbits(31) for _ in range(calls)], "init_seed": init_seed,
+                                   "batches": self.options.batches})
+        out = {"eager_us": got["eager"].get("median_us"), "eager_spread_pct": got["eager"].get("spread_pct"),
+               "eager_mode": got["eager"].get("mode")}
+        comp = got.get("compile", {})
         if "error" in comp:
             out["compile_error"] = comp["error"]
         else:
-            out.update(compile_us=comp.get("median_us"), compile_spread_pct=comp.get("spread_pct"))
+            out.update(compile_us=comp.get("median_us"), compile_spread_pct=comp.get("spread_pct"), compile_mode=comp.get("mode_note"))
         self.baseline_cache.put(key, out)
         return out
 
+    # ---- planning ------------------------------------------------------------------------------
+    def _shape_sizes(self, task: Task, shapes: list[Shape], init_seed: int) -> dict[tuple, dict[str, Any]]:
+        """Input and output bytes of one call at each shape (asked once per task version)."""
+        version = key_of(task.reference_source, task.meta_path.read_text() if task.meta_path else "")
+        missing = [s for s in dict.fromkeys(shapes) if (version, s.params) not in self._sizes]
+        if missing:
+            got = self._ask_ref(None, {"op": "sizes", "task_ref": task.ref, "shapes": [s.as_dict() for s in missing],
+                                       "init_seed": init_seed})
+            for s, entry in zip(missing, got["sizes"]):
+                self._sizes[(version, s.params)] = entry
+        return {s.params: self._sizes[(version, s.params)] for s in shapes}
 
-def _checksums(reply: Mapping[str, Any], finals: list[list[list[float]]], ctx: str) -> Rejected | None:
-    """Every timed call's output must match its input set's final, reference-checked output."""
-    order, sums = reply["order"], reply["checksums"]
-    if len(order) != len(sums) or len(order) != len(reply["times_us"]):
-        return Rejected(Status.CHEAT, f"the timing reply is malformed ({ctx})", threat=9, evidence={"check": "protocol"})
-    for r, (k, per_output) in enumerate(zip(order, sums)):
-        if not isinstance(k, int) or not 0 <= k < len(finals) or len(per_output) != len(finals[k]):
-            return Rejected(Status.CHEAT, f"the timing reply is malformed ({ctx})", threat=9, evidence={"check": "protocol"})
-        for j, (got, want) in enumerate(zip(per_output, finals[k])):
-            scale = abs(want[1]) * 1e-3 + 1e-6
-            if abs(got[0] - want[0]) > scale or abs(got[1] - want[1]) > scale:
-                return Rejected(Status.CHEAT, f"timed call {r} returned a different output {j} than the checked result for the same inputs ({ctx}): work deferred or cached across calls",
-                                threat=12, evidence={"check": "timed checksums", "call": r, "output": j})
+    def _batch_plan(self, task: Task, sizes: dict[tuple, dict[str, Any]], shapes: list[Shape]) -> dict[tuple, int]:
+        """Calls per timed batch: enough that the batch lasts ``batch_window_ms`` even for a
+        kernel at the roofline floor, no more than the arena allows."""
+        ceilings = self.ceilings()
+        budget = self._arena_budget()
+        plan = {}
+        for shape in shapes:
+            line = runtime.roofline(task, shape, task.dtype("cuda"))
+            floor_us = 0.0
+            if line is not None and ceilings.get("bandwidth_gbps") and ceilings.get("tflops"):
+                floor_us = 1e6 * line.floor_seconds(ceilings["bandwidth_gbps"] * 1e9, ceilings["tflops"] * 1e12)
+            per_call = max(floor_us, self.options.min_call_us)
+            want = math.ceil(self.options.batch_window_ms * 1e3 / per_call)
+            entry = sizes[shape.params]
+            per_set = entry["input_bytes"] + 2 * entry["output_bytes"]
+            fits = max(1, int(budget // max(per_set, 1)))
+            plan[shape.params] = int(max(1, min(want, fits, self.options.max_batch_calls)))
+        return plan
+
+    def _arena_budget(self) -> int:
+        if not self.on_gpu:
+            return 1 << 34
+        gib = float(self.environment().get("memory_gib") or 16)
+        return int(gib * (1 << 30) * self.options.arena_share)
+
+    def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int]) -> dict[str, int]:
+        """Input region and heap: two calls' worth of the largest check (calls alternate halves)
+        and room for the largest batch; on a GPU the heap also holds the candidate's own
+        temporaries, so it gets a margin."""
+        check_in = max((sizes[s.params]["input_bytes"] for s in checked), default=0)
+        check_out = max((sizes[s.params]["output_bytes"] for s in checked), default=0)
+        batch_in = max((sizes[k]["input_bytes"] * n for k, n in plan.items()), default=0)
+        batch_out = max((sizes[k]["output_bytes"] * n for k, n in plan.items()), default=0)
+        input_bytes = _round(max(2 * check_in, batch_in) + (1 << 20))
+        heap = max(2 * check_out, batch_out)
+        if self.on_gpu:
+            heap = heap + max(heap // 2, 4 * check_out) + (2 << 30)
+        else:
+            heap = 2 * check_out + (1 << 20)
+        return {"size": input_bytes + _round(heap), "input_bytes": input_bytes}
+
+
+# ---- rules over the worker's own signals ---------------------------------------------------------
+def _signals_rules(s: M.Signals, ctx: str, task: Task, own: list[str], on_gpu: bool, *, call: bool) -> Rejected | None:
+    """The worker's early signals, in a fixed order (the first that fires rejects)."""
+    rejection = (integrity.replaced(s.tampered, ctx) or integrity.task_globals(s.task_globals, ctx)
+                 or threads.started(s.new_threads, ctx) or output_type.modes(s.modes, ctx)
+                 or capture.queried(s.capture_queries, ctx) or l2.pinned(s.l2_persisting_limit, ctx)
+                 or reference_call.traced(s.torch_ops, ctx, task.allow_torch_ops))
+    if rejection is None and call:
+        rejection = ghost.aliased(s.aliases, ctx) or ghost.launched(s.launches, s.gpu_kernels, own, ctx, on_gpu)
+    return rejection
+
+
+def _inside_inputs(outputs: list[M.TensorRef], prepared: M.Prepared, task: Task, ctx: str) -> Rejected | None:
+    """Returned outputs may not lie in an input's place (in-place outputs must be exactly there)."""
+    n_returned = len(outputs) - len(task.mutated_inputs)
+    for j, ref in enumerate(outputs[:n_returned]):
+        lo, hi = ref.offset, ref.offset + ref.span
+        hits = [i for i, (a, b) in enumerate(prepared.input_regions) if b > a and lo < b and a < hi]
+        if hits:
+            return ghost.aliased([[] for _ in range(j)] + [hits], ctx)
+    for k, i in enumerate(task.mutated_inputs):
+        ref, arg = outputs[n_returned + k], prepared.args[i]
+        if arg.ref is None or ref.to_dict() != arg.ref.to_dict():
+            return memory.MEMORY.reject(Status.CHEAT, f"the in-place input {i} is reported somewhere else than where it was "
+                                        f"written ({ctx})", threat=9, evidence={"input": i})
     return None
 
 
-def _foreign_files(files: Any, workdir: Path, ctx: str) -> Rejected | None:
-    """Output files must be regular files directly in the candidate's own private directory:
-    the trusted reference worker opens them, so a link, a FIFO or a path elsewhere is refused."""
-    root = os.path.realpath(workdir)
-    if not isinstance(files, list):
-        files = [files]
-    for meta in files:
-        path = meta.get("file") if isinstance(meta, dict) else None
-        ok = isinstance(path, str) and os.path.dirname(os.path.abspath(path)) == root
-        if ok:
-            try:
-                ok = stat.S_ISREG(os.lstat(path).st_mode)
-            except OSError:
-                ok = False
-        if not ok:
-            return Rejected(Status.CHEAT, f"the harness reply names an output file outside the candidate's private directory or not a regular file ({ctx}): {str(path)[:200]}",
-                            threat=9, evidence={"check": "output files", "file": str(path)[:500]})
-    return None
+def _batch_outputs(outputs: list[list[M.TensorRef]], calls: int, expected: list[M.OutputMeta], arena_size: int,
+                   ctx: str) -> Rejected | None:
+    if len(outputs) != calls:
+        return reply_rules.malformed(f"{len(outputs)} calls' outputs for a batch of {calls}", ctx)
+    for k, call in enumerate(outputs):
+        rejection = memory.inside(call, arena_size, f"{ctx}, call {k}") or memory.matches(call, expected, f"{ctx}, call {k}")
+        if rejection is not None:
+            return rejection
+    return memory.separate_calls(outputs, ctx)
 
 
-def _graph_kernels(reply: Mapping[str, Any], own: list[str], ctx: str) -> Rejected | None:
-    """Each timed graph must run one of the candidate's kernels: otherwise the work happened
-    outside the captured stream (a side stream at capture time) and the timer saw none of it."""
-    if reply.get("mode") != "graph":
-        return None
-    for k, names in enumerate(reply.get("graph_kernels", [])):
-        if not any(o in name for name in names for o in own):
-            return Rejected(Status.CHEAT, f"the timed CUDA graph for input set {k} runs none of the candidate's kernels ({ctx}): its work ran outside the timed stream", threat=5,
-                            evidence={"check": "graph contents", "graph_kernels": list(names)[:20], "own_kernels": own})
-    return None
+def _eager_outputs(ran: M.BatchRan) -> list[list[M.TensorRef]]:
+    return list(ran.outputs)
+
+
+def _arg(a: M.Arg) -> dict[str, Any]:
+    return {"ref": a.ref.to_dict()} if a.ref is not None else {"value": a.value}
+
+
+def _round(n: int, to: int = 2 << 20) -> int:
+    return -(-int(n) // to) * to
 
 
 def _with_shape(rejection: Rejected, shape: Shape, hidden: bool) -> Rejected:
     evidence = dict(rejection.evidence)
     evidence.setdefault("shape", shape.as_dict())
     evidence.setdefault("hidden", hidden)
-    return Rejected(rejection.status, rejection.reason, rejection.threat, evidence, rejection.shapes, rejection.environment)
-
-
-def _failure_verdict(failure: WorkerFailure) -> Rejected:
-    evidence = {"check": "sandbox", "failure": failure.kind.value, "diagnostics": failure.diagnostics.to_dict()}
-    kind = failure.kind
-    if kind is FailureKind.TIMEOUT:
-        return Rejected(Status.TIMEOUT, f"the candidate did not finish in time: {failure.reason}", evidence=evidence)
-    if kind is FailureKind.CRASHED:
-        return Rejected(Status.CRASHED, f"the candidate's process crashed: {failure.reason}", evidence=evidence)
-    if kind is FailureKind.EXITED_EARLY:
-        return Rejected(Status.CRASHED, f"the candidate's process exited before finishing: {failure.reason}", evidence=evidence)
-    if kind is FailureKind.PROTOCOL_VIOLATION:
-        return Rejected(Status.CHEAT, f"the worker's channel carried something that is not a harness reply: {failure.reason}", threat=9, evidence=evidence)
-    return Rejected(Status.SANDBOX_VIOLATION, f"the candidate exceeded its sandbox limits: {failure.reason}", threat=21, evidence=evidence)
+    return Rejected(rejection.status, rejection.reason, rejection.threat, evidence, rejection.shapes, rejection.environment,
+                    check=rejection.check)

@@ -1,28 +1,44 @@
 """The judge's reference worker: trusted, long-lived, one per device; never runs candidate code.
 
-It computes reference outputs (high precision and task dtype) for the (shape, distribution,
-seed) the judge names, fingerprints the pristine inputs, compares candidate output files with
-the references on the device, and times the PyTorch baselines (eager and torch.compile) and the
-hardware ceilings with the same timing code the candidate is timed with. Expected outputs live
-only here (THREATS #1, #10): the candidate's process never holds them.
+It owns the shared arena (arena.py) and is the only process that writes inputs into it and reads
+outputs out of it for a verdict. For each checked call it draws the inputs itself from a seed
+only it and the judge know, writes them into the arena, computes the reference (high precision
+and the task's dtype) and keeps it; after the candidate's call it snapshots the outputs where
+they lie, compares every element, checks that no input changed, reads the outputs again a moment
+later (late writes), and compares a repeated call with the first (THREATS #1-#4, #6, #11-#15,
+#19). Expected outputs live only here: the candidate's process never holds them.
+
+For a timed batch it draws fresh inputs for every call, then clocks the batch with its own CUDA
+events: from before its write of the inputs into the arena until its own probe of the outputs has
+run, after the candidate said done through a socket of their own. The window less the write's
+floor, over the number of calls whose outputs it then verifies one by one, is the time of
+record. It also times the PyTorch baselines the same way, and measures the hardware ceilings.
 """
 
 from __future__ import annotations
 
 import random
+import secrets
+import socket
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape, Tolerance
 
-_REFS: dict[str, Any] = {}
 _MODELS: dict[tuple, Any] = {}
 _COMPILED: dict[tuple, Any] = {}
+_STATE: dict[str, Any] = {}
+_WARM: list[bool] = []
 
-
-_WARM = []
+#: how long after the reply an output must still hold the same bytes (late writes, #5/#6)
+LATE_WRITE_PAUSE_S = 0.02
+#: elements of each output read right after a batch's "done" (the probe)
+PROBE_ELEMENTS = 32
+#: the write's floor uses this much headroom over the fastest write measured on this GPU
+WRITE_HEADROOM = 1.05
 
 
 def warm_up() -> None:
@@ -33,7 +49,6 @@ def warm_up() -> None:
     if _WARM:
         return
     _WARM.append(True)
-
     reference.strict_precision()
     if torch.cuda.is_available():
         torch.cuda.init()
@@ -43,14 +58,11 @@ def warm_up() -> None:
 def run(channel: Any, payload: dict[str, Any]) -> None:
     warm_up()
     device = payload["device"]
+    _STATE.update(channel=channel, device=device, calls={}, history={}, batches={})
     handlers = {
-        "reference": _reference,
-        "compare": _compare,
-        "drop": _drop,
-        "checksum": _checksum,
-        "baseline": _baseline,
-        "ceilings": _ceilings,
-        "environment": _environment,
+        "sizes": _sizes, "arena": _arena, "batch_socket": _batch_socket, "prepare": _prepare, "compare": _compare,
+        "drop": _drop, "plan_batch": _plan_batch, "time_batch": _time_batch, "verify_batch": _verify_batch,
+        "baseline": _baseline, "ceilings": _ceilings, "environment": _environment, "forget": _forget,
     }
     while True:
         msg = channel.recv()
@@ -63,10 +75,40 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
             reply.setdefault("ok", True)
         except KeyError as err:
             reply = {"ok": False, "error": f"unknown op or field: {err}"}
-        except Exception as err:  # a task's own bug: reported to the judge, which reports it
+        except Exception as err:  # a task's own bug, or a layout the judge should have refused
             reply = {"ok": False, "error": f"{type(err).__name__}: {err}"}
         reply["op"] = op
         channel.send(reply)
+
+
+# ---- state -------------------------------------------------------------------------------------
+@dataclass
+class _Call:
+    """One checked call: its pristine inputs, where they lie, and the reference."""
+
+    shape_key: tuple
+    inputs: list[Any]
+    args: list[dict[str, Any]]
+    high: list[Any]
+    low: list[Any]
+    snapshot: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class _Batch:
+    shape: Shape
+    task_ref: str
+    init_seed: int
+    dist: str
+    region: Any = None  # the arena's input bytes the batch uses
+    pristine: Any = None  # the same bytes as they must be written, in this worker's memory
+    sets: list[list[dict[str, Any]]] = field(default_factory=list)
+    inputs: list[list[Any]] = field(default_factory=list)
+    probe_index: Any = None
+    probe: Any = None
+    outputs: list[list[Any]] = field(default_factory=list)
+    start: Any = None  # the window's events
+    written: Any = None
 
 
 def _model(task_ref: str, shape: Shape, init_seed: int, device: str) -> Any:
@@ -78,62 +120,236 @@ def _model(task_ref: str, shape: Shape, init_seed: int, device: str) -> Any:
     return _MODELS[key]
 
 
-def _reference(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+def _arena_of() -> Any:
+    arena = _STATE.get("arena")
+    if arena is None:
+        raise RuntimeError("no arena: the judge must ask for one first")
+    return arena
+
+
+# ---- sizes and the arena ----------------------------------------------------------------------
+def _sizes(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """Bytes of one call's inputs and outputs, and the outputs' dtypes and shapes, per shape."""
     import torch
 
-    from . import digest, reference, timing
+    task = load_task(msg["task_ref"])
+    out = []
+    for shape_d in msg["shapes"]:
+        shape = Shape.of(shape_d)
+        inputs = runtime.make_inputs(task, shape, task.distributions[0], 0, device)
+        model = _model(msg["task_ref"], shape, int(msg["init_seed"]), device)
+        with torch.no_grad():
+            low = runtime.collect_outputs(model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]), inputs,
+                                          task.mutated_inputs)
+        out.append({"shape": shape_d,
+                    "input_bytes": sum(_padded(x) for x in inputs if isinstance(x, torch.Tensor)),
+                    "output_bytes": sum(_padded(t) for t in low),
+                    "outputs": [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for t in low]})
+        del inputs, low
+    return {"sizes": out}
 
+
+def _padded(t: Any) -> int:
+    from .arena import ALIGN
+
+    return -(-(t.numel() * t.element_size()) // ALIGN) * ALIGN + ALIGN
+
+
+def _arena(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """Make (or keep, when it is large enough) the arena and hand its descriptor to the judge."""
+    from .arena import Arena, Layout
+
+    want = Layout(int(msg["size"]), int(msg["input_bytes"]))
+    arena = _STATE.get("arena")
+    if arena is None or arena.layout.size < want.size:
+        if arena is not None:
+            arena.close()
+        arena = Arena.create(want, device)
+    arena.layout = Layout(arena.layout.size, want.input_bytes)
+    _STATE["arena"] = arena
+    fd = arena.export()
+    try:
+        _STATE["channel"].send_fds([fd], "arena")
+    finally:
+        import os
+
+        os.close(fd)
+    return {"size": arena.layout.size, "input_bytes": arena.layout.input_bytes}
+
+
+def _batch_socket(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """The socket the next candidate's worker signals batch completion on (from the judge)."""
+    tag, fds = _STATE["channel"].recv_fds()
+    if tag != "go" or len(fds) != 1:
+        raise RuntimeError(f"expected the batch socket, got {tag!r}")
+    old = _STATE.pop("go", None)
+    if old is not None:
+        old.close()
+    _STATE["go"] = socket.socket(fileno=fds[0])
+    return {}
+
+
+def _forget(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """A verdict is over: drop every call and batch it left, and its diagnosis history."""
+    _STATE["calls"].clear()
+    _STATE["history"].clear()
+    _STATE["batches"].clear()
+    go = _STATE.pop("go", None)
+    if go is not None:
+        go.close()
+    return {}
+
+
+# ---- checked calls -----------------------------------------------------------------------------
+def _regions(half: int) -> tuple[Any, Any]:
+    """The two halves of the input region and of the heap a checked call may use (calls
+    alternate between them, so one is written while the other is still being read)."""
+    from .arena import Slots
+
+    arena = _arena_of()
+    inputs, size = arena.layout.input_bytes, arena.layout.size
+    mid_in, mid_heap = inputs // 2, inputs + (size - inputs) // 2
+    if half == 0:
+        return Slots(0, mid_in), Slots(inputs, mid_heap)
+    return Slots(mid_in, inputs), Slots(mid_heap, size)
+
+
+def _prepare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from . import reference, timing
+
+    arena = _arena_of()
     task = load_task(msg["task_ref"])
     shape = Shape.of(msg["shape"])
-    model = _model(msg["task_ref"], shape, int(msg["init_seed"]), device)
-    inputs = runtime.make_inputs(task, shape, msg["dist"], int(msg["seed"]), device)
-    digests = [digest.digest(x) if isinstance(x, torch.Tensor) else None for x in inputs]
-    high, low = reference.run_reference(model, inputs, task.mutated_inputs)
-    _REFS[msg["key"]] = (high, low)
-    return {
-        "outputs": [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for t in low],
-        "input_digests": digests,
-        "input_shapes": [list(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs],
-        "output_bytes": [t.numel() * t.element_size() for t in low],
-        "checksums": [[float(v) for v in c.tolist()] for c in timing.checksum(low)],
-    }
+    started = time.perf_counter()
+    repeat_of = msg.get("repeat_of")
+    if repeat_of:  # the same inputs again, written elsewhere: a deterministic kernel agrees with itself
+        first = _STATE["calls"][repeat_of]
+        inputs, high, low = first.inputs, first.high, first.low
+    else:
+        inputs = runtime.make_inputs(task, shape, msg["dist"], int(msg["seed"]), device)
+        model = _model(msg["task_ref"], shape, int(msg["init_seed"]), device)
+        high, low = reference.run_reference(model, inputs, task.mutated_inputs)
+    ins, heap = _regions(int(msg["half"]))
+    args, regions = [], []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            ref = arena.place(ins, x)
+            args.append({"ref": ref.to_dict()})
+            regions.append([ref.offset, ref.offset + ref.span])
+        else:
+            args.append({"value": x})
+            regions.append([0, 0])
+    slots = []
+    n_returned = len(low) - len(task.mutated_inputs)
+    if not device.startswith("cuda"):  # the CPU worker copies its outputs into slots, poisoned here
+        for t in low[:n_returned]:
+            ref = arena.slot(heap, str(t.dtype).removeprefix("torch."), list(t.shape))
+            arena.data[ref.offset: ref.offset + ref.span].fill_(0xFF)
+            slots.append(ref.to_dict())
+    key = msg["key"]
+    _STATE["calls"][key] = _Call(shape.params, inputs, args, high, low)
+    history = _STATE["history"].setdefault(shape.params, {"outputs": [], "references": []})
+    history.setdefault("pending", {})[key] = [[float(v) for v in c.tolist()] for c in timing.checksum(low)]
+    return {"args": args, "outputs": [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for t in low],
+            "slots": slots, "input_regions": regions, "steps": {"prepare": time.perf_counter() - started}}
 
 
 def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """Judge one call's outputs where they lie in the arena (refs checked by the judge)."""
     import torch
 
-    from . import compare, tensorio, timing
+    from . import integrity, timing
+    from .messages import TensorRef
 
-    high, low = _REFS.pop(msg["key"])  # one comparison per reference, whatever it finds
-    files = msg["files"]
-    if len(files) != len(low):
-        return {"results": [], "count_mismatch": f"{len(files)} outputs, the reference has {len(low)}"}
-    results = []
-    read_s = 0.0
-    for j, (meta, h, lo) in enumerate(zip(files, high, low)):
-        expect_dtype = str(lo.dtype).removeprefix("torch.")
-        t0 = time.perf_counter()
-        try:
-            cand = tensorio.read_tensor(meta["file"], expect_dtype=expect_dtype, expect_shape=list(lo.shape), device=device)
-        except (tensorio.TensorFileError, KeyError, TypeError) as err:
-            results.append({"output": j, "ok": False, "unreadable": str(err)})
+    arena = _arena_of()
+    call: _Call = _STATE["calls"][msg["key"]]
+    refs = [TensorRef(**r) for r in msg["outputs"]]
+    started = time.perf_counter()
+    # Snapshot first: these bytes are what the call left; everything is judged on them.
+    snapshot = [arena.view(r).clone() for r in refs]
+    taken = time.perf_counter()
+    task = load_task(msg["task_ref"])
+    mutated = []
+    for i, (x, a) in enumerate(zip(call.inputs, call.args)):
+        if a.get("ref") and i not in task.mutated_inputs and not integrity.bits_equal(arena.view(TensorRef(**a["ref"])), x):
+            mutated.append(i)
+    tolerances = msg["tolerances"]
+    results = [_judge_output(j, out, h, lo, tolerances) for j, (out, h, lo) in enumerate(zip(snapshot, call.high, call.low))]
+    # Diagnosis of a wrong output: an earlier call's output (cached) or answer (deferred)?
+    history = _STATE["history"][call.shape_key]
+    sums = [[float(v) for v in c.tolist()] for c in timing.checksum(snapshot)] if snapshot else []
+    earlier = ""
+    if not all(r["ok"] for r in results):
+        if any(_same(sums, e) for e in history["outputs"]):
+            earlier = "cached"
+        elif any(_same(sums, e) for e in history["references"]):
+            earlier = "deferred"
+    history["outputs"].append(sums)
+    history["references"].append(history["pending"].pop(msg["key"], []))
+    repeat: dict[str, Any] = {}
+    if msg.get("repeat_of"):
+        repeat = _repeat(_STATE["calls"][msg["repeat_of"]].snapshot, snapshot, results)
+    # Read again after a pause: bytes that change now were written by work the call left running.
+    pause = LATE_WRITE_PAUSE_S - (time.perf_counter() - taken)
+    if pause > 0:
+        time.sleep(pause)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    late = [j for j, (r, s) in enumerate(zip(refs, snapshot)) if not integrity.bits_equal(arena.view(r), s)]
+    if msg.get("keep"):
+        call.snapshot = snapshot
+    else:
+        _STATE["calls"].pop(msg["key"], None)
+    return {"results": results, "mutated_inputs": mutated, "late_writes": late, "repeat": repeat, "earlier": earlier,
+            "steps": {"snapshot": taken - started, "compare": time.perf_counter() - taken}}
+
+
+def _judge_output(j: int, cand: Any, high: Any, low: Any, tolerances: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from . import compare
+
+    dtype = str(low.dtype).removeprefix("torch.")
+    tol = Tolerance(**tolerances.get(dtype, tolerances["default"]))
+    mism = compare.compare(cand, high, tol, low=low)
+    details = mism.to_dict()
+    details.pop("ok", None)
+    hf = high.to(cand.device).double() if high.is_floating_point() else high.to(cand.device)
+    finite = hf[torch.isfinite(hf)] if hf.is_floating_point() else hf.double()
+    if finite.numel():  # the largest error the tolerance allows anywhere: bounds a repeat's drift
+        details["allowed_abs"] = float(tol.rtol * finite.abs().max() + tol.atol * finite.double().pow(2).mean().sqrt())
+    if not mism.ok:
+        raw = cand.contiguous().view(torch.uint8).reshape(cand.numel(), -1) if cand.numel() else None
+        details["never_written"] = int((raw == 0xFF).all(dim=1).sum()) if raw is not None else 0
+        details["zeros_where_ref_nonzero"] = int(((cand == 0) & (high.to(cand.device) != 0)).sum()) if cand.is_floating_point() else 0
+        details["lowered_precision"] = _lowered_precision(cand, high)
+    return {"output": j, "ok": mism.ok, "details": details}
+
+
+def _repeat(first: list[Any], again: list[Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+    from . import integrity
+
+    for j, (a, b) in enumerate(zip(first, again)):
+        if integrity.bits_equal(a, b):
             continue
-        finally:
-            read_s += time.perf_counter() - t0
-        tol = Tolerance(**msg["tolerances"].get(expect_dtype, msg["tolerances"]["default"]))
-        mism = compare.compare(cand, h, tol, low=lo)
-        entry = {"output": j, **mism.to_dict()}
-        entry["checksum"] = [float(v) for v in timing.checksum([cand])[0].tolist()]
-        hf = h.to(device).double()
-        finite = hf[torch.isfinite(hf)]
-        if finite.numel():  # the largest error the tolerance allows anywhere: bounds repeat drift
-            entry["allowed_abs"] = float(tol.rtol * finite.abs().max() + tol.atol * finite.pow(2).mean().sqrt())
-        if not mism.ok:
-            entry["never_written"] = int((cand.contiguous().view(torch.uint8).reshape(cand.numel(), -1) == 0xFF).all(dim=1).sum()) if cand.numel() else 0
-            entry["zeros_where_ref_nonzero"] = int(((cand == 0) & (h.to(device) != 0)).sum()) if cand.is_floating_point() else 0
-            entry["lowered_precision"] = _lowered_precision(cand, h)
-        results.append(entry)
-    return {"results": results, "steps": {"read": read_s}}
+        diff = float((a.double() - b.double()).abs().max()) if a.numel() and a.is_floating_point() else float("inf")
+        diff = diff if diff == diff else float("inf")  # NaN in different places: a difference
+        allowed = results[j]["details"].get("allowed_abs", 0.0) if j < len(results) else 0.0
+        if diff > allowed:
+            return {"same": False, "output": j, "max_diff": diff, "allowed": allowed}
+    return {"same": True}
+
+
+def _same(a: list[list[float]], b: list[list[float]], rel: float = 1e-3) -> bool:
+    if not a or len(a) != len(b):
+        return False
+    for (s1, a1), (s2, a2) in zip(a, b):
+        scale = rel * max(abs(a1), abs(a2)) + 1e-12
+        if abs(s1 - s2) > scale or abs(a1 - a2) > scale:
+            return False
+    return True
 
 
 def _lowered_precision(cand: Any, high: Any) -> str | None:
@@ -162,64 +378,318 @@ def _lowered_precision(cand: Any, high: Any) -> str | None:
     return None
 
 
-def _checksum(device: str, msg: dict[str, Any]) -> dict[str, Any]:
-    """Checksums of output files, for diagnosis (no reference involved)."""
-    from . import tensorio, timing
-
-    sums = []
-    for meta in msg["files"]:
-        try:
-            t = tensorio.read_tensor(meta["file"], device=device)
-        except (tensorio.TensorFileError, KeyError, TypeError):
-            sums.append(None)
-            continue
-        sums.append([float(v) for v in timing.checksum([t])[0].tolist()])
-    return {"checksums": sums}
-
-
 def _drop(device: str, msg: dict[str, Any]) -> dict[str, Any]:
-    _REFS.pop(msg["key"], None)
+    call = _STATE["calls"].pop(msg["key"], None)
+    if call is not None:
+        history = _STATE["history"].get(call.shape_key)
+        if history:
+            history.get("pending", {}).pop(msg["key"], None)
+    _STATE["batches"].pop(msg["key"], None)
     return {}
 
 
-def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
-    """Eager and torch.compile of the reference, timed like a candidate."""
+# ---- timed batches -----------------------------------------------------------------------------
+def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """Draw fresh inputs for every call of a batch and lay them out in the input region (the
+    bytes are written into the arena only inside the timed window). A batch already planned
+    keeps its layout: its calls were captured on those places."""
+    import torch
+
+    from .arena import Slots
+
+    arena = _arena_of()
+    task = load_task(msg["task_ref"])
+    key = msg["key"]
+    shape = Shape.of(msg["shape"])
+    batch = _STATE["batches"].get(key)
+    seeds = [int(s) for s in msg["seeds"]]
+    if batch is None:
+        batch = _Batch(shape, msg["task_ref"], int(msg["init_seed"]), msg["dist"])
+        slots = Slots(0, arena.layout.input_bytes)
+        layout = []
+        for k, seed in enumerate(seeds):
+            inputs = runtime.make_inputs(task, shape, batch.dist, seed, device)
+            args = []
+            for x in inputs:
+                if isinstance(x, torch.Tensor):
+                    ref = arena.slot(slots, str(x.dtype).removeprefix("torch."), list(x.shape))
+                    args.append({"ref": ref.to_dict()})
+                else:
+                    args.append({"value": x})
+            layout.append(args)
+            del inputs
+        end = -(-slots.next // 512) * 512
+        batch.region = arena.data[:end]
+        batch.pristine = torch.empty(end, dtype=torch.uint8, device=batch.region.device)
+        batch.sets = layout
+        _STATE["batches"][key] = batch
+    elif len(seeds) != len(batch.sets):
+        raise RuntimeError("a planned batch keeps its number of calls")
+    _fill(batch, task, seeds, device)
+    return {"sets": batch.sets}
+
+
+def _fill(batch: _Batch, task: Any, seeds: list[int], device: str) -> None:
+    """Fresh inputs for every call, into the batch's pristine bytes at its layout."""
+    import torch
+
+    from .messages import TensorRef
+
+    batch.inputs = []
+    batch.pristine.fill_(0)
+    for seed, args in zip(seeds, batch.sets):
+        inputs = runtime.make_inputs(task, batch.shape, batch.dist, seed, device)
+        for x, a in zip(inputs, args):
+            if a.get("ref"):
+                ref = TensorRef(**a["ref"])
+                view = batch.pristine[ref.offset: ref.offset + ref.span].view(getattr(torch, ref.dtype))
+                view.as_strided(tuple(ref.shape), tuple(ref.strides)).copy_(x)
+        batch.inputs.append([None if a.get("ref") else a["value"] for a in args])
+
+
+def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """The trusted clock over one batch. Events on this worker's stream: before the write of
+    the inputs into the arena, and after the probe of the outputs, which runs once the
+    candidate's worker said done. Its kernels cannot run while this write does (one GPU runs
+    one process's kernels at a time), so the window less the write's floor bounds its work.
+
+    A batch run eagerly places its outputs only as it runs: its window stays open after done
+    (``probe_later``) until the judge has relayed where they are and the probe has read them."""
+    import torch
+
+    from . import timing
+    from .messages import TensorRef
+
+    batch: _Batch = _STATE["batches"][msg["key"]]
+    arena = _arena_of()
+    floor_ms = 2 * batch.region.numel() / (_write_bps(device) * WRITE_HEADROOM) * 1e3
+    if msg.get("probe"):  # the second half of an eager batch's window
+        batch.outputs = [[TensorRef(**r) for r in call] for call in msg["outputs"]]
+        batch.probe_index = _probe_index(batch.outputs, arena.data.device)
+        return _close_window(batch, arena, floor_ms, done=True)
+    go: socket.socket = _STATE["go"]
+    batch.outputs = [[TensorRef(**r) for r in call] for call in msg["outputs"]]
+    batch.probe_index = _probe_index(batch.outputs, arena.data.device)
+    l2 = _l2(device)
+    l2.reset_persisting()
+    l2.flush()
+    batch.start, batch.written = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    batch.start.record()
+    timing.write(batch.region, batch.pristine)
+    batch.written.record()
+    while not batch.written.query():  # spin: every microsecond here is on the clock
+        pass
+    go.sendall(b"g")
+    done = _wait_byte(go, deadline=time.perf_counter() + float(msg["timeout_s"]))
+    if not done or msg.get("probe_later"):
+        return {"done": done, "window_ms": 0.0, "write_ms": 0.0, "write_floor_ms": floor_ms}
+    return _close_window(batch, arena, floor_ms, done=True)
+
+
+def _close_window(batch: _Batch, arena: Any, floor_ms: float, done: bool) -> dict[str, Any]:
+    import torch
+
+    batch.probe = arena.data[batch.probe_index] if batch.probe_index is not None else None
+    end = torch.cuda.Event(enable_timing=True)
+    end.record()
+    torch.cuda.synchronize()
+    return {"done": done, "window_ms": batch.start.elapsed_time(end), "write_ms": batch.start.elapsed_time(batch.written),
+            "write_floor_ms": floor_ms}
+
+
+def _probe_index(refs: list[list[Any]], device: Any) -> Any:
+    """Byte positions of PROBE_ELEMENTS random elements of every output, each element whole,
+    in call order (outputs of the same layout are drawn together, so this stays fast)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(secrets.randbits(62))
+    groups: dict[tuple, list[tuple[int, int]]] = {}
+    for k, call in enumerate(refs):
+        for j, r in enumerate(call):
+            if r.numel:
+                groups.setdefault((tuple(r.shape), tuple(r.strides), r.itemsize), []).append((k * 1024 + j, r.offset))
+    pieces = []
+    for (shape, strides, itemsize), members in groups.items():
+        n = 1
+        for d in shape:
+            n *= d
+        count = min(PROBE_ELEMENTS, n)
+        flat = torch.randint(0, n, (len(members), count), generator=gen)
+        offset = torch.zeros_like(flat)
+        rest = flat.clone()
+        for size, stride in zip(reversed(shape), reversed(strides)):
+            offset += (rest % size) * stride
+            rest //= size
+        bases = torch.tensor([o for _, o in members], dtype=torch.int64)[:, None]
+        byte = bases + offset * itemsize
+        byte = (byte[..., None] + torch.arange(itemsize)).reshape(len(members), -1)
+        pieces += [(order, row) for (order, _), row in zip(members, byte)]
+    if not pieces:
+        return None
+    pieces.sort(key=lambda p: p[0])
+    return torch.cat([row for _, row in pieces]).to(device)
+
+
+def _wait_byte(sock: socket.socket, deadline: float) -> bool:
+    sock.setblocking(False)
+    try:
+        while time.perf_counter() < deadline:
+            try:
+                data = sock.recv(1)
+                if not data:
+                    return False
+                return True
+            except BlockingIOError:
+                continue
+        return False
+    finally:
+        sock.setblocking(True)
+
+
+def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """Every output of every call of the last timed batch, against its own reference; the
+    probe against the final bytes; the inputs against what was written."""
+    from . import integrity, reference
+    from .messages import TensorRef
+
+    batch: _Batch = _STATE["batches"][msg["key"]]
+    arena = _arena_of()
+    task = load_task(batch.task_ref)
+    started = time.perf_counter()
+    incomplete = []
+    if batch.probe is not None:
+        final = arena.data[batch.probe_index]
+        if not integrity.bits_equal(final, batch.probe):
+            incomplete = _changed_calls(batch, final)
+    mutated = []
+    model = _model(batch.task_ref, batch.shape, batch.init_seed, device)
+    failed, results, worst = -1, [], (0.0, 0.0)
+    for k, (args, values) in enumerate(zip(batch.sets, batch.inputs)):
+        inputs = []
+        for a, v in zip(args, values):
+            if a.get("ref"):
+                ref = TensorRef(**a["ref"])
+                inputs.append(batch.pristine[ref.offset: ref.offset + ref.span].view(_dtype(ref.dtype)).as_strided(tuple(ref.shape), tuple(ref.strides)))
+            else:
+                inputs.append(v)
+        for i, (a, x) in enumerate(zip(args, inputs)):
+            if a.get("ref") and i not in task.mutated_inputs and not integrity.bits_equal(arena.view(TensorRef(**a["ref"])), x):
+                mutated.append(i)
+        if mutated:
+            break
+        high, low = reference.run_reference(model, inputs, task.mutated_inputs)
+        outs = [arena.view(r) for r in batch.outputs[k]]  # in-place inputs last, in their slots
+        call = [_judge_output(j, o, h, lo, msg["tolerances"]) for j, (o, h, lo) in enumerate(zip(outs, high, low))]
+        for r in call:
+            worst = (max(worst[0], r["details"].get("max_abs_err", 0.0)), max(worst[1], r["details"].get("max_rel_err", 0.0)))
+        if not all(r["ok"] for r in call):
+            failed, results = k, call
+            break
+    return {"failed_call": failed, "results": results, "incomplete_calls": incomplete, "mutated_inputs": sorted(set(mutated)),
+            "max_abs_err": worst[0], "max_rel_err": worst[1], "steps": {"verify": time.perf_counter() - started}}
+
+
+def _changed_calls(batch: _Batch, final: Any) -> list[int]:
+    """Which calls' probed bytes changed after the probe read them."""
+    changed = (final != batch.probe).cpu().tolist()
+    calls, at = [], 0
+    for k, call in enumerate(batch.outputs):
+        n = sum(min(PROBE_ELEMENTS, r.numel) * r.itemsize for r in call if r.numel)
+        if any(changed[at: at + n]):
+            calls.append(k)
+        at += n
+    return calls
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def _write_bps(device: str) -> float:
+    """The fastest trusted write on this GPU (measured once per worker)."""
+    if "write_bps" not in _STATE:
+        import torch
+
+        from . import timing
+
+        _STATE["write_bps"] = timing.write_throughput(torch.device(device))
+    return _STATE["write_bps"]
+
+
+def _l2(device: str) -> Any:
     import torch
 
     from . import timing
 
+    if "l2" not in _STATE:
+        _STATE["l2"] = timing.L2Control(torch.device(device))
+    return _STATE["l2"]
+
+
+# ---- baselines and the machine ----------------------------------------------------------------
+def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """Eager and torch.compile of the reference, timed like a candidate's batch (same number of
+    calls, inputs of their own per call, written inside the window). torch.compile is compiled
+    afresh per shape with static sizes: after compiles at other shapes dynamo would reuse
+    symbolic-size kernels, which are slower than what a user gets for this shape."""
+    import torch
+
+    from . import timing
+    from .arena import ALIGN
+
     task = load_task(msg["task_ref"])
     shape = Shape.of(msg["shape"])
     model = _model(msg["task_ref"], shape, int(msg["init_seed"]), device)
-    sets = [runtime.make_inputs(task, shape, s["dist"], int(s["seed"]), device) for s in msg["sets"]]
-    reps = int(msg.get("reps", 100))
-    out: dict[str, Any] = {}
+    seeds = [int(s) for s in msg["seeds"]]
     if not device.startswith("cuda"):
-        return {"eager": timing.time_on_cpu(model, sets[0], task.mutated_inputs, 2)[0].summary()}
-    l2 = timing.L2Control(torch.device(device))
-    rng = random.Random(0)
-    eager, _ = timing.time_on_gpu(model, sets, task.mutated_inputs, reps, l2, rng)
-    out["eager"] = eager.summary()
-    key = (msg["task_ref"], shape.params, int(msg["init_seed"]))
-    try:
-        if key not in _COMPILED:
-            _COMPILED[key] = torch.compile(model)
+        inputs = runtime.make_inputs(task, shape, msg["dist"], seeds[0], device)
         t0 = time.perf_counter()
-        compiled, _ = timing.time_on_gpu(_COMPILED[key], sets, task.mutated_inputs, reps, l2, rng)
-        out["compile"] = compiled.summary()
+        model(*inputs)
+        return {"eager": {"median_us": (time.perf_counter() - t0) * 1e6, "mode": "interpreter"}}
+    sets = [runtime.make_inputs(task, shape, msg["dist"], s, device) for s in seeds]
+    sizes = [[-(-(x.numel() * x.element_size()) // ALIGN) * ALIGN if isinstance(x, torch.Tensor) else 0 for x in s] for s in sets]
+    total = sum(map(sum, sizes))
+    region = torch.empty(max(total, ALIGN), dtype=torch.uint8, device=device)
+    pristine = torch.empty_like(region)
+    views, at = [], 0
+    for s, sz in zip(sets, sizes):
+        call = []
+        for x, n in zip(s, sz):
+            if isinstance(x, torch.Tensor):
+                call.append(region[at: at + x.numel() * x.element_size()].view(x.dtype).view(x.shape))
+                pristine[at: at + x.numel() * x.element_size()].view(x.dtype).view(x.shape).copy_(x)
+                at += n
+            else:
+                call.append(x)
+        views.append(call)
+    del sets
+    floor = 2 * region.numel() / (_write_bps(device) * WRITE_HEADROOM)
+    l2 = _l2(device)
+    out: dict[str, Any] = {"eager": timing.time_batch(model, region, pristine, views, task.mutated_inputs, floor, l2, int(msg["batches"]))}
+    try:
+        torch._dynamo.reset()  # a fresh, static compile for this shape
+        compiled = torch.compile(model, dynamic=False)
+        t0 = time.perf_counter()
+        out["compile"] = timing.time_batch(compiled, region, pristine, views, task.mutated_inputs, floor, l2, int(msg["batches"]))
         out["compile"]["compile_seconds"] = time.perf_counter() - t0
+        out["compile"]["mode_note"] = "torch.compile(dynamic=False), default mode, compiled for this shape alone"
     except Exception as err:  # a reference torch.compile cannot handle: report, do not fail
         out["compile"] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
     return out
 
 
 def _ceilings(device: str, msg: dict[str, Any]) -> dict[str, Any]:
-    """Copy bandwidth (bytes read + written) and bf16 matmul rate of this GPU, measured."""
+    """Copy bandwidth (bytes read + written), the trusted write's own rate, and the bf16
+    matmul rate of this GPU, measured."""
     import torch
 
+    from . import integrity as I, timing
+
     if not device.startswith("cuda"):
-        return {"bandwidth_gbps": None, "tflops": None}
-    from . import integrity as I
+        return {"bandwidth_gbps": None, "tflops": None, "write_gbps": None}
 
     def median_ms(fn: Any, reps: int) -> float:
         for _ in range(3):
@@ -239,11 +709,12 @@ def _ceilings(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     dst = torch.empty_like(src)
     copy_ms = median_ms(lambda: dst.copy_(src), 20)
     del src, dst
+    write_bps = _write_bps(device)
     m = 8192
     a = torch.randn(m, m, device=device, dtype=torch.bfloat16)
     b = torch.randn(m, m, device=device, dtype=torch.bfloat16)
     mm_ms = median_ms(lambda: a @ b, 20)
-    return {"bandwidth_gbps": 2 * n / copy_ms / 1e6, "tflops": 2 * m**3 / mm_ms / 1e9}
+    return {"bandwidth_gbps": 2 * n / copy_ms / 1e6, "tflops": 2 * m**3 / mm_ms / 1e9, "write_gbps": write_bps / 1e9}
 
 
 def _environment(device: str, msg: dict[str, Any]) -> dict[str, Any]:

@@ -1,34 +1,26 @@
-"""Device time per call, the way a serving engine runs it, and hard to fool.
+"""Trusted timing helpers: cache control, the trusted input write, checksums and in-process batches.
 
-Used in workers (the candidate's harness and the judge's reference worker alike), so the
-candidate and the PyTorch baselines are timed by the same code. Default: each input set gets
-its own CUDA graph, captured once and replayed; between replays the L2 is flushed (a read over
-a buffer larger than L2), in-place inputs are restored, and the order of input sets is random.
-Persisting-L2 lines are reset and the limit zeroed before every call (THREATS #18), and the
-limit is read again after the last one.
+The time of record of every candidate comes from the trusted reference worker's own CUDA events
+around a batch of calls (refworker.py); the PyTorch baselines are timed the same way, inside
+that worker, by ``time_batch`` here, so the candidate and the baselines are measured alike: each
+of M calls on inputs of its own, written by the trusted side inside the timed window (with the
+write's least possible duration taken off again), parameters shared across calls as a serving
+engine shares its weights.
 
-Each replay is queued behind the flush and a short GPU sleep, so the start event and the
-replay are both queued before the GPU reaches them. A host that falls behind (a Python pause, a
-busy virtual CPU) would otherwise leave the GPU idle between the start event and the kernel,
-and that idle time would be counted: on the H200 it showed as a second mode 20% slower than the
-first, in a varying share of the calls. The candidate's Python does not run during
-replay, so it cannot count calls, watch the clock or defer work (#8, #12, #13). If capture
-fails (a host sync inside forward, an unjoined side stream) timing falls back to eager calls
-with a device-wide synchronize inside the timed region (#5), and says so.
+The input write is a kernel on the streaming multiprocessors, not a copy-engine transfer: kernels
+of two processes never run at the same time on one GPU (without MPS), so no candidate kernel can
+overlap it, and the window minus the write's floor bounds the candidate's own device time from
+above. ``L2Control`` resets persisting L2 lines and the limit (THREATS #18), and flushes the cache
+by reading a buffer larger than it.
 
-After each timed call a checksum of its outputs is taken (outside the timed region), so every
-timed output is checked: the judge compares each set's final output with the reference and
-every replay's checksum with that final output (#11, #12, #13).
-
-All torch entry points come from ``integrity``, bound before any candidate code loaded.
+Torch entry points come from ``integrity``, bound before any candidate code loaded, because the
+candidate's harness uses ``L2Control`` too.
 """
 
 from __future__ import annotations
 
 import ctypes
-import random
 import statistics
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
@@ -38,29 +30,6 @@ from kernforge.tasks.runtime import collect_outputs
 from . import integrity as I
 
 CUDA_LIMIT_PERSISTING_L2 = 0x06
-
-
-@dataclass
-class Timed:
-    mode: str  # "graph", "eager" or "interpreter"
-    times_us: list[float] = field(default_factory=list)
-    order: list[int] = field(default_factory=list)
-    #: per timed call, per output: [sum, sum of |x|] in float64 (bytes for fp8/int outputs)
-    checksums: list[list[list[float]]] = field(default_factory=list)
-    fallback_reason: str | None = None
-    #: per input set, the CUDA kernels one replay of its graph ran (graph mode only)
-    graph_kernels: list[list[str]] = field(default_factory=list)
-    #: the persisting-L2 limit read after the timed calls (the judge rejects > 0 as #18)
-    persisting_after: int | None = None
-
-    def summary(self) -> dict[str, Any]:
-        med = statistics.median(self.times_us) if self.times_us else None
-        spread = None
-        if self.times_us and len(self.times_us) >= 4 and med:
-            q = statistics.quantiles(self.times_us, n=4)
-            spread = 100.0 * (q[2] - q[0]) / med  # interquartile range, % of the median
-        return {"mode": self.mode, "median_us": med, "spread_pct": spread, "n": len(self.times_us),
-                "fallback_reason": self.fallback_reason}
 
 
 def checksum(outputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -155,132 +124,80 @@ def _load_cudart() -> Any:
     return None
 
 
-def time_on_gpu(
-    fn: Callable[..., Any],
-    input_sets: Sequence[list[Any]],
-    mutated: Sequence[int],
-    reps: int,
-    l2: L2Control,
-    rng: random.Random,
-    *,
-    use_graph: bool = True,
-    warmup: int = 2,
-) -> tuple[Timed, list[list[torch.Tensor]]]:
-    """Time ``fn`` over the input sets; returns the timings and each set's final outputs."""
-    pristine = [[x.clone() if i in mutated else None for i, x in enumerate(s)] for s in input_sets]
+def write(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Copy ``src`` into ``dst`` (flat uint8, same length): on a GPU with a kernel on the SMs
+    (8 bytes per element where the length allows), never the copy engine, which can run beside
+    another process's kernels."""
+    if dst.device.type != "cuda":
+        dst.copy_(src)
+        return
+    if dst.numel() % 8 == 0 and dst.data_ptr() % 8 == 0 and src.data_ptr() % 8 == 0:
+        torch.bitwise_or(src.view(torch.int64), 0, out=dst.view(torch.int64))
+    else:
+        torch.bitwise_or(src, 0, out=dst)
 
-    def restore(k: int) -> None:
-        for i in mutated:
-            input_sets[k][i].copy_(pristine[k][i])
 
-    for k in range(len(input_sets)):  # compile and warm every specialisation outside timing
-        for _ in range(warmup):
-            restore(k)
-            fn(*input_sets[k])
+def write_throughput(device: torch.device, nbytes: int = 1 << 30, reps: int = 10) -> float:
+    """The fastest the trusted write moves bytes on this GPU (bytes read + written per second):
+    its floor for a region is 2 * bytes / this, a time no real write beats."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(reps):
+        start, end = I.Event(enable_timing=True), I.Event(enable_timing=True)
+        I.event_record(start)
+        write(dst, src)
+        I.event_record(end)
+        I.synchronize()
+        best = min(best, I.event_elapsed(start, end) / 1e3)
+    return 2 * nbytes / best
+
+
+def spin_up(l2: "L2Control", seconds: float = 0.03) -> None:
+    """Keep the GPU busy long enough for its clocks to settle before a batch is timed."""
+    l2.spin(seconds)
+
+
+def time_batch(fn: Callable[..., Any], region: torch.Tensor, pristine: torch.Tensor, sets: Sequence[list[Any]],
+               mutated: Sequence[int], write_floor_s: float, l2: "L2Control", batches: int) -> dict[str, Any]:
+    """The baselines' batch: ``fn`` on each input set (views of ``region``), one CUDA graph of all
+    calls, timed like a candidate's batch: events around the trusted write of fresh inputs
+    (``pristine`` into ``region``) and the replay; per call, the window less the write's floor."""
+    for _ in range(2):
+        write(region, pristine)
+        fn(*sets[0])
     I.synchronize()
-
-    graphs: list[Any] = []
-    outputs: list[list[torch.Tensor]] = []
-    reason = None
-    if use_graph:
-        try:
-            pool = torch.cuda.graph_pool_handle()
-            for k in range(len(input_sets)):
-                restore(k)
-                graph = I.CUDAGraph()
-                with I.cuda_graph_ctx(graph, pool=pool):
-                    result = fn(*input_sets[k])
-                graphs.append(graph)
-                outputs.append(collect_outputs(result, input_sets[k], mutated))
-            I.synchronize()
-        except Exception as err:  # any capture failure means: time eagerly, flagged
-            reason = f"CUDA-graph capture failed ({type(err).__name__}: {str(err)[:200]})"
-            graphs, outputs = [], []
-            I.synchronize()
-    if not use_graph:
-        reason = "graph capture disabled"
-    timed = Timed(mode="graph" if graphs else "eager", fallback_reason=reason)
-    if graphs:  # what each graph really runs: its kernels must be the candidate's (#5, #13)
-        from .trace import gpu_kernels
-
-        for k, graph in enumerate(graphs):
-            restore(k)
-            with gpu_kernels() as names:
-                I.graph_replay(graph)
-            timed.graph_kernels.append(sorted(set(names)))
-
-    l2.spin()
-    # Every set is timed (and so checked) at least once, in an order the candidate cannot know.
-    order = list(range(len(input_sets))) * (reps // len(input_sets) + 1)
-    rng.shuffle(order)
-    order = order[: max(reps, len(input_sets))]
-    order += [k for k in range(len(input_sets)) if k not in order]
-    starts = [I.Event(enable_timing=True) for _ in order]
-    ends = [I.Event(enable_timing=True) for _ in order]
-    sums: list[list[torch.Tensor]] = []
-    last: dict[int, list[torch.Tensor]] = {}
-    l2.reset_persisting()
-    for r, k in enumerate(order):
-        restore(k)
-        l2.reset_persisting()  # before the flush and the gate: if it waits for the GPU, that wait is not timed
-        l2.flush()
-        if graphs:
-            l2.gate()
-            I.event_record(starts[r])
-            I.graph_replay(graphs[k])
-            I.event_record(ends[r])
-            outs = outputs[k]
-        else:
-            I.synchronize()
-            I.event_record(starts[r])
-            result = fn(*input_sets[k])
-            I.synchronize()  # device-wide: work on any stream lands inside the timed region
-            I.event_record(ends[r])
-            outs = collect_outputs(result, input_sets[k], mutated)
-        sums.append(checksum(outs))
-        last[k] = outs
-    I.synchronize()
-    timed.persisting_after = l2.persisting_limit()
-    timed.times_us = [1000.0 * I.event_elapsed(s, e) for s, e in zip(starts, ends)]
-    timed.order = order
-    timed.checksums = [[t.tolist() for t in per_call] for per_call in sums]
-    return timed, [last[k] for k in range(len(input_sets))]
-
-
-def throughput_on_gpu(fn: Callable[..., Any], inputs: list[Any], mutated: Sequence[int], calls: int, unroll: int) -> int:
-    """Run ``calls`` calls back to back (a graph of ``unroll`` calls, replayed), for the
-    parent to time with its own clock. Returns the number of calls made."""
-    graph = I.CUDAGraph()
+    graph, mode, reason = I.CUDAGraph(), "graph", None
     try:
         with I.cuda_graph_ctx(graph):
-            for _ in range(unroll):
-                fn(*inputs)
-        replays = max(1, calls // unroll)
-        for _ in range(replays):
+            for s in sets:
+                fn(*s)
+        I.synchronize()
+    except Exception as err:  # a reference that syncs the host cannot be captured: eager, flagged
+        graph, mode, reason = None, "eager", f"CUDA-graph capture failed ({type(err).__name__}: {str(err)[:200]})"
+        I.synchronize()
+    spin_up(l2)
+    per_call = []
+    for _ in range(batches):
+        l2.reset_persisting()
+        start, end = I.Event(enable_timing=True), I.Event(enable_timing=True)
+        I.synchronize()
+        I.event_record(start)
+        write(region, pristine)
+        if graph is not None:
             I.graph_replay(graph)
+        else:
+            for s in sets:
+                fn(*s)
+        I.event_record(end)
         I.synchronize()
-        return replays * unroll
-    except Exception:  # capture refused: eager, synchronised once at the end
-        I.synchronize()
-        for _ in range(calls):
-            fn(*inputs)
-        I.synchronize()
-        return calls
+        per_call.append(max(I.event_elapsed(start, end) / 1e3 - write_floor_s, 0.0) / len(sets))
+    return summary(per_call) | {"mode": mode, "fallback_reason": reason}
 
 
-def time_on_cpu(fn: Callable[..., Any], inputs: list[Any], mutated: Sequence[int], reps: int) -> tuple[Timed, list[torch.Tensor]]:
-    """Wall-clock time of interpreter calls: labelled "interpreter", never compared with GPUs.
-    Every call's output is checksummed like a GPU timed call; returns the last call's outputs."""
-    pristine = {i: inputs[i].clone() for i in mutated}
-    timed = Timed(mode="interpreter")
-    outs: list[torch.Tensor] = []
-    for _ in range(max(1, reps)):
-        for i, x in pristine.items():
-            inputs[i].copy_(x)
-        t0 = I.perf_counter()
-        result = fn(*inputs)
-        timed.times_us.append((I.perf_counter() - t0) * 1e6)
-        outs = collect_outputs(result, inputs, mutated)
-        timed.checksums.append([c.tolist() for c in checksum(outs)])
-        timed.order.append(0)
-    return timed, outs
+def summary(per_call_s: Sequence[float]) -> dict[str, Any]:
+    """Median per-call time (us) of several batches and their spread (% of the median)."""
+    times = [t * 1e6 for t in per_call_s]
+    med = statistics.median(times) if times else None
+    spread = 100.0 * (max(times) - min(times)) / med if med and len(times) > 1 else None
+    return {"median_us": med, "spread_pct": spread, "n": len(times), "times_us": times}

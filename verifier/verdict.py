@@ -1,8 +1,9 @@
-"""Typed verdicts: ``Accepted(measurements)`` or ``Rejected(status, threat, reason, evidence)``.
+"""Typed verdicts: ``Accepted(measurements)`` or ``Rejected(status, reason, threat, check, evidence)``.
 
 A verdict is what the archive stores, what ``kernforge eval --json`` prints and what the prompt
 quotes back to the model, so it round-trips through plain JSON (``to_dict``/``verdict_from_dict``).
-Every verdict carries a reason a person can read.
+Every verdict carries a reason a person can read; a rejection also names the check that made it
+(``checks.Check``), stored as ``evidence["check"]``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Mapping, Union
+
+from .checks import Check
 
 
 class Status(str, Enum):
@@ -58,7 +61,8 @@ class ShapeResult:
     shape: Mapping[str, int]
     hidden: bool
     dtype: str
-    #: "graph" (CUDA-graph replay), "eager" (flagged fallback) or "interpreter" (CPU, not comparable)
+    #: "graph" (CUDA-graph replay), "eager" (flagged fallback) or "interpreter" (CPU: correctness
+    #: only; its time is the judge's wall clock per call and is never ranked)
     timing: str
     time_us: float | None = None
     spread_pct: float | None = None
@@ -73,6 +77,10 @@ class ShapeResult:
     floor_us: float | None = None
     max_abs_err: float | None = None
     max_rel_err: float | None = None
+    #: calls in each trusted batch, and what the candidate's own process said one call took
+    #: (diagnostics: the time of record is ``time_us``, from the trusted clock)
+    batch_calls: int | None = None
+    claimed_us: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -121,10 +129,18 @@ class Rejected:
     evidence: Mapping[str, Any] = field(default_factory=dict)
     shapes: tuple[ShapeResult, ...] = ()
     environment: Mapping[str, Any] = field(default_factory=dict)
+    #: the check that rejected it (taken from ``evidence["check"]`` when not given)
+    check: Check = Check.OTHER
 
     accepted = False
 
     def __post_init__(self) -> None:
+        if "check" in self.evidence:  # the stored form: the check lives in its own field
+            if self.check is Check.OTHER:
+                object.__setattr__(self, "check", Check.parse(self.evidence["check"]))
+            object.__setattr__(self, "evidence", {k: v for k, v in self.evidence.items() if k != "check"})
+        if not isinstance(self.check, Check):
+            object.__setattr__(self, "check", Check.parse(self.check))
         if self.status is Status.ACCEPTED:
             raise ValueError("a rejection cannot have status 'accepted'")
         if self.status is Status.CHEAT and self.threat not in THREATS:
@@ -135,7 +151,15 @@ class Rejected:
             raise ValueError("every verdict has a reason")
 
     def to_dict(self) -> dict[str, Any]:
-        return _common(self)
+        out = _common(self)
+        out["evidence"] = {"check": self.check.value, **{k: v for k, v in out["evidence"].items() if k != "check"}}
+        out["check"] = self.check.value
+        return out
+
+    @property
+    def key(self) -> tuple[str, int | None, str]:
+        """What lessons and statistics group rejections by: (status, threat, check)."""
+        return (self.status.value, self.threat, self.check.value)
 
 
 Verdict = Union[Accepted, Rejected]
@@ -159,13 +183,15 @@ def verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
     env = dict(data.get("environment", {}))
     if data["status"] == Status.ACCEPTED.value:
         return Accepted(shapes=shapes, reason=data.get("reason", ""), flags=tuple(data.get("flags", ())), environment=env)
+    evidence = dict(data.get("evidence", {}))
     return Rejected(
         status=Status(data["status"]),
         reason=data["reason"],
         threat=data.get("threat"),
-        evidence=dict(data.get("evidence", {})),
+        evidence=evidence,
         shapes=shapes,
         environment=env,
+        check=Check.parse(data.get("check", evidence.get("check", Check.OTHER.value))),
     )
 
 

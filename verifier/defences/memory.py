@@ -1,0 +1,72 @@
+"""Where the outputs are (THREATS #9, #12, #17), read from the trusted layout of the shared memory.
+
+The worker says where each output lies; the judge checks that against what it knows itself: the
+arena's size, where it wrote the inputs, what the reference returned. An output outside the
+arena, in an input's place, or in the same bytes as another call's output is refused before any
+value is read.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..checks import Check
+from ..messages import OutputMeta, TensorRef
+from ..verdict import Rejected, Status
+from . import Defence, register
+
+FORMAT = register(Defence(
+    Check.OUTPUT_FORMAT, (), facts="the number, dtypes and shapes of the outputs against the trusted reference's",
+    trusted=True, rationale="Outputs are compared element by element with the reference; a different count, dtype or "
+                            "shape is a wrong answer.",
+    remedy="Return exactly what the reference returns: the same number of tensors, in the same order, with the same "
+           "dtypes and shapes."))
+MEMORY = register(Defence(
+    Check.OUTPUT_MEMORY, (9, 12), facts="each output's place in the shared memory (the worker's claim) against the "
+                                        "arena's size and the places of other calls' outputs",
+    trusted=True,
+    rationale="The trusted side reads outputs where they lie. A place outside the shared memory is a forged reply "
+              "(#9); two calls whose outputs share bytes are one result reported twice (#12).",
+    remedy="Allocate each call's outputs with torch (torch.empty_like and friends) inside forward; never return one "
+           "buffer for every call."))
+
+
+def matches(outputs: Sequence[TensorRef] | Sequence[OutputMeta], expected: Sequence[OutputMeta], ctx: str) -> Rejected | None:
+    if len(outputs) != len(expected):
+        return FORMAT.reject(Status.INCORRECT, f"forward produced {len(outputs)} outputs, the reference has {len(expected)} ({ctx})",
+                             evidence={"outputs": len(outputs), "expected": len(expected)})
+    for j, (got, want) in enumerate(zip(outputs, expected)):
+        if got.dtype != want.dtype or list(got.shape) != list(want.shape):
+            return FORMAT.reject(Status.INCORRECT, f"output {j} is {got.dtype} {list(got.shape)}, the reference's is {want.dtype} "
+                                 f"{list(want.shape)} ({ctx})", evidence={"output": j, "dtype": got.dtype, "shape": list(got.shape),
+                                                                          "expected_dtype": want.dtype, "expected_shape": list(want.shape)})
+    return None
+
+
+def inside(outputs: Sequence[TensorRef], size: int, ctx: str) -> Rejected | None:
+    for j, ref in enumerate(outputs):
+        problem = ref.problem(size)
+        if problem:
+            return MEMORY.reject(Status.CHEAT, f"the worker places output {j} where no output can be ({ctx}): {problem}", threat=9,
+                                 evidence={"output": j, "ref": ref.to_dict(), "problem": problem})
+    return None
+
+
+def overlapping(ranges: Sequence[tuple[int, int, str]]) -> tuple[str, str] | None:
+    """Two of the labelled byte ranges ``(start, end, label)`` that overlap, if any do."""
+    live = sorted((s, e, label) for s, e, label in ranges if e > s)
+    for (s1, e1, l1), (s2, e2, l2) in zip(live, live[1:]):
+        if s2 < e1:
+            return l1, l2
+    return None
+
+
+def separate_calls(per_call: Sequence[Sequence[TensorRef]], ctx: str) -> Rejected | None:
+    """No byte of one call's outputs is another call's (a batch's calls each compute their own)."""
+    ranges = [(r.offset, r.offset + r.span, f"call {k} output {j}") for k, refs in enumerate(per_call) for j, r in enumerate(refs)]
+    # outputs of one call may share bytes (a view returned twice); across calls they may not
+    clash = overlapping(ranges)
+    if clash and clash[0].split(" output")[0] != clash[1].split(" output")[0]:
+        return MEMORY.reject(Status.CHEAT, f"{clash[0]} and {clash[1]} lie in the same memory ({ctx}): one result reported for two "
+                             "calls", threat=12, evidence={"clash": list(clash)})
+    return None

@@ -1,0 +1,55 @@
+"""Torch doing the work (THREATS #16): the work must be the candidate's own kernels.
+
+Two sources: the worker's trace of aten ops during a checked call (early, forgeable), and, when
+a winner is audited, the list of kernels Nsight Compute saw the driver run (trusted): an ATen or
+cuBLAS kernel there is torch compute whatever the worker's trace said.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from ..checks import Check
+from ..torch_ops import is_allowed_aten
+from ..verdict import Rejected, Status
+from . import Defence, register
+
+#: substrings of kernel names that only PyTorch's own libraries launch
+TORCH_KERNELS = ("at::native::", "at_cuda_detail", "vectorized_elementwise_kernel", "unrolled_elementwise_kernel",
+                 "reduce_kernel<", "cutlass", "cublas", "sm90_xmma", "nvjet", "gemv", "gemmSN", "cudnn", "triton_poi_",
+                 "triton_red_", "triton_per_", "triton_tem_", "softmax_warp", "cunn_")
+
+DEFENCE = register(Defence(
+    Check.TORCH_OPS, (16,),
+    facts="aten ops the worker's trace saw during each checked call (early); kernels Nsight Compute saw run (audit, trusted)",
+    trusted=False,
+    rationale="A candidate whose forward calls torch (or the reference) to compute the result has written no "
+              "kernel; its speed is PyTorch's. Bookkeeping (allocation, views, copies) is allowed, compute is not, "
+              "unless the task allows torch ops.",
+    remedy="Compute the result in your own Triton or CUDA kernels; use torch only to allocate outputs, make views "
+           "and launch kernels."))
+
+
+def traced(ops: Mapping[str, int], ctx: str, allow: bool) -> Rejected | None:
+    if allow:
+        return None
+    used = sorted(op for op in ops if not is_allowed_aten(op))
+    if used:
+        return DEFENCE.reject(Status.CHEAT, f"forward ran torch compute ops {used[:5]} ({ctx}); this task requires the work "
+                              "to be done by the candidate's own kernels", threat=16, evidence={"torch_ops": used[:50]})
+    return None
+
+
+def torch_kernels(names: Sequence[str]) -> list[str]:
+    return [n for n in names if any(t in n for t in TORCH_KERNELS)]
+
+
+def profiled(names: Sequence[str], ctx: str, allow: bool) -> Rejected | None:
+    """The audit's rule over the kernels Nsight Compute saw during the candidate's calls."""
+    if allow:
+        return None
+    found = torch_kernels(names)
+    if found:
+        return DEFENCE.reject(Status.CHEAT, f"Nsight Compute saw PyTorch's own kernels run during the candidate's calls ({ctx}): "
+                              f"{found[0][:120]}", threat=16, evidence={"kernels": found[:20], "source": "ncu"})
+    return None

@@ -1,0 +1,26 @@
+"""The static screen: cheap, early feedback from the source alone; never a reason to accept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..checks import Check
+from ..verdict import Rejected, Status
+from . import Defence, register
+
+DEFENCE = register(Defence(
+    Check.STATIC_SCREEN, tuple(range(1, 23)),
+    facts="the candidate's source (screen.py's rules), before it runs",
+    trusted=True,
+    rationale="Some cheats are visible in the source (torch compute, threads, timer names, harness imports); "
+              "refusing them early saves a worker and names the line. Passing says nothing: every runtime check "
+              "still runs.",
+    remedy="Write kernels and a launcher; import only torch, triton and the standard math you need."))
+
+
+def findings(found: Any) -> Rejected | None:
+    if found.ok:
+        return None
+    first = found.findings[0]
+    return Rejected(Status.STATIC_REJECTED, found.reason, threat=first.threat, check=Check.STATIC_SCREEN,
+                    evidence={"findings": [f.to_dict() for f in found.findings[:20]]})

@@ -1,0 +1,77 @@
+"""Wrong values, and the shape of the wrongness (THREATS #1, #2, #3, #11, #12, #14, #15).
+
+The reference worker (trusted) compares every element of every output with the reference it
+computed itself from the same inputs, and looks at how a wrong output is wrong: poison still in
+place (never written), zeros where the reference is not, one constant everywhere, errors at a
+lower precision's rounding everywhere, or exactly an earlier call's output or answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ..checks import Check
+from ..messages import OutputResult
+from ..verdict import Rejected, Status
+from . import Defence, register
+
+DEFENCE = register(Defence(
+    Check.VALUES, (1, 2, 3, 11, 12, 14, 15),
+    facts="every element of every output, read from the shared memory and compared with the reference by the trusted "
+          "reference worker; checksums of earlier outputs and answers it keeps itself",
+    trusted=True,
+    rationale="Fresh random inputs on every call, public and hidden shapes, several distributions and a "
+              "high-precision reference leave a kernel no way to be right without computing the answer.",
+    remedy="Compute every element of every output from this call's inputs, in float32 or better where the "
+           "reference does, for any shape (mask partial blocks; never hard-code sizes)."))
+
+_DETAILS = ("bad", "numel", "max_abs_err", "max_rel_err", "worst_index", "worst_value", "worst_expected",
+            "nonfinite_mismatch", "never_written", "lowered_precision", "constant", "zeros_where_ref_nonzero")
+
+
+def wrong(results: Sequence[OutputResult], ctx: str, *, hidden: bool, public_all_passed: bool, earlier: str = "") -> Rejected | None:
+    """The first output out of tolerance, with the signature of a cheat if it has one."""
+    for r in results:
+        if r.ok:
+            continue
+        d: Mapping[str, Any] = r.details
+        if r.problem:
+            return DEFENCE.reject(Status.INCORRECT, f"output {r.output} cannot be read ({ctx}): {r.problem}", evidence={"output": r.output})
+        detail = describe(d)
+        evidence = {"output": r.output, **{k: d.get(k) for k in _DETAILS if k in d}}
+        threat = None
+        if earlier == "cached":
+            threat = 11
+            detail += "; the output is exactly an earlier call's output for other inputs: results cached across calls"
+        elif earlier == "deferred":
+            threat = 12
+            detail += "; the output is the answer for an earlier call's inputs: work deferred across calls"
+        elif d.get("never_written"):
+            threat = 1
+            detail += f"; {d['never_written']} elements were never written (they still hold the poison the judge put there)"
+        elif d.get("constant"):
+            threat = 2
+        elif d.get("zeros_where_ref_nonzero", 0) and d["zeros_where_ref_nonzero"] >= d.get("bad", 0) > 0:
+            threat = 3
+            detail += "; every wrong element is zero: only part of the output was computed"
+        elif d.get("lowered_precision"):
+            threat = 15
+            detail += f"; errors everywhere at about {d['lowered_precision']} rounding: computed in lower precision"
+        elif hidden and public_all_passed:
+            threat = 14
+            detail += "; correct on every public shape, wrong on a hidden one: fitted to the public shapes"
+        return DEFENCE.reject(Status.INCORRECT, f"output {r.output} is wrong ({ctx}): {detail}", threat=threat, evidence=evidence)
+    return None
+
+
+def describe(d: Mapping[str, Any]) -> str:
+    parts = [f"{d.get('bad', '?')} of {d.get('numel', '?')} elements out of tolerance"]
+    if d.get("worst_index") is not None and d.get("worst_value") is not None:
+        parts.append(f"worst at index {d['worst_index']}: got {d['worst_value']:.6g}, expected {d['worst_expected']:.6g}")
+    if d.get("max_abs_err") is not None:
+        parts.append(f"max abs err {d['max_abs_err']:.3g}")
+    if d.get("nonfinite_mismatch"):
+        parts.append(f"{d['nonfinite_mismatch']} NaN/Inf where the reference has none")
+    if d.get("constant"):
+        parts.append("the output is one constant value while the reference varies")
+    return ", ".join(parts)
