@@ -49,6 +49,8 @@ def warm_up() -> None:
     from . import arena, heap, integrity, messages, timing, trace  # noqa: F401  (bind originals)
 
     trace.install_launch_hooks()
+    trace.follow_threads()
+    trace.watch_evasions()
     _watch_capture_queries()
     _record_thread_starts()
     _STATE["snapshot"] = integrity.snapshot()
@@ -384,6 +386,7 @@ def _signals(*, rec: Any = None, kernels: list[str] | None = None, aliases: list
         "new_threads": _new_threads()[:300],
         "task_globals": _changed_task_globals(),
         "torch_ops": dict(rec.ops) if rec is not None else {},
+        "trace_evasions": sorted(rec.evasions) if rec is not None else [],
         "launches": dict(rec.launches) if rec is not None else {},
         "gpu_kernels": sorted(set(kernels or []))[:1000],
         "aliases": aliases or [],
@@ -504,15 +507,32 @@ def _watch_capture_queries() -> None:
 
 
 def _record_thread_starts() -> None:
-    """Remember every thread started from Python, even one that has already finished (#6)."""
+    """Remember every thread started, even one that has already finished (#6): through
+    ``threading`` by name, and raw ``_thread`` starts as such."""
+    import _thread
+
     started: list[str] = _STATE.setdefault("started", [])
     original = threading.Thread.start
 
     def start(self: threading.Thread) -> None:
         started.append(self.name)
-        return original(self)
+        _STATE["via_threading"] = _STATE.get("via_threading", 0) + 1
+        try:
+            return original(self)
+        finally:
+            _STATE["via_threading"] -= 1
 
     threading.Thread.start = start
+    raw = _thread.start_new_thread
+
+    def start_raw(function: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _STATE.get("via_threading"):
+            started.append(f"raw thread running {getattr(function, '__qualname__', '?')}")
+        return raw(function, *args, **kwargs)
+
+    _thread.start_new_thread = start_raw
+    if hasattr(_thread, "start_new"):
+        _thread.start_new = start_raw
 
 
 def _new_threads() -> list[str]:

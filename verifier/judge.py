@@ -664,9 +664,9 @@ class Judge:
 def _signals_rules(s: M.Signals, ctx: str, task: Task, own: list[str], on_gpu: bool, *, call: bool) -> Rejected | None:
     """The worker's early signals, in a fixed order (the first that fires rejects)."""
     rejection = (integrity.replaced(s.tampered, ctx) or integrity.task_globals(s.task_globals, ctx)
+                 or reference_call.traced(s.torch_ops, ctx, task.allow_torch_ops, s.trace_evasions)
                  or threads.started(s.new_threads, ctx) or output_type.modes(s.modes, ctx)
-                 or capture.queried(s.capture_queries, ctx) or l2.pinned(s.l2_persisting_limit, ctx)
-                 or reference_call.traced(s.torch_ops, ctx, task.allow_torch_ops))
+                 or capture.queried(s.capture_queries, ctx) or l2.pinned(s.l2_persisting_limit, ctx))
     if rejection is None and call:
         rejection = ghost.aliased(s.aliases, ctx) or ghost.launched(s.launches, s.gpu_kernels, own, ctx, on_gpu)
     return rejection

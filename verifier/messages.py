@@ -95,6 +95,7 @@ class Signals:
     new_threads: list[str] = _meta_default(factory=list, max_len=300)
     task_globals: list[str] = _meta_default(factory=list, max_len=300)
     torch_ops: dict[str, int] = _meta_default(factory=dict, min=0, max_len=300)
+    trace_evasions: list[str] = _meta_default(factory=list, max_len=100)
     launches: dict[str, int] = _meta_default(factory=dict, min=0, max_len=300)
     gpu_kernels: list[str] = _meta_default(factory=list, max_len=1000)
     late_writes: list[bool] = _meta_default(factory=list)

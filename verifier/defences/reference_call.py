@@ -30,9 +30,12 @@ DEFENCE = register(Defence(
            "and launch kernels."))
 
 
-def traced(ops: Mapping[str, int], ctx: str, allow: bool) -> Rejected | None:
+def traced(ops: Mapping[str, int], ctx: str, allow: bool, evasions: Sequence[str] = ()) -> Rejected | None:
     if allow:
         return None
+    if evasions:
+        return DEFENCE.reject(Status.CHEAT, f"forward switched off the op trace ({', '.join(evasions[:3])}) ({ctx}): its torch ops "
+                              "would go unseen", threat=16, evidence={"evasions": list(evasions)[:20]})
     used = sorted(op for op in ops if not is_allowed_aten(op))
     if used:
         return DEFENCE.reject(Status.CHEAT, f"forward ran torch compute ops {used[:5]} ({ctx}); this task requires the work "
