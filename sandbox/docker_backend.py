@@ -2,8 +2,9 @@
 
 Each worker is one container of the worker image (``kernforge sandbox build-image``) running the
 same generic worker (``kernforge.sandbox.worker``, entered through docker_entry.py) with the
-same job channel: two FIFOs and a control socket in the worker's private folder, which is bound
-into the container at the same absolute path (see docker_worker.py). Containers are started ahead
+same channels: two FIFOs, a control socket and the descriptor channel's socket in the worker's
+private folder, which is bound into the container at the same absolute path (see
+docker_worker.py). Containers are started ahead
 of time by the process backend's pool thread (preloaded and warmed up like process workers) and
 refilled in the background; sessions are the process backend's sessions.
 

@@ -11,11 +11,14 @@ at the same path:
    ptrace it nor read its memory, and as pid 1 of the container's pid namespace it ignores every
    signal sent from inside that it has no handler for (SIGKILL included);
 3. the job channel: two FIFOs in ``chan/`` (``to_worker``, ``from_worker``), which behave exactly
-   like the process backend's pipes; then the control socket ``chan/control``, on which it sends
-   the parent's one-time token so the parent knows the FIFOs are open at this end;
+   like the process backend's pipes; the descriptor channel, a connection to the Unix socket
+   ``chan/fds``; then the control socket ``chan/control``. On each socket it sends the parent's
+   one-time token, so the parent knows the connection is this entry point's and, once the
+   control socket's token came, that the FIFOs are open at this end;
 4. ``worker.main`` runs in this same process with those descriptors: the supervisor forks the
-   job process, reports its end on the control socket, and kills everything when the parent
-   closes it (pid 1: everything in the container).
+   job process (which alone keeps the job and descriptor channels), reports its end on the
+   control socket, and kills everything when the parent closes it (pid 1: everything in the
+   container).
 """
 
 from __future__ import annotations
@@ -36,16 +39,23 @@ def _redirect_output(folder: str) -> None:
 
 
 def join(config: dict) -> list[int]:
-    """Open the channel the parent prepared; the three descriptors the worker expects."""
+    """Open the channels the parent prepared; the four descriptors the worker expects."""
     folder = config["chan"]
     from_worker = os.open(os.path.join(folder, "from_worker"), os.O_WRONLY | os.O_NOFOLLOW)
     # The parent holds a placeholder writer until it has seen the token, so this neither blocks
     # nor sees end-of-file in between.
     to_worker = os.open(os.path.join(folder, "to_worker"), os.O_RDONLY | os.O_NOFOLLOW)
-    control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    control.connect(os.path.join(folder, "control"))
-    control.sendall(config["token"].encode())
-    return [to_worker, from_worker, control.detach()]
+    # The descriptor channel first: the parent takes it before the control connection, which
+    # tells it the entry point has joined.
+    fds, control = _connect(os.path.join(folder, "fds"), config), _connect(os.path.join(folder, "control"), config)
+    return [to_worker, from_worker, control, fds]
+
+
+def _connect(path: str, config: dict) -> int:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    sock.sendall(config["token"].encode())
+    return sock.detach()
 
 
 def main(argv: list[str]) -> None:

@@ -7,8 +7,9 @@ trusted reference worker) read them:
 * ``work/``: the job's cwd, HOME and TMPDIR, owned by the worker's uid;
 * ``io/``: ``stdout`` and ``stderr``, made by the parent, which reads them through descriptors
   it opened itself (a candidate that swaps the names for links reaches nothing);
-* ``chan/``: the job channel (two FIFOs) and the control socket; the parent removes them once
-  the container's entry point (docker_entry.py) has opened them, before any job exists.
+* ``chan/``: the job channel (two FIFOs), the control socket and the descriptor channel's socket;
+  the parent removes them once the container's entry point (docker_entry.py) has opened them,
+  before any job exists.
 
 Everything the parent needs to police the container comes from the host: the container's init
 process (the worker's supervisor) is found in /proc and held through a pidfd, so killing it is
@@ -42,6 +43,8 @@ from .spawn import STDERR_IN_ERRORS, read_ready_frame, remove_tree
 
 PRIVATE_PREFIX = "kf-dkr-"
 log = logging.getLogger(__name__)
+#: The files in ``chan/`` through which the entry point joins the parent, removed once it has.
+RENDEZVOUS = ("to_worker", "from_worker", "control", "fds")
 #: How long teardown waits for a killed container's processes to be gone.
 EXIT_WAIT_SECONDS = 20.0
 
@@ -102,8 +105,10 @@ class DockerWorker:
         self.host_pid: int | None = None
         self.chan_r = self.chan_w = -1
         self.ctl: socket.socket | None = None
+        self.fds_sock: socket.socket | None = None
         self._placeholder = -1
         self._listener: socket.socket | None = None
+        self._fds_listener: socket.socket | None = None
         self._pidfd = -1
         self._oom_file: str | None = None
         self._oom_before = 0
@@ -141,15 +146,13 @@ class DockerWorker:
         self.chan_r = os.open(chan / "from_worker", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         # A writer that keeps the worker's reads from seeing end-of-file until the real one opens.
         self._placeholder = os.open(chan / "to_worker", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(chan / "control"))
-        self._listener.listen(4)
-        self._listener.setblocking(False)
+        self._listener, self._fds_listener = _listen(chan / "control"), _listen(chan / "fds")
         if uid != os.getuid():
             os.chown(self.workdir, uid, gid)
-            for name in ("to_worker", "from_worker", "control"):
+            for name in RENDEZVOUS:
                 os.chown(chan / name, uid, gid)
         self._epoll.register(self._listener.fileno(), select.EPOLLIN)
+        self._epoll.register(self._fds_listener.fileno(), select.EPOLLIN)
         self._epoll.register(self.chan_r, select.EPOLLIN)
         self.container_id = self._create(uid, gid)
         self.engine.call("start", self.container_id)
@@ -240,14 +243,38 @@ class DockerWorker:
         return read_ready_frame(self)
 
     def _accept(self) -> None:
-        """Take the entry point's control connection once it proves itself with the token; then
-        open the real writer of the job channel and remove the rendezvous files."""
-        assert self._listener is not None
+        """Take the entry point's two connections (the descriptor channel, then the control
+        socket) as each proves itself with the token; then open the real writer of the job
+        channel and remove the rendezvous files."""
+        if self.fds_sock is None:
+            self.fds_sock = self._take(self._fds_listener)
+            if self.fds_sock is None:
+                return
+            self.fds_sock.setblocking(False)
+            self._close_listener(self._fds_listener)
+            self._fds_listener = None
+        conn = self._take(self._listener)
+        if conn is None:
+            return
+        conn.setblocking(True)
+        chan = self.private / "chan"
+        self.chan_w = os.open(chan / "to_worker", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.close(self._placeholder)
+        self._placeholder = -1
+        self._close_listener(self._listener)
+        self._listener = None
+        for name in RENDEZVOUS:
+            os.unlink(chan / name)
+        self.ctl = conn
+
+    def _take(self, listener: socket.socket | None) -> socket.socket | None:
+        """The first connection waiting on ``listener`` that sends the token (None: none yet)."""
+        assert listener is not None
         while True:
             try:
-                conn, _ = self._listener.accept()
+                conn, _ = listener.accept()
             except BlockingIOError:
-                return
+                return None
             conn.settimeout(5.0)
             try:
                 token = b""
@@ -259,19 +286,13 @@ class DockerWorker:
             except OSError:
                 token = b""
             if token == self._token.encode():
-                break
+                return conn
             conn.close()  # not our entry point: keep waiting for it
-        conn.setblocking(True)
-        chan = self.private / "chan"
-        self.chan_w = os.open(chan / "to_worker", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        os.close(self._placeholder)
-        self._placeholder = -1
-        self._epoll.unregister(self._listener.fileno())
-        self._listener.close()
-        self._listener = None
-        for name in ("to_worker", "from_worker", "control"):
-            os.unlink(chan / name)
-        self.ctl = conn
+
+    def _close_listener(self, listener: socket.socket | None) -> None:
+        assert listener is not None
+        self._epoll.unregister(listener.fileno())
+        listener.close()
 
     def startup_error(self) -> str:
         tail = self.tail("stderr", STDERR_IN_ERRORS).strip() or "(no output)"
@@ -354,10 +375,10 @@ class DockerWorker:
                 os.close(fd)
         self.chan_r = self.chan_w = self._placeholder = -1
         self._outputs.clear()
-        for sock in (self.ctl, self._listener):
+        for sock in (self.ctl, self.fds_sock, self._listener, self._fds_listener):
             if sock is not None:
                 sock.close()
-        self.ctl = self._listener = None
+        self.ctl = self.fds_sock = self._listener = self._fds_listener = None
         self._epoll.close()
         if self.lease is not None:
             uids.release(self.lease, clean=procs.sweep_uid(self.lease.uid))
@@ -386,6 +407,14 @@ def call_quietly(engine: Engine, name: str, container_id: str, **kwargs) -> bool
             return False
         raise SandboxError(f"docker {name} {container_id[:12]}: {e.explanation or e}") from None
     return True
+
+
+def _listen(path: Path) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    listener.setblocking(False)
+    return listener
 
 
 def _readable(fd: int) -> bool:

@@ -4,25 +4,32 @@ The sandbox knows nothing about kernels. A *job* is an entry point named ``"modu
 plus a JSON payload; the worker imports the module and calls ``function(channel, payload)``.
 The job talks to the trusted parent through ``channel`` (a dedicated pair of pipes, never
 stdout/stderr, which are captured and kept as diagnostics) with JSON messages, so the parent can
-reveal data (seeds) only when it is needed and time each phase with its own clock.
+reveal data (seeds) only when it is needed and time each phase with its own clock. A second,
+optional channel carries file descriptors (a Unix socket, SCM_RIGHTS): the trusted side can share
+memory with the worker (a memfd, exported device memory) without copying it through JSON.
 
 Everything that comes back from a worker is untrusted: the untrusted candidate shares the
 worker's process and may write to the channel too. The parent validates every frame (size,
 JSON, a dict) and raises ``WorkerFailure(PROTOCOL_VIOLATION)`` otherwise; the meaning of the
-messages is checked by whoever reads them.
+messages is checked by whoever reads them. Descriptor messages are checked the same way (see
+fdframes.FdReader), and no descriptor a worker sends stays open in the parent unless it is
+handed to the caller.
 
-Only the standard library is imported here.
+Only the standard library is imported here (and fdframes.py, which imports only it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import struct
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
+
+from .fdframes import MAX_FDS_PER_MESSAGE, MAX_TAG_CHARS, FdReader, encode_fd_frame, fd_list, send_fd_frame
 
 #: A frame is a 4-byte big-endian length then that many bytes of UTF-8 JSON (an object).
 HEADER = struct.Struct(">I")
@@ -31,6 +38,10 @@ MAX_FRAME_BYTES = 16 * 1024 * 1024
 #: File descriptors the job channel uses inside the worker: parent->worker and worker->parent.
 WORKER_READ_FD = 3
 WORKER_WRITE_FD = 4
+
+#: The descriptor channel inside the job process: a Unix stream socket to the parent, carrying
+#: messages of a short tag and 0..MAX_FDS_PER_MESSAGE descriptors (framing: fdframes.py).
+WORKER_FDS_FD = 6
 
 #: Frames carrying this key belong to the sandbox itself (ready, job, exit); a job must not use it.
 #: The parent never returns such frames from ``recv``.
@@ -199,11 +210,16 @@ class FrameBuffer:
 
 
 class Channel:
-    """The worker's end of the job channel (blocking). Used by job entry points."""
+    """The worker's end of the job channel and of the descriptor channel (blocking). Used by job
+    entry points. It owns the descriptor channel's socket (``fds_fd``) once it has used it."""
 
-    def __init__(self, read_fd: int = WORKER_READ_FD, write_fd: int = WORKER_WRITE_FD):
+    def __init__(self, read_fd: int = WORKER_READ_FD, write_fd: int = WORKER_WRITE_FD,
+                 fds_fd: int = WORKER_FDS_FD):
         self._read_fd = read_fd
         self._write_fd = write_fd
+        self._fds_fd = fds_fd
+        self._fds_sock: socket.socket | None = None
+        self._fds_reader = FdReader()
 
     def send(self, message: Mapping[str, Any]) -> None:
         data = encode(message)
@@ -229,6 +245,33 @@ class Channel:
             n -= len(chunk)
         return b"".join(chunks)
 
+    def send_fds(self, fds: Sequence[int], tag: str = "") -> None:
+        """Send ``fds`` and ``tag`` (at most MAX_TAG_CHARS) as one descriptor message. The parent
+        gets copies: ``fds`` stay open here."""
+        frame, numbers = encode_fd_frame(tag), fd_list(fds)
+        sock = self._fd_socket()
+        sent = send_fd_frame(sock, frame, numbers)
+        if sent < len(frame):
+            sock.sendall(frame[sent:], socket.MSG_NOSIGNAL)
+
+    def recv_fds(self) -> tuple[str, list[int]]:
+        """The next descriptor message from the parent: its tag and descriptors (the job's to
+        close). EOFError when the parent closed the channel."""
+        sock = self._fd_socket()
+        while True:
+            message = self._fds_reader.pop()
+            if message is not None:
+                return message
+            if not self._fds_reader.receive(sock):
+                raise EOFError("parent closed the descriptor channel")
+
+    def _fd_socket(self) -> socket.socket:
+        # Wrapped on first use: a job that never passes descriptors never touches the socket.
+        if self._fds_sock is None:
+            self._fds_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=self._fds_fd)
+            self._fds_sock.setblocking(True)
+        return self._fds_sock
+
 
 class Session(Protocol):
     """The parent's end of one job in one worker. Use as a context manager; closing kills the
@@ -245,6 +288,18 @@ class Session(Protocol):
     def recv(self, timeout: float | None = None) -> dict[str, Any]:
         """Next message; raises WorkerFailure (TIMEOUT when ``timeout`` or the session's wall
         deadline passes, or the class of the worker's death)."""
+        ...
+
+    def send_fds(self, fds: Sequence[int], tag: str = "", timeout: float | None = None) -> None:
+        """Send ``fds`` with ``tag`` as one descriptor message (at most MAX_FDS_PER_MESSAGE and
+        MAX_TAG_CHARS, else ValueError). The worker gets copies: the caller's stay open. Raises
+        WorkerFailure as ``send`` does."""
+        ...
+
+    def recv_fds(self, timeout: float | None = None) -> tuple[str, list[int]]:
+        """Next descriptor message: its tag and descriptors, which the caller now owns and must
+        close. Raises WorkerFailure as ``recv`` does, PROTOCOL_VIOLATION for a malformed message
+        (whose descriptors are closed) or a job that closed its end of the descriptor channel."""
         ...
 
     def close(self) -> Diagnostics: ...

@@ -1,10 +1,10 @@
-"""One job in one worker, seen from the trusted parent: send, recv, close.
+"""One job in one worker, seen from the trusted parent: send, recv, send_fds, recv_fds, close.
 
 Every byte from the worker is untrusted. Frames are checked (size, JSON, an object) as they
-arrive; anything else ends the session with PROTOCOL_VIOLATION. When the job process ends, its
-supervisor's report (exact wait status, CPU time) and the worker's last sandbox frame are
-combined into one FailureKind with a reason. Any failure kills the worker at once: a session
-that raised is over.
+arrive, descriptor messages as fdframes.FdReader says; anything else ends the session with
+PROTOCOL_VIOLATION. When the job process ends, its supervisor's report (exact wait status, CPU
+time) and the worker's last sandbox frame are combined into one FailureKind with a reason. Any
+failure kills the worker at once: a session that raised is over.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import math
 import os
 import select
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
+from .fdframes import FdReader, encode_fd_frame, fd_list, send_fd_frame
 from .protocol import RESERVED_KEY, Diagnostics, FailureKind, Limits, SandboxError, WorkerFailure, encode
 from .spawn import Worker
 
@@ -84,6 +86,7 @@ class ProcessSession:
         self._report: dict[str, Any] | None = None
         self._report_buf = b""
         self._eof = False
+        self._fd_reader = FdReader()
         self._closed: Diagnostics | None = None
         self.send({RESERVED_KEY: "job", "entry": entry, "payload": dict(payload), "limits": limits.to_dict()})
         worker.boost()
@@ -91,7 +94,7 @@ class ProcessSession:
     # ---- the Session protocol --------------------------------------------------------------------
     def send(self, message: Mapping[str, Any], timeout: float | None = None) -> None:
         data = memoryview(encode(message))
-        end = min(self.deadline, time.monotonic() + timeout if timeout is not None else math.inf)
+        end = self._end(timeout)
         while data:
             self._raise_if_over()
             try:
@@ -107,7 +110,7 @@ class ProcessSession:
             self._select([], min(remaining, POLL_SECONDS), write=[self.worker.chan_w])
 
     def recv(self, timeout: float | None = None) -> dict[str, Any]:
-        end = min(self.deadline, time.monotonic() + timeout if timeout is not None else math.inf)
+        end = self._end(timeout)
         while True:
             self._raise_if_over()
             message = self._pop()
@@ -120,6 +123,52 @@ class ProcessSession:
                 self._timeout(timeout if end < self.deadline else None)
             self._read(min(remaining, POLL_SECONDS))
 
+    def send_fds(self, fds: Sequence[int], tag: str = "", timeout: float | None = None) -> None:
+        """One descriptor message to the job (Channel.recv_fds); ``fds`` stay the caller's."""
+        data, numbers = memoryview(encode_fd_frame(tag)), fd_list(fds)
+        end = self._end(timeout)
+        attached = False
+        while data:
+            self._raise_if_over()
+            sock = self._fd_socket()
+            try:
+                # The descriptors go with the first bytes that go: a refused sendmsg sent nothing.
+                sent = sock.send(data, socket.MSG_NOSIGNAL) if attached else send_fd_frame(sock, data, numbers)
+                attached = True
+                data = data[sent:]
+                continue
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, ConnectionResetError):
+                self._fd_channel_ended()
+            except OSError:
+                self._raise_if_over()  # closed under us by Backend.close() from another thread
+                raise
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                self._timeout(timeout if end < self.deadline else None)
+            self._select([], min(remaining, POLL_SECONDS), write=[sock.fileno()])
+
+    def recv_fds(self, timeout: float | None = None) -> tuple[str, list[int]]:
+        """The next descriptor message from the job (Channel.send_fds): its tag and descriptors,
+        which the caller owns from here."""
+        end = self._end(timeout)
+        while True:
+            self._raise_if_over()
+            try:
+                message = self._fd_reader.pop()
+            except ValueError as e:
+                self._protocol_violation(e)
+            if message is not None:
+                return message
+            sock = self._fd_socket()
+            if self._report is not None and not self._select([sock.fileno()], 0):
+                self._fd_channel_ended()  # the job process is over and sent nothing more
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                self._timeout(timeout if end < self.deadline else None)
+            self._read_fds(sock, min(remaining, POLL_SECONDS))
+
     def close(self) -> Diagnostics:
         with self._lock:
             if self._closed is not None:
@@ -129,6 +178,7 @@ class ProcessSession:
         self._collect_report(0)
         self.worker.kill()
         diagnostics = self._partial_diagnostics()
+        self._fd_reader.close()  # descriptors of a message that never completed
         self.worker.cleanup()
         self._closed = diagnostics
         if self._on_close is not None:
@@ -178,6 +228,10 @@ class ProcessSession:
             raise SandboxError("the session is closed")
         if self._failure is not None:
             raise self._failure
+
+    def _end(self, timeout: float | None) -> float:
+        """When a call with this ``timeout`` must give up: that, or the session's deadline."""
+        return min(self.deadline, time.monotonic() + timeout if timeout is not None else math.inf)
 
     def _timeout(self, per_call: float | None) -> None:
         if per_call is not None:
@@ -255,3 +309,56 @@ class ProcessSession:
         kind, reason = classify(self._final, self._report, self.limits)
         self.fail(kind, reason)
         self._raise_if_over()
+
+    # ---- the descriptor channel ------------------------------------------------------------------
+    def _fd_socket(self) -> socket.socket:
+        sock = self.worker.fds_sock
+        if sock is None:
+            self._raise_if_over()  # cleaned up by Backend.close() from another thread
+            raise SandboxError("the worker has no descriptor channel")
+        return sock
+
+    def _read_fds(self, sock: socket.socket, timeout: float) -> None:
+        """Wait up to ``timeout`` and take one read of the descriptor channel (and the
+        supervisor's report, if it comes meanwhile)."""
+        watch = [sock.fileno()]
+        if self._report is None and self.worker.ctl is not None:
+            watch.append(self.worker.ctl.fileno())
+        readable = self._select(watch, timeout)
+        if watch[0] in readable:
+            try:
+                if not self._fd_reader.receive(sock):
+                    self._fd_channel_ended()
+            except BlockingIOError:
+                pass
+            except ConnectionResetError:
+                self._fd_channel_ended()
+            except ValueError as e:
+                self._protocol_violation(e)
+            except OSError:
+                self._raise_if_over()  # closed under us by Backend.close() from another thread
+                raise
+        if len(watch) > 1 and watch[1] in readable:
+            self._collect_report(0)
+
+    def _protocol_violation(self, error: ValueError) -> None:
+        self.fail(FailureKind.PROTOCOL_VIOLATION, f"descriptor channel: {error}")
+        self._raise_if_over()
+
+    def _fd_channel_ended(self) -> None:
+        """The descriptor channel closed, or the job process ended, with no message for us: the
+        session is over. Classify how the job ended (its exit frame is on the job channel, the
+        supervisor's report on the control socket), or, if it is still running after a grace
+        period, call it a protocol violation: the job closed its end of the channel."""
+        deadline = time.monotonic() + GRACE_SECONDS
+        while True:
+            self._raise_if_over()
+            while self._pop() is not None:
+                pass  # the session fails below whatever comes: only the sandbox's exit frame counts
+            if self._eof or (self._report is not None and not self._readable(0)):
+                self._finish()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.fail(FailureKind.PROTOCOL_VIOLATION, "the job closed its end of the descriptor channel")
+                self._raise_if_over()
+            self._read(min(remaining, POLL_SECONDS))

@@ -2,9 +2,10 @@
 
 A worker owns a private folder ``kf-sbx-*`` (mode 0711, the parent's) holding ``work/`` (the
 worker's cwd, HOME and TMPDIR, owned by its uid) and the ``stdout``/``stderr`` files, which the
-worker cannot see or change. Three descriptors join it to the parent: the job channel (two
-pipes, fds 3 and 4 in the worker) and a control socket to its supervisor (fd 5), which carries
-the job process's exact wait status and whose closing tells the supervisor to kill everything.
+worker cannot see or change. Four descriptors join it to the parent: the job channel (two
+pipes, fds 3 and 4 in the worker), a control socket to its supervisor (fd 5), which carries
+the job process's exact wait status and whose closing tells the supervisor to kill everything,
+and the descriptor channel (a Unix socket pair, fd 6 in the job process).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Worker:
         self.started = time.monotonic()
         self.chan_r = self.chan_w = -1
         self.ctl: socket.socket | None = None
+        self.fds_sock: socket.socket | None = None
         self._cleaned = False
         try:
             self._start(drop_uid)
@@ -64,7 +66,8 @@ class Worker:
         to_worker_r, self.chan_w = os.pipe()
         self.chan_r, from_worker_w = os.pipe()
         self.ctl, ctl_child = socket.socketpair()
-        child_fds = (to_worker_r, from_worker_w, ctl_child.fileno())
+        self.fds_sock, fds_child = socket.socketpair()
+        child_fds = (to_worker_r, from_worker_w, ctl_child.fileno(), fds_child.fileno())
         strict = self.spec.isolation != "none"
         hidden = (os.path.expanduser("~"),) + tuple(self.spec.hidden_paths) if strict else ()
         needed = python_paths() + tuple(p for p in env.get("PYTHONPATH", "").split(":") if os.path.isabs(p))
@@ -94,7 +97,9 @@ class Worker:
                 for fd in (to_worker_r, from_worker_w):
                     os.close(fd)
                 ctl_child.close()
+                fds_child.close()
         os.set_blocking(self.chan_w, False)
+        self.fds_sock.setblocking(False)
 
     # ---- start-up --------------------------------------------------------------------------------
     def fileno(self) -> int:
@@ -172,9 +177,10 @@ class Worker:
             if fd >= 0:
                 os.close(fd)
         self.chan_r = self.chan_w = -1
-        if self.ctl is not None:
-            self.ctl.close()
-            self.ctl = None
+        for sock in (self.ctl, self.fds_sock):
+            if sock is not None:
+                sock.close()
+        self.ctl = self.fds_sock = None
         if self.lease is not None:
             uids.release(self.lease, clean=procs.sweep_uid(self.lease.uid))
             self.lease = None

@@ -6,7 +6,8 @@ Generic: it knows nothing about kernels. Two processes:
   namespace, forks the job process, and waits. When the job process ends it reports the exact
   wait status on the control socket (fd 5) and, inside a private pid namespace, kills whatever
   the job left behind; when the parent goes away (EOF on fd 5) it kills everything. It keeps
-  root, so a candidate cannot signal it or forge its report.
+  root, so a candidate cannot signal it or forge its report. It keeps none of the job's
+  channels: the JSON pipes (fds 3, 4) and the descriptor socket (fd 6) are the job's alone.
 * the **job process**: drops to the worker's private uid (or drops every capability), imports
   the preload modules, runs the trusted warmup, says ``ready``, then blocks for one job
   ``{entry, payload, limits}``. It applies the limits it can apply itself (CPU seconds counted
@@ -29,7 +30,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from .protocol import RESERVED_KEY, WORKER_READ_FD, WORKER_WRITE_FD, Channel
+from .protocol import RESERVED_KEY, WORKER_FDS_FD, WORKER_READ_FD, WORKER_WRITE_FD, Channel
 
 CONTROL_FD = 5
 PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT = 36, 38, 24, 47
@@ -39,12 +40,18 @@ EXIT_STARTUP_FAILED = 70
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+#: Where ``_install_fds`` puts the descriptors the parent passed, in the order it passed them.
+INSTALLED_FDS = (WORKER_READ_FD, WORKER_WRITE_FD, CONTROL_FD, WORKER_FDS_FD)
+
+
 def _install_fds(fds: list[int]) -> None:
-    """Move the inherited channel, whatever their numbers, to fds 3, 4 and 5."""
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]  # clear of 3..5 while we shuffle
+    """Move the inherited channels, whatever their numbers, to fds 3, 4, 5 and 6."""
+    if len(fds) != len(INSTALLED_FDS):
+        raise ValueError(f"the worker needs {len(INSTALLED_FDS)} descriptors, got {fds}")
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]  # clear of 3..6 while we shuffle
     for fd in fds:
         os.close(fd)
-    for target, fd in zip((WORKER_READ_FD, WORKER_WRITE_FD, CONTROL_FD), high):
+    for target, fd in zip(INSTALLED_FDS, high):
         os.dup2(fd, target)
         os.close(fd)
 
@@ -182,8 +189,8 @@ def _reap(child: int) -> tuple[int, Any] | None:
 
 
 def supervise(child: int, config: dict) -> None:
-    os.close(WORKER_READ_FD)
-    os.close(WORKER_WRITE_FD)
+    for fd in (WORKER_READ_FD, WORKER_WRITE_FD, WORKER_FDS_FD):
+        os.close(fd)  # the parent must see the job's end of each channel close when the job ends
     watch = [CONTROL_FD]
     try:
         watch.append(os.pidfd_open(child))

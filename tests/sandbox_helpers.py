@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import time
 import uuid
@@ -66,6 +67,31 @@ def assert_next_job_ok(backend) -> None:
     assert outcome.failure is None, outcome.failure
     assert outcome.message["echo"] == {"token": token}
     assert outcome.message["home"] == str(outcome.workdir)
+
+
+def parent_fds() -> int:
+    """How many descriptors this process (the trusted parent) has open."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _settle(backend) -> None:
+    """The pool warm (each warm worker holds a few of the parent's descriptors) and, for the
+    docker backend, the engine's idle connections closed: the Docker SDK keeps one per URL it
+    called (a container's id is in its URLs), up to 25, which is a cache, not a leak."""
+    backend.wait_warm(120)
+    engine = getattr(backend, "engine", None)
+    if engine is not None:
+        engine.call("close")
+
+
+@contextlib.contextmanager
+def no_descriptor_leak(backend) -> Iterator[None]:
+    """The parent has no more descriptors open after the block than before it."""
+    _settle(backend)
+    before = parent_fds()
+    yield
+    _settle(backend)
+    assert wait_until(lambda: parent_fds() <= before, timeout=10), f"{parent_fds() - before} descriptors leaked"
 
 
 def plant_secrets() -> pytest.MonkeyPatch:

@@ -4,10 +4,15 @@ Each test runs one hostile job (tests/sandbox_jobs/hostile.py) in a shared warm 
 three things: the parent gets a classified failure or a result within the limits it set; nothing
 leaks (no key, no connection, no file outside the workdir, no process left); and the next job in
 the same pool runs normally. Every namespace mechanism this machine offers is exercised.
+
+The descriptor channel (tests/sandbox_jobs/fds.py) is tested the same way: memory shared both
+ways through it, and hostile jobs abusing it, after which the parent holds no more descriptors
+than before.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 import uuid
@@ -16,10 +21,12 @@ from pathlib import Path
 import pytest
 
 from kernforge.sandbox import FailureKind, Limits, ProcessBackend, WorkerFailure, WorkerSpec
+from kernforge.sandbox.protocol import MAX_FDS_PER_MESSAGE, MAX_TAG_CHARS
 
 sys.path.append(str(Path(__file__).resolve().parent))  # tests/ helpers (importlib import mode)
 from sandbox_helpers import (LIMITS, NEEDLE, REPO, TESTS, assert_connections_refused, assert_next_job_ok,  # noqa: E402
-                             leftovers, mechanism_available, plant_secrets, run_job, world_writable_dir)
+                             leftovers, mechanism_available, no_descriptor_leak, parent_fds, plant_secrets, run_job,
+                             world_writable_dir)
 
 
 def _mechanisms() -> list[str]:
@@ -238,3 +245,189 @@ def test_parent_exception_inside_session_kills_worker(pool):
 
 def test_pool_refills(pool):
     assert pool.wait_warm(timeout=120) == pool.pool_size
+
+
+# ---- the descriptor channel -------------------------------------------------------------------
+FDS = "sandbox_jobs.fds"
+#: Messages of descriptors with odd tags: several in one, none, the limits of both.
+MESSAGES = [
+    {"tag": "three in one", "contents": ["a", "bb", "ccc"]},
+    {"tag": "", "contents": []},
+    {"tag": "ünïcødé ✓ \u0000 \n", "contents": ["x"]},
+    {"tag": "t" * MAX_TAG_CHARS, "contents": [f"fd {i}" for i in range(MAX_FDS_PER_MESSAGE)]},
+]
+
+
+def memfd(content: bytes) -> int:
+    fd = os.memfd_create("kf-parent")
+    os.write(fd, content)
+    return fd
+
+
+def contents(fds: list[int]) -> list[str]:
+    return [os.pread(fd, 1 << 16, 0).decode() for fd in fds]
+
+
+def close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def test_parent_memory_is_shared_with_the_job(pool):
+    fd = memfd(b"parent bytes" + bytes(4096 - 12))
+    mine = mmap.mmap(fd, 4096)  # before the count: a mapping holds a descriptor of its own
+    try:
+        with no_descriptor_leak(pool):
+            with pool.session(f"{FDS}:rewrite_shared", {"length": 12, "write": "JOB WROTE IT"}, LIMITS) as session:
+                session.send_fds([fd], "arena", timeout=30)
+                assert session.recv(30) == {"tag": "arena", "read": "parent bytes", "mapped": "parent bytes"}
+            assert mine[:12] == b"JOB WROTE IT" and os.pread(fd, 12, 0) == b"JOB WROTE IT"
+    finally:
+        mine.close()
+        os.close(fd)  # still the parent's: send_fds closed nothing
+    assert_next_job_ok(pool)
+
+
+def test_job_memory_is_shared_with_the_parent(pool):
+    with no_descriptor_leak(pool):
+        with pool.session(f"{FDS}:share_own", {"messages": [{"tag": "job arena", "contents": ["job bytes"]}]},
+                          LIMITS) as session:
+            tag, fds = session.recv_fds(30)
+            assert tag == "job arena" and contents(fds) == ["job bytes"]
+            with mmap.mmap(fds[0], 9) as theirs:
+                assert theirs[:] == b"job bytes"
+                theirs[:] = b"JOB BYTES"
+            close_all(fds)
+            assert session.recv(30) == {"sent": 1}
+            session.send({"go": True})
+            assert session.recv(30) == {"first": "JOB BYTES"}, "the job does not see the parent's write"
+
+
+def test_messages_sent_early_arrive_in_order_with_their_tags(pool):
+    """Several messages, several descriptors each, all sent before the parent asks for one."""
+    with no_descriptor_leak(pool):
+        with pool.session(f"{FDS}:share_own", {"messages": MESSAGES}, LIMITS) as session:
+            assert session.recv(30) == {"sent": len(MESSAGES)}
+            for message in MESSAGES:
+                tag, fds = session.recv_fds(30)
+                got = contents(fds)
+                close_all(fds)
+                assert (tag, got) == (message["tag"], message["contents"])
+            session.send({"go": True})
+            assert session.recv(30) == {"first": "a"}
+
+
+def test_parent_sends_several_messages_and_descriptors(pool):
+    with no_descriptor_leak(pool):
+        with pool.session(f"{FDS}:describe_received", {"messages": len(MESSAGES)}, LIMITS) as session:
+            with pytest.raises(ValueError):
+                session.send_fds([0] * (MAX_FDS_PER_MESSAGE + 1))
+            with pytest.raises(ValueError):
+                session.send_fds([], "t" * (MAX_TAG_CHARS + 1))
+            for message in MESSAGES:  # the refused calls sent nothing
+                fds = [memfd(text.encode()) for text in message["contents"]]
+                try:
+                    session.send_fds(fds, message["tag"], timeout=30)
+                    for fd in fds:
+                        os.fstat(fd)  # still open: the worker got copies
+                finally:
+                    close_all(fds)
+            for message in MESSAGES:
+                assert session.recv(30) == message
+
+
+@pytest.mark.parametrize("job, payload, reason", [
+    ("flood_one_message", {"count": 100}, f"more than {MAX_FDS_PER_MESSAGE} descriptors"),
+    ("bad_fd_frame", {"kind": "huge_header"}, "tag (limit"),
+    ("bad_fd_frame", {"kind": "not_utf8"}, "not UTF-8"),
+    ("bad_fd_frame", {"kind": "too_many_chars"}, "300 characters"),
+    ("bad_fd_frame", {"kind": "mid_frame"}, "middle of a frame"),
+])
+def test_bad_descriptor_messages_are_protocol_violations(pool, job, payload, reason):
+    with no_descriptor_leak(pool):
+        with pool.session(f"{FDS}:{job}", payload, LIMITS) as session:
+            assert "sent" in session.recv(30)
+            with pytest.raises(WorkerFailure) as info:
+                session.recv_fds(30)
+    assert info.value.kind is FailureKind.PROTOCOL_VIOLATION and reason in info.value.reason, info.value
+    assert_next_job_ok(pool)
+
+
+def test_descriptor_flood_in_many_messages_stays_bounded(pool):
+    """The parent holds only the messages it asked for; the rest die with the session."""
+    with no_descriptor_leak(pool):
+        with pool.session(f"{FDS}:flood_many_messages", {"messages": 100, "fds": MAX_FDS_PER_MESSAGE},
+                          LIMITS) as session:
+            assert session.recv(30) == {"sending": 100}
+            for number in range(3):
+                tag, fds = session.recv_fds(30)
+                close_all(fds)
+                assert (tag, len(fds)) == (f"flood {number}", MAX_FDS_PER_MESSAGE)
+    assert_next_job_ok(pool)
+
+
+def test_descriptors_of_an_unfinished_message_are_closed_with_the_session(pool):
+    with no_descriptor_leak(pool):
+        before = parent_fds()
+        with pool.session(f"{FDS}:partial_frame", {}, LIMITS) as session:
+            assert session.recv(30) == {"sent": True}
+            with pytest.raises(WorkerFailure) as info:
+                session.recv_fds(timeout=2)
+            assert info.value.kind is FailureKind.TIMEOUT
+            assert parent_fds() >= before + MAX_FDS_PER_MESSAGE, "the half message's descriptors never arrived"
+    assert_next_job_ok(pool)
+
+
+def test_silent_job_times_out_on_recv_fds(pool):
+    with no_descriptor_leak(pool):
+        with pool.session(f"{FDS}:sleep_forever", {}, LIMITS) as session:
+            with pytest.raises(WorkerFailure) as info:
+                session.recv_fds(timeout=1)
+            assert info.value.kind is FailureKind.TIMEOUT and "within 1" in info.value.reason
+            with pytest.raises(WorkerFailure):
+                session.send_fds([], "after the failure")  # a failed session stays failed
+    assert_next_job_ok(pool)
+
+
+def test_job_that_closes_its_descriptor_channel(pool):
+    """The parent sees the job's end close (bwrap's outer process closes what it passed on; with
+    isolation "none" or docker there is none). Under unshare --fork, whose outer process keeps a
+    copy of every descriptor it passed on, the channel just goes silent, as the JSON pipes do
+    when a job closes them."""
+    intermediate = pool.mechanism.name == "namespaces"
+    with no_descriptor_leak(pool):
+        with pool.session(f"{FDS}:close_fd_channel", {}, LIMITS) as session:
+            assert session.recv(30) == {"closed": True}
+            with pytest.raises(WorkerFailure) as info:
+                session.recv_fds(timeout=10 if intermediate else 60)
+    if intermediate:
+        assert info.value.kind is FailureKind.TIMEOUT, info.value
+    else:
+        assert info.value.kind is FailureKind.PROTOCOL_VIOLATION and "descriptor channel" in info.value.reason
+    assert_next_job_ok(pool)
+
+
+@pytest.mark.parametrize("job, kind, expected", [
+    ("raise_error", FailureKind.EXITED_EARLY, "ValueError: candidate blew up"),
+    ("segfault", FailureKind.CRASHED, "SIGSEGV"),
+    ("hard_exit", FailureKind.EXITED_EARLY, "exited with code 7"),
+])
+def test_job_death_during_recv_fds_is_classified(pool, job, kind, expected):
+    with no_descriptor_leak(pool):
+        with pool.session(f"sandbox_jobs.hostile:{job}", {"code": 7}, LIMITS) as session:
+            with pytest.raises(WorkerFailure) as info:
+                session.recv_fds(60)
+    assert info.value.kind is kind and expected in info.value.reason, info.value
+    assert_next_job_ok(pool)
+
+
+def test_descriptors_in_a_trusted_worker():
+    """Isolation "none" (trusted workers): the same channel, both ways, and a job's closed end
+    seen at once."""
+    with ProcessBackend(WorkerSpec(env={"PYTHONPATH": str(TESTS)}, isolation="none"), pool_size=1) as backend:
+        assert backend.mechanism.name == "none"
+        test_parent_memory_is_shared_with_the_job(backend)
+        test_job_memory_is_shared_with_the_parent(backend)
+        test_messages_sent_early_arrive_in_order_with_their_tags(backend)
+        test_bad_descriptor_messages_are_protocol_violations(backend, "flood_one_message", {"count": 100}, "more than")
+        test_job_that_closes_its_descriptor_channel(backend)

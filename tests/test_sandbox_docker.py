@@ -30,10 +30,12 @@ from sandbox_helpers import (LIMITS, NEEDLE, REPO, TESTS, assert_connections_ref
 
 pytestmark = pytest.mark.docker
 
-# The same tests, collected here with this module's `pool` (a DockerBackend). Two of them assert
-# process-backend specifics and have container versions below.
+# The same tests, collected here with this module's `pool` (a DockerBackend), the descriptor
+# channel's included. Two of them assert process-backend specifics and have container versions
+# below; one runs a process backend of its own.
 REUSED = [name for name in dir(hostile) if name.startswith("test_")
-          and name not in ("test_killing_the_parent_fails", "test_writes_outside_workdir_do_not_land")]
+          and name not in ("test_killing_the_parent_fails", "test_writes_outside_workdir_do_not_land",
+                           "test_descriptors_in_a_trusted_worker")]
 globals().update({name: getattr(hostile, name) for name in REUSED})
 
 
@@ -93,6 +95,19 @@ def test_job_sees_a_locked_down_container(pool, tmp_path):
     assert seen["interfaces"] == ["lo"]
     assert seen["ppid"] == 1 and "kernforge.sandbox.docker_entry" in seen["init"]
     assert seen["seen"] == {str(secret): False, str(REPO / "cli.py"): False, str(TESTS): True}
+
+
+def test_rendezvous_files_are_gone_before_any_job(pool):
+    """The entry point joined every channel (FIFOs, control socket, descriptor socket) and their
+    files were removed before the job existed: a candidate finds nothing in chan/ to open."""
+    with pool.session("sandbox_jobs.hostile:conversation", {}, LIMITS) as session:
+        chan = session.worker.private / "chan"
+        assert list(chan.iterdir()) == []
+        assert session.worker.fds_sock is not None
+    names = [str(chan / name) for name in ("to_worker", "from_worker", "control", "fds")]
+    with pool.session("sandbox_jobs.container:probe", {"paths": names}, LIMITS) as session:
+        seen = session.recv(30)
+    assert seen["seen"] == {name: False for name in names}
 
 
 def test_container_configuration(pool):

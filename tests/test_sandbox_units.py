@@ -1,11 +1,14 @@
-"""Sandbox pieces that need no worker: the environment allow-list, framing, failure classes,
-the file-system plan, and the doctor probes."""
+"""Sandbox pieces that need no worker: the environment allow-list, framing (of JSON and of
+descriptor messages), failure classes, the file-system plan, and the doctor probes."""
 
 from __future__ import annotations
 
+import array
 import errno
 import json
+import os
 import signal
+import socket
 import struct
 from pathlib import Path
 
@@ -14,7 +17,8 @@ import pytest
 from kernforge.sandbox import FailureKind, Limits, SandboxError, WorkerSpec
 from kernforge.sandbox.env import is_allowed, worker_env
 from kernforge.sandbox.isolation import MountOp, describe_isolation, mount_plan
-from kernforge.sandbox.protocol import MAX_FRAME_BYTES, FrameBuffer, encode
+from kernforge.sandbox.fdframes import MAX_TAG_BYTES, FdReader, encode_fd_frame
+from kernforge.sandbox.protocol import MAX_FDS_PER_MESSAGE, MAX_FRAME_BYTES, MAX_TAG_CHARS, Channel, FrameBuffer, encode
 from kernforge.sandbox.session import classify
 
 PARENT_ENV = {
@@ -115,6 +119,114 @@ def test_bad_frames_raise_value_error(raw):
 def test_oversized_message_refused_by_sender():
     with pytest.raises(ValueError):
         encode({"x": "a" * (MAX_FRAME_BYTES + 1)})
+
+
+# ---- descriptor messages ------------------------------------------------------------------------
+@pytest.fixture
+def socket_pair():
+    """(parent end, worker end) of a descriptor channel, and a Channel on the worker end."""
+    parent, worker = socket.socketpair()
+    channel = Channel(read_fd=-1, write_fd=-1, fds_fd=worker.detach())
+    yield parent, channel
+    parent.close()
+    channel._fd_socket().close()
+
+
+def open_fds() -> set[int]:
+    return set(map(int, os.listdir("/proc/self/fd")))
+
+
+def memfd(text: str) -> int:
+    fd = os.memfd_create("kf-unit")
+    os.write(fd, text.encode())
+    return fd
+
+
+def read_all(reader: FdReader, sock: socket.socket) -> tuple[str, list[int]]:
+    while (message := reader.pop()) is None:
+        assert reader.receive(sock), "end of stream before a whole message"
+    return message
+
+
+def test_descriptor_messages_both_ways(socket_pair):
+    parent, channel = socket_pair
+    sent = [memfd("one"), memfd("two")]
+    channel.send_fds(sent, "pair ✓")
+    channel.send_fds([], "")
+    reader = FdReader()
+    tag, fds = read_all(reader, parent)
+    assert tag == "pair ✓" and [os.pread(fd, 9, 0) for fd in fds] == [b"one", b"two"]
+    assert not set(fds) & set(sent), "copies, not the sender's numbers"
+    assert read_all(reader, parent) == ("", [])
+    parent.sendmsg([encode_fd_frame("back")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    tag, back = channel.recv_fds()
+    assert tag == "back" and [os.pread(fd, 9, 0) for fd in back] == [b"one", b"two"]
+    for fd in sent + fds + back:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("cut", [1, 3, 4, 5, 9])
+def test_descriptor_frames_split_anywhere_reassemble(socket_pair, cut):
+    parent, channel = socket_pair
+    frame, fd = encode_fd_frame("split tag"), memfd("x")
+    channel._fd_socket().sendmsg([frame[:cut]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    channel._fd_socket().sendall(frame[cut:])
+    tag, fds = read_all(FdReader(), parent)
+    assert tag == "split tag" and len(fds) == 1
+    os.close(fd)
+    os.close(fds[0])
+
+
+@pytest.mark.parametrize("pieces, reason", [
+    ([(struct.pack(">I", MAX_TAG_BYTES + 1), 3)], "limit"),
+    ([(struct.pack(">I", 2) + b"\xff\xfe", 3)], "not UTF-8"),
+    ([(struct.pack(">I", MAX_TAG_CHARS + 1) + b"t" * (MAX_TAG_CHARS + 1), 3)], "characters"),
+    ([(struct.pack(">I", 4), 0), (b"body", 3)], "middle of a frame"),
+    ([(struct.pack(">I", 4) + b"ab", 2), (b"cd", 1)], "middle of a frame"),
+    ([(encode_fd_frame("many"), MAX_FDS_PER_MESSAGE + 5)], "more than"),
+])
+def test_bad_descriptor_frames_close_every_descriptor(socket_pair, pieces, reason):
+    """The reader closes what it received at once, before anyone calls close()."""
+    parent, channel = socket_pair
+    null = os.open("/dev/null", os.O_RDONLY)
+    for data, count in pieces:
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null] * count))] if count else []
+        channel._fd_socket().sendmsg([data], ancillary)
+    before = open_fds()
+    reader = FdReader()
+    with pytest.raises(ValueError, match=reason):
+        read_all(reader, parent)
+    assert open_fds() == before
+    os.close(null)
+
+
+def test_end_of_stream_closes_the_unfinished_message(socket_pair):
+    parent, channel = socket_pair
+    null = os.open("/dev/null", os.O_RDONLY)
+    channel._fd_socket().sendmsg([struct.pack(">I", 9)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null]))])
+    channel._fd_socket().close()
+    before = open_fds()
+    reader = FdReader()
+    assert reader.receive(parent) and reader.pop() is None
+    assert len(open_fds() - before) == 1, "the descriptor came with the header"
+    assert not reader.receive(parent)
+    assert open_fds() == before
+    os.close(null)
+
+
+@pytest.mark.parametrize("fds, tag", [
+    ([0] * (MAX_FDS_PER_MESSAGE + 1), ""), ([], "t" * (MAX_TAG_CHARS + 1)), ([], b"bytes"), ([-1], ""), (["0"], ""),
+])
+def test_channel_refuses_what_a_message_cannot_carry(socket_pair, fds, tag):
+    with pytest.raises((ValueError, TypeError)):
+        socket_pair[1].send_fds(fds, tag)
+
+
+def test_channel_recv_fds_at_end_of_stream(socket_pair):
+    parent, channel = socket_pair
+    parent.close()
+    with pytest.raises(EOFError):
+        channel.recv_fds()
 
 
 # ---- failure classes ----------------------------------------------------------------------------
