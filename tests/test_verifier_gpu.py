@@ -25,14 +25,14 @@ def _describe(verdict) -> str:
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), timing_reps=30, baselines=True)
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), baselines=True)
     with open_judge("cuda:0", pool_size=2, options=options) as j:
         yield j
 
 
 @pytest.fixture(scope="module")
 def runtime_judge(tmp_path_factory):
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), timing_reps=30, baselines=False, static_screen=False)
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), baselines=False, static_screen=False)
     with open_judge("cuda:0", pool_size=2, options=options) as j:
         yield j
 

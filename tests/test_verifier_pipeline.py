@@ -1,9 +1,11 @@
 """The judge's checks are pipelined (the candidate computes the next call while the reference
-worker compares the last one): the pipeline must not change what is revealed or decided.
+worker compares the last one); the pipeline must not change what is revealed or decided:
 
 * hidden shapes are sent only once every public check passed, even with a call sent ahead;
-* a rejection part-way leaves no reference behind in the reference worker;
-* every verdict carries its time breakdown, and output files are reused, two per output.
+* a rejection part-way leaves nothing behind in the reference worker;
+* calls alternate between the two halves of the arena, and only references to the arena travel
+  to the candidate: never a seed, never a value it could draw inputs from;
+* each public shape's first call is repeated on the same inputs at other addresses.
 """
 
 from __future__ import annotations
@@ -26,63 +28,92 @@ WRONG_ON_SECOND_PUBLIC = C.with_forward(
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    options = JudgeOptions(cpu_timing_reps=1, cache_dir=tmp_path_factory.mktemp("cache"))
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"))
     with open_judge("cpu", pool_size=1, options=options) as j:
         yield j
 
 
 @pytest.fixture
 def sent(monkeypatch):
-    """(shape, hidden) of every check sent to the candidate's worker, in order."""
-    seen: list[tuple[dict, bool]] = []
+    """Every message the judge sent to the candidate's worker, in order."""
+    seen: list[dict] = []
     original = Judge._send
-    hidden_shapes = [s.as_dict() for s in load_task(TASKS / "tiny_norm").shapes("cpu", hidden=True)]
 
     def recording(self, session, msg):
-        if msg.get("op") == "check" and msg.get("repeat", True):
-            seen.append((msg["shape"], msg["shape"] in hidden_shapes))
+        seen.append(msg)
         return original(self, session, msg)
 
     monkeypatch.setattr(Judge, "_send", recording)
     return seen
 
 
-def test_hidden_shapes_never_sent_after_a_public_failure(judge, sent):
+@pytest.fixture
+def asked(monkeypatch):
+    """Every request the judge made of its reference worker, in order."""
+    seen: list[dict] = []
+    original = Judge._ask_ref
+
+    def recording(self, reply_type, msg, **kw):
+        seen.append(dict(msg))
+        return original(self, reply_type, msg, **kw)
+
+    monkeypatch.setattr(Judge, "_ask_ref", recording)
+    return seen
+
+
+def _last(asked):
+    return [m["op"] for m in asked if m["op"] != "environment"][-1]
+
+
+def _checks(sent):
+    hidden = [s.as_dict() for s in load_task(TASKS / "tiny_norm").shapes("cpu", hidden=True)]
+    return [(m["shape"], m["shape"] in hidden) for m in sent if m.get("op") == "check"]
+
+
+def test_hidden_shapes_never_sent_after_a_public_failure(judge, sent, asked):
     verdict = judge.verify(WRONG_ON_SECOND_PUBLIC, load_task(TASKS / "tiny_norm"))
     assert not verdict.accepted
     assert "public shape T=8" in verdict.reason, verdict.reason
-    assert sent and not any(hidden for _, hidden in sent), sent
-    assert judge._live_refs == set(), "a rejection left references in the reference worker"
+    checks = _checks(sent)
+    assert checks and not any(hidden for _, hidden in checks), checks
+    assert _last(asked) == "forget", "a rejection part-way leaves nothing in the reference worker"
 
 
-def test_honest_kernel_checks_every_shape_in_order_and_reports_its_time(judge, sent):
-    verdict = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
-    assert verdict.accepted, verdict.reason
+def test_honest_kernel_checks_every_shape_in_order(judge, sent, asked):
     task = load_task(TASKS / "tiny_norm")
-    expected = [(s.as_dict(), hidden) for hidden in (False, True) for s in task.shapes("cpu", hidden=hidden)
-                for _ in task.distributions]
-    assert sent == expected
+    verdict = judge.verify(C.HONEST, task)
+    assert verdict.accepted, verdict.reason
+    expected = []
+    for hidden in (False, True):
+        for s in task.shapes("cpu", hidden=hidden):
+            for i, _ in enumerate(task.distributions):
+                expected.append((s.as_dict(), hidden))
+                if i == 0 and not hidden:
+                    expected.append((s.as_dict(), hidden))  # the repeat
+    assert _checks(sent) == expected
     phases = verdict.environment["phase_seconds"]
-    for step in ("worker.check", "ref.reference", "ref.compare", "worker.time", "worker.check:write", "ref.compare:read"):
+    for step in ("worker.check", "ref.prepare", "ref.compare", "ref.compare:snapshot"):
         assert step in phases and phases[step] >= 0, phases
-    assert sum(v for k, v in phases.items() if ":" not in k) <= verdict.environment["verify_seconds"] + 0.05
-    assert judge._live_refs == set()
+    assert _last(asked) == "forget"
 
 
-def test_checked_outputs_alternate_between_two_files(judge, monkeypatch):
-    """Each checked call's outputs go to one of two files per output, alternating, so the
-    candidate writes one while the reference worker reads the other and the files are reused
-    (kept mapped) rather than piling up, one per call."""
-    compared: list[str] = []
-    original = Judge._ask_ref
-
-    def spying(self, msg, timeout=None):
-        if msg.get("op") == "compare" and isinstance(msg["files"][0], dict) and "/out_" in msg["files"][0]["file"]:
-            compared.append(Path(msg["files"][0]["file"]).name)
-        return original(self, msg, timeout)
-
-    monkeypatch.setattr(Judge, "_ask_ref", spying)
+def test_only_arena_references_reach_the_candidate(judge, sent, asked):
     verdict = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
     assert verdict.accepted, verdict.reason
-    assert len(compared) > 4 and set(compared) == {"out_s0_0.bin", "out_s1_0.bin"}, compared
-    assert all(a != b for a, b in itertools.pairwise(compared)), compared
+    checks = [m for m in sent if m.get("op") == "check"]
+    assert checks and all("seed" not in m and "dist" not in m for m in checks)
+    for m in checks:
+        assert all(set(a) == {"ref"} for a in m["args"]), m["args"]
+    prepared = [m for m in asked if m["op"] == "prepare"]
+    assert all("seed" in m for m in prepared), "seeds go to the trusted side only"
+
+
+def test_calls_alternate_halves_and_repeats_reuse_inputs(judge, asked):
+    verdict = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
+    assert verdict.accepted, verdict.reason
+    prepared = [m for m in asked if m["op"] == "prepare"]
+    halves = [m["half"] for m in prepared]
+    assert all(a != b for a, b in itertools.pairwise(halves)), halves
+    repeats = [m for m in prepared if m.get("repeat_of")]
+    keys = {m["key"] for m in prepared}
+    assert len(repeats) == 2 and all(r["repeat_of"] in keys for r in repeats)

@@ -18,7 +18,7 @@ from kernforge.tasks.loader import load_task
 from kernforge.verifier.judge import JudgeOptions
 
 TASKS = Path(__file__).parent / "tasks"
-OPTIONS = JudgeOptions(cpu_timing_reps=1)
+OPTIONS = JudgeOptions()
 
 
 def task(name: str):
@@ -27,7 +27,7 @@ def task(name: str):
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    options = JudgeOptions(cpu_timing_reps=1, cache_dir=tmp_path_factory.mktemp("cache"))
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"))
     with open_judge("cpu", pool_size=2, options=options) as j:
         yield j
 
@@ -35,7 +35,7 @@ def judge(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runtime_judge(tmp_path_factory):
     """The same judge with its static screen switched off: only runtime defences remain."""
-    options = JudgeOptions(cpu_timing_reps=1, cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
     with open_judge("cpu", pool_size=2, options=options) as j:
         yield j
 

@@ -27,7 +27,7 @@ test_compile_error_is_reported_with_the_message = threats.test_compile_error_is_
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    options = JudgeOptions(cpu_timing_reps=1, cache_dir=tmp_path_factory.mktemp("cache"))
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"))
     with open_judge("cpu", sandbox="docker", pool_size=2, options=options) as j:
         assert j.candidates.name == "docker"
         yield j
@@ -35,7 +35,7 @@ def judge(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runtime_judge(tmp_path_factory):
-    options = JudgeOptions(cpu_timing_reps=1, cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
     with open_judge("cpu", sandbox="docker", pool_size=2, options=options) as j:
         yield j
 

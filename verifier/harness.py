@@ -416,7 +416,10 @@ def _poison() -> None:
     pool = _STATE["pool"]
     device = _STATE["device"]
     index = torch.device(device).index or 0
-    segments = pool.pool.snapshot()
+    try:
+        segments = pool.pool.snapshot()
+    except (AttributeError, RuntimeError):  # a torch without pool snapshots: no poison, stale data still fails
+        return
     free = [b["size"] for seg in segments if seg.get("device") == index for b in seg.get("blocks", []) if b.get("state") == "inactive"]
     with pool.use():
         blocks = [torch.full((int(n),), POISON_BYTE, dtype=torch.uint8, device=device) for n in sorted(free, reverse=True)]

@@ -112,13 +112,12 @@ class _Call:
 
 @dataclass
 class _Verdict:
-    """Per-verdict state: worst errors, check walls per shape, live references."""
+    """Per-verdict state: worst errors and the walls of exactly-timed checks, per shape."""
 
     errors: dict[tuple, tuple[float, float]] = field(default_factory=dict)
     walls: dict[tuple, list[float]] = field(default_factory=dict)
     claimed: dict[tuple, list[float]] = field(default_factory=dict)
     capture_queries: int = 0
-    live: set[str] = field(default_factory=set)
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -379,7 +378,7 @@ class Judge:
         public_passed = hidden
         for n, call in enumerate(items):
             rejection = self._finish_check(session, task, call, items[n + 1] if n + 1 < len(items) else None, own, sizes,
-                                           arena_size, public_passed)
+                                           arena_size, public_passed, init_seed)
             if rejection is not None:
                 return _with_shape(rejection, call.shape, call.hidden)
             if n + 2 < len(items):
@@ -390,7 +389,6 @@ class Judge:
         call.prepared = self._ask_ref(M.Prepared, {
             "op": "prepare", "key": call.key, "task_ref": task.ref, "shape": call.shape.as_dict(), "dist": call.dist,
             "seed": secrets.randbits(31), "init_seed": init_seed, "half": call.half, "repeat_of": call.repeat_of})
-        self._state.live.add(call.key)
 
     def _send_check(self, session: Session, call: _Call) -> None:
         p = call.prepared
@@ -401,7 +399,7 @@ class Judge:
         self._send(session, msg)
 
     def _finish_check(self, session: Session, task: Task, call: _Call, nxt: _Call | None, own: list[str],
-                      sizes: dict[tuple, dict[str, Any]], arena_size: int, public_passed: bool) -> Rejected | None:
+                      sizes: dict[tuple, dict[str, Any]], arena_size: int, public_passed: bool, init_seed: int) -> Rejected | None:
         ctx = call.ctx
         reply = self._reply(session, M.Checked, "check", f"checking the {ctx}")
         wall = time.perf_counter() - call.sent_at
@@ -421,16 +419,15 @@ class Judge:
         compared = self._ask_ref(M.Compared, {
             "op": "compare", "key": call.key, "task_ref": task.ref, "outputs": [o.to_dict() for o in reply.outputs],
             "tolerances": task.tolerance_table(), "keep": call.keep, "repeat_of": call.repeat_of})
-        if not call.keep:
-            self._state.live.discard(call.key)
         if call.repeat_of:
             self._ask_ref(None, {"op": "drop", "key": call.repeat_of})
-            self._state.live.discard(call.repeat_of)
+        earlier = compared.earlier
+        if earlier and not all(r.ok for r in compared.results):
+            earlier = self._diagnose(session, task, call, nxt if nxt is not None and not nxt.repeat_of else None, earlier, init_seed)
         rejection = (late_writes.changed(compared.late_writes, ctx, self.on_gpu)
                      or input_mutation.mutated(compared.mutated_inputs, ctx)
-                     or values.wrong(compared.results, ctx, hidden=call.hidden, public_all_passed=public_passed,
-                                     earlier=compared.earlier)
-                     or repeat.disagree(compared.repeat, ctx))
+                     or repeat.disagree(compared.repeat, ctx)
+                     or values.wrong(compared.results, ctx, hidden=call.hidden, public_all_passed=public_passed, earlier=earlier))
         if rejection is not None:
             return rejection
         if nxt is not None and nxt.repeat_of:  # sent now, not ahead, so that its wall clock is exact
@@ -442,6 +439,26 @@ class Judge:
         if call.repeat_of:
             self._state.walls.setdefault(call.shape.params, []).append(wall)
         return None
+
+    def _diagnose(self, session: Session, task: Task, failed: _Call, nxt: _Call | None, first: str, init_seed: int) -> str:
+        """A wrong output equal to an earlier call's: one more call at the same shape on fresh
+        inputs tells a cache (the same old answer again) from a deferral (the answer to the
+        call before). The call sent ahead, if any, is finished first."""
+        try:
+            if nxt is not None and nxt.sent_at:
+                self._reply(session, M.Checked, "check", "finishing a call sent ahead")
+                self._ask_ref(None, {"op": "drop", "key": nxt.key})
+            probe = _Call(failed.shape, failed.dist, failed.hidden, uuid.uuid4().hex, half=failed.half)
+            self._prepare(task, probe, init_seed)
+            self._send_check(session, probe)
+            reply = self._reply(session, M.Checked, "check", "diagnosing a stale result")
+        except WorkerFailure:
+            return first
+        if isinstance(reply, Rejected) or memory.matches(reply.outputs, probe.prepared.outputs, "") is not None:
+            return first
+        compared = self._ask_ref(M.Compared, {"op": "compare", "key": probe.key, "task_ref": task.ref,
+                                              "outputs": [o.to_dict() for o in reply.outputs], "tolerances": task.tolerance_table()})
+        return compared.earlier or first
 
     # ---- timing --------------------------------------------------------------------------------
     def _timed_shapes(self, task: Task) -> list[tuple[Shape, bool]]:
@@ -487,7 +504,6 @@ class Judge:
         dist = task.distributions[0]
         ctx = f"timing the {where(shape, hidden, dist)} in batches of {calls} calls"
         key = uuid.uuid4().hex
-        self._state.live.add(key)
         expected = [M.OutputMeta(**o) for o in size["outputs"]]
         planned = self._ask_ref(M.BatchPlanned, {"op": "plan_batch", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
                                                  "dist": dist, "seeds": [secrets.randbits(31) for _ in range(calls)],
@@ -520,7 +536,6 @@ class Judge:
             claimed.append(claimed_s * 1e6 / calls)
             worst = (max(worst[0], verified.max_abs_err), max(worst[1], verified.max_rel_err))
         self._ask_ref(None, {"op": "drop", "key": key})
-        self._state.live.discard(key)
         median = statistics.median(per_call)
         spread = 100.0 * (max(per_call) - min(per_call)) / median if median and len(per_call) > 1 else None
         dtype = task.dtype("cuda")
