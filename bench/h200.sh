@@ -8,11 +8,11 @@
 #   verify     bench/verify.py on every built-in task (seeds vs eager and torch.compile, spread, time to verdict)
 #   verify1    bench/verify.py on two tasks (rms_norm, silu_and_mul)
 #   verify3    bench/verify.py on three tasks (rms_norm, silu_and_mul, softmax)
-#   probe      bench/timing_probe.py (spread within and between processes)
-#   ncu        bench/ncu_check.py (device time against ncu's gpu__time_duration)
+#   ncu        bench/ncu_check.py (the trusted time of record against the old per-call graph time and ncu)
 #   sandbox    bench/sandbox.py on the GPU
-#   transfer   bench/transfer_probe.py (moving outputs between the workers; one comparison)
 #   ipc        bench/ipc_probe.py (shared device memory, trusted batch clock, time-slicing, ncu)
+#   ipc1       the same, one configuration (64 MB calls)
+#   gputest    the verifier's GPU tests alone (tests/test_verifier_gpu.py), every failure listed
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
@@ -31,11 +31,11 @@ for p in "$@"; do
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
     verify1) phase verify1 150 python3 bench/verify.py --repeats 5 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
     verify3) phase verify3 240 python3 bench/verify.py --repeats 5 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
-    probe) phase probe 300 python3 bench/timing_probe.py --task rms_norm --processes 3 --runs 3 ;;
-    ncu) phase ncu 90 python3 bench/ncu_check.py --task rms_norm ;;
+    ncu) phase ncu 240 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax ;;
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
-    transfer) phase transfer 120 python3 bench/transfer_probe.py --mb 470 --reps 5 --dirs /tmp /dev/shm --contend ;;
     ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;
+    ipc1) phase ipc 120 python3 bench/ipc_probe.py --mb 64 --calls 8 32 --batches 3 ;;
+    gputest) phase gputest 400 python3 -m pytest -m gpu -q -p no:cacheprovider -x --tb=short tests/test_verifier_gpu.py ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     *) echo "unknown phase $p" ;;

@@ -109,6 +109,7 @@ class _Batch:
     outputs: list[list[Any]] = field(default_factory=list)
     start: Any = None  # the window's events
     written: Any = None
+    host: dict[str, float] = field(default_factory=dict)
 
 
 def _model(task_ref: str, shape: Shape, init_seed: int, device: str) -> Any:
@@ -476,27 +477,32 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     l2.flush()
     batch.start, batch.written = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
+    t0 = time.perf_counter()
     batch.start.record()
     timing.write(batch.region, batch.pristine)
     batch.written.record()
     while not batch.written.query():  # spin: every microsecond here is on the clock
         pass
+    t1 = time.perf_counter()
     go.sendall(b"g")
     done = _wait_byte(go, deadline=time.perf_counter() + float(msg["timeout_s"]))
+    batch.host = {"write_wait": t1 - t0, "go_to_done": time.perf_counter() - t1}
     if not done or msg.get("probe_later"):
-        return {"done": done, "window_ms": 0.0, "write_ms": 0.0, "write_floor_ms": floor_ms}
+        return {"done": done, "window_ms": 0.0, "write_ms": 0.0, "write_floor_ms": floor_ms, "steps": batch.host}
     return _close_window(batch, arena, floor_ms, done=True)
 
 
 def _close_window(batch: _Batch, arena: Any, floor_ms: float, done: bool) -> dict[str, Any]:
     import torch
 
+    t0 = time.perf_counter()
     batch.probe = arena.data[batch.probe_index] if batch.probe_index is not None else None
     end = torch.cuda.Event(enable_timing=True)
     end.record()
     torch.cuda.synchronize()
+    steps = dict(batch.host, probe=time.perf_counter() - t0)
     return {"done": done, "window_ms": batch.start.elapsed_time(end), "write_ms": batch.start.elapsed_time(batch.written),
-            "write_floor_ms": floor_ms}
+            "write_floor_ms": floor_ms, "steps": steps}
 
 
 def _probe_index(refs: list[list[Any]], device: Any) -> Any:
