@@ -427,22 +427,24 @@ def _poison() -> None:
 
 
 def _aliases(returned: list[Any], inputs: list[Any]) -> list[list[int]]:
-    """For each returned tensor, the inputs whose storage it overlaps (#17)."""
+    """For each returned tensor, the inputs whose bytes it overlaps (#17). Byte extents, not
+    storages: every input is a view of the one shared arena, whose storage spans everything."""
     import torch
 
     def span(t: torch.Tensor) -> tuple[int, int]:
-        storage = t.untyped_storage()
-        return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        extent = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) + 1
+        return t.data_ptr(), t.data_ptr() + extent * t.element_size()
 
     result = []
     for out in returned:
-        lo, hi = span(out)
         hits = []
-        for i, x in enumerate(inputs):
-            if isinstance(x, torch.Tensor) and x.numel() and out.numel():
-                xlo, xhi = span(x)
-                if lo < xhi and xlo < hi:
-                    hits.append(i)
+        if out.numel():
+            lo, hi = span(out)
+            for i, x in enumerate(inputs):
+                if isinstance(x, torch.Tensor) and x.numel():
+                    xlo, xhi = span(x)
+                    if lo < xhi and xlo < hi:
+                        hits.append(i)
         result.append(hits)
     return result
 
