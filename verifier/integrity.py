@@ -78,10 +78,10 @@ def _watched() -> list[tuple[str, Any]]:
 
     from kernforge.tasks import runtime as task_runtime
 
-    from . import arena, harness, heap, messages, timing, trace
+    from . import arena, harness, heap, integrity, messages, timing, trace
 
     owners += [("threading", threading), ("threading.Thread", threading.Thread), ("kernforge.tasks.runtime", task_runtime)]
-    owners += [(f"kernforge.verifier.{m.__name__.rsplit('.', 1)[-1]}", m) for m in (arena, harness, heap, messages, timing, trace)]
+    owners += [(f"kernforge.verifier.{m.__name__.rsplit('.', 1)[-1]}", m) for m in (arena, harness, heap, integrity, messages, timing, trace)]
     owners += [("kernforge.verifier.arena.Arena", arena.Arena), ("kernforge.verifier.heap.HeapPool", heap.HeapPool),
                ("kernforge.verifier.heap.Region", heap.Region), ("socket.socket", socket.socket)]
     try:

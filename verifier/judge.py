@@ -75,8 +75,10 @@ class JudgeOptions:
     max_batch_calls: int = 4096
     #: timed batches per shape; the time of record is their median
     batches: int = 3
-    #: a batch that has not said done by then is a timeout
-    batch_timeout_s: float = 60.0
+    #: a batch that has not said done after this many times its calls' eager wall clock (the
+    #: checks' own), and at least ``batch_timeout_min_s``, is a timeout
+    batch_timeout_factor: float = 30.0
+    batch_timeout_min_s: float = 10.0
     #: share of the GPU's memory the arena may take
     arena_share: float = 0.45
     message_timeout_s: float = 600.0
@@ -422,8 +424,17 @@ class Judge:
         if call.repeat_of:
             self._ask_ref(None, {"op": "drop", "key": call.repeat_of})
         earlier = compared.earlier
-        if earlier and not all(r.ok for r in compared.results):
-            earlier = self._diagnose(session, task, call, nxt if nxt is not None and not nxt.repeat_of else None, earlier, init_seed)
+        failed = bool(compared.late_writes) or not all(r.ok for r in compared.results)
+        ahead = None
+        if failed and nxt is not None and nxt.sent_at:  # the call sent ahead tells why, and must be read anyway
+            ahead = self._reply(session, M.Checked, "check", f"checking the {nxt.ctx}")
+            ahead = ahead if isinstance(ahead, M.Checked) else None
+            clash = _same_memory(reply.outputs, ahead.outputs if ahead else [])
+            if clash is not None:
+                return memory.reused(f"output {clash[0]} of the {ctx}", f"output {clash[1]} of the next call", "forward's results")
+        if earlier and failed:
+            earlier = self._diagnose(session, task, call, nxt if nxt is not None and not nxt.repeat_of else None, earlier,
+                                     init_seed, already_read=ahead is not None or (nxt is not None and nxt.sent_at > 0))
         rejection = (late_writes.changed(compared.late_writes, ctx, self.on_gpu)
                      or input_mutation.mutated(compared.mutated_inputs, ctx)
                      or repeat.disagree(compared.repeat, ctx)
@@ -440,13 +451,15 @@ class Judge:
             self._state.walls.setdefault(call.shape.params, []).append(wall)
         return None
 
-    def _diagnose(self, session: Session, task: Task, failed: _Call, nxt: _Call | None, first: str, init_seed: int) -> str:
+    def _diagnose(self, session: Session, task: Task, failed: _Call, nxt: _Call | None, first: str, init_seed: int,
+                  already_read: bool = False) -> str:
         """A wrong output equal to an earlier call's: one more call at the same shape on fresh
         inputs tells a cache (the same old answer again) from a deferral (the answer to the
         call before). The call sent ahead, if any, is finished first."""
         try:
             if nxt is not None and nxt.sent_at:
-                self._reply(session, M.Checked, "check", "finishing a call sent ahead")
+                if not already_read:
+                    self._reply(session, M.Checked, "check", "finishing a call sent ahead")
                 self._ask_ref(None, {"op": "drop", "key": nxt.key})
             probe = _Call(failed.shape, failed.dist, failed.hidden, uuid.uuid4().hex, half=failed.half)
             self._prepare(task, probe, init_seed)
@@ -569,13 +582,15 @@ class Judge:
         verified."""
         self._send(session, {"op": "run_batch", "id": key[:12]})
         eager = ready.mode == "eager"
-        timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "timeout_s": self.options.batch_timeout_s,
+        timeout_s = self._batch_timeout(calls)
+        timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "timeout_s": timeout_s,
                                              "outputs": [] if eager else [[r.to_dict() for r in call] for call in ready.outputs],
                                              "probe_later": eager})
         if not timed.done:
             session.close()
             return failures.SANDBOX.reject(Status.TIMEOUT, f"the candidate did not finish a timed batch of {calls} calls within "
-                                           f"{self.options.batch_timeout_s:.0f} s ({ctx})")
+                                           f"{timeout_s:.0f} s ({ctx}), {self.options.batch_timeout_factor:.0f} times what its "
+                                           "checked calls took")
         ran = self._reply(session, M.BatchRan, "run_batch", ctx)
         if isinstance(ran, Rejected):
             return ran
@@ -599,6 +614,12 @@ class Judge:
         if rejection is not None:
             return rejection
         return timed, verified, ran.claimed_s
+
+    def _batch_timeout(self, calls: int) -> float:
+        """Generous, and bounded by what the candidate's own checked calls took (host included)."""
+        walls = [w for ws in self._state.walls.values() for w in ws]
+        slowest = max(walls) if walls else 1.0
+        return max(self.options.batch_timeout_min_s, self.options.batch_timeout_factor * calls * slowest)
 
     def _baseline(self, task: Task, shape: Shape, calls: int, dist: str, init_seed: int) -> dict[str, Any]:
         env = self.environment()
@@ -700,6 +721,15 @@ def _inside_inputs(outputs: list[M.TensorRef], prepared: M.Prepared, task: Task,
         if arg.ref is None or ref.to_dict() != arg.ref.to_dict():
             return memory.MEMORY.reject(Status.CHEAT, f"the in-place input {i} is reported somewhere else than where it was "
                                         f"written ({ctx})", threat=9, evidence={"input": i})
+    return None
+
+
+def _same_memory(first: list[M.TensorRef], second: list[M.TensorRef]) -> tuple[int, int] | None:
+    """(j, k) when output j of one call and output k of the next share bytes."""
+    for j, a in enumerate(first):
+        for k, b in enumerate(second):
+            if a.span and b.span and a.offset < b.offset + b.span and b.offset < a.offset + a.span:
+                return j, k
     return None
 
 

@@ -67,6 +67,12 @@ def separate_calls(per_call: Sequence[Sequence[TensorRef]], ctx: str) -> Rejecte
     # outputs of one call may share bytes (a view returned twice); across calls they may not
     clash = overlapping(ranges)
     if clash and clash[0].split(" output")[0] != clash[1].split(" output")[0]:
-        return MEMORY.reject(Status.CHEAT, f"{clash[0]} and {clash[1]} lie in the same memory ({ctx}): one result reported for two "
-                             "calls", threat=12, evidence={"clash": list(clash)})
+        return reused(clash[0], clash[1], ctx)
     return None
+
+
+def reused(first: str, second: str, ctx: str) -> Rejected:
+    """Two calls' outputs in the same memory: the later call overwrote the earlier result. Not
+    called a cheat: a module that returns one persistent buffer does this too."""
+    return MEMORY.reject(Status.INCORRECT, f"{first} and {second} lie in the same memory ({ctx}): a later call overwrites an earlier "
+                         "call's result; forward must return fresh tensors", evidence={"clash": [first, second]})
