@@ -256,7 +256,7 @@ def export_cmd(
     db: DbOpt = DEFAULT_DB,
     name: Annotated[str, typer.Option(help="Package name; also the torch.library namespace of its ops.")] = "kernforge_kernels",
     tasks: Annotated[Optional[list[str]], typer.Option("--tasks", help="Only these tasks (names or paths; repeat or comma-separate).")] = None,
-    gpu: Annotated[Optional[list[str]], typer.Option(help="Only GPUs whose name contains this (repeatable); 'cpu' for interpreter-verified kernels.")] = None,
+    gpu: Annotated[Optional[list[str]], typer.Option(help="Only GPUs whose name contains this (repeatable); interpreter (CPU) verdicts are never exported.")] = None,
     min_speedup: Annotated[float, typer.Option(help="A bucket runs a kernel only at this speedup over --baseline or more.")] = 1.0,
     baseline: Annotated[str, typer.Option(help="What --min-speedup compares with: 'eager' (the op's fallback) or 'compile'.")] = "eager",
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in --out.")] = False,

@@ -6,17 +6,17 @@ What is chosen (``plan_export``), for each task the archive holds (or each ``--t
   hash of the task loaded today. Verdicts judged against another version of the reference or of
   the hidden checks are left out, with a note.
 * Environments: every GPU by default, or those whose name contains a ``--gpu`` pattern. Kernels
-  verified under the Triton interpreter are exported only when asked for with ``--gpu cpu``:
-  they exist to test the package on a machine without a GPU, and are used only for CPU tensors
-  while ``TRITON_INTERPRET=1`` (far slower than the PyTorch reference otherwise).
+  verified under the Triton interpreter (a CPU) are never exported: an interpreter verdict checks
+  correctness only, and its times (the judge's wall clock on a CPU) are never ranked, so nothing
+  there says which kernel is best. A task whose accepted kernels are all interpreter-verified
+  gets a note saying it has no GPU-verified kernel; ``--gpu cpu`` is refused with the same reason.
 * Groups: entries are keyed by (architecture, dtype), e.g. (sm_90, bfloat16). Times are compared
   within one GPU model only; where several models share an architecture the one with the most
   measurements is used and the others are noted.
 * Buckets: every shape measured in a group is a bucket, and its kernel is the fastest accepted
   one there. A bucket keeps the PyTorch reference when that kernel's speedup over ``--baseline``
   (``eager`` by default: the reference is what the op runs otherwise) is below
-  ``--min-speedup``. Interpreter timings carry no speedup (score.py), so no threshold applies
-  to interpreter buckets.
+  ``--min-speedup``.
 * Every shape the group's kernels were verified on, timed or not, decides which axes of the
   dispatch vector are *fixed* (one value everywhere): the package falls back to the reference
   for any other value there, since no kernel was ever checked at it.
@@ -54,9 +54,10 @@ from .score import roofline_pct, speedup_vs_compile, speedup_vs_eager
 from .store import Archive
 
 BASELINES = ("eager", "compile")
-INTERPRETER = "interpreter"
-#: ``--gpu`` values that select kernels verified under the Triton interpreter
+#: ``--gpu`` values that would select kernels verified under the Triton interpreter (refused)
 CPU_PATTERNS = ("cpu", "interpreter")
+INTERPRETER_ONLY = ("kernels verified under the Triton interpreter are checked for correctness only (their times "
+                    "are never ranked), so none is exported")
 DEFAULT_NAME = "kernforge_kernels"
 #: names the exported package itself defines; an op of that name is prefixed with ``op_``
 PACKAGE_NAMES = {"ops", "tasks", "testing", "counters", "reset_counters", "explain", "manifest", "arch_of",
@@ -91,6 +92,9 @@ class ExportOptions:
             raise ExportError(f"--baseline must be one of {', '.join(BASELINES)}, not {self.baseline!r}")
         if not self.min_speedup >= 0:
             raise ExportError(f"--min-speedup must be a number >= 0, not {self.min_speedup!r}")
+        for pattern in self.gpus:
+            if pattern.lower() in CPU_PATTERNS:
+                raise ExportError(f"--gpu {pattern}: {INTERPRETER_ONLY}; export from an archive with GPU-verified kernels")
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,11 @@ def _plan_task(archive: Archive, task: Task, versions: Sequence[TaskVersion], op
     if not measured:
         notes.append(f"{task.name}: no accepted attempt")
         return None
+    if all(_interpreted(m.environment) for m in measured):
+        kernels = len({m.attempt_id for m in measured})
+        notes.append(f"{task.name}: no GPU-verified kernel; its {kernels} accepted kernel(s) were verified under the "
+                     f"Triton interpreter only, and {INTERPRETER_ONLY}")
+        return None
     chosen = [m for m in measured if _selected(m.environment, options.gpus)]
     if not chosen:
         notes.append(f"{task.name}: no accepted attempt in the selected environments ({_describe_envs(measured)})")
@@ -245,41 +254,35 @@ def _interpreted(env: Mapping[str, Any]) -> bool:
 
 
 def _selected(env: Mapping[str, Any], patterns: Sequence[str]) -> bool:
-    if not patterns:
-        return not _interpreted(env)
-    for pattern in patterns:
-        if pattern.lower() in CPU_PATTERNS:
-            if _interpreted(env):
-                return True
-        elif not _interpreted(env) and pattern.lower() in str(env["gpu"]).lower():
-            return True
-    return False
+    """A GPU environment that ``--gpu`` selects (every GPU without patterns); never the interpreter."""
+    if _interpreted(env):
+        return False
+    return not patterns or any(p.lower() in str(env["gpu"]).lower() for p in patterns)
 
 
 def _describe_envs(measured: Sequence[Measured]) -> str:
-    names = sorted({"the Triton interpreter (--gpu cpu)" if _interpreted(m.environment) else str(m.environment["gpu"])
-                    for m in measured})
+    names = sorted({str(m.environment["gpu"]) for m in measured if not _interpreted(m.environment)})
     return "it has kernels verified on " + ", ".join(names)
 
 
 def _grouped(rows: Sequence[Measured], notes: list[str], task: str) -> dict[tuple[str, str], list[Measured]]:
-    """Rows by (architecture, dtype), one GPU model per architecture."""
+    """Rows by (architecture, dtype), one GPU model per architecture (GPU rows only: see _selected)."""
     by_key: dict[tuple[str, str], list[Measured]] = defaultdict(list)
     for m in rows:
-        arch = INTERPRETER if _interpreted(m.environment) else m.environment.get("arch")
+        arch = m.environment.get("arch")
         if not arch:
             notes.append(f"{task}: attempt {m.attempt_id} has no GPU architecture in its environment; left out")
             continue
         by_key[(str(arch), m.shape.dtype)].append(m)
     out = {}
     for key, items in by_key.items():
-        models = Counter(str(m.environment.get("gpu") or "cpu") for m in items)
+        models = Counter(str(m.environment["gpu"]) for m in items)
         keep = sorted(models, key=lambda g: (-models[g], g))[0]
         if len(models) > 1:
             others = ", ".join(sorted(g for g in models if g != keep))
             notes.append(f"{task} {key[0]}/{key[1]}: times of {keep} used; those of {others} left out "
                          "(times are compared within one GPU model)")
-        out[key] = [m for m in items if str(m.environment.get("gpu") or "cpu") == keep]
+        out[key] = [m for m in items if str(m.environment["gpu"]) == keep]
     return out
 
 
@@ -310,19 +313,18 @@ def _plan_group(task: Task, arch: str, dtype: str, rows: Sequence[Measured], opt
         m = best[k]
         evidence = _evidence(m)
         kernel, reason = f"a{m.attempt_id}", ""
-        if arch != INTERPRETER:
-            speedup = evidence["speedup_" + options.baseline]
-            if speedup is None or speedup < options.min_speedup:
-                shown = "no" if speedup is None else f"{speedup:.2f}x"
-                kernel = None
-                reason = f"the fastest kernel measured {shown} speedup vs {options.baseline} (< {options.min_speedup:g}x)"
+        speedup = evidence["speedup_" + options.baseline]
+        if speedup is None or speedup < options.min_speedup:
+            shown = "no" if speedup is None else f"{speedup:.2f}x"
+            kernel = None
+            reason = f"the fastest kernel measured {shown} speedup vs {options.baseline} (< {options.min_speedup:g}x)"
         buckets.append(Bucket(shape=dict(shapes[k]), vector=vectors[k], kernel=kernel, evidence=evidence, reason=reason))
     if not any(b.kernel for b in buckets):
         top = max((b.evidence["speedup_" + options.baseline] or 0.0 for b in buckets), default=0.0)
         notes.append(f"{task.name} {arch}/{dtype}: no kernel reaches {options.min_speedup:g}x vs {options.baseline} "
                      f"on any shape (best {top:.2f}x)")
         return None
-    gpu = str(rows[0].environment.get("gpu") or "cpu")
+    gpu = str(rows[0].environment["gpu"])
     return Group(arch, gpu, dtype, tuple(export_inspect.input_layout(task, dtype)), fixed, tuple(buckets))
 
 
@@ -349,8 +351,7 @@ def summary(result: ExportResult) -> str:
         for g in op.groups:
             kernels = sorted({b.kernel for b in g.buckets if b.kernel}, key=lambda k: int(k[1:]))
             fallback = sum(1 for b in g.buckets if not b.kernel)
-            where = "the CPU (Triton interpreter)" if g.arch == INTERPRETER else g.gpu
-            lines.append(f"  {op.op:24} {g.arch}/{g.dtype} on {where}: {len(g.buckets)} bucket(s), kernels "
+            lines.append(f"  {op.op:24} {g.arch}/{g.dtype} on {g.gpu}: {len(g.buckets)} bucket(s), kernels "
                          f"{', '.join(kernels)}" + (f", reference kept in {fallback}" if fallback else ""))
     if plan.notes:
         lines.append("left out:")

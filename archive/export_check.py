@@ -6,7 +6,8 @@ Triton come from here, whether they live in the system site-packages or in a vir
 of their own (a venv made from a venv sees only the base interpreter's packages, so a ``.pth``
 file points it here). The package's tests then run there with ``kernforge`` made unimportable,
 which shows the package needs nothing of kernforge at run time; on CUDA when this machine has a
-GPU, else under the Triton interpreter.
+GPU, else on the CPU, where no entry runs (every entry is GPU-verified) and the reference
+fallbacks, opcheck and torch.compile are what is tested.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .export import INTERPRETER, ExportPlan
+from .export import ExportPlan
 
 BASELINE_NAMES = {"eager": "the PyTorch reference", "compile": "torch.compile of the reference"}
 
@@ -36,12 +36,10 @@ def _table(op: str, spec: dict[str, Any]) -> list[str]:
             ev = b["evidence"]
             runs = (f"`{e['kernel']}` (attempt {e['attempt_id']})" if e["kernel"]
                     else f"reference (fastest kernel: attempt {ev['attempt_id']}, numbers shown)")
-            interp = e["arch"] == INTERPRETER
-            where = "CPU (Triton interpreter)" if interp else e["gpu"]
             hidden = " (hidden)" if ev.get("hidden") else ""
             rows.append(
-                f"| {e['arch']} | {where} | {e['dtype']} | {_label(b['shape'])}{hidden} "
-                f"| {runs} | {_num(ev.get('time_us'), '.2f')}{' (interpreter)' if interp else ''} "
+                f"| {e['arch']} | {e['gpu']} | {e['dtype']} | {_label(b['shape'])}{hidden} "
+                f"| {runs} | {_num(ev.get('time_us'), '.2f')} "
                 f"| {_num(ev.get('speedup_eager'), '.2f')} | {_num(ev.get('speedup_compile'), '.2f')} "
                 f"| {_num(ev.get('pct_roofline'), '.0f')} | {_num(ev.get('max_abs_err'), '.2g')} |"
             )
@@ -65,9 +63,9 @@ def readme(plan: ExportPlan, manifest: dict[str, Any]) -> str:
         "",
         f"Verified kernels exported by kernforge from `{manifest['source']['archive']}`: "
         f"{len(ops)} op(s), {sum(len(o['kernels']) for o in ops.values())} kernel(s). "
-        f"Selected: {tasks}; {gpus}. On a GPU a bucket runs its kernel only where it measured at least "
-        f"{sel['min_speedup']:g}x the speed of {BASELINE_NAMES[sel['baseline']]}; the interpreter has no speed "
-        "evidence, so no threshold applies to its buckets.",
+        f"Selected: {tasks}; {gpus}. A bucket runs its kernel only where it measured at least "
+        f"{sel['min_speedup']:g}x the speed of {BASELINE_NAMES[sel['baseline']]}. Only GPU-verified kernels are "
+        "exported: the Triton interpreter (CPU) checks correctness only and its times are never ranked.",
         "",
         "## Install and use",
         "",
@@ -100,8 +98,7 @@ def readme(plan: ExportPlan, manifest: dict[str, Any]) -> str:
         "Times are the median device time per call on the GPU named, from CUDA-graph replay "
         "(flagged `eager` in manifest.json where the verifier fell back to eager timing); "
         "`x eager` and `x compile` are speedups over the PyTorch reference and over `torch.compile` of it, "
-        "measured side by side; `% roofline` is the share of the hardware floor for the shape. "
-        "Interpreter times come from the Triton interpreter on a CPU: they rank kernels for tests only.",
+        "measured side by side; `% roofline` is the share of the hardware floor for the shape.",
         "",
         "## Dispatch",
         "",

@@ -7,22 +7,28 @@ which configurations were tried. ``HistoryRow`` holds no code or prompt (cheap f
 rows); ``judged_code`` fetches only the code and verdict of the attempts the offline tuner is told
 of (no prompt or response).
 
-``time_us`` is the geometric mean of an accepted attempt's per-shape times (a reuse row shows its
-original's). Unlike ``score`` it exists on the Triton interpreter too, so a CPU run can rank its
-kernels; it compares attempts of one task in one environment only (the same shapes). A run's rows
-(``run_history``, read to count a resumed run's budget) go without it.
+``time_us`` is the geometric mean of an accepted attempt's GPU-timed per-shape times (graph or
+eager; a reuse row shows its original's): it ranks GPU kernels whose ``torch.compile`` baseline
+was unavailable (no score) against each other, within one task and environment. Interpreter
+(CPU) times are correctness-only figures and never rank anything, so a CPU row has none. A
+run's rows (``run_history``, read to count a resumed run's budget) go without it.
+
+``evidence`` is the part of a verdict's evidence that lessons read (the same keys as
+``Rejected.evidence``, so an archived row and a live verdict are classified alike): the error
+text of a compile or runtime failure (its last 2,000 characters), the extraction ``kind``, the
+first static-screen finding, the input distribution. The check itself is ``check``.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from kernforge.verifier.verdict import Verdict
 
 from .queries import guarded
-from .score import geomean
+from .score import GPU_TIMINGS, geomean
 from .store import Archive
 
 _COLUMNS = (
@@ -30,6 +36,8 @@ _COLUMNS = (
     "threat", "reason", "evidence", "score", "gpu", "env_key", "created", "code_hash", "tokens_in",
     "tokens_out", "cost_usd", "latency_s",
 )
+#: evidence keys a row keeps (see the module docstring); anything else stays in the archive
+_EVIDENCE_KEPT = ("error", "kind", "findings", "dist")
 
 
 @dataclass(frozen=True)
@@ -46,9 +54,10 @@ class HistoryRow:
     accepted: bool
     threat: int | None
     reason: str
-    #: the evidence's ``check`` (which defence decided) and ``error`` excerpt, when present
+    #: the evidence's ``check`` (which defence decided; ``Check.parse`` reads it), "" when absent
     check: str
-    error: str
+    #: what lessons read of the rest of the evidence (see the module docstring)
+    evidence: Mapping[str, Any]
     score: float | None
     time_us: float | None
     gpu: str
@@ -81,20 +90,31 @@ def _rows(archive: Archive, where: str, params: list[Any], limit: int | None, *,
         out.append(HistoryRow(
             **{k: row[k] for k in _COLUMNS if k not in ("evidence", "accepted", "proposer", "model")},
             proposer=row["proposer"] or "", model=row["model"] or "", accepted=bool(row["accepted"]),
-            check=str(evidence.get("check") or ""), error=str(evidence.get("error") or "")[-2000:],
+            check=str(evidence.get("check") or ""), evidence=_kept(evidence),
             time_us=times.get(row["reuse_of"] or row["id"]),
         ))
     return out
 
 
+def _kept(evidence: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: evidence[k] for k in _EVIDENCE_KEPT if evidence.get(k) is not None}
+    if isinstance(out.get("error"), str):
+        out["error"] = out["error"][-2000:]
+    if isinstance(out.get("findings"), list):
+        out["findings"] = out["findings"][:1]  # the first finding is the one the reason names
+    return out
+
+
 def _geomean_times(archive: Archive, ids: Iterable[int]) -> dict[int, float]:
+    """GPU-timed geometric means by attempt (interpreter times are never ranked: none here)."""
     ids = list(ids)
     times: dict[int, list[float]] = {}
+    timings = ", ".join(f"'{t}'" for t in GPU_TIMINGS)
     for start in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
         chunk = ids[start:start + 500]
         cur = archive.conn.execute(
             f"SELECT attempt_id, time_us FROM measurements WHERE attempt_id IN ({','.join('?' * len(chunk))})"
-            " AND time_us > 0", chunk)
+            f" AND time_us > 0 AND timing IN ({timings})", chunk)
         for attempt_id, time_us in cur:
             times.setdefault(attempt_id, []).append(time_us)
     return {k: geomean(v) for k, v in times.items()}

@@ -284,7 +284,8 @@ class _BatchWriter:
         else:
             v = a.verdict
             row |= {"status": v.status.value, "accepted": int(v.accepted), "threat": v.threat, "reason": v.reason,
-                    "evidence": json.dumps(dict(v.evidence), sort_keys=True, default=str), "n_shapes": len(v.shapes)}
+                    # the stored form (to_dict) keeps a rejection's check in the evidence: Rejected.evidence has none
+                    "evidence": json.dumps(v.to_dict()["evidence"], sort_keys=True, default=str), "n_shapes": len(v.shapes)}
             row |= summarize(v.shapes) if v.accepted else {"score": None, "speedup_eager": None, "pct_roofline": None}
             self.by_content[(a.task_id, digest, key)] = row
             self._measure(row, v.shapes)

@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.table import Table
 
 from kernforge.loop.budget import Budget
-from kernforge.loop.display import PlainDisplay, QuietDisplay, fmt_us, fmt_x, stdout_console
+from kernforge.loop.display import PlainDisplay, QuietDisplay, fmt_time, fmt_x, stdout_console
 from kernforge.loop.runner import RunSettings, run
 
 #: Seeds with launch knobs to tune (a block size, warps and stages), so the tuner has room.
@@ -64,8 +64,8 @@ def main() -> None:
         tasks.add_column(col, justify="left" if col in ("task", "rejected", "note") else "right")
     for t in result.tasks:
         rejected = ", ".join(f"{k} {n}" for k, n in t.rejected.most_common()) or "-"
-        tasks.add_row(t.name, str(t.attempts), str(t.accepted), rejected, fmt_us(t.seed_time_us),
-                      fmt_us(t.best_time_us), fmt_x(t.vs_seed, 3), fmt_x(t.best_speedup_eager, 3),
+        tasks.add_row(t.name, str(t.attempts), str(t.accepted), rejected, fmt_time(t.seed_time_us, t.interpreter),
+                      fmt_time(t.best_time_us, t.interpreter), fmt_x(t.vs_seed, 3), fmt_x(t.best_speedup_eager, 3),
                       fmt_x(t.best_score, 3), t.note[:60])
     console.print(tasks)
 

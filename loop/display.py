@@ -44,11 +44,14 @@ class TaskStats:
     best_is_new: bool = False  # found in this run
     seed_time_us: float | None = None
     note: str = ""
+    #: the run judges on the CPU: times are the interpreter's, shown labelled, never compared
+    interpreter: bool = False
 
     @property
     def vs_seed(self) -> float | None:
-        """How many times faster the best is than the task's seed kernel (same shapes, same device)."""
-        if self.seed_time_us and self.best_time_us:
+        """How many times faster the best is than the task's seed kernel (same shapes, same device);
+        None on the interpreter, whose times are correctness-only figures."""
+        if self.seed_time_us and self.best_time_us and not self.interpreter:
             return self.seed_time_us / self.best_time_us
         return None
 
@@ -76,6 +79,8 @@ class AttemptEvent:
     tokens: int
     cost: float
     verify_s: float | None
+    #: ``time_us`` is the interpreter's (labelled, never ranked)
+    interpreter: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,11 @@ def fmt_us(value: float | None) -> str:
     return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} us"
 
 
+def fmt_time(value: float | None, interpreter: bool) -> str:
+    """A time, labelled when it is the interpreter's (a wall clock on the CPU, not device time)."""
+    return fmt_us(value) + (" (interpreter)" if interpreter and value is not None else "")
+
+
 def fmt_x(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}x"
 
@@ -141,7 +151,7 @@ def attempt_line(e: AttemptEvent) -> str:
     """One attempt as one line of plain text."""
     head = f"[{e.task}] #{e.seq} attempt {e.attempt_id} {e.proposer}{'/' + e.model if e.model and e.model != 'offline' else ''}: "
     if e.status == "accepted":
-        body = f"accepted {fmt_us(e.time_us)}" + (f" ({fmt_x(e.speedup_eager)} eager)" if e.speedup_eager else "")
+        body = f"accepted {fmt_time(e.time_us, e.interpreter)}" + (f" ({fmt_x(e.speedup_eager)} eager)" if e.speedup_eager else "")
         body += "  NEW BEST" if e.new_best else ""
         body += f"  ({e.reason[:160]})" if e.reason else ""
     else:
@@ -185,7 +195,7 @@ def progress_table(v: RunView) -> Table:
         table.add_column(col, justify="left" if col in ("task", "rejected") else "right")
     for t in v.tasks:
         rejected = ", ".join(f"{k} {n}" for k, n in t.rejected.most_common(3)) or "-"
-        best = fmt_us(t.best_time_us) + (" *" if t.best_is_new else "")
+        best = fmt_time(t.best_time_us, t.interpreter) + (" *" if t.best_is_new else "")
         table.add_row(
             t.name + (f"\n[dim]{escape(t.note)}[/]" if t.note else ""), str(t.attempts), str(t.accepted),
             str(t.cheats), rejected, best, fmt_x(t.best_speedup_eager), fmt_x(t.best_score), fmt_x(t.vs_seed),
@@ -242,10 +252,12 @@ def summary(result: Mapping[str, Any]) -> Group:
         rejected = ", ".join(f"{k} {n}" for k, n in sorted(t["rejected"].items(), key=lambda kv: -kv[1])) or "-"
         table.add_row(
             t["name"], str(t["attempts"]), str(t["accepted"]), str(t["cheats"]), rejected,
-            fmt_us(t["best_time_us"]) + (" *" if t["best_is_new"] else ""), fmt_x(t["best_speedup_eager"]),
+            fmt_time(t["best_time_us"], t["interpreter"]) + (" *" if t["best_is_new"] else ""),
+            fmt_x(t["best_speedup_eager"]),
             fmt_x(t["best_score"]), fmt_x(t["vs_seed"]), str(t["best_attempt"] or "-"),
         )
-    table.caption = "* new best this run; x eager / x compile: geometric-mean speedups (GPU); vs seed: the seed's time / the best's"
+    table.caption = ("* new best this run; x eager / x compile: geometric-mean speedups (GPU); vs seed: the seed's time / "
+                     "the best's (GPU); interpreter times are correctness runs' wall clock, never ranked")
     busy = "-" if result["busy"] is None else f"{100 * result['busy']:.0f}%"
     lines = [
         table,

@@ -12,13 +12,14 @@ Interface (what the loop calls)::
         ...  # result.reason says why; result.kind is "nothing_to_tune" or "exhausted"
     else:
         ...  # evaluate result.source; result.description says what changed; no tokens spent
-    proposer.record(result.source, verdict.to_dict())  # optional, as soon as the verdict is in
+    proposer.record(result.source, verdict)  # optional, as soon as the verdict is in
 
 - ``parent_source``: a candidate module (the task's seed, or an archived kernel). Its own
   configuration counts as tried: the loop evaluates the parent itself.
-- ``parent_feedback``: the parent's verdict as a dict (``verifier.verdict`` ``to_dict``), or
-  None when it has not been judged. Only ``accepted`` and ``shapes[*].time_us`` are read.
-- ``history``: ``(source, verdict dict or None)`` pairs of candidates already evaluated or in
+- ``parent_feedback``: the parent's ``Verdict`` (``verifier.verdict``), or None when it has not
+  been judged. Read: whether it was accepted, its GPU-timed shapes' ``time_us``, and a rejection's
+  reason and evidence (did it run out of shared memory).
+- ``history``: ``(source, Verdict or None)`` pairs of candidates already evaluated or in
   flight, e.g. the task's archived attempts on a resumed run. Passing a pair again changes
   nothing; ``record`` takes one pair. None as the verdict means "tried, result not known yet".
 - A ``Proposal`` holds ``source`` (the candidate module), ``description`` (one line: which knobs
@@ -29,15 +30,18 @@ Interface (what the loop calls)::
 Every source whose kernels differ from another's only in knob values belongs to one *family*
 (``knobs.template_key``); the proposer keeps per family the configurations tried and their
 per-shape times. It proposes around the best measured configuration of the parent's family (the
-parent's own while nothing is measured): first the same single-knob move that led to the best
-(it paid off once), then untried configurations at distance 1, 2, ... (steps along the knobs'
-domains) in an order drawn from the seed, skipping any whose block sizes and num_stages are all
-at least those of a configuration that ran out of shared memory. A configuration becomes the
-best only when it is more than ``MARGIN`` (1%) faster, so timing noise does not move the search;
-a rejected one never does. A knob's values are powers of two around its first value and around every later best, so
-a knob that keeps improving at the edge of its range gets a wider one. No configuration is
-proposed twice; ``NoProposal(kind="exhausted")`` comes once everything within reach was tried.
-The same seed and the same calls give the same proposals. Not thread-safe: one loop, one proposer.
+parent's own while nothing is measured): first the same single-knob move that led to the best (it
+paid off once), then untried configurations at distance 1, 2, ... (steps along the knobs' domains)
+in an order drawn from the seed, skipping any whose block sizes and num_stages are all at least
+those of a configuration that ran out of shared memory. A configuration becomes the best only when
+it is more than ``MARGIN`` (1%) faster, so timing noise does not move the search; a rejected one
+never does, and neither does one judged on the interpreter: its times are correctness runs' wall
+clock, never ranked, so on a CPU the search stays centred on the parent and walks its
+neighbourhood in the seeded order until it is exhausted. A knob's values are powers of two around
+its first value and around every later best, so a knob that keeps improving at the edge of its
+range gets a wider one. No configuration is proposed twice; ``NoProposal(kind="exhausted")`` comes
+once everything within reach was tried. The same seed and the same calls give the same proposals.
+Not thread-safe: one loop, one proposer.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from kernforge.archive.content import code_hash, text_hash
-from kernforge.archive.score import geomean
+from kernforge.archive.score import geomean, is_gpu_timed
+from kernforge.verifier.verdict import Verdict
 
 from .knobs import Analysis, analyse, rewrite, template_key
 
@@ -146,8 +151,8 @@ class OfflineProposer:
     def propose(
         self,
         parent_source: str,
-        parent_feedback: Mapping[str, Any] | None = None,
-        history: Iterable[tuple[str, Mapping[str, Any] | None]] = (),
+        parent_feedback: Verdict | None = None,
+        history: Iterable[tuple[str, Verdict | None]] = (),
     ) -> Proposal | NoProposal:
         for source, feedback in history:
             self.record(source, feedback)
@@ -169,7 +174,7 @@ class OfflineProposer:
             return NoProposal(
                 f"exhausted: all {size} configurations of {', '.join(fam.labels)} within reach have been "
                 f"tried" + (f" or skipped ({skipped} need more shared memory than one that ran out)" if skipped else "")
-                + f"; best: {_describe(base)}" + (f" at {best[1]:.4g} µs" if best else " (nothing measured)"),
+                + f"; best: {_describe(base)}" + (f" at {best[1]:.4g} µs" if best else " (nothing measured on a GPU)"),
                 "exhausted",
             )
         fam.tried.add(config)
@@ -180,14 +185,14 @@ class OfflineProposer:
         self._located[text_hash(source)] = (fam, config)
         changes = ", ".join(f"{k} {_show(base[k])}→{_show(v)}" for k, v in values.items() if v != base[k])
         kernels = ", ".join(dict.fromkeys(k.kernel for k in fam.analysis.knobs))
-        origin = "the parent's configuration (nothing measured yet)"
+        origin = "the parent's configuration (nothing measured on a GPU yet)"
         if best:
             shapes = f"{best[2]} shape" + "s" * (best[2] != 1)
             origin = f"the best measured configuration ({best[1]:.4g} µs, geometric mean over {shapes})"
         return Proposal(source, f"offline tuning of {kernels}: {changes}, from {origin}",
                         values, base, code_hash(source))
 
-    def record(self, source: str, feedback: Mapping[str, Any] | None) -> None:
+    def record(self, source: str, feedback: Verdict | None) -> None:
         """Note that ``source`` was tried and, when ``feedback`` is given, how it fared."""
         located = self._locate(source)
         if isinstance(located, str):
@@ -257,27 +262,20 @@ def _ring(index: list[int], sizes: list[int], distance: int):
             yield (o, *rest)
 
 
-def _times(feedback: Mapping[str, Any]) -> dict[str, float] | None:
-    """Per-shape device times of an accepted verdict (µs), keyed by shape; None if rejected."""
-    if hasattr(feedback, "to_dict"):
-        feedback = feedback.to_dict()
-    if not feedback.get("accepted"):
+def _times(feedback: Verdict) -> dict[str, float] | None:
+    """Per-shape GPU device times of an accepted verdict (µs), keyed by shape; None if rejected.
+    Interpreter shapes are left out (empty for a CPU verdict): accepted, but nothing to rank by."""
+    if not feedback.accepted:
         return None
-    out = {}
-    for s in feedback.get("shapes") or ():
-        t = s.get("time_us")
-        if isinstance(t, (int, float)) and t > 0 and math.isfinite(t):
-            out[json.dumps([s.get("shape"), s.get("hidden"), s.get("dtype")], sort_keys=True)] = float(t)
-    return out
+    return {json.dumps([dict(s.shape), s.hidden, s.dtype], sort_keys=True): float(s.time_us)
+            for s in feedback.shapes if is_gpu_timed(s) and math.isfinite(s.time_us)}
 
 
-def _out_of_shared_memory(feedback: Mapping[str, Any]) -> bool:
+def _out_of_shared_memory(feedback: Verdict) -> bool:
     """Triton's OutOfResources message, anywhere in a rejection's reason or evidence."""
-    if hasattr(feedback, "to_dict"):
-        feedback = feedback.to_dict()
-    if feedback.get("accepted"):
+    if feedback.accepted:
         return False
-    text = json.dumps({k: feedback.get(k) for k in ("reason", "evidence")}, default=str).lower()
+    text = json.dumps({"reason": feedback.reason, "evidence": dict(feedback.evidence)}, default=str).lower()
     return "out of resource" in text and "shared memory" in text
 
 

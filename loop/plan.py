@@ -179,7 +179,7 @@ def task_state(archive: Archive, task: Task, task_id: int, *, env: Mapping[str, 
     rows = task_history(archive, task_id, limit=HISTORY_LIMIT)
     lessons = Lessons()
     lessons.replay(rows)
-    state = TaskState(task, task_id, population, lessons, TaskStats(task.name))
+    state = TaskState(task, task_id, population, lessons, TaskStats(task.name, interpreter=on_cpu))
     state.ids.update({r.code_hash: r.id for r in rows if r.reuse_of is None and r.env_key == env_key})
     seed = task.seed_source
     if seed is not None and on_cpu and task.interpreter_unsupported:
@@ -190,7 +190,7 @@ def task_state(archive: Archive, task: Task, task_id: int, *, env: Mapping[str, 
         hit = archive.lookup(task_id, seed, env_key)
         if hit is not None:  # judged in an earlier run: known, not judged again
             population.add(Member.from_record(hit))
-            state.stats.seed_time_us = geomean_us(hit.verdict.to_dict())
+            state.stats.seed_time_us = geomean_us(hit.verdict)
         else:
             state.seed_code = seed
     state.note_best(new=False)

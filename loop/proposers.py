@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kernforge.prompts.render import Inspiration, Parent, PromptLeak, render
 from kernforge.tasks.spec import Task
+from kernforge.verifier.verdict import Verdict
 
 from .config import ConfigError, LLMConfig, load_config, needs_key
 from .errors import LoopError
@@ -142,7 +143,7 @@ class LLMProposer:
             except PromptLeak as leak:
                 raise LoopError(str(leak)) from None
 
-    def observe(self, task: Task, code: str, verdict: Mapping[str, Any]) -> None:
+    def observe(self, task: Task, code: str, verdict: Verdict) -> None:
         """The LLM proposer learns through the population, lessons and bandit, not here."""
 
 
@@ -167,22 +168,23 @@ class OfflineTuner:
             self._tuners[task.name] = OfflineProposer(seed=self.seed)
         return self._tuners[task.name]
 
-    def prime(self, task: Task, history: Iterable[tuple[str, Mapping[str, Any] | None]]) -> None:
+    def prime(self, task: Task, history: Iterable[tuple[str, Verdict | None]]) -> None:
         """Configurations already tried for ``task`` (archived attempts): never proposed again."""
         tuner = self._tuner(task)
         for code, verdict in history:
             tuner.record(code, verdict)
 
-    def observe(self, task: Task, code: str, verdict: Mapping[str, Any]) -> None:
+    def observe(self, task: Task, code: str, verdict: Verdict) -> None:
         self._tuner(task).record(code, verdict)
 
     async def propose(self, task: Task, population: Population, lessons: Lessons) -> Proposal | NoProposal:
         parents = population.tunable()
         if not parents and population.seed_failure is not None:
-            verdict = population.seed_failure.verdict or {}
+            verdict = population.seed_failure.verdict
+            why = f" ({verdict.status.value}: {verdict.reason[:200]})" if verdict is not None else ""
             return NoProposal(
-                f"nothing to tune: {task.name}'s seed kernel was rejected ({verdict.get('status')}: "
-                f"{str(verdict.get('reason', ''))[:200]}) and no other kernel is accepted", "nothing_to_tune")
+                f"nothing to tune: {task.name}'s seed kernel was rejected{why} and no other kernel is accepted",
+                "nothing_to_tune")
         if not parents:
             return NoProposal(
                 f"nothing to tune: {task.name} has no seed kernel and the archive holds no accepted kernel for it. "

@@ -38,6 +38,7 @@ from kernforge.archive.history import HistoryRow, judged_code
 from kernforge.archive.records import NewAttempt
 from kernforge.archive.store import Archive
 from kernforge.tasks.spec import Task
+from kernforge.verifier.checks import Check
 from kernforge.verifier.judge import JudgeOptions
 from kernforge.verifier.verdict import Rejected, Status, Verdict
 
@@ -196,7 +197,7 @@ class Runner:
         for state in self.states:
             ids = list(state.ids.values())[-2000:]
             judged = judged_code(self.archive, ids)
-            self.proposer.prime(state.task, ((code, verdict.to_dict()) for code, verdict in judged))
+            self.proposer.prime(state.task, judged)
 
     # ---- the pipeline --------------------------------------------------------------------------
     async def _pipeline(self) -> None:
@@ -430,23 +431,22 @@ class Runner:
                reuse_of: int | None, verify_s: float | None) -> None:
         """Everything a verdict teaches: population, lessons, bandit, tuner, budget, display."""
         assert self.meter is not None and self.proposer is not None and self.bandit is not None
-        data = verdict.to_dict()
         state.ids.setdefault(code_hash(p.code), reuse_of or attempt_id)
         depth = p.parent.depth + 1 if p.parent is not None and p.arm and p.arm[0] == "repair" else 0
-        member = Member(p.code, data, reuse_of or attempt_id, p.proposer, depth=depth)
+        member = Member(p.code, verdict, reuse_of or attempt_id, p.proposer, depth=depth)
         pop = state.population
         best_before = pop.best.fitness if pop.best else None
         new_best = pop.add(member)
         if p.proposer == "seed":
-            state.stats.seed_time_us = geomean_us(data)
-        if not verdict.accepted and reuse_of is None:
-            state.lessons.observe(Failure.of_verdict(data))
+            state.stats.seed_time_us = geomean_us(verdict)
+        if isinstance(verdict, Rejected) and reuse_of is None:
+            state.lessons.observe(Failure.of_verdict(verdict))
         if p.arm is not None:
             parent = p.parent
             value = reward(verdict.accepted, parent.fitness if parent else None, member.fitness, best_before,
                            parent_accepted=bool(parent and parent.accepted), reused=reuse_of is not None)
             self.bandit.update(p.arm, value)
-        self.proposer.observe(state.task, p.code, data)
+        self.proposer.observe(state.task, p.code, verdict)
         self.meter.record(state.task.name, p.tokens_in + p.tokens_out, p.cost)
         st = state.stats
         st.attempts += 1
@@ -464,8 +464,8 @@ class Runner:
         self.display.attempt(AttemptEvent(
             task=state.task.name, seq=seq, attempt_id=attempt_id, status=verdict.status.value, threat=verdict.threat,
             reused=reuse_of is not None, proposer=p.proposer, model=p.model if p.proposer != "offline" else "",
-            time_us=geomean_us(data), new_best=new_best,
-            speedup_eager=speedups(data)["speedup_eager"],
+            time_us=geomean_us(verdict), interpreter=state.stats.interpreter, new_best=new_best,
+            speedup_eager=speedups(verdict)["speedup_eager"],
             reason=p.description if verdict.accepted else verdict.reason,
             tokens=p.tokens_in + p.tokens_out, cost=p.cost, verify_s=verify_s,
         ))
@@ -505,7 +505,7 @@ class Runner:
 def _unusable(p: Proposal, env: Mapping[str, Any]) -> Rejected:
     """The verdict on a reply that held no module: nothing could be built, so nothing was run."""
     return Rejected(Status.COMPILE_ERROR, f"the reply held no candidate module ({p.unusable}): {p.note}",
-                    evidence={"check": "extraction", "kind": p.unusable}, environment=dict(env))
+                    check=Check.EXTRACTION, evidence={"kind": p.unusable}, environment=dict(env))
 
 
 async def run_async(settings: RunSettings, display: Display | None = None) -> RunResult:

@@ -8,10 +8,15 @@ fastest accepted kernel in it. A kernel never has to beat kernels of another kin
 different approach that is slower today stays available to be improved tomorrow instead of being
 crowded out by the current best.
 
-**Fitness** (higher is better) ranks accepted kernels of one task in one environment: the
-archive's score (geometric-mean speedup over ``torch.compile``, GPU timings) when there is one,
-else the negated log of the geometric-mean time (the Triton interpreter has no baselines; its
-times still rank kernels against each other). A scored kernel ranks above an unscored one.
+**Fitness** (higher is better) ranks accepted kernels of one task in one environment, in three
+tiers: the archive's score (geometric-mean speedup over ``torch.compile``, GPU timings) when there
+is one; else the negated log of the geometric-mean GPU time (a GPU run whose ``torch.compile``
+baseline was unavailable); else nothing but acceptance. Interpreter (CPU) verdicts are
+correctness only: their times never rank, so every accepted interpreter kernel has the same
+fitness and, as ties never displace, the first accepted kernel of a run stays the best and each
+niche keeps its first elite (a new run starts from the archive's newest accepted kernels, which
+the archive lists first when it has no score to rank by); parents are then drawn by the
+strategies below among equals, and the offline tuner walks its own seeded order.
 
 **Strategies**, chosen per proposal by the bandit (strategy.py):
 
@@ -36,56 +41,66 @@ import math
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
 
 from kernforge.archive.history import HistoryRow
 from kernforge.archive.queries import REPAIRABLE
 from kernforge.archive.records import AttemptRecord, Population as ArchivedPopulation
-from kernforge.archive.score import geomean, summarize
-from kernforge.verifier.verdict import ShapeResult
+from kernforge.archive.score import geomean, is_gpu_timed, summarize
+from kernforge.verifier.verdict import Status, Verdict
 
 STRATEGIES = ("improve", "explore", "repair", "fresh")
-#: (tier, value): tier 1 is the archive's score, tier 0 the negated log of the interpreter time
+#: (tier, value), compared as a tuple: tier 2 the archive's score, tier 1 the negated log of the
+#: GPU time where there is no score, tier 0 accepted with no GPU time (the interpreter), value 0
 Fitness = tuple[int, float]
+SCORED, GPU_TIMED, CORRECT_ONLY = 2, 1, 0
 Niche = tuple[str, str]
 
 _CUDA = re.compile(r"load_inline|nvrtc|cupy|__global__")
+#: the repairable statuses, typed (the archive keeps them as strings for its SQL)
+_REPAIRABLE = frozenset(Status(s) for s in REPAIRABLE)
 
 
-def _shapes(verdict: Mapping[str, Any] | None) -> list[ShapeResult]:
-    return [ShapeResult.from_dict(s) for s in (verdict or {}).get("shapes") or ()]
+def geomean_us(verdict: Verdict | None) -> float | None:
+    """Geometric-mean time of a verdict's shapes, any timing (the interpreter's too): for the
+    display only, which labels interpreter times as such; nothing ranks by it."""
+    return geomean(s.time_us for s in verdict.shapes) if verdict is not None else None
 
 
-def geomean_us(verdict: Mapping[str, Any] | None) -> float | None:
-    """Geometric-mean time of a verdict's shapes (any timing: the interpreter's times too)."""
-    return geomean(s.time_us for s in _shapes(verdict))
+def gpu_geomean_us(verdict: Verdict | None) -> float | None:
+    """Geometric-mean device time of a verdict's GPU-timed shapes (graph or eager); None without any."""
+    return geomean(s.time_us for s in verdict.shapes if is_gpu_timed(s)) if verdict is not None else None
 
 
-def speedups(verdict: Mapping[str, Any] | None) -> dict[str, float | None]:
+def speedups(verdict: Verdict | None) -> dict[str, float | None]:
     """The archive's aggregates of a verdict (``archive.score.summarize``): ``score`` (vs
     ``torch.compile``) and ``speedup_eager``, both over GPU-timed shapes only."""
-    return summarize(_shapes(verdict))
+    return summarize(verdict.shapes if verdict is not None else ())
 
 
-def fitness_of(verdict: Mapping[str, Any] | None) -> Fitness | None:
-    """How good an accepted verdict (``to_dict`` form) is; None when rejected or unjudged."""
-    if not verdict or not verdict.get("accepted"):
+def _fitness(accepted: bool, score: float | None, gpu_us: float | None) -> Fitness | None:
+    """The one rule behind ``fitness_of`` and ``row_fitness``, so live and replayed agree."""
+    if not accepted:
         return None
-    score = speedups(verdict)["score"]
     if score is not None:
-        return (1, float(score))
-    mean_us = geomean_us(verdict)
-    return None if mean_us is None else (0, -math.log(mean_us))
+        return (SCORED, float(score))
+    if gpu_us:
+        return (GPU_TIMED, -math.log(gpu_us))
+    return (CORRECT_ONLY, 0.0)
+
+
+def fitness_of(verdict: Verdict | None) -> Fitness | None:
+    """How good an accepted verdict is; None when rejected or unjudged."""
+    if verdict is None:
+        return None
+    return _fitness(verdict.accepted, speedups(verdict)["score"], gpu_geomean_us(verdict))
 
 
 def row_fitness(row: HistoryRow) -> Fitness | None:
-    """``fitness_of`` for an archived row (``archive.history``): the same two tiers. A reuse row
-    has none of its own: its original carries it, as in the archive's ranking."""
-    if not row.accepted or row.reuse_of is not None:
+    """``fitness_of`` for an archived row (``archive.history``; its ``time_us`` counts GPU timings
+    only). A reuse row has none of its own: its original carries it, as in the archive's ranking."""
+    if row.reuse_of is not None:
         return None
-    if row.score is not None:
-        return (1, float(row.score))
-    return (0, -math.log(row.time_us)) if row.time_us else None
+    return _fitness(row.accepted, row.score, row.time_us)
 
 
 def niche_of(code: str) -> Niche:
@@ -112,7 +127,7 @@ class Member:
     """A kernel the search knows: archived (``attempt_id``) or the task's seed before it is judged."""
 
     code: str
-    verdict: Mapping[str, Any] | None
+    verdict: Verdict | None
     attempt_id: int | None = None
     proposer: str = ""
     summary: str = ""
@@ -127,19 +142,19 @@ class Member:
 
     @property
     def accepted(self) -> bool:
-        return bool(self.verdict and self.verdict.get("accepted"))
+        return self.verdict is not None and self.verdict.accepted
 
     @property
     def repairable(self) -> bool:
         """A rejection worth a repair turn: never a cheat, a sandbox violation or a cheat's signature."""
         v = self.verdict
-        if not v or v.get("accepted") or v.get("status") not in REPAIRABLE:
+        if v is None or v.accepted or v.status not in _REPAIRABLE:
             return False
-        return not (v.get("status") == "static_rejected" and v.get("threat"))
+        return not (v.status is Status.STATIC_REJECTED and v.threat)
 
     @classmethod
     def from_record(cls, record: AttemptRecord, depth: int = 0) -> "Member":
-        return cls(record.code, record.verdict.to_dict(), record.id, record.proposer, depth=depth)
+        return cls(record.code, record.verdict, record.id, record.proposer, depth=depth)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ of the ``--model`` values. Each LLM proposal pulls one arm; its verdict pays a r
     or is the task's first accepted kernel), + 0.3 when it is the task's new best.
 
 A cheat or any rejection pays 0, and so does a kernel the archive already had (a repeat is no
-progress, whatever its verdict). Rewards favour progress, and acceptance alone keeps a little
+progress, whatever its verdict). On the interpreter no kernel is faster than another (its times
+never rank, search.py), so an accepted kernel pays 0.3, more only when it fixes a rejected parent
+or is the task's first. Rewards favour progress, and acceptance alone keeps a little
 value so an arm that writes correct but not faster kernels is not starved completely.
 
 **Thompson sampling** over Beta posteriors (a fractional reward r adds r to alpha and 1 - r to

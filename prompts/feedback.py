@@ -1,7 +1,7 @@
 """A verdict as the model reads it: measured feedback, or why it was rejected. Never hidden sizes.
 
-The verdict dict comes from ``verifier.verdict.*.to_dict()``. Its public-shape results are shown
-in full; its hidden-shape results only as counts. The verifier's reasons and evidence name the
+The verdict is a ``verifier.verdict`` ``Verdict`` (never its dict form). Its public-shape results
+are shown in full; its hidden-shape results only as counts. The verifier's reasons and evidence name the
 shape where a check failed (``hidden shape T=77 H=5120``, input shapes ``[[77, 5120]]``, the
 worst index ``[76, 5119]``), so every piece of verifier text passes through ``Redactor.scrub``
 before it reaches a prompt (THREATS #14: hidden shapes are never shown to the model).
@@ -15,6 +15,7 @@ from itertools import combinations
 from typing import Any, Iterable, Mapping
 
 from kernforge.tasks.spec import Task
+from kernforge.verifier.verdict import ShapeResult, Verdict
 
 HIDDEN = "<hidden>"
 # Line numbers ("line 33", "kernel.py:33", "kernel.cu(33)") are about the candidate's code, not a
@@ -131,9 +132,10 @@ def _fmt(value: Any, unit: str = "", digits: int = 3) -> str:
     return f"{value}{unit}"
 
 
-def public_table(shapes: Iterable[Mapping[str, Any]], floor_us: Mapping[str, float] | None = None) -> str:
-    """Markdown table of the public shapes' measurements."""
-    rows = [r for r in shapes if not r.get("hidden")]
+def public_table(shapes: Iterable[ShapeResult], floor_us: Mapping[str, float] | None = None) -> str:
+    """Markdown table of the public shapes' measurements; the timing column says whose clock
+    (``graph``, ``eager``, or ``interpreter``: a correctness run's wall clock, never ranked)."""
+    rows = [r for r in shapes if not r.hidden]
     if not rows:
         return ""
     lines = [
@@ -141,26 +143,25 @@ def public_table(shapes: Iterable[Mapping[str, Any]], floor_us: Mapping[str, flo
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        label = " ".join(f"{k}={v}" for k, v in dict(r.get("shape", {})).items())
-        floor = r.get("floor_us") or (floor_us or {}).get(label)
-        time_us = r.get("time_us")
-        pct_roof = 100.0 * floor / time_us if floor and time_us else None
+        floor = r.floor_us or (floor_us or {}).get(r.label)
+        pct_roof = 100.0 * floor / r.time_us if floor and r.time_us else None
         lines.append(
-            f"| {label} | {_fmt(time_us)} | {_fmt(r.get('spread_pct'), '%', 2)} | {_fmt(floor)} | "
-            f"{_fmt(pct_roof, '%')} | {_fmt(r.get('pct_bandwidth'), '%')} | {_fmt(r.get('speedup_eager'), 'x')} | "
-            f"{_fmt(r.get('speedup_compile'), 'x')} | {r.get('timing', '-')} |"
+            f"| {r.label} | {_fmt(r.time_us)} | {_fmt(r.spread_pct, '%', 2)} | {_fmt(floor)} | "
+            f"{_fmt(pct_roof, '%')} | {_fmt(r.pct_bandwidth, '%')} | {_fmt(r.speedup_eager, 'x')} | "
+            f"{_fmt(r.speedup_compile, 'x')} | {r.timing or '-'} |"
         )
     return "\n".join(lines)
 
 
-def hidden_line(verdict: Mapping[str, Any]) -> str:
+def hidden_line(verdict: Verdict) -> str:
     """Counts only: how many hidden shapes passed and failed. Never their sizes."""
-    checked = sum(1 for r in verdict.get("shapes", ()) if r.get("hidden"))
-    evidence = verdict.get("evidence") or {}
-    if verdict.get("accepted"):
+    checked = sum(1 for r in verdict.shapes if r.hidden)
+    evidence = verdict.evidence
+    if verdict.accepted:
         count = f"all {checked}" if checked else "all"
         return f"Hidden shapes (sizes not shown): {count} passed."
-    failed_hidden = bool(evidence.get("hidden")) or "hidden shape" in str(verdict.get("reason", ""))
+    # the judge records where a check failed (``evidence["hidden"]``, beside ``shape``)
+    failed_hidden = bool(evidence.get("hidden"))
     passed = evidence.get("hidden_passed", checked)
     failed = evidence.get("hidden_failed", 1 if failed_hidden else 0)
     if not passed and not failed:

@@ -24,7 +24,9 @@ from typing import Any, Mapping, Sequence
 from kernforge.tasks import report, runtime
 from kernforge.tasks.report import NOMINAL_BANDWIDTH, NOMINAL_FLOPS
 from kernforge.tasks.spec import Task
-from kernforge.verifier.verdict import THREATS
+from kernforge.verifier import defences
+from kernforge.verifier.checks import Check
+from kernforge.verifier.verdict import THREATS, Accepted, Rejected, Status, Verdict
 
 from .feedback import Redactor, clip, evidence_text, excerpt, hidden_line, public_table
 
@@ -37,10 +39,10 @@ class PromptLeak(RuntimeError):
 
 @dataclass(frozen=True)
 class Parent:
-    """The kernel to improve or repair, with its verdict (``Verdict.to_dict()``) if it has one."""
+    """The kernel to improve or repair, with its verdict if it has one."""
 
     code: str
-    verdict: Mapping[str, Any] | None = None
+    verdict: Verdict | None = None
     summary: str = ""
 
 
@@ -48,7 +50,7 @@ class Parent:
 class Inspiration:
     code: str
     summary: str = ""
-    verdict: Mapping[str, Any] | None = None
+    verdict: Verdict | None = None
 
 
 @dataclass(frozen=True)
@@ -181,44 +183,50 @@ def parent_section(parent: Parent, floors: Mapping[str, float], redactor: Redact
     verdict = parent.verdict
     if verdict is None:
         return fill("parent_unmeasured", summary=summary, code=code)
-    table = public_table(verdict.get("shapes", ()), floors)
-    if verdict.get("accepted"):
-        flags = verdict.get("flags") or verdict.get("evidence", {}).get("flags") or []
+    table = public_table(verdict.shapes, floors)
+    if isinstance(verdict, Accepted):
         return fill(
             "parent_accepted", summary=summary, code=code,
             table=table or "(no public-shape measurements recorded)",
             hidden=hidden_line(verdict),
-            flags=("Flags: " + "; ".join(map(str, flags))) if flags else "",
+            flags=("Flags: " + "; ".join(verdict.flags)) if verdict.flags else "",
         )
-    threat = verdict.get("threat")
-    if threat:
-        kind = "Caught" if verdict.get("status") == "cheat" else "Signature of"
-        threat_line = f"{kind}: THREATS #{threat} ({THREATS.get(threat, 'unknown')})."
+    if verdict.threat:
+        kind = "Caught" if verdict.status is Status.CHEAT else "Signature of"
+        threat_line = f"{kind}: THREATS #{verdict.threat} ({THREATS.get(verdict.threat, 'unknown')})."
     else:
         threat_line = ""
-    evidence = evidence_text(verdict.get("evidence") or {}, redactor,
-                             value_chars=limits.value_chars, log_chars=limits.log_chars)
+    evidence = evidence_text(verdict.evidence, redactor, value_chars=limits.value_chars, log_chars=limits.log_chars)
     return fill(
         "parent_rejected", summary=summary, code=code,
-        status=verdict.get("status", "rejected"),
-        reason=excerpt(str(verdict.get("reason", "")), redactor, limits.reason_chars),
+        status=verdict.status.value,
+        reason=excerpt(verdict.reason, redactor, limits.reason_chars),
         threat=threat_line,
+        check=check_line(verdict),
         evidence=("Evidence:\n" + evidence) if evidence else "",
         table=("Measured on public shapes before it failed:\n" + table) if table else "",
         hidden=hidden_line(verdict),
     )
 
 
-def _measured(verdict: Mapping[str, Any] | None, redactor: Redactor) -> str:
+def check_line(verdict: Rejected) -> str:
+    """Which check rejected it and what passes that check (the defence's own remedy)."""
+    if verdict.check is Check.OTHER:  # an older archive's check string: nothing known to say
+        return ""
+    remedy = defences.remedy(verdict.check)
+    return f"Check: {verdict.check.value}." + (f" What passes it: {remedy}" if remedy else "")
+
+
+def _measured(verdict: Verdict | None, redactor: Redactor) -> str:
     """One line on how an inspiration did (public shapes only)."""
     if verdict is None:
         return "(not measured)"
-    if not verdict.get("accepted"):
-        return f"rejected ({verdict.get('status')}): " + excerpt(str(verdict.get("reason", "")), redactor, 200, keep="head")
-    public = [r for r in verdict.get("shapes", ()) if not r.get("hidden")]
+    if not verdict.accepted:
+        return f"rejected ({verdict.status.value}): " + excerpt(verdict.reason, redactor, 200, keep="head")
+    public = [s for s in verdict.shapes if not s.hidden]
     parts = []
     for key, name in (("speedup_compile", "vs torch.compile"), ("speedup_eager", "vs eager"), ("pct_bandwidth", "copy bandwidth")):
-        values = [r[key] for r in public if r.get(key) is not None]
+        values = [getattr(s, key) for s in public if getattr(s, key) is not None]
         if values:
             unit = "%" if key == "pct_bandwidth" else "x"
             span = f"{min(values):.3g}{unit}" + (f"-{max(values):.3g}{unit}" if max(values) != min(values) else "")
@@ -252,10 +260,10 @@ def instructions(parent: Parent | None) -> str:
         return fill("instructions_new")
     if parent.verdict is None:
         return fill("instructions_start")
-    if parent.verdict.get("accepted"):
+    if parent.verdict.accepted:
         return fill("instructions_improve")
-    if parent.verdict.get("status") == "cheat":
-        threat = parent.verdict.get("threat")
+    if parent.verdict.status is Status.CHEAT:
+        threat = parent.verdict.threat
         return fill("instructions_cheat", threat_name=f"THREATS #{threat} {THREATS.get(threat, '')}".strip())
     return fill("instructions_repair")
 

@@ -61,6 +61,22 @@ def test_best_table_and_json(db):
     assert shapes and all(s["time_us"] > 0 for s in shapes)
 
 
+def test_best_of_an_interpreter_only_archive_is_empty_and_says_why(tmp_path):
+    path = tmp_path / "cpu.db"
+    rng = random.Random(1)
+    with Archive.create(path) as archive:
+        run = archive.start_run({})
+        task = archive.register_task(synthetic.task_record("rms_norm"))
+        for seq in range(12):
+            archive.record_attempt(synthetic.attempt(rng, run, seq, task, "rms_norm", seq,
+                                                     environment=synthetic.INTERPRETER))
+        assert archive.stats().per_task[0].accepted > 0  # accepted kernels, all verified on the CPU
+    result = invoke("best", "--db", path)
+    assert result.exit_code == 0 and "interpreter runs are never ranked" in " ".join(result.output.split())
+    assert json.loads(invoke("best", "--db", path, "--json").output) == {"best": []}
+    assert json.loads(invoke("best", "--db", path, "--shapes", "--json").output) == {"best": []}
+
+
 def test_show_code_verdict_measurements_lineage(db):
     with Archive.open(db, readonly=True) as archive:
         attempt = archive.get_attempt(30)

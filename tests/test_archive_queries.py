@@ -94,6 +94,17 @@ def test_best_per_task_and_gpu(filled):
     assert [b.attempt_id for b in archive.best(gpu="A100")] == [4]
 
 
+def test_interpreter_verdicts_are_never_a_best(tmp_path):
+    with Archive.create(tmp_path / "cpu.db") as archive:
+        rms = archive.register_task(synthetic.task_record("rms_norm"))
+        run = archive.start_run({})
+        for seq, time_us in enumerate((900.0, 3.0, 0.5)):  # ever "faster" interpreter times
+            archive.record_attempt(NewAttempt(run, seq, rms, f"k = {seq}", Accepted(
+                shapes=(timed(1, time_us, timing="interpreter"),), environment=dict(CPU)), dict(CPU)))
+        assert archive.best() == [] and archive.best_per_shape() == []
+        assert archive.population(rms, "cpu").top == ()  # no rank: the loop takes CPU kernels from `recent`
+
+
 @pytest.mark.parametrize("kw, message", [({"task": "nope"}, "no task named 'nope'"), ({"gpu": "B200"}, "no GPU matching")])
 def test_best_filters_name_what_exists(filled, kw, message):
     with pytest.raises(ArchiveError, match=message):

@@ -14,6 +14,7 @@ from kernforge.archive.content import code_hash, environment_key, normalize_code
 from kernforge.archive.errors import ArchiveError, ConflictError, ReadOnlyError
 from kernforge.archive.records import AttemptRecord, NewAttempt, RunStatus, TaskRecord
 from kernforge.archive.store import Archive
+from kernforge.verifier.checks import Check
 from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status
 
 H200 = synthetic.H200
@@ -203,6 +204,17 @@ def test_lookup_returns_the_earlier_verdict_and_reuse_is_counted(archive, ids):
     assert (row.attempts, row.reused, row.accepted, row.tokens_in, row.cost_usd) == (2, 1, 2, 170, 0.75)
     assert archive.lookup(ids[0], "x = 1", H200).id == first  # still the evaluated one
     assert [b.attempt_id for b in archive.best()] == [first]
+
+
+def test_a_rejection_keeps_its_check(archive, ids):
+    """``Rejected.check`` is its own field; the archive stores it as ``evidence["check"]`` and reads it back."""
+    verdict = Rejected(Status.CHEAT, "forward ran torch compute ops", threat=16, check=Check.TORCH_OPS,
+                       evidence={"torch_ops": ["aten::mul"]}, environment=dict(H200))
+    attempt = archive.record_attempt(new(ids, 0, "z = 1", verdict))
+    stored = json.loads(archive.conn.execute("SELECT evidence FROM attempts WHERE id = ?", (attempt,)).fetchone()[0])
+    assert stored == {"check": "runtime trace", "torch_ops": ["aten::mul"]}
+    back = archive.get_attempt(attempt).verdict
+    assert back == verdict and back.check is Check.TORCH_OPS and back.key == ("cheat", 16, "runtime trace")
 
 
 def test_second_evaluation_of_the_same_code_is_stored_as_a_reuse(archive, ids):

@@ -7,8 +7,10 @@ its inputs in place), verified under the Triton interpreter (what a CPU machine 
 on an H200 (sm_90, measured with CUDA graphs), plus a rejected attempt and a reuse row per task
 and environment that must never be exported. Per-shape numbers are shaped like the
 verifier's: interpreter times in milliseconds with no speedups, GPU times near the bandwidth
-floor with eager and torch.compile baselines. On a machine with a GPU the package's tests run
-the sm_90 entries on CUDA (and skip the interpreter ones); without one, the other way round.
+floor with eager and torch.compile baselines. Interpreter verdicts are correctness only: their
+times are never ranked, so none is ever exported, and an archive with nothing else exports
+nothing and says so. On a machine with a GPU the package's tests run the sm_90 entries on CUDA;
+without one they skip every entry and test the fallbacks, opcheck and torch.compile.
 """
 
 from __future__ import annotations
@@ -149,23 +151,23 @@ def ids(db: Path) -> dict[tuple[str, str, int], int]:
 
 # ---- choosing entries ---------------------------------------------------------------------
 def test_each_bucket_takes_the_fastest_accepted_kernel_of_its_group(full_archive):
-    p = plan(full_archive, gpus=("cpu", "H200"))
+    p = plan(full_archive, gpus=("H200",))
     attempt = ids(full_archive)
     ops = by_op(p)
     assert sorted(ops) == sorted(TASKS)
     for name, op in ops.items():
-        assert [(g.arch, g.dtype, g.gpu) for g in op.groups] == [
-            ("interpreter", "float32", "cpu"), ("sm_90", "bfloat16", "NVIDIA H200")]
+        assert [(g.arch, g.dtype, g.gpu) for g in op.groups] == [("sm_90", "bfloat16", "NVIDIA H200")]
         variants = len(kernels(name))
-        interp, gpu = op.groups
-        shapes = interpreter_shapes(name, 0)
-        assert len(interp.buckets) == len(shapes)
-        for bucket in interp.buckets:
+        (gpu,) = op.groups
+        shapes = gpu_shapes(name, 0)
+        assert len(gpu.buckets) == len(shapes)
+        for bucket in gpu.buckets:
             i = next(k for k, s in enumerate(shapes) if s.shape == bucket.shape)
-            # variant 0 is faster on even shape indices, variant 1 on odd ones
-            assert bucket.kernel == f"a{attempt[(name, 'interpreter', i % variants)]}", bucket.shape
-            assert bucket.evidence["timing"] == "interpreter" and bucket.evidence["speedup_eager"] is None
-        assert interp.fixed == {}  # every size varied across the verified shapes
+            if bucket.kernel is not None:
+                # variant 1 is faster on even shape indices, variant 0 on odd ones
+                assert bucket.kernel == f"a{attempt[(name, 'sm_90', (i + 1) % variants)]}", bucket.shape
+                assert bucket.evidence["timing"] == "graph" and bucket.evidence["speedup_eager"] > 1
+        assert gpu.fixed == {}  # every size varied across the verified shapes
         slow = [b.shape for b in gpu.buckets if b.kernel is None]
         assert slow == ([SLOW_GPU_SHAPE[name]] if name in SLOW_GPU_SHAPE else [])
         assert all("speedup vs eager" in b.reason for b in gpu.buckets if b.kernel is None)
@@ -176,13 +178,24 @@ def test_each_bucket_takes_the_fastest_accepted_kernel_of_its_group(full_archive
     assert (fused.mutated, fused.n_outputs) == (("x", "residual"), 0)
 
 
-def test_interpreter_kernels_are_exported_only_when_asked_for(full_archive, tmp_path):
+def test_interpreter_verdicts_are_never_exported(full_archive, tmp_path):
+    attempt = ids(full_archive)
+    interpreted = {a for (_, arch, _), a in attempt.items() if arch == "interpreter"}
     default = plan(full_archive)
     assert {g.arch for op in default.ops for g in op.groups} == {"sm_90"}
+    exported = {int(b.kernel[1:]) for op in default.ops for g in op.groups for b in g.buckets if b.kernel}
+    measured = {b.evidence["attempt_id"] for op in default.ops for g in op.groups for b in g.buckets}
+    assert exported and not (exported | measured) & interpreted
     cpu_only = fill(tmp_path / "cpu.db", environments=(INTERPRETER,))
-    with pytest.raises(NothingToExport, match=r"(?s)rms_norm: no accepted attempt in the selected environments.*--gpu cpu"):
+    with pytest.raises(NothingToExport) as nothing:
         plan(cpu_only)
-    assert {g.arch for op in plan(cpu_only, gpus=("cpu",)).ops for g in op.groups} == {"interpreter"}
+    for task in TASKS:
+        assert f"{task}: no GPU-verified kernel; its {len(kernels(task))} accepted kernel(s) were verified under " \
+               "the Triton interpreter only" in str(nothing.value)
+    for pattern in ("cpu", "interpreter"):
+        with pytest.raises(ExportError, match=f"--gpu {pattern}: kernels verified under the Triton interpreter are "
+                                              "checked for correctness only"):
+            ExportOptions(gpus=("H200", pattern))
 
 
 def test_min_speedup_and_baseline_decide_which_buckets_keep_the_reference(full_archive):
@@ -263,6 +276,17 @@ def test_cli_says_clearly_when_the_archive_is_empty(tmp_path):
     assert not (tmp_path / "pkg").exists()
 
 
+def test_cli_says_clearly_when_the_archive_holds_only_interpreter_verdicts(tmp_path):
+    cpu_only = fill(tmp_path / "cpu.db", environments=(INTERPRETER,))
+    result = runner.invoke(app, ["export", "--db", str(cpu_only), "--out", str(tmp_path / "pkg")])
+    assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None)))  # a message, no crash
+    text = said(result)
+    assert "nothing to export" in text and "rms_norm: no GPU-verified kernel" in text and "Traceback" not in text
+    asked = runner.invoke(app, ["export", "--db", str(cpu_only), "--out", str(tmp_path / "pkg"), "--gpu", "cpu"])
+    assert asked.exit_code == 2 and "checked for correctness only" in said(asked) and "Traceback" not in said(asked)
+    assert not (tmp_path / "pkg").exists()
+
+
 def test_cli_says_clearly_when_nothing_reaches_min_speedup(full_archive, tmp_path):
     result = runner.invoke(app, ["export", "--db", str(full_archive), "--out", str(tmp_path / "pkg"),
                                  "--min-speedup", "50"])
@@ -289,12 +313,13 @@ def test_cli_errors_for_a_missing_archive_and_an_occupied_folder(full_archive, t
 def test_export_builds_installs_and_passes_its_own_tests(full_archive, tmp_path):
     out = tmp_path / "export"
     result = runner.invoke(app, ["export", "--db", str(full_archive), "--out", str(out), "--name", "kf_test_kernels",
-                                 "--gpu", "cpu", "--gpu", "H200"])
+                                 "--gpu", "H200"])
     assert result.exit_code == 0, result.output
     assert "rms_norm" in said(result) and "reference kept in 1" in said(result)
     pkg = out / "src" / "kf_test_kernels"
     manifest = json.loads((pkg / "manifest.json").read_text())
-    entry = next(e for e in manifest["entries"] if e["op"] == "rms_norm" and e["arch"] == "interpreter")
+    assert {e["arch"] for e in manifest["entries"]} == {"sm_90"}  # never an interpreter verdict
+    entry = next(e for e in manifest["entries"] if e["op"] == "rms_norm")
     assert {"attempt_id", "code_hash", "shape_range", "buckets", "environment"} <= set(entry)
     evidence = entry["buckets"][0]["evidence"]
     assert {"time_us", "speedup_eager", "speedup_compile", "pct_roofline", "max_abs_err"} <= set(evidence)
@@ -307,7 +332,7 @@ def test_export_builds_installs_and_passes_its_own_tests(full_archive, tmp_path)
 
     # an earlier export is replaced only with --force
     again = runner.invoke(app, ["export", "--db", str(full_archive), "--out", str(out), "--name", "kf_test_kernels",
-                                "--gpu", "cpu", "--gpu", "H200", "--force"])
+                                "--force"])
     assert again.exit_code == 0, again.output
 
     checked = check_package(out, tmp_path / "check")
@@ -317,16 +342,16 @@ def test_export_builds_installs_and_passes_its_own_tests(full_archive, tmp_path)
 
     cases = {c.get("name"): ("skipped" if c.find("skipped") is not None else "passed")
              for c in ET.parse(checked.report).getroot().iter("testcase")}
-    here, other = ("sm_90", "interpreter") if torch.cuda.is_available() else ("interpreter", "sm_90")
-    ran = [n for n, s in cases.items() if n.startswith("test_entry") and f"-{here}-" in n and s == "passed"]
-    skipped = [n for n, s in cases.items() if n.startswith("test_entry") and f"-{other}-" in n and s == "skipped"]
-    buckets = sum(len(g["buckets"]) for op in manifest["ops"].values() for g in op["groups"] if g["arch"] == here)
-    assert len(ran) == buckets and len(skipped) + len(ran) == len([n for n in cases if n.startswith("test_entry")])
-    per_op = ["test_opcheck", "test_torch_compile_fullgraph", "test_a_size_between_buckets_runs_the_nearest_bucket",
-              "test_fallback_on_a_device_without_kernels", "test_fallback_for_a_dtype_without_kernels",
-              "test_fallback_for_non_contiguous_inputs"]
-    if torch.cuda.is_available():
-        per_op.append("test_cuda_graph_capture_and_replay")
+    # every entry is GPU-verified: it runs on the GPU it was verified for, and is skipped on a CPU
+    on_gpu = torch.cuda.is_available()
+    entries = [n for n in cases if n.startswith("test_entry")]
+    buckets = sum(len(g["buckets"]) for op in manifest["ops"].values() for g in op["groups"])
+    assert len(entries) == buckets and all("-sm_90-" in n for n in entries)
+    assert {cases[n] for n in entries} == {"passed" if on_gpu else "skipped"}
+    per_op = ["test_opcheck", "test_torch_compile_fullgraph", "test_fallback_on_a_device_without_kernels"]
+    if on_gpu:
+        per_op += ["test_a_size_between_buckets_runs_the_nearest_bucket", "test_fallback_for_a_dtype_without_kernels",
+                   "test_fallback_for_non_contiguous_inputs", "test_cuda_graph_capture_and_replay"]
     for test in per_op:
         passed = [n for n, s in cases.items() if n.startswith(test) and s == "passed"]
         assert len(passed) == len(manifest["ops"]), (test, cases)

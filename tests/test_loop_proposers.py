@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kernforge.loop import proposers
 from kernforge.loop.config import ConfigError
 from kernforge.loop.errors import LoopError
 from kernforge.loop.lessons import Failure, Lessons
@@ -18,6 +19,7 @@ from kernforge.loop.proposers import LLMProposer, NoProposal, OfflineTuner, llm_
 from kernforge.loop.search import Member, Population
 from kernforge.loop.strategy import Bandit
 from kernforge.tasks.loader import load_task
+from kernforge.verifier.checks import Check
 from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status
 
 sys.path.append(str(Path(__file__).resolve().parent))
@@ -125,7 +127,7 @@ def test_llm_proposal_carries_prompt_response_and_accounting(fake_llm, tmp_path)
 def test_repair_turn_shows_the_failure_and_the_lessons(fake_llm, tmp_path):
     pop = Population(rng=random.Random(0))
     failed = Rejected(Status.COMPILE_ERROR, "compiling failed while loading the module: NameError: name 'tl' is not defined",
-                      evidence={"check": "compile", "error": "NameError: name 'tl' is not defined"}).to_dict()
+                      evidence={"check": "compile", "error": "NameError: name 'tl' is not defined"})
     pop.add(Member(BROKEN_KERNEL, failed, attempt_id=4))
     lessons = Lessons(min_count=1)
     lessons.observe(Failure.of_verdict(failed))
@@ -133,12 +135,40 @@ def test_repair_turn_shows_the_failure_and_the_lessons(fake_llm, tmp_path):
     assert p.arm == ("repair", "fake-model") and p.proposer == "llm/repair" and p.parent.attempt_id == 4
     user = json.loads(p.prompt)[1]["content"]
     assert "Fix the parent kernel" in user and "name 'tl' is not defined" in user
-    assert "Compiling failed (1x)" in user  # the lesson reaches the prompt
+    assert "Compiling failed with `NameError: name 'tl' is not defined` (1x, compile check)" in user  # the lesson
+    assert "Check: compile. What passes it: Fix the error the traceback names" in user  # the defence's remedy
+
+
+def test_verdicts_reach_the_prompt_typed(fake_llm, tmp_path, monkeypatch):
+    """Population -> choice -> Parent/Inspiration -> render: the verdict objects themselves travel."""
+    pop = Population(rng=random.Random(0))
+    good = Accepted(shapes=(ShapeResult({"T": 4, "H": 64}, False, "float32", "interpreter", time_us=900.0),))
+    bad = Rejected(Status.RUNTIME_ERROR, "running failed while checking: IndexError", check=Check.RUNTIME,
+                   evidence={"error": "IndexError: out of range"})
+    pop.add(Member(HONEST, good, attempt_id=1))
+    pop.add(Member(BROKEN_KERNEL, bad, attempt_id=2))
+    seen = []
+    real = proposers.render
+
+    def spy(task, hardware, *, parent=None, inspirations=(), **kw):
+        seen.append((parent, tuple(inspirations)))
+        return real(task, hardware, parent=parent, inspirations=inspirations, **kw)
+
+    def no_dicts(self):
+        raise AssertionError("a verdict became a dict before the archive")
+
+    monkeypatch.setattr(proposers, "render", spy)
+    monkeypatch.setattr(Accepted, "to_dict", no_dicts)
+    monkeypatch.setattr(Rejected, "to_dict", no_dicts)
+    p = propose(fake_llm, tmp_path, pop, bandit=trained("repair"))
+    (parent, inspirations), = seen
+    assert p.parent.verdict is bad and parent.verdict is bad and [i.verdict for i in inspirations] == [good]
+    assert "Check: runtime. What passes it: " in json.loads(p.prompt)[1]["content"]
 
 
 def test_improve_turn_shows_the_parent_and_a_reply_without_code_is_kept(fake_llm, tmp_path):
     pop = Population(rng=random.Random(0))
-    times = Accepted(shapes=(ShapeResult({"T": 4, "H": 64}, False, "float32", "interpreter", time_us=900.0),)).to_dict()
+    times = Accepted(shapes=(ShapeResult({"T": 4, "H": 64}, False, "float32", "interpreter", time_us=900.0),))
     pop.add(Member(HONEST, times, attempt_id=1))
     p = propose(fake_llm, tmp_path, pop, script=[reply("no code here, sorry")], bandit=trained("improve"))
     assert p.unusable == "no_code" and p.code == "no code here, sorry"  # archived as the attempt's text
@@ -150,7 +180,7 @@ def test_offline_tuner_says_when_the_seed_itself_was_rejected():
     task = load_task(TINY)
     pop = Population(rng=random.Random(0))
     pop.set_seed(HONEST)
-    pop.add(Member(HONEST, Rejected(Status.CRASHED, "the candidate's process crashed: SIGSEGV").to_dict(), attempt_id=1))
+    pop.add(Member(HONEST, Rejected(Status.CRASHED, "the candidate's process crashed: SIGSEGV"), attempt_id=1))
     result = asyncio.run(OfflineTuner().propose(task, pop, Lessons()))
     assert isinstance(result, NoProposal) and result.kind == "nothing_to_tune"
     assert "seed kernel was rejected (crashed: the candidate's process crashed" in result.reason

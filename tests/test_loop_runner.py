@@ -231,3 +231,87 @@ def test_bad_input_is_a_clear_error(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         assert words in result.output and "Traceback" not in result.output, result.output
     assert not (tmp_path / "k.db").exists()  # bad input never leaves an empty archive behind
+
+
+class StandInJudge:
+    """Gives verdicts from a script instead of running code: the loop's side of a run on any machine.
+
+    The n-th candidate judged gets ``script[n]``; accepted ones are timed by the "interpreter" and
+    each is ten times "faster" than the one before, so a loop that ranked interpreter times would
+    make every one the new best.
+    """
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.judged: list[str] = []
+
+    def verify(self, code, task):
+        from kernforge.verifier.verdict import Accepted, ShapeResult
+
+        self.judged.append(code)
+        verdict = self.script[len(self.judged) - 1]
+        if verdict == "accepted":
+            time_us = 1e6 / 10 ** len(self.judged)
+            return Accepted(shapes=(ShapeResult({"T": 4, "H": 64}, False, "float32", "interpreter", time_us=time_us),))
+        return verdict
+
+    def environment(self):
+        from kernforge.archive import synthetic
+
+        return dict(synthetic.INTERPRETER)
+
+    def ceilings(self):
+        return {}
+
+
+def test_a_cpu_run_keeps_verdicts_typed_learns_by_check_and_never_ranks_interpreter_times(tmp_path, monkeypatch):
+    import contextlib
+
+    from kernforge.archive.history import task_history
+    from kernforge.archive.store import Archive
+    from kernforge.loop import devices
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.lessons import Lessons
+    from kernforge.loop.runner import RunSettings, run
+    from kernforge.verifier.defences import failures
+    from kernforge.verifier.verdict import Accepted, Rejected, Status
+
+    def index_error(where):
+        return failures.RUNTIME.reject(Status.RUNTIME_ERROR, f"running failed while checking the {where}: IndexError",
+                                       evidence={"error": "IndexError: index 4 is out of bounds"})
+
+    judge = StandInJudge(["accepted", index_error("public shape T=4"), "accepted", index_error("hidden shape"), "accepted"])
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        assert device == "cpu"
+        yield judge
+
+    callers = []
+    real = {cls: cls.to_dict for cls in (Accepted, Rejected)}
+    for cls in real:
+        def to_dict(self, _real=real[cls]):
+            callers.append(sys._getframe(1).f_globals["__name__"])
+            return _real(self)
+        monkeypatch.setattr(cls, "to_dict", to_dict)
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cpu"])
+    db = tmp_path / "k.db"
+    result = run(RunSettings(tasks=(str(seeded_task(tmp_path)),), db=db, offline=True, budget=Budget(max_attempts=5)))
+
+    assert len(judge.judged) == 5 and result.status == "finished"
+    assert set(callers) <= {"kernforge.archive.store"}, callers  # verdicts became dicts only in the archive
+    with Archive.open(db, readonly=True) as archive:
+        rows = task_history(archive, 1)
+        best = archive.best()
+    assert [r.status for r in rows] == ["accepted", "runtime_error", "accepted", "runtime_error", "accepted"]
+    stats = result.tasks[0]
+    # the seed was accepted first; four orders of magnitude "faster" interpreter times later change nothing
+    assert stats.best_attempt == rows[0].id and rows[0].proposer == "seed" and stats.best_is_new
+    assert stats.vs_seed is None and stats.interpreter
+    assert best == []  # `kernforge archive best` ranks GPU verdicts only
+    assert rows[1].check == "runtime" and rows[1].evidence["error"].startswith("IndexError")
+    lessons = Lessons(min_count=2)
+    lessons.replay(rows)  # two reasons, one check: one lesson, stating the defence's remedy
+    assert lessons.current() == [f"Running failed with `IndexError: index N is out of bounds` (2x, runtime check): "
+                                 f"{failures.RUNTIME.remedy}"]

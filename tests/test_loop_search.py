@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from kernforge.archive.records import AttemptRecord, Population as Archived
-from kernforge.loop.search import Member, Population, fitness_of, niche_of
-from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status
+from kernforge.loop.search import Member, Population, fitness_of, niche_of, row_fitness
+from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status, Verdict
+from loop_helpers import history_row
 
 sys.path.append(str(Path(__file__).resolve().parent))
 from candidates import HONEST, RELU_KERNEL  # noqa: E402
@@ -21,15 +22,21 @@ TWO_KERNELS = HONEST + RELU_KERNEL.replace("import torch\nimport torch.nn as nn\
 CUDA = 'import torch\nfrom torch.utils.cpp_extension import load_inline\nSRC = "__global__ void k(float* x) { for (int i = 0; i < 4; ++i) x[i] = 0; }"\nclass ModelNew(torch.nn.Module):\n    pass\n'
 
 
-def accepted(*times_us: float, compile_us: float | None = None) -> dict:
-    timing = "graph" if compile_us else "interpreter"
-    shapes = tuple(ShapeResult({"T": i}, False, "float32", timing, time_us=t, compile_us=compile_us)
+def accepted(*times_us: float, compile_us: float | None = 1000.0) -> Accepted:
+    """Accepted with CUDA-graph times: scored (torch.compile at ``compile_us``) unless it is None."""
+    shapes = tuple(ShapeResult({"T": i}, False, "float32", "graph", time_us=t, compile_us=compile_us)
                    for i, t in enumerate(times_us))
-    return Accepted(shapes=shapes).to_dict()
+    return Accepted(shapes=shapes)
 
 
-def rejected(status: Status, threat: int | None = None) -> dict:
-    return Rejected(status, f"{status.value} for a test", threat=threat).to_dict()
+def interpreted(*times_us: float) -> Accepted:
+    """Accepted on the CPU: the interpreter's wall clock, correctness only."""
+    return Accepted(shapes=tuple(ShapeResult({"T": i}, False, "float32", "interpreter", time_us=t)
+                                 for i, t in enumerate(times_us)))
+
+
+def rejected(status: Status, threat: int | None = None) -> Rejected:
+    return Rejected(status, f"{status.value} for a test", threat=threat)
 
 
 def variant(n: int, code: str = HONEST) -> str:
@@ -48,11 +55,48 @@ def test_niches(code, niche):
     assert niche_of(code) == niche
 
 
-def test_fitness_ranks_scores_above_times_and_faster_above_slower():
-    fast, slow = fitness_of(accepted(10.0, 20.0)), fitness_of(accepted(20.0, 40.0))
+def test_fitness_ranks_scores_above_gpu_times_above_acceptance():
     scored = fitness_of(accepted(50.0, compile_us=100.0))  # GPU timing against torch.compile: score 2.0
-    assert slow < fast < scored and scored == (1, pytest.approx(2.0))
+    fast, slow = fitness_of(accepted(10.0, 20.0, compile_us=None)), fitness_of(accepted(20.0, 40.0, compile_us=None))
+    cpu = fitness_of(interpreted(10.0, 20.0))
+    assert cpu < slow < fast < scored and scored == (2, pytest.approx(2.0))
     assert fitness_of(rejected(Status.INCORRECT)) is None and fitness_of(None) is None
+
+
+def test_interpreter_times_never_rank():
+    assert fitness_of(interpreted(1.0)) == fitness_of(interpreted(1e6)) == (0, 0.0)
+    pop = Population(rng=random.Random(0))
+    assert pop.add(Member(variant(1), interpreted(900.0), attempt_id=1)) is True  # the first accepted kernel
+    for i, t in enumerate((10.0, 1.0, 0.01), start=2):  # ever "faster" interpreter times change nothing
+        assert pop.add(Member(variant(i), interpreted(t), attempt_id=i)) is False
+    assert pop.best.attempt_id == 1 and pop.elites[niche_of(HONEST)].attempt_id == 1
+    assert [m.attempt_id for m in pop.accepted] == [1, 2, 3, 4]  # acceptance, then the order they came
+    assert [m.attempt_id for m in pop.inspirations(None)] == [1]
+    assert [m.attempt_id for m in pop.tunable()] == [1, 2, 3, 4]
+
+
+def test_an_archived_row_has_the_fitness_of_its_verdict():
+    for verdict, row in (
+        (accepted(50.0, compile_us=100.0), history_row(1, status="accepted", accepted=True, score=2.0)),
+        (accepted(10.0, 40.0, compile_us=None), history_row(2, status="accepted", accepted=True, time_us=20.0)),
+        # history rows carry GPU times only: an interpreter row has none
+        (interpreted(10.0, 40.0), history_row(3, status="accepted", accepted=True)),
+        (rejected(Status.TIMEOUT), history_row(4, status="timeout")),
+    ):
+        expected, got = fitness_of(verdict), row_fitness(row)
+        assert got is None if expected is None else got == pytest.approx(expected)
+    assert row_fitness(history_row(5, status="accepted", accepted=True, score=2.0, reuse_of=1)) is None
+
+
+def test_a_verdict_stays_typed_through_the_population():
+    verdict = accepted(10.0)
+    pop = Population(rng=random.Random(0))
+    pop.add(Member(variant(1), verdict, attempt_id=1))
+    failed = Rejected(Status.INCORRECT, "output 0 is wrong", evidence={"check": "values", "shape": {"T": 1}})
+    pop.add(Member(variant(2), failed, attempt_id=2))
+    assert pop.choose("improve").parent.verdict is verdict
+    repair = pop.choose("repair").parent.verdict
+    assert repair is failed and isinstance(repair, Rejected) and repair.check.value == "values"
 
 
 def population(seed: int = 0) -> Population:
@@ -144,14 +188,13 @@ def test_choices_are_reproducible_from_the_seed():
 
 
 def test_load_from_the_archive_population():
-    def record(i: int, verdict: dict) -> AttemptRecord:
-        from kernforge.verifier.verdict import verdict_from_dict
-
+    def record(i: int, verdict: Verdict) -> AttemptRecord:
         return AttemptRecord(id=i, run_id=1, seq=i, task_id=1, task="t", code=variant(i), code_hash=str(i),
-                             verdict=verdict_from_dict(verdict), env_key="e", gpu="cpu", created="", proposer="offline")
+                             verdict=verdict, env_key="e", gpu="NVIDIA H200", created="", proposer="offline")
 
     archived = Archived(top=(record(1, accepted(30.0)),), recent=(record(2, accepted(60.0)),),
                         failures=(record(4, rejected(Status.INCORRECT)), record(3, rejected(Status.TIMEOUT))))
     pop = Population(rng=random.Random(0)).load_archived(archived)
     assert pop.best.attempt_id == 1 and [m.attempt_id for m in pop.accepted] == [1, 2]
     assert [m.attempt_id for m in pop.failures] == [4, 3]  # newest first, as the archive lists them
+    assert pop.best.verdict is archived.top[0].verdict  # the record's own verdict, not a dict of it

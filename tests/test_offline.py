@@ -20,6 +20,7 @@ from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
 from kernforge.verifier.compare import compare
 from kernforge.verifier.reference import clone_inputs, collect_outputs, run_reference, strict_precision
+from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status, Verdict
 
 BUILTIN = Path(__file__).resolve().parents[1] / "tasks" / "builtin"
 SEEDS = sorted(p.parent.name for p in BUILTIN.glob("*/seed.py"))
@@ -265,13 +266,12 @@ def test_variant_matches_reference_under_the_interpreter(name, assignment, tmp_p
 
 # --- search ---------------------------------------------------------------------------------
 
-def _verdict(time_us: float | None, shapes=(("T", 1), ("T", 64))) -> dict:
-    """A verifier verdict dict (verdict.to_dict form): accepted with times, or rejected."""
+def _verdict(time_us: float | None, shapes=(("T", 1), ("T", 64)), timing: str = "graph") -> Verdict:
+    """A verifier verdict: accepted with times (CUDA-graph times unless told), or rejected."""
     if time_us is None:
-        return {"accepted": False, "status": "compile_error", "reason": "out of resources", "shapes": []}
-    rows = [{"shape": {k: v}, "hidden": False, "dtype": "bfloat16", "time_us": time_us * (1 + i)}
-            for i, (k, v) in enumerate(shapes)]
-    return {"accepted": True, "status": "accepted", "reason": "ok", "shapes": rows}
+        return Rejected(Status.COMPILE_ERROR, "out of resources")
+    return Accepted(shapes=tuple(ShapeResult({k: v}, False, "bfloat16", timing, time_us=time_us * (1 + i))
+                                 for i, (k, v) in enumerate(shapes)))
 
 
 def _silu_time(config) -> float | None:
@@ -344,9 +344,8 @@ def _gemm_time(config) -> float:
 def test_configurations_bigger_than_one_out_of_shared_memory_are_skipped():
     source = _kernel_module("def f(x, y, n):\n    _k[(1,)](x, y, n, BLOCK=256, GROUP_SIZE=1)\n")
     proposer = OfflineProposer(seed=0)
-    out_of_memory = {"accepted": False, "status": "compile_error", "shapes": [],
-                     "reason": "compiling failed while loading: OutOfResources: out of resource: shared memory, "
-                               "Required: 245760, Hardware limit: 232448."}
+    out_of_memory = Rejected(Status.COMPILE_ERROR, "compiling failed while loading: OutOfResources: out of resource: "
+                                                   "shared memory, Required: 245760, Hardware limit: 232448.")
     failed, proposed = [], []
     p = proposer.propose(source, _verdict(30.0))
     while isinstance(p, Proposal):
@@ -383,7 +382,7 @@ def test_history_from_an_earlier_run_is_not_proposed_again():
         p = resumed.propose(source, _verdict(20.0), history)
         assert tuple(p.config.items()) not in before
     # the resumed proposer centres on the best configuration the history measured
-    best = min(history, key=lambda h: h[1]["shapes"][0]["time_us"] if h[1]["accepted"] else math.inf)
+    best = min(history, key=lambda h: h[1].shapes[0].time_us if h[1].accepted else math.inf)
     assert p.base == analyse(best[0]).values()
 
 
@@ -396,3 +395,23 @@ def test_a_new_best_within_noise_does_not_move_the_search():
     third = proposer.propose(source)
     proposer.record(third.source, _verdict(9.0))  # 10% faster: a real improvement
     assert proposer.propose(source).base == third.config
+
+
+def test_interpreter_times_never_move_the_search():
+    """On a CPU every verdict is the interpreter's: accepted, but its times rank nothing, so the
+    search stays centred on the parent and walks its neighbourhood in its own seeded order."""
+    source = _seed("silu_and_mul")
+    on_cpu, unmeasured = OfflineProposer(seed=0), OfflineProposer(seed=0)
+    parent = analyse(source).values()
+    cpu_bases, plain_bases = [], []
+    for _ in range(12):
+        p = on_cpu.propose(source, _verdict(50.0, timing="interpreter"))
+        q = unmeasured.propose(source)
+        assert p.config == q.config  # the same order as with nothing measured at all
+        cpu_bases.append(p.base)
+        plain_bases.append(q.base)
+        fast = 1.0 if p.config["BLOCK"] == 4096 else 40.0  # would be a new best if times counted
+        on_cpu.record(p.source, _verdict(fast, timing="interpreter"))
+        unmeasured.record(q.source, None)
+    assert cpu_bases == plain_bases == [parent] * 12
+    assert "nothing measured on a GPU yet" in p.description

@@ -17,6 +17,8 @@ from kernforge.prompts import render as r
 from kernforge.prompts.feedback import Redactor, clip
 from kernforge.tasks.loader import builtin_names, load_task
 from kernforge.tasks.spec import Shape, Task
+from kernforge.verifier import defences
+from kernforge.verifier.checks import Check
 from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status
 
 sys.path.append(str(Path(__file__).resolve().parent))  # tests/ helpers (importlib import mode)
@@ -39,7 +41,7 @@ def label(shape: dict[str, int]) -> str:
     return " ".join(f"{k}={v}" for k, v in shape.items())
 
 
-def leaky_verdict(task: Task, device_kind: str = "cuda") -> dict:
+def leaky_verdict(task: Task, device_kind: str = "cuda") -> Rejected:
     """A rejection whose reason and evidence name hidden shapes every way a verifier might."""
     hidden = hidden_dicts(task)
     worst = hidden[-1]
@@ -48,7 +50,7 @@ def leaky_verdict(task: Task, device_kind: str = "cuda") -> dict:
     reason = (f"output 0 is wrong (hidden shape {label(worst)}, normal inputs): 3 of {numel} elements out of "
               f"tolerance, worst at index {[max(v - 1, 0) for v in dims]}: got 1, expected 2")
     evidence = {
-        "check": "values", "shape": worst, "numel": numel, "input_shapes": [dims],
+        "check": "values", "shape": worst, "hidden": True, "numel": numel, "input_shapes": [dims],
         "tried": hidden,
         "stderr": "Traceback (most recent call last):\n  File \"candidate.py\", line 12, in forward\n"
                   + "\n".join(f"RuntimeError: shape '{list(s.values())}' is invalid ({s})" for s in hidden),
@@ -58,7 +60,7 @@ def leaky_verdict(task: Task, device_kind: str = "cuda") -> dict:
                           speedup_eager=3.0, speedup_compile=1.1, pct_bandwidth=55.0)
               for s in task.shapes(device_kind, hidden=False)]
     shapes += [ShapeResult(shape=s, hidden=True, dtype=dtype, timing="graph", time_us=HIDDEN_TIME) for s in hidden[:-1]]
-    return Rejected(Status.INCORRECT, reason, threat=14, evidence=evidence, shapes=tuple(shapes)).to_dict()
+    return Rejected(Status.INCORRECT, reason, threat=14, evidence=evidence, shapes=tuple(shapes))
 
 
 def assert_no_hidden_shape(task: Task, text: str) -> None:
@@ -152,7 +154,7 @@ def test_accepted_parent_shows_public_measurements_only():
                     spread_pct=0.4, floor_us=15.82, pct_bandwidth=50.0, speedup_eager=9.5, speedup_compile=1.25),
         ShapeResult(shape={"T": 77, "H": 5120}, hidden=True, dtype="bfloat16", timing="graph", time_us=HIDDEN_TIME),
     )
-    verdict = Accepted(shapes=shapes, flags=("eager timing fallback",)).to_dict()
+    verdict = Accepted(shapes=shapes, flags=("eager timing fallback",))
     user = r.render(task, H200, parent=r.Parent(GOOD_KERNEL, verdict)).user
     assert "# Parent kernel: accepted" in user and "Row-wise RMSNorm in Triton" in user
     assert "| T=4096 H=4096 | 31.6 | 0.4% | 15.8 | 50% | 50% | 9.5x | 1.25x | graph |" in user
@@ -164,18 +166,41 @@ def test_accepted_parent_shows_public_measurements_only():
 def test_cheat_parent_names_the_class_and_asks_for_honest_work():
     task = load_task("rms_norm")
     verdict = Rejected(Status.CHEAT, "forward ran torch compute ops ['aten::mean'] (public shape T=1 H=4096, normal inputs)",
-                       threat=16, evidence={"check": "runtime trace", "torch_ops": ["aten::mean", "aten::rsqrt"]}).to_dict()
+                       threat=16, evidence={"check": "runtime trace", "torch_ops": ["aten::mean", "aten::rsqrt"]})
     user = r.render(task, H200, parent=r.Parent(GOOD_KERNEL, verdict)).user
     assert "rejected (cheat)" in user and "Caught: THREATS #16 (reference call)." in user
+    assert f"Check: runtime trace. What passes it: {defences.remedy(Check.TORCH_OPS)}" in user  # the defence's remedy
     assert '- torch_ops: ["aten::mean", "aten::rsqrt"]' in user
     assert "public shape T=1 H=4096" in user  # public shapes are not masked
     assert "rejected as a cheat (THREATS #16 reference call)" in user
 
 
+def test_verdicts_are_rendered_from_their_typed_fields_never_a_dict(monkeypatch):
+    task = load_task("rms_norm")
+    shapes = (ShapeResult(shape={"T": 1, "H": 256}, hidden=False, dtype="float32", timing="interpreter", time_us=812.0,
+                          max_abs_err=1e-7),)
+    accepted = Accepted(shapes=shapes)
+    rejected = Rejected(Status.INCORRECT, "output 0 is wrong (public shape T=1 H=256, normal inputs): 3 of 256",
+                        check=Check.VALUES, evidence={"shape": {"T": 1, "H": 256}, "hidden": False, "bad": 3})
+
+    def no_dicts(self):
+        raise AssertionError("a verdict was turned into a dict on its way into a prompt")
+
+    monkeypatch.setattr(Accepted, "to_dict", no_dicts)
+    monkeypatch.setattr(Rejected, "to_dict", no_dicts)
+    parent = r.Parent(GOOD_KERNEL, rejected)
+    user = r.render(task, H200, device_kind="cpu", parent=parent, inspirations=[r.Inspiration(GOOD_KERNEL, verdict=accepted)]).user
+    assert parent.verdict is rejected
+    assert "rejected (incorrect)" in user and f"Check: values. What passes it: {defences.remedy(Check.VALUES)}" in user
+    assert "- bad: 3" in user and "not reached" in user
+    improve = r.render(task, H200, device_kind="cpu", parent=r.Parent(GOOD_KERNEL, accepted)).user
+    assert "| T=1 H=256 | 812 |" in improve and "| interpreter |" in improve  # the interpreter's time, labelled
+
+
 def test_compile_error_keeps_the_end_of_a_long_traceback():
     task = load_task("rms_norm")
     log = "Traceback (most recent call last):\n" + "  frame\n" * 3000 + "triton.CompilationError: at 12:4: bad"
-    verdict = Rejected(Status.COMPILE_ERROR, "the module did not compile", evidence={"traceback": log}).to_dict()
+    verdict = Rejected(Status.COMPILE_ERROR, "the module did not compile", evidence={"traceback": log})
     user = r.render(task, H200, parent=r.Parent(GOOD_KERNEL, verdict)).user
     assert "triton.CompilationError: at 12:4: bad" in user and "characters cut ..." in user
     assert len(user) < 30_000 and r.fill("instructions_repair") in user
@@ -191,7 +216,7 @@ def test_unmeasured_parent_and_no_parent():
 def test_inspirations_and_lessons():
     task = load_task("rms_norm")
     accepted = Accepted(shapes=(ShapeResult(shape={"T": 1, "H": 4096}, hidden=False, dtype="bfloat16", timing="graph",
-                                            time_us=2.0, speedup_compile=2.5, speedup_eager=9.0),)).to_dict()
+                                            time_us=2.0, speedup_compile=2.5, speedup_eager=9.0),))
     items = [r.Inspiration(GOOD_KERNEL, verdict=accepted), r.Inspiration("x = 1\n", "vectorised loads", None)]
     user = r.render(task, H200, inspirations=items, lessons=["  use fp32   accumulation\n", ""]).user
     assert "## Kernel 1: Row-wise RMSNorm in Triton" in user and "vs torch.compile 2.5x" in user
@@ -202,7 +227,7 @@ def test_inspirations_and_lessons():
 def test_prompt_size_is_bounded():
     task = load_task("rms_norm")
     huge = "x = 1  # filler\n" * 20_000
-    verdict = Rejected(Status.RUNTIME_ERROR, "boom " * 5_000, evidence={"stderr": "line\n" * 50_000, "blob": "y" * 50_000}).to_dict()
+    verdict = Rejected(Status.RUNTIME_ERROR, "boom " * 5_000, evidence={"stderr": "line\n" * 50_000, "blob": "y" * 50_000})
     limits = r.Limits(total_chars=30_000)
     prompt = r.render(task, H200, parent=r.Parent(huge, verdict), limits=limits,
                       inspirations=[r.Inspiration(huge, f"idea {i}") for i in range(10)],
