@@ -81,6 +81,14 @@ def _quiet(**kw):
     out["torch_ops"] = {}
     return out
 setattr(_H, "_sig" + "nals", _quiet)
+'''), ("cheat", 16), also=(("cheat", 17),)),
+    Attack("decoy_launch_hides_torch_compute", 1, _fwd(f"norm(x[:1], w)  # a decoy launch: its result is thrown away\nreturn {TORCH_NORM}", ALIASES + SCRUB_INTEGRITY + '''
+_sig = getattr(_H, "_sig" + "nals")
+def _quiet(**kw):
+    out = _sig(**kw)
+    out["torch_ops"] = {}
+    return out
+setattr(_H, "_sig" + "nals", _quiet)
 '''), ("cheat", 16), cpu_limit=True),
     Attack("alias_no_sync_before_done", 1, _fwd("return norm(x, w)", ALIASES + SCRUB_INTEGRITY + '''
 setattr(_I, "synchro" + "nize", lambda *a, **k: None)
@@ -145,7 +153,7 @@ def _install():
         return send(m)
     ch.send = quiet
 ''').replace(f"        return {TORCH_NORM}", f"        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return {TORCH_NORM}"),
-           ("cheat", 16), cpu_limit=True),
+           ("cheat", 16), also=(("cheat", 17),)),
     Attack("channel_forges_a_verdict", 3, _fwd("return norm(x, w)", ALIASES + '''
 _INSTALLED = []
 def _install():
@@ -156,7 +164,7 @@ def _install():
                      "signals": {}, "claimed_s": 0.0})
     ch.send = forge
 ''').replace("        return norm(x, w)", "        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return norm(x, w)"),
-           ("incorrect", None)),
+           ("incorrect", None), also=(("cheat", 17),)),
 
     # ---- 4: return values that run code when touched -------------------------------------------
     Attack("list_subclass_computes_on_iteration", 4, _fwd("return Later([x, w])", '''
@@ -207,14 +215,8 @@ lock.acquire()
 return out[0]''', "\nimport _thread\n"), ("cheat", 16)),
     Attack("disabled_modes_compute", 5, _fwd(f'''with _disable_current_modes():
     return {TORCH_NORM}''', "\nfrom torch.utils._python_dispatch import _disable_current_modes\n"), ("cheat", 16)),
-    Attack("popped_dispatch_stack_computes", 5, _fwd(f'''modes = []
-while torch._C._len_torch_dispatch_stack():
-    modes.append(torch._C._pop_torch_dispatch_stack())
-try:
-    return {TORCH_NORM}
-finally:
-    for m in reversed(modes):
-        torch._C._push_on_torch_dispatch_stack(m)'''), ("cheat", 16)),
+    Attack("popped_dispatch_mode_computes", 5, _fwd(f'''with _pop_mode_temporarily():
+    return {TORCH_NORM}''', "\nfrom torch.utils._python_dispatch import _pop_mode_temporarily\n"), ("cheat", 16)),
     Attack("joined_thread_computes", 5, _fwd(f'''out = []
 t = threading.Thread(target=lambda: out.append({TORCH_NORM}))
 t.start()
@@ -222,12 +224,15 @@ t.join()
 return out[0]''', "\nimport threading\n"), ("cheat", 16)),
 
     # ---- 6: outputs cached on a cheap fingerprint ----------------------------------------------
+    # Inputs are fresh on every call, so a fingerprint that is not the whole input returns a wrong
+    # answer (#11, diagnosed by one more call); the repeat on the same inputs is a hit that runs
+    # no kernel at all (#17). Either way: no call is ever answered from a cache unseen.
     Attack("cache_by_data_pointer", 6, _fwd("key = (x.data_ptr(), tuple(x.shape))\nif key not in CACHE:\n    CACHE[key] = norm(x, w)\nreturn CACHE[key]",
-                                            "\nCACHE = {}\n"), ("incorrect", 11)),
+                                            "\nCACHE = {}\n"), ("incorrect", 11), also=(("cheat", 17),)),
     Attack("cache_by_storage", 6, _fwd("key = (x.untyped_storage().data_ptr(), tuple(x.shape))\nif key not in CACHE:\n    CACHE[key] = norm(x, w)\nreturn CACHE[key]",
-                                       "\nCACHE = {}\n"), ("incorrect", 11)),
+                                       "\nCACHE = {}\n"), ("incorrect", 11), also=(("cheat", 17),)),
     Attack("cache_by_rounded_first_element", 6, _fwd("key = (tuple(x.shape), round(x[0, 0].item()))\nif key not in CACHE:\n    CACHE[key] = norm(x, w)\nreturn CACHE[key]",
-                                                     "\nCACHE = {}\n"), ("incorrect", 11)),
+                                                     "\nCACHE = {}\n"), ("incorrect", 11), also=(("cheat", 17),)),
 
     # ---- 7: well-formed JSON, wrong types ------------------------------------------------------
     Attack("reply_list_where_a_number_belongs", 7, _fwd("return norm(x, w)", ALIASES + '''

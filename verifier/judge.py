@@ -118,7 +118,8 @@ class _Verdict:
 
     errors: dict[tuple, tuple[float, float]] = field(default_factory=dict)
     walls: dict[tuple, list[float]] = field(default_factory=dict)
-    claimed: dict[tuple, list[float]] = field(default_factory=dict)
+    #: (the worker's seconds, the judge's seconds) of the checks timed both ways
+    clock: list[tuple[float, float]] = field(default_factory=list)
     capture_queries: int = 0
 
 
@@ -302,6 +303,8 @@ class Judge:
             return rejection
         for hidden in (False, True):  # hidden shapes only once every public one passed
             rejection = self._check_all(session, task, hidden, init_seed, own, sizes, arena_size)
+            if rejection is None and not hidden:
+                rejection = clock.lied(self._state.clock, 0.005, "checked calls")
             if rejection is not None:
                 return rejection
         if self.on_gpu:
@@ -382,7 +385,7 @@ class Judge:
             rejection = self._finish_check(session, task, call, items[n + 1] if n + 1 < len(items) else None, own, sizes,
                                            arena_size, public_passed, init_seed)
             if rejection is not None:
-                return _with_shape(rejection, call.shape, call.hidden)
+                return _with_shape(rejection, call.shape, call.hidden, call.dist)
             if n + 2 < len(items):
                 self._prepare(task, items[n + 2], init_seed)
         return None
@@ -413,7 +416,7 @@ class Judge:
         rejection = rejection or memory.inside(reply.outputs, arena_size, ctx) or memory.matches(reply.outputs, expected, ctx)
         rejection = rejection or _inside_inputs(reply.outputs, call.prepared, task, ctx)
         if call.repeat_of:  # sent only once the judge waited for it: this wall is the call's own
-            rejection = rejection or clock.lied(reply.claimed_s, wall, 0.02 if self.on_gpu else 0.05, ctx)
+            self._state.clock.append((reply.claimed_s, wall))
         if rejection is not None:
             return rejection
         if nxt is not None and not nxt.repeat_of:  # the candidate computes the next call while this one is compared
@@ -438,7 +441,9 @@ class Judge:
         rejection = (late_writes.changed(compared.late_writes, ctx, self.on_gpu)
                      or input_mutation.mutated(compared.mutated_inputs, ctx)
                      or repeat.disagree(compared.repeat, ctx)
-                     or values.wrong(compared.results, ctx, hidden=call.hidden, public_all_passed=public_passed, earlier=earlier))
+                     or values.wrong(compared.results, ctx, hidden=call.hidden, public_all_passed=public_passed, earlier=earlier)
+                     # right values, but was any kernel of its own launched? (after the values: a cache hit launches none)
+                     or ghost.launched(reply.signals.launches, reply.signals.gpu_kernels, own, f"during the call ({ctx})", self.on_gpu))
         if rejection is not None:
             return rejection
         if nxt is not None and nxt.repeat_of:  # sent now, not ahead, so that its wall clock is exact
@@ -534,7 +539,7 @@ class Judge:
             rejection = _batch_outputs(ready.outputs, calls, expected, arena_size, ctx)
         if rejection is not None:
             return rejection
-        per_call, claimed = [], []
+        per_call, claimed, samples = [], [], []
         worst = (0.0, 0.0)
         for b in range(self.options.batches):
             if b:  # fresh inputs for every call of every batch, at the places the calls were captured on
@@ -547,8 +552,12 @@ class Judge:
             timed_ms, verified, claimed_s = outcome
             per_call.append(max(timed_ms.window_ms - timed_ms.write_floor_ms, 0.0) * 1e3 / calls)
             claimed.append(claimed_s * 1e6 / calls)
+            samples.append((claimed_s, max(timed_ms.window_ms - timed_ms.write_ms, 0.0) / 1e3))
             worst = (max(worst[0], verified.max_abs_err), max(worst[1], verified.max_rel_err))
         self._ask_ref(None, {"op": "drop", "key": key})
+        rejection = clock.lied(samples, 2e-4, ctx)
+        if rejection is not None:
+            return rejection
         median = statistics.median(per_call)
         spread = 100.0 * (max(per_call) - min(per_call)) / median if median and len(per_call) > 1 else None
         dtype = task.dtype("cuda")
@@ -602,7 +611,6 @@ class Judge:
             timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "probe": True,
                                                  "outputs": [[r.to_dict() for r in call] for call in outputs]})
         rejection = _signals_rules(ran.signals, f"while {ctx}", task, [], self.on_gpu, call=False)
-        rejection = rejection or clock.lied(ran.claimed_s, max(timed.window_ms - timed.write_ms, 0.0) / 1e3, 2e-4, ctx)
         if rejection is not None:
             return rejection
         verified = self._ask_ref(M.BatchVerified, {"op": "verify_batch", "key": key, "tolerances": task.tolerance_table()})
@@ -704,7 +712,7 @@ def _signals_rules(s: M.Signals, ctx: str, task: Task, own: list[str], on_gpu: b
                  or threads.started(s.new_threads, ctx) or output_type.modes(s.modes, ctx)
                  or capture.queried(s.capture_queries, ctx) or l2.pinned(s.l2_persisting_limit, ctx))
     if rejection is None and call:
-        rejection = ghost.aliased(s.aliases, ctx) or ghost.launched(s.launches, s.gpu_kernels, own, ctx, on_gpu)
+        rejection = ghost.aliased(s.aliases, ctx)
     return rejection
 
 
@@ -756,9 +764,11 @@ def _round(n: int, to: int = 2 << 20) -> int:
     return -(-int(n) // to) * to
 
 
-def _with_shape(rejection: Rejected, shape: Shape, hidden: bool) -> Rejected:
+def _with_shape(rejection: Rejected, shape: Shape, hidden: bool, dist: str | None = None) -> Rejected:
     evidence = dict(rejection.evidence)
     evidence.setdefault("shape", shape.as_dict())
     evidence.setdefault("hidden", hidden)
+    if dist is not None:
+        evidence.setdefault("dist", dist)
     return Rejected(rejection.status, rejection.reason, rejection.threat, evidence, rejection.shapes, rejection.environment,
                     check=rejection.check)

@@ -137,7 +137,9 @@ def watch_evasions() -> None:
 
         return call
 
-    _python_dispatch._disable_current_modes = noted("_disable_current_modes", _python_dispatch._disable_current_modes)
+    for name in ("_disable_current_modes", "_pop_mode", "_pop_mode_temporarily"):
+        if hasattr(_python_dispatch, name):
+            setattr(_python_dispatch, name, noted(name, getattr(_python_dispatch, name)))
     for name in ("_pop_torch_dispatch_stack", "_pop_torch_function_stack", "_DisableTorchDispatch", "DisableTorchFunction",
                  "DisableTorchFunctionSubclass", "_set_dispatch_mode", "_unset_dispatch_mode"):
         if hasattr(torch._C, name):

@@ -4,11 +4,14 @@ The time of record never comes from the candidate's process. The worker still re
 its own clock says each request took; an honest harness's figure is the trusted figure less the
 message latency. One far below the trusted clock means code in that process rewrote the timer,
 its locals or the reply: positive evidence of an attempt, rejected as a cheat. The bounds are
-deliberately loose (half, and an absolute margin) so that no honest call on a loaded machine is
-ever accused.
+deliberately loose (half, or less than a third with a single sample, and an absolute margin)
+and every sample must agree, so that no honest call stalled once on a loaded machine is ever
+accused.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from ..checks import Check
 from ..verdict import Rejected, Status
@@ -25,10 +28,19 @@ DEFENCE = register(Defence(
     remedy="Leave the timer and the harness alone; make the kernel faster instead."))
 
 
-def lied(claimed_s: float, trusted_s: float, margin_s: float, ctx: str) -> Rejected | None:
-    """``margin_s``: how much less than the trusted time an honest worker may report (latency)."""
-    if trusted_s > 0 and claimed_s < RATIO * trusted_s and trusted_s - claimed_s > margin_s:
-        return DEFENCE.reject(Status.CHEAT, f"the candidate's process reported {claimed_s * 1e3:.3f} ms where the trusted clock measured "
-                              f"{trusted_s * 1e3:.3f} ms ({ctx}): the timer was fooled", threat=8,
-                              evidence={"claimed_ms": claimed_s * 1e3, "trusted_ms": trusted_s * 1e3})
+#: ...or this fraction when there is only one sample
+RATIO_ONE = 0.3
+
+
+def lied(samples: Sequence[tuple[float, float]], margin_s: float, ctx: str) -> Rejected | None:
+    """``samples``: (the worker's seconds, the trusted seconds) of requests timed both ways;
+    ``margin_s``: how much less than the trusted time an honest worker may report (latency)."""
+    if not samples:
+        return None
+    ratio = RATIO if len(samples) > 1 else RATIO_ONE
+    if all(t > 0 and c < ratio * t and t - c > margin_s for c, t in samples):
+        claimed, trusted = samples[0]
+        return DEFENCE.reject(Status.CHEAT, f"the candidate's process reported {claimed * 1e3:.3f} ms where the trusted clock measured "
+                              f"{trusted * 1e3:.3f} ms ({ctx}; {len(samples)} of {len(samples)} samples alike): the timer was fooled",
+                              threat=8, evidence={"samples_ms": [[c * 1e3, t * 1e3] for c, t in samples[:10]]})
     return None
