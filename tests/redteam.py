@@ -225,8 +225,8 @@ return out[0]''', "\nimport threading\n"), ("cheat", 16)),
 
     # ---- 6: outputs cached on a cheap fingerprint ----------------------------------------------
     # Inputs are fresh on every call, so a fingerprint that is not the whole input returns a wrong
-    # answer (#11, diagnosed by one more call); the repeat on the same inputs is a hit that runs
-    # no kernel at all (#17). Either way: no call is ever answered from a cache unseen.
+    # answer (#11, diagnosed by one more call); a hit that launches no kernel at all is a ghost
+    # (#17) before its values are read. Either way: no call is ever answered from a cache unseen.
     Attack("cache_by_data_pointer", 6, _fwd("key = (x.data_ptr(), tuple(x.shape))\nif key not in CACHE:\n    CACHE[key] = norm(x, w)\nreturn CACHE[key]",
                                             "\nCACHE = {}\n"), ("incorrect", 11), also=(("cheat", 17),)),
     Attack("cache_by_storage", 6, _fwd("key = (x.untyped_storage().data_ptr(), tuple(x.shape))\nif key not in CACHE:\n    CACHE[key] = norm(x, w)\nreturn CACHE[key]",

@@ -78,3 +78,26 @@ def test_builtin_seed_accepted_on_gpu(runtime_judge, name):
     assert screen(task.seed_source, allow_torch_ops=task.allow_torch_ops).ok
     verdict = runtime_judge.verify(task.seed_source, task)
     assert verdict.accepted, _describe(verdict)
+
+
+# ---- the red-team corpus on the GPU (redteam.py) --------------------------------------------------
+import redteam as R  # noqa: E402
+
+GPU_ATTACKS = [a for a in R.ATTACKS if a.where in ("gpu", "both")]
+
+
+@pytest.mark.parametrize("attack", GPU_ATTACKS, ids=[a.name for a in GPU_ATTACKS])
+def test_redteam_attack_on_gpu(runtime_judge, attack):
+    verdict = runtime_judge.verify(attack.source, load_task(TASKS / attack.task))
+    got = (verdict.status.value, verdict.threat)
+    if attack.cpu_limit:  # the routine verdict cannot see it; the audit's kernel list does (test_audit_*)
+        return
+    assert got == attack.expect or got in attack.also, _describe(verdict)
+
+
+@pytest.mark.parametrize("name, source, where", R.HONEST + [("host_sync", R.HOST_SYNC, "gpu")], ids=[h[0] for h in R.HONEST] + ["host_sync"])
+def test_unusual_honest_kernels_accepted_on_gpu(runtime_judge, name, source, where):
+    verdict = runtime_judge.verify(source, load_task(TASKS / "tiny_norm"))
+    assert verdict.accepted, _describe(verdict)
+    for s in verdict.shapes:
+        assert s.timing in ("graph", "eager") and s.time_us > 0 and s.batch_calls >= 1

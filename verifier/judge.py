@@ -441,9 +441,7 @@ class Judge:
         rejection = (late_writes.changed(compared.late_writes, ctx, self.on_gpu)
                      or input_mutation.mutated(compared.mutated_inputs, ctx)
                      or repeat.disagree(compared.repeat, ctx)
-                     or values.wrong(compared.results, ctx, hidden=call.hidden, public_all_passed=public_passed, earlier=earlier)
-                     # right values, but was any kernel of its own launched? (after the values: a cache hit launches none)
-                     or ghost.launched(reply.signals.launches, reply.signals.gpu_kernels, own, f"during the call ({ctx})", self.on_gpu))
+                     or values.wrong(compared.results, ctx, hidden=call.hidden, public_all_passed=public_passed, earlier=earlier))
         if rejection is not None:
             return rejection
         if nxt is not None and nxt.repeat_of:  # sent now, not ahead, so that its wall clock is exact
@@ -712,7 +710,7 @@ def _signals_rules(s: M.Signals, ctx: str, task: Task, own: list[str], on_gpu: b
                  or threads.started(s.new_threads, ctx) or output_type.modes(s.modes, ctx)
                  or capture.queried(s.capture_queries, ctx) or l2.pinned(s.l2_persisting_limit, ctx))
     if rejection is None and call:
-        rejection = ghost.aliased(s.aliases, ctx)
+        rejection = ghost.aliased(s.aliases, ctx) or ghost.launched(s.launches, s.gpu_kernels, own, ctx, on_gpu)
     return rejection
 
 
