@@ -29,13 +29,13 @@ for p in "$@"; do
     tests-nox) phase tests 500 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 tests/ ;;
     final) phase final 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_verifier_gpu.py -k "side_stream or triton or stale or rms_norm" ;;
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
-    verify1) phase verify1 150 python3 bench/verify.py --repeats 5 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
+    verify1) phase verify1 150 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
     verify3) phase verify3 240 python3 bench/verify.py --repeats 5 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
-    ncu) phase ncu 240 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax ;;
+    ncu) phase ncu 150 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax ;;
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
     ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
-    gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --durations=8 tests/test_verifier_gpu.py ;;
+    gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     *) echo "unknown phase $p" ;;

@@ -440,7 +440,7 @@ HOST_SYNC = KERNEL + '''
 class ModelNew(nn.Module):
     def forward(self, x, w):
         # a host-side decision (a value read back): no CUDA graph can hold it, so timing is eager
-        if float(x.abs().amax().item()) < 0:
+        if x[0, 0].item() != x[0, 0].item() and False:
             raise RuntimeError("unreachable")
         return norm(x, w)
 '''

@@ -25,14 +25,16 @@ def _describe(verdict) -> str:
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), baselines=True)
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), baselines=True, time_shapes="largest", batches=2)
     with open_judge("cuda:0", pool_size=2, options=options) as j:
         yield j
 
 
 @pytest.fixture(scope="module")
 def runtime_judge(tmp_path_factory):
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), baselines=False, static_screen=False)
+    # one timed shape, two batches: every defence of the timed batch runs, in seconds per verdict
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), baselines=False, static_screen=False,
+                           time_shapes="largest", batches=2)
     with open_judge("cuda:0", pool_size=2, options=options) as j:
         yield j
 

@@ -201,3 +201,4 @@ def summary(per_call_s: Sequence[float]) -> dict[str, Any]:
     med = statistics.median(times) if times else None
     spread = 100.0 * (max(times) - min(times)) / med if med and len(times) > 1 else None
     return {"median_us": med, "spread_pct": spread, "n": len(times), "times_us": times}
+

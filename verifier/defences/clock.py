@@ -44,3 +44,23 @@ def lied(samples: Sequence[tuple[float, float]], margin_s: float, ctx: str) -> R
                               f"{trusted * 1e3:.3f} ms ({ctx}; {len(samples)} of {len(samples)} samples alike): the timer was fooled",
                               threat=8, evidence={"samples_ms": [[c * 1e3, t * 1e3] for c, t in samples[:10]]})
     return None
+
+
+#: how much longer than its floor the trusted write may take and still be taken off whole: less
+#: than one time slice of the GPU's scheduler (about 2 ms on the H200), so a write that another
+#: process's kernels interrupted is never taken off whole
+WRITE_SLACK_MS = 0.5
+WRITE_SLACK_SHARE = 0.25
+
+
+def write_allowance(write_ms: float, floor_ms: float) -> float:
+    """How much of a batch window is the trusted write's, to take off.
+
+    The write's own events measure it exactly, unless another process's kernels ran in the
+    middle of it (one GPU time-slices between processes): then its span holds their work too,
+    and taking it all off would hand that work to the candidate for free. A preempted write is
+    longer than its floor by at least a time slice; one within the slack was not preempted and
+    is taken off whole, any other only by its floor (what no write can beat)."""
+    if write_ms <= floor_ms + min(WRITE_SLACK_SHARE * floor_ms, WRITE_SLACK_MS):
+        return write_ms
+    return floor_ms
