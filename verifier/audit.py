@@ -1,0 +1,94 @@
+"""The audit of a would-be winner: before an attempt becomes a task's best or is exported, it is
+judged again from scratch and its time must hold.
+
+The second verdict runs in a fresh worker from the pool, on inputs drawn from new seeds (every
+public and hidden shape, every distribution, new timed batches), with the same trusted clock.
+The audit fails when that verdict is a rejection, or when the candidate's time does not hold:
+the geometric mean, over the shapes both verdicts timed on the GPU, of the new time over the
+recorded one is above ``1 + tolerance``. A candidate that behaves well once and cheats later, or
+whose recorded time was luck, is demoted with the reason.
+
+Interpreter (CPU) verdicts are never audited: they are correctness only and never become a best.
+Nsight Compute's list of the kernels that really ran (the trusted form of the worker's op trace)
+is not part of the audit yet: see the closing note of the trusted-judge issue.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kernforge.tasks.spec import Task
+
+from .checks import Check
+from .defences import Defence, register
+from .verdict import Accepted, Verdict, describe, verdict_from_dict
+
+#: a re-measured time may be this much slower than the recorded one before the audit fails
+TOLERANCE = 0.15
+
+DEFENCE = register(Defence(
+    Check.AUDIT, (8, 13), facts="a second verdict of the same code in a fresh worker, on fresh inputs, with the trusted clock",
+    trusted=True,
+    rationale="A best is what the export ships and what later searches build on; one verdict can be luck, or a "
+              "candidate that behaves on its first judging and not later. Judged again from scratch, it must be "
+              "accepted again, and about as fast.",
+    remedy="Make the kernel's speed and correctness independent of which call, process or inputs it sees."))
+
+
+@dataclass(frozen=True)
+class Audit:
+    passed: bool
+    reason: str
+    #: geometric mean of the GPU times, as recorded and as re-measured (microseconds)
+    recorded_us: float | None = None
+    measured_us: float | None = None
+    verdict: Verdict | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "reason": self.reason, "recorded_us": self.recorded_us, "measured_us": self.measured_us,
+                "verdict": self.verdict.to_dict() if self.verdict is not None else None, "details": dict(self.details)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Audit":
+        v = data.get("verdict")
+        return cls(bool(data["passed"]), str(data["reason"]), data.get("recorded_us"), data.get("measured_us"),
+                   verdict_from_dict(v) if v else None, dict(data.get("details") or {}))
+
+
+def auditable(verdict: Verdict) -> bool:
+    """Accepted with GPU times: the only verdicts a best can come from."""
+    return isinstance(verdict, Accepted) and any(s.timing in ("graph", "eager") and s.time_us for s in verdict.shapes)
+
+
+def audit(judge: Any, source: str, task: Task, recorded: Verdict, tolerance: float = TOLERANCE) -> Audit:
+    """Judge ``source`` again (``judge.verify``: a fresh worker, fresh seeds) and compare."""
+    if not auditable(recorded):
+        return Audit(False, "only accepted verdicts with GPU times are audited (interpreter runs are correctness only)")
+    again = judge.verify(source, task)
+    return compare(recorded, again, tolerance)
+
+
+def compare(recorded: Verdict, again: Verdict, tolerance: float = TOLERANCE) -> Audit:
+    """The audit's decision, given both verdicts (pure)."""
+    if not again.accepted:
+        return Audit(False, f"judged again in a fresh worker on fresh inputs, it was rejected: {describe(again)}", verdict=again,
+                     details={"status": again.status.value, "threat": again.threat})
+    before = {(s.label, s.hidden): s.time_us for s in recorded.shapes if s.timing in ("graph", "eager") and s.time_us}
+    after = {(s.label, s.hidden): s.time_us for s in again.shapes if s.timing in ("graph", "eager") and s.time_us}
+    common = sorted(set(before) & set(after))
+    if not common:
+        return Audit(False, "the second verdict timed none of the shapes the first one did", verdict=again)
+    ratio = math.exp(sum(math.log(after[k] / before[k]) for k in common) / len(common))
+    rec = math.exp(sum(math.log(before[k]) for k in common) / len(common))
+    mea = math.exp(sum(math.log(after[k]) for k in common) / len(common))
+    worst = max(common, key=lambda k: after[k] / before[k])
+    details = {"ratio": ratio, "shapes": len(common), "worst_shape": worst[0], "worst_ratio": after[worst] / before[worst]}
+    if ratio > 1 + tolerance:
+        return Audit(False, f"its time did not hold: {rec:.2f} us recorded, {mea:.2f} us judged again in a fresh worker "
+                            f"({100 * (ratio - 1):+.1f}% over {len(common)} shapes; worst {worst[0]})",
+                     recorded_us=rec, measured_us=mea, verdict=again, details=details)
+    return Audit(True, f"accepted again in a fresh worker on fresh inputs; time {mea:.2f} us against {rec:.2f} us recorded "
+                       f"({100 * (ratio - 1):+.1f}%)", recorded_us=rec, measured_us=mea, verdict=again, details=details)
