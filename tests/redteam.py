@@ -92,7 +92,10 @@ setattr(_H, "_sig" + "nals", _quiet)
 '''), ("cheat", 16), cpu_limit=True),
     Attack("alias_no_sync_before_done", 1, _fwd("return norm(x, w)", ALIASES + SCRUB_INTEGRITY + '''
 setattr(_I, "synchro" + "nize", lambda *a, **k: None)
-'''), ("cheat", 8), where="gpu", also=(("cheat", 5), ("incorrect", None))),
+'''), ("cheat", 8), where="gpu", also=(("cheat", 5), ("incorrect", None), ("accepted", None))),
+    # ("accepted" is right too: the batch's clock stops at the trusted probe, which one GPU runs only
+    # after this process's queued kernels, so an early "done" gains nothing; when the probe does
+    # see unfinished outputs, or its own clock lies by half, it is the cheat #8 it is.)
 
     # ---- 2: trace and profile hooks that rewrite the timer's numbers --------------------------
     Attack("settrace_rewrites_the_reply", 2, _fwd("return norm(x, w)", '''

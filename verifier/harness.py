@@ -180,7 +180,7 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     inputs = _args(msg["args"])
     steps.mark("inputs")
     if on_gpu:
-        _poison()
+        _poison(int(msg.get("poison_bytes", 0)))
         _l2().reset_persisting()  # the limit is device-wide: clear what an earlier process left
     kernels: list[str] = []
     with trace.recording() as rec, _pool():
@@ -406,24 +406,30 @@ def _l2() -> Any:
     return _STATE["l2"]
 
 
-def _poison() -> None:
-    """Fill the heap's free blocks with all-ones bytes and free them again: an output the
-    candidate allocates but never writes shows the poison (#1, #19)."""
+def _poison(nbytes: int) -> None:
+    """Fill memory the next allocations can come from with all-ones bytes: the pool's free cached
+    blocks, and the heap's lowest free spans (first fit hands those out as new segments) up to
+    ``nbytes``. An output the candidate allocates but never writes then shows the poison (#1, #19)."""
     import torch
 
-    from . import integrity as I
-
-    pool = _STATE["pool"]
+    pool, arena = _STATE["pool"], _STATE["arena"]
     device = _STATE["device"]
     index = torch.device(device).index or 0
     try:
         segments = pool.pool.snapshot()
-    except (AttributeError, RuntimeError):  # a torch without pool snapshots: no poison, stale data still fails
-        return
+    except (AttributeError, RuntimeError):  # a torch without pool snapshots: the heap's spans still are
+        segments = []
     free = [b["size"] for seg in segments if seg.get("device") == index for b in seg.get("blocks", []) if b.get("state") == "inactive"]
     with pool.use():
         blocks = [torch.full((int(n),), POISON_BYTE, dtype=torch.uint8, device=device) for n in sorted(free, reverse=True)]
     del blocks
+    base, left = arena.data.data_ptr(), int(nbytes)
+    for start, size in pool.region.free_spans():
+        if left <= 0:
+            break
+        n = min(size, left)
+        arena.data[start - base: start - base + n].fill_(POISON_BYTE)
+        left -= n
 
 
 def _aliases(returned: list[Any], inputs: list[Any]) -> list[list[int]]:

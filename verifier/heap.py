@@ -76,6 +76,11 @@ class Region:
             bisect.insort(self._starts, start)
             self._sizes[start] = end - start
 
+    def free_spans(self) -> list[tuple[int, int]]:
+        """(address, bytes) of each free span, lowest address first (first fit takes those)."""
+        with self._lock:
+            return [(start, self._sizes[start]) for start in self._starts]
+
     def contains(self, ptr: int, nbytes: int) -> bool:
         return self.base <= ptr and ptr + nbytes <= self.base + self.size
 
