@@ -3,6 +3,7 @@ no output is one of its inputs."""
 
 from __future__ import annotations
 
+import re
 from typing import Mapping, Sequence
 
 from ..checks import Check
@@ -26,9 +27,20 @@ ALIASING = register(Defence(
     remedy="Write each output into a tensor of its own (torch.empty_like and a kernel that fills it)."))
 
 
+def is_own(kernel: str, name: str) -> bool:
+    """Whether a kernel the GPU ran is the candidate's ``name``: the whole name as a token
+    (Triton's and demangled names) or in its mangled form (C++: ``_Z<length><name>``); never a
+    mere substring, so a kernel called ``kernel`` does not claim every ATen kernel."""
+    if not name:
+        return False
+    # older Triton releases suffix a specialisation ("_norm_kernel_0d1d2de"): allowed
+    token = rf"(?<![A-Za-z0-9_]){re.escape(name)}(?:_\d[0-9a-z]*)?(?![A-Za-z0-9_])"
+    return bool(re.search(token, kernel)) or f"{len(name)}{name}" in kernel
+
+
 def launched(launches: Mapping[str, int], gpu_kernels: Sequence[str], own: Sequence[str], ctx: str, on_gpu: bool) -> Rejected | None:
     if on_gpu:
-        if any(name and name in kernel for kernel in gpu_kernels for name in own):
+        if any(is_own(kernel, name) for kernel in gpu_kernels for name in own):
             return None
         return OWN.reject(Status.CHEAT, f"none of the candidate's kernels ({', '.join(own) or 'none defined'}) ran on the GPU during "
                           f"the call ({ctx})", threat=17, evidence={"gpu_kernels": list(gpu_kernels)[:20], "own_kernels": list(own)})
@@ -42,7 +54,7 @@ def launched(launches: Mapping[str, int], gpu_kernels: Sequence[str], own: Seque
 
 def profiled(names: Sequence[str], own: Sequence[str], ctx: str) -> Rejected | None:
     """The audit's rule over the kernels Nsight Compute saw during the candidate's calls."""
-    if not own or any(o in n for n in names for o in own):
+    if not own or any(is_own(n, o) for n in names for o in own):
         return None
     return OWN.reject(Status.CHEAT, f"Nsight Compute saw none of the candidate's kernels ({', '.join(own)}) run during its calls "
                       f"({ctx})", threat=17, evidence={"kernels": list(names)[:20], "own_kernels": list(own), "source": "ncu"})

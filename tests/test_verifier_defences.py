@@ -1,0 +1,128 @@
+"""Each defence's pure decision, on plain facts: what it rejects, with which status and class,
+and what it lets through. The registry names a defence for every check a verdict can carry."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernforge.verifier import defences
+from kernforge.verifier.checks import Check
+from kernforge.verifier.defences import batch, clock, ghost, memory, values
+from kernforge.verifier.messages import OutputMeta, OutputResult, TensorRef
+from kernforge.verifier.verdict import THREATS
+
+
+def ref(offset, shape=(4, 8), dtype="bfloat16"):
+    strides = [shape[1], 1] if len(shape) == 2 else [1]
+    return TensorRef(offset=offset, dtype=dtype, shape=list(shape), strides=strides)
+
+
+def test_every_check_has_one_defence_with_a_remedy():
+    rows = {r["check"]: r for r in defences.docs()}
+    for check in Check:
+        if check in (Check.OTHER, Check.EXTRACTION):
+            continue
+        assert check.value in rows, check
+        row = rows[check.value]
+        assert row["rationale"] and row["remedy"] and row["facts"]
+        assert all(t in THREATS for t in row["threats"])
+    assert defences.remedy(Check.VALUES) == rows["values"]["remedy"]
+
+
+def test_a_defence_refuses_a_class_it_does_not_guard():
+    with pytest.raises(ValueError):
+        values.DEFENCE.reject(values.Status.CHEAT, "x", threat=8)
+
+
+@pytest.mark.parametrize("samples, fires", [
+    ([(0.001, 0.020), (0.001, 0.020)], True),   # a tenth of the trusted time, every time
+    ([(0.001, 0.020), (0.019, 0.020)], False),  # one sample agrees: a stall, not a lie
+    ([(0.009, 0.020)], False),                  # one sample: needs less than 30% to accuse
+    ([(0.005, 0.020)], True),
+    ([(0.0001, 0.004), (0.0001, 0.004)], False),  # below the absolute margin
+    ([], False),
+])
+def test_the_clock_rule_accuses_only_consistent_lies(samples, fires):
+    verdict = clock.lied(samples, 0.005, "checked calls")
+    assert (verdict is not None) == fires
+    if verdict is not None:
+        assert (verdict.status.value, verdict.threat, verdict.check) == ("cheat", 8, Check.TRUSTED_CLOCK)
+
+
+@pytest.mark.parametrize("write_ms, floor_ms, taken", [
+    (2.1, 2.0, 2.1),    # an ordinary write: its own span
+    (2.6, 2.0, 2.0),    # longer than its slack: another process ran in the middle, only the floor
+    (10.4, 10.0, 10.4),
+    (10.6, 10.0, 10.0),  # the slack never exceeds 0.5 ms, less than one time slice
+])
+def test_the_write_is_taken_off_whole_only_when_nothing_interrupted_it(write_ms, floor_ms, taken):
+    assert clock.write_allowance(write_ms, floor_ms) == taken
+
+
+def test_outputs_are_checked_against_the_trusted_layout():
+    meta = [OutputMeta(dtype="bfloat16", shape=[4, 8])]
+    assert memory.matches([ref(0)], meta, "c") is None
+    wrong = memory.matches([ref(0, dtype="float32")], meta, "c")
+    assert (wrong.status.value, wrong.check) == ("incorrect", Check.OUTPUT_FORMAT)
+    assert memory.matches([], meta, "c").check is Check.OUTPUT_FORMAT
+    outside = memory.inside([ref(1 << 20)], 1 << 20, "c")
+    assert (outside.status.value, outside.threat, outside.check) == ("cheat", 9, Check.OUTPUT_MEMORY)
+
+
+def test_calls_of_a_batch_must_not_share_their_outputs():
+    assert memory.separate_calls([[ref(0)], [ref(4096)]], "c") is None
+    shared = memory.separate_calls([[ref(0)], [ref(32)]], "c")  # the second call's output starts inside the first's
+    assert (shared.status.value, shared.threat, shared.check) == ("incorrect", None, Check.OUTPUT_MEMORY)
+    assert memory.separate_calls([[ref(0), ref(0)]], "c") is None  # one call may return a tensor twice
+
+
+def _wrong(**details):
+    return OutputResult(output=0, ok=False, details={"bad": 3, "numel": 32, "max_abs_err": 1.0, **details})
+
+
+@pytest.mark.parametrize("details, earlier, hidden, threat", [
+    ({}, "cached", False, 11),
+    ({}, "deferred", False, 12),
+    ({"never_written": 3}, "", False, 1),
+    ({"constant": True}, "", False, 2),
+    ({"zeros_where_ref_nonzero": 3}, "", False, 3),
+    ({"lowered_precision": "bf16"}, "", False, 15),
+    ({}, "", True, 14),
+    ({}, "", False, None),
+])
+def test_wrong_values_name_the_signature_they_have(details, earlier, hidden, threat):
+    verdict = values.wrong([_wrong(**details)], "c", hidden=hidden, public_all_passed=hidden, earlier=earlier)
+    assert (verdict.status.value, verdict.threat, verdict.check) == ("incorrect", threat, Check.VALUES)
+    assert values.wrong([OutputResult(output=0, ok=True)], "c", hidden=False, public_all_passed=False) is None
+
+
+def test_batch_rules():
+    assert batch.incomplete([], 10, "c") is None
+    early = batch.incomplete([3, 4], 10, "c")
+    assert (early.status.value, early.threat, early.check) == ("cheat", 8, Check.BATCH_PROBE)
+    honest_defect = batch.replay_wrong(2, [_wrong()], "c", "graph", queried=False)
+    assert (honest_defect.status.value, honest_defect.threat, honest_defect.check) == ("incorrect", None, Check.GRAPH_REPLAY)
+    assert "baked" in honest_defect.reason
+    asked = batch.replay_wrong(2, [_wrong()], "c", "graph", queried=True)
+    assert (asked.status.value, asked.threat) == ("cheat", 13)
+
+
+def test_ghost_rules():
+    assert ghost.launched({"_k": 1}, [], ["_k"], "c", on_gpu=False) is None
+    assert ghost.launched({}, [], ["_k"], "c", on_gpu=False).threat == 17
+    assert ghost.launched({}, ["void _k_0d1d2"], ["_k"], "c", on_gpu=True) is None
+    assert ghost.aliased([[], [1]], "c").evidence["output"] == 1
+    assert ghost.profiled(["at::native::vectorized_elementwise_kernel"], ["_k"], "c").threat == 17
+
+
+@pytest.mark.parametrize("kernel, name, own", [
+    ("_norm_kernel", "_norm_kernel", True),
+    ("void _norm_kernel(float*, int)", "_norm_kernel", True),
+    ("_Z13rms_norm_rowsPK13__nv_bfloat16S1_PS_if", "rms_norm_rows", True),
+    ("at::native::vectorized_elementwise_kernel<4>", "kernel", False),
+    ("at::native::vectorized_elementwise_kernel<4>", "_k", False),
+    ("_norm_kernel_0d1d2de", "_norm_kernel", True),  # older Triton's specialisation suffix
+    ("_norm_kernel_two", "_norm_kernel", False),
+])
+def test_own_kernels_are_matched_by_name_not_by_substring(kernel, name, own):
+    assert ghost.is_own(kernel, name) is own
