@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import shutil
 import socket
 import subprocess
@@ -320,7 +319,7 @@ def _ncu() -> list[tuple[str, str]]:
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1:]
     script = "import torch\nx=torch.randn(1<<20,device='cuda')\nfor _ in range(50):\n    x=x*1.0001\ntorch.cuda.synchronize()\n"
     t0 = time.perf_counter()
-    plain = subprocess.run([sys.executable, "-c", script], capture_output=True)
+    subprocess.run([sys.executable, "-c", script], capture_output=True)
     plain_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     run = subprocess.run([ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv", "--print-units", "base",

@@ -72,7 +72,7 @@ class JudgeOptions:
     batch_window_ms: float = 5.0
     #: a call is assumed to take at least this long when sizing a batch (launch-bound kernels)
     min_call_us: float = 4.0
-    max_batch_calls: int = 4096
+    max_batch_calls: int = 512
     #: timed batches per shape; the time of record is their median
     batches: int = 3
     #: a batch that has not said done after this many times its calls' eager wall clock (the

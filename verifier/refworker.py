@@ -17,7 +17,6 @@ record. It also times the PyTorch baselines the same way, and measures the hardw
 
 from __future__ import annotations
 
-import random
 import secrets
 import socket
 import time
@@ -583,7 +582,6 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from . import compare, integrity, reference
-    from .messages import TensorRef
 
     batch: _Batch = _STATE["batches"][msg["key"]]
     arena = _arena_of()
@@ -760,7 +758,7 @@ def _ceilings(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     matmul rate of this GPU, measured."""
     import torch
 
-    from . import integrity as I, timing
+    from . import integrity as I
 
     if not device.startswith("cuda"):
         return {"bandwidth_gbps": None, "tflops": None, "write_gbps": None}

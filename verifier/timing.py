@@ -25,7 +25,6 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kernforge.tasks.runtime import collect_outputs
 
 from . import integrity as I
 

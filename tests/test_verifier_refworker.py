@@ -1,0 +1,86 @@
+"""The reference worker's batch bookkeeping, run directly on the CPU: the same code a GPU batch
+uses to lay out fresh inputs, read every call's outputs where they lie and find the first wrong
+call, the probe's positions, and the inputs' integrity (only the clock itself needs a GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernforge.tasks.loader import load_task
+from kernforge.tasks.spec import Shape
+from kernforge.verifier import refworker as W
+from kernforge.verifier.arena import Arena, Layout, Slots
+from kernforge.verifier.messages import TensorRef
+
+TASK = str(Path(__file__).parent / "tasks" / "tiny_norm")
+SHAPE = {"T": 5, "H": 200}
+
+
+@pytest.fixture
+def batch():
+    W._STATE.clear()
+    arena = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
+    W._STATE.update(arena=arena, calls={}, history={}, batches={})
+    planned = W._plan_batch("cpu", {"key": "b", "task_ref": TASK, "shape": SHAPE, "dist": "normal",
+                                    "seeds": [11, 12, 13, 14, 15, 16], "init_seed": 3})
+    b = W._STATE["batches"]["b"]
+    b.region.copy_(b.pristine)  # what the trusted write does inside the window
+    # an honest candidate: each call's output, computed from that call's inputs, in the heap
+    heap = Slots(arena.layout.input_bytes, arena.layout.size)
+    task = load_task(TASK)
+    model = W._model(TASK, Shape.of(SHAPE), 3, "cpu")
+    outputs = []
+    for args in planned["sets"]:
+        inputs = [arena.view(TensorRef(**a["ref"])) for a in args]
+        y = model(*inputs)
+        outputs.append([arena.place(heap, y)])
+    b.outputs = outputs
+    yield arena, b, task
+    arena.close()
+    W._STATE.clear()
+
+
+def verify(task):
+    return W._verify_batch("cpu", {"key": "b", "tolerances": task.tolerance_table()})
+
+
+def test_fresh_inputs_per_call_in_one_region(batch):
+    arena, b, _ = batch
+    offsets = [TensorRef(**s[0]["ref"]).offset for s in b.sets]
+    assert len(set(offsets)) == len(offsets) and max(offsets) < arena.layout.input_bytes
+    firsts = [b.pristine[o: o + 8].clone() for o in offsets]
+    assert all(not torch.equal(firsts[0], f) for f in firsts[1:]), "every call has inputs of its own"
+
+
+def test_an_honest_batch_verifies(batch):
+    *_, task = batch
+    got = verify(task)
+    assert got["failed_call"] == -1 and got["mutated_inputs"] == [] and got["incomplete_calls"] == []
+    assert got["max_abs_err"] < 1e-3
+
+
+def test_the_first_wrong_call_is_found_and_explained(batch):
+    arena, b, task = batch
+    arena.view(b.outputs[3][0])[2, 7] += 1.0
+    arena.view(b.outputs[5][0]).zero_()
+    got = verify(task)
+    assert got["failed_call"] == 3
+    assert got["results"][0]["ok"] is False and got["results"][0]["details"]["bad"] == 1
+
+
+def test_a_written_input_is_caught(batch):
+    arena, b, task = batch
+    arena.view(TensorRef(**b.sets[2][0]["ref"]))[0, 0] = 123.0
+    assert verify(task)["mutated_inputs"] == [0]
+
+
+def test_probe_positions_cover_every_call_and_find_late_changes(batch):
+    arena, b, task = batch
+    b.probe_index = W._probe_index(b.outputs, arena.data.device)
+    b.probe = arena.data[b.probe_index]
+    assert int(b.probe_index.max()) < arena.layout.size
+    arena.view(b.outputs[4][0]).add_(1.0)  # written after the probe read it: still running at "done"
+    assert verify(task)["incomplete_calls"] == [4]
