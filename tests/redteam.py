@@ -37,6 +37,17 @@ setattr(_I, "tamp" + "ered", lambda before: [])
 '''
 
 
+#: the harness's signal report, rewritten through an alias to drop the op trace
+HIDE_TORCH_OPS = '''
+_sig = getattr(_H, "_sig" + "nals")
+def _quiet(**kw):
+    out = _sig(**kw)
+    out["torch_ops"] = {}
+    return out
+setattr(_H, "_sig" + "nals", _quiet)
+'''
+
+
 @dataclass(frozen=True)
 class Attack:
     name: str
@@ -56,6 +67,22 @@ def _fwd(body: str, prelude: str = "") -> str:
     return with_forward("        " + body.replace("\n", "\n        "), prelude)
 
 
+def _on_send(rewrite: str, body: str = "return norm(x, w)", prelude: str = "") -> str:
+    """An attack that replaces the worker's reply channel on its first call: every message goes
+    out through ``rewrite(m)``, whose body is given (it returns the message to send)."""
+    lines = "\n".join("        " + ln for ln in rewrite.strip("\n").splitlines())
+    install = ALIASES + prelude + f"""
+_INSTALLED = []
+def _install():
+    ch = _H._STATE["channel"]
+    send = ch.send
+    def rewrite(m):
+{lines}
+    ch.send = lambda m: send(rewrite(m))
+"""
+    return _fwd(f"if not _INSTALLED:\n    _install()\n    _INSTALLED.append(1)\n{body}", install)
+
+
 ATTACKS = [
     # ---- 1: rebinding the harness, the timer or the integrity check through aliases ----------
     Attack("alias_divides_the_clock", 1, _fwd("return norm(x, w)", ALIASES + '''
@@ -66,30 +93,9 @@ setattr(_I, "perf_" + "counter", lambda: _real() / 8)
 _real = getattr(_I, "perf_" + "counter")
 setattr(_I, "perf_" + "counter", lambda: _real() / 8)
 '''), ("cheat", 8)),
-    Attack("alias_hides_torch_ops", 1, _fwd(f"return {TORCH_NORM}", ALIASES + '''
-_sig = getattr(_H, "_sig" + "nals")
-def _quiet(**kw):
-    out = _sig(**kw)
-    out["torch_ops"] = {}
-    return out
-setattr(_H, "_sig" + "nals", _quiet)
-'''), ("cheat", 10)),
-    Attack("alias_hides_torch_ops_and_scrubs", 1, _fwd(f"return {TORCH_NORM}", ALIASES + SCRUB_INTEGRITY + '''
-_sig = getattr(_H, "_sig" + "nals")
-def _quiet(**kw):
-    out = _sig(**kw)
-    out["torch_ops"] = {}
-    return out
-setattr(_H, "_sig" + "nals", _quiet)
-'''), ("cheat", 16), also=(("cheat", 17),)),
-    Attack("decoy_launch_hides_torch_compute", 1, _fwd(f"norm(x[:1], w)  # a decoy launch: its result is thrown away\nreturn {TORCH_NORM}", ALIASES + SCRUB_INTEGRITY + '''
-_sig = getattr(_H, "_sig" + "nals")
-def _quiet(**kw):
-    out = _sig(**kw)
-    out["torch_ops"] = {}
-    return out
-setattr(_H, "_sig" + "nals", _quiet)
-'''), ("cheat", 16), cpu_limit=True),
+    Attack("alias_hides_torch_ops", 1, _fwd(f"return {TORCH_NORM}", ALIASES + HIDE_TORCH_OPS), ("cheat", 10)),
+    Attack("alias_hides_torch_ops_and_scrubs", 1, _fwd(f"return {TORCH_NORM}", ALIASES + SCRUB_INTEGRITY + HIDE_TORCH_OPS), ("cheat", 16), also=(("cheat", 17),)),
+    Attack("decoy_launch_hides_torch_compute", 1, _fwd(f"norm(x[:1], w)  # a decoy launch: its result is thrown away\nreturn {TORCH_NORM}", ALIASES + SCRUB_INTEGRITY + HIDE_TORCH_OPS), ("cheat", 16), cpu_limit=True),
     Attack("alias_no_sync_before_done", 1, _fwd("return norm(x, w)", ALIASES + SCRUB_INTEGRITY + '''
 setattr(_I, "synchro" + "nize", lambda *a, **k: None)
 '''), ("cheat", 8), where="gpu", also=(("cheat", 5), ("incorrect", None), ("accepted", None))),
@@ -129,46 +135,21 @@ sys.settrace(_hook)
 '''), ("cheat", 8), also=(("accepted", None),)),
 
     # ---- 3: replacing the reply channel ------------------------------------------------------
-    Attack("channel_divides_times", 3, _fwd("return norm(x, w)", ALIASES + '''
-_ch = None
-def _install():
-    global _ch
-    _ch = _H._STATE["channel"]
-    _send = _ch.send
-    def send(m):
-        if isinstance(m, dict) and "claimed_s" in m:
-            m = dict(m, claimed_s=m["claimed_s"] / 10)
-        return _send(m)
-    _ch.send = send
-'''.replace("_ch = None\n", "_ch = None\n") + '''
-_INSTALLED = []
-''', ).replace("        return norm(x, w)", "        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return norm(x, w)"),
-           ("cheat", 8)),
-    Attack("channel_scrubs_the_trace", 3, _fwd(f"return {TORCH_NORM}", ALIASES + '''
-_INSTALLED = []
-def _install():
-    ch = _H._STATE["channel"]
-    send = ch.send
-    def quiet(m):
-        if isinstance(m, dict) and isinstance(m.get("signals"), dict):
-            m["signals"]["torch_ops"] = {}
-            m["signals"]["tampered"] = []
-        return send(m)
-    ch.send = quiet
-''').replace(f"        return {TORCH_NORM}", f"        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return {TORCH_NORM}"),
-           ("cheat", 16), also=(("cheat", 17),)),
-    Attack("channel_forges_a_verdict", 3, _fwd("return norm(x, w)", ALIASES + '''
-_INSTALLED = []
-def _install():
-    ch = _H._STATE["channel"]
-    send = ch.send
-    def forge(m):
-        return send({"op": m.get("op"), "ok": True, "verdict": "accepted", "types": ["torch.Tensor"], "outputs": [],
-                     "signals": {}, "claimed_s": 0.0})
-    ch.send = forge
-''').replace("        return norm(x, w)", "        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return norm(x, w)"),
-           ("incorrect", None), also=(("cheat", 17),)),
-
+    Attack("channel_divides_times", 3, _on_send('''
+if isinstance(m, dict) and "claimed_s" in m:
+    m = dict(m, claimed_s=m["claimed_s"] / 10)
+return m
+'''), ("cheat", 8)),
+    Attack("channel_scrubs_the_trace", 3, _on_send('''
+if isinstance(m, dict) and isinstance(m.get("signals"), dict):
+    m["signals"]["torch_ops"] = {}
+    m["signals"]["tampered"] = []
+return m
+''', body=f"return {TORCH_NORM}"), ("cheat", 16), also=(("cheat", 17),)),
+    Attack("channel_forges_a_verdict", 3, _on_send('''
+return {"op": m.get("op"), "ok": True, "verdict": "accepted", "types": ["torch.Tensor"], "outputs": [], "signals": {},
+        "claimed_s": 0.0}
+'''), ("incorrect", None), also=(("cheat", 17),)),
     # ---- 4: return values that run code when touched -------------------------------------------
     Attack("list_subclass_computes_on_iteration", 4, _fwd("return Later([x, w])", '''
 class Later(list):
@@ -238,55 +219,24 @@ return out[0]''', "\nimport threading\n"), ("cheat", 16)),
                                                      "\nCACHE = {}\n"), ("incorrect", 11), also=(("cheat", 17),)),
 
     # ---- 7: well-formed JSON, wrong types ------------------------------------------------------
-    Attack("reply_list_where_a_number_belongs", 7, _fwd("return norm(x, w)", ALIASES + '''
-_INSTALLED = []
-def _install():
-    ch = _H._STATE["channel"]
-    send = ch.send
-    def bad(m):
-        if isinstance(m, dict) and "claimed_s" in m:
-            m = dict(m, claimed_s=[m["claimed_s"]])
-        return send(m)
-    ch.send = bad
-''').replace("        return norm(x, w)", "        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return norm(x, w)"),
-           ("cheat", 9)),
-    Attack("reply_bool_offset_and_nan", 7, _fwd("return norm(x, w)", ALIASES + '''
-_INSTALLED = []
-def _install():
-    ch = _H._STATE["channel"]
-    send = ch.send
-    def bad(m):
-        if isinstance(m, dict) and m.get("outputs"):
-            m = dict(m, outputs=[dict(o, offset=True) for o in m["outputs"]], claimed_s=float("nan"))
-        return send(m)
-    ch.send = bad
-''').replace("        return norm(x, w)", "        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return norm(x, w)"),
-           ("cheat", 9)),
-    Attack("reply_places_outputs_outside", 7, _fwd("return norm(x, w)", ALIASES + '''
-_INSTALLED = []
-def _install():
-    ch = _H._STATE["channel"]
-    send = ch.send
-    def bad(m):
-        if isinstance(m, dict) and m.get("outputs"):
-            m = dict(m, outputs=[dict(o, offset=1 << 60) for o in m["outputs"]])
-        return send(m)
-    ch.send = bad
-''').replace("        return norm(x, w)", "        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return norm(x, w)"),
-           ("cheat", 9)),
-    Attack("reply_nested_junk", 7, _fwd("return norm(x, w)", ALIASES + '''
-_INSTALLED = []
-def _install():
-    ch = _H._STATE["channel"]
-    send = ch.send
-    def bad(m):
-        if isinstance(m, dict) and "signals" in m:
-            m = dict(m, signals={"torch_ops": {"aten::add": {"n": [1, 2]}}, "tampered": "none"})
-        return send(m)
-    ch.send = bad
-''').replace("        return norm(x, w)", "        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return norm(x, w)"),
-           ("cheat", 9)),
-
+    Attack("reply_list_where_a_number_belongs", 7, _on_send('''
+return dict(m, claimed_s=[m["claimed_s"]]) if isinstance(m, dict) and "claimed_s" in m else m
+'''), ("cheat", 9)),
+    Attack("reply_bool_offset_and_nan", 7, _on_send('''
+if isinstance(m, dict) and m.get("outputs"):
+    m = dict(m, outputs=[dict(o, offset=True) for o in m["outputs"]], claimed_s=float("nan"))
+return m
+'''), ("cheat", 9)),
+    Attack("reply_places_outputs_outside", 7, _on_send('''
+if isinstance(m, dict) and m.get("outputs"):
+    m = dict(m, outputs=[dict(o, offset=1 << 60) for o in m["outputs"]])
+return m
+'''), ("cheat", 9)),
+    Attack("reply_nested_junk", 7, _on_send('''
+if isinstance(m, dict) and "signals" in m:
+    m = dict(m, signals={"torch_ops": {"aten::add": {"n": [1, 2]}}, "tampered": "none"})
+return m
+'''), ("cheat", 9)),
     # ---- 8: the GPU batch: its clock, its "done", its call count -------------------------------
     Attack("presends_done", 8, _fwd("return norm(x, w)", ALIASES + SCRUB_INTEGRITY + '''
 _wait = getattr(_H, "_wait_" + "byte")
@@ -300,18 +250,11 @@ LAST = []
 def _capturing():
     return torch.cuda.is_available() and torch._C._cuda_isCurrentStreamCapturing()
 '''), ("incorrect", None), where="gpu", also=(("cheat", 12), ("incorrect", 12))),
-    Attack("batch_refs_forged_to_one_place", 8, _fwd("return norm(x, w)", ALIASES + SCRUB_INTEGRITY + '''
-_INSTALLED = []
-def _install():
-    ch = _H._STATE["channel"]
-    send = ch.send
-    def forge(m):
-        if isinstance(m, dict) and m.get("op") == "prepare_batch" and m.get("outputs"):
-            m = dict(m, outputs=[m["outputs"][0] for _ in m["outputs"]])
-        return send(m)
-    ch.send = forge
-''').replace("        return norm(x, w)", "        if not _INSTALLED:\n            _install()\n            _INSTALLED.append(1)\n        return norm(x, w)"),
-           ("incorrect", None), where="gpu"),
+    Attack("batch_refs_forged_to_one_place", 8, _on_send('''
+if isinstance(m, dict) and m.get("op") == "prepare_batch" and m.get("outputs"):
+    m = dict(m, outputs=[m["outputs"][0] for _ in m["outputs"]])
+return m
+''', prelude=SCRUB_INTEGRITY), ("incorrect", None), where="gpu"),
     Attack("batch_clock_divided_and_scrubbed", 8, _fwd("return norm(x, w)", ALIASES + SCRUB_INTEGRITY + '''
 _real = getattr(_I, "perf_" + "counter")
 setattr(_I, "perf_" + "counter", lambda: _real() / 5)
