@@ -206,7 +206,7 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     I.synchronize()
     steps.mark("sync")
     aliases = _aliases(returned, inputs)
-    refs = _outputs(returned, inputs, msg["args"], msg.get("slots", []), task.mutated_inputs, on_gpu)
+    refs = _outputs(returned, msg["args"], msg.get("slots", []), task.mutated_inputs, on_gpu)
     steps.mark("outputs")
     _STATE["keep"].append((result, inputs))
     pinned = _l2().persisting_limit() if on_gpu else None
@@ -214,7 +214,7 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
             "signals": _signals(rec=rec, kernels=kernels, aliases=aliases, modes=modes, pinned=pinned)}
 
 
-def _outputs(returned: list[Any], inputs: list[Any], args: list[dict[str, Any]], slots: list[dict[str, Any]],
+def _outputs(returned: list[Any], args: list[dict[str, Any]], slots: list[dict[str, Any]],
              mutated: tuple[int, ...], on_gpu: bool) -> list[dict[str, Any]]:
     """Where each output lies in the arena. GPU: where forward left it (copied into the heap if
     it lies elsewhere); CPU: copied into the judge's slot. In-place inputs stay in their slots."""

@@ -302,7 +302,7 @@ class Judge:
         if rejection is not None:
             return rejection
         for hidden in (False, True):  # hidden shapes only once every public one passed
-            rejection = self._check_all(session, task, hidden, init_seed, own, sizes, arena_size)
+            rejection = self._check_all(session, task, hidden, init_seed, own, arena_size)
             if rejection is None and not hidden:
                 rejection = clock.lied(self._state.clock, 0.005, "checked calls")
             if rejection is not None:
@@ -365,7 +365,7 @@ class Judge:
         return items
 
     def _check_all(self, session: Session, task: Task, hidden: bool, init_seed: int, own: list[str],
-                   sizes: dict[tuple, dict[str, Any]], arena_size: int) -> Rejected | None:
+                   arena_size: int) -> Rejected | None:
         """Check every (shape, distribution) of one group, public or hidden, in order.
 
         Pipelined: once a call's reply has passed its structural checks, the next call goes to
@@ -382,7 +382,7 @@ class Judge:
             self._prepare(task, items[1], init_seed)
         public_passed = hidden
         for n, call in enumerate(items):
-            rejection = self._finish_check(session, task, call, items[n + 1] if n + 1 < len(items) else None, own, sizes,
+            rejection = self._finish_check(session, task, call, items[n + 1] if n + 1 < len(items) else None, own,
                                            arena_size, public_passed, init_seed)
             if rejection is not None:
                 return _with_shape(rejection, call.shape, call.hidden, call.dist)
@@ -405,7 +405,7 @@ class Judge:
         self._send(session, msg)
 
     def _finish_check(self, session: Session, task: Task, call: _Call, nxt: _Call | None, own: list[str],
-                      sizes: dict[tuple, dict[str, Any]], arena_size: int, public_passed: bool, init_seed: int) -> Rejected | None:
+                      arena_size: int, public_passed: bool, init_seed: int) -> Rejected | None:
         ctx = call.ctx
         reply = self._reply(session, M.Checked, "check", f"checking the {ctx}")
         wall = time.perf_counter() - call.sent_at
