@@ -144,28 +144,31 @@ def archive_best(
     shapes: Annotated[bool, typer.Option("--shapes", help="The fastest accepted time per shape instead.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Best attempt per task and GPU: times, speedup vs eager and torch.compile, % of roofline."""
+    """Best attempt per task and GPU: times, speedup vs eager and torch.compile, % of roofline.
+    Only attempts whose latest audit passed count (see `kernforge archive audit`)."""
     from kernforge.archive import report
     from kernforge.archive.store import Archive
 
     with Archive.open(db, readonly=True) as archive:
         rows = archive.best_per_shape(task, gpu) if shapes else archive.best(task, gpu)
+        awaiting = archive.awaiting_audit(task, gpu)
     if as_json:
-        out.print_json(json.dumps({"best": [r.to_dict() for r in rows]}))
+        out.print_json(json.dumps({"best": [r.to_dict() for r in rows], "awaiting_audit": [a.to_dict() for a in awaiting]}))
     else:
-        out.print(report.shape_best_table(rows) if shapes else report.best_table(rows))
+        out.print(report.shape_best_table(rows, awaiting) if shapes else report.best_table(rows, awaiting))
 
 
 @command(archive_app, "show")
 def archive_show(
     attempt: Annotated[int, typer.Argument(help="Attempt id.")], db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False
 ) -> None:
-    """One attempt: code, verdict, measurements and lineage."""
+    """One attempt: code, verdict, audit, measurements and lineage."""
     from kernforge.archive import report
     from kernforge.archive.store import Archive
 
     with Archive.open(db, readonly=True) as archive:
-        parts = (archive.get_attempt(attempt), archive.lineage(attempt), archive.reuse_count(attempt))
+        parts = (archive.get_attempt(attempt), archive.lineage(attempt), archive.reuse_count(attempt),
+                 archive.audits(attempt))
     if as_json:
         out.print_json(json.dumps(report.show_json(*parts)))
     else:
