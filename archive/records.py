@@ -304,8 +304,9 @@ class Population(_Record):
     """Candidates for parents and inspirations. No attempt (and no code) appears twice.
 
     ``top``: the best accepted by score (audited or not: each record says); ``audited``: the best by
-    score whose latest audit passed (the task's best on this GPU) when ``top`` does not hold it; ``diverse``: accepted attempts spread evenly over the
-    ranks below the top (a range of ideas, not the k best again); ``recent``: the newest accepted
+    score whose latest audit passed (the task's best on this GPU) when ``top`` does not hold it;
+    ``diverse``: accepted attempts spread evenly over the ranks below the top (a range of ideas,
+    not the k best again); ``recent``: the newest accepted
     ones not chosen yet (what the run just found, scored or not); ``failures``: the newest
     rejections worth repairing (compile, runtime, correctness, timeout, crash, static screen;
     never cheats or sandbox violations, which must not be evolved from).

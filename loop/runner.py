@@ -192,18 +192,21 @@ class Runner:
     def _load_states(self, tasks: list[Task], task_ids: list[int]) -> None:
         assert self.archive is not None and self.bandit is not None
         replay: list[HistoryRow] = []
+        demoted: set[int] = set()  # replayed as they counted live: no fitness, never a new best
         for task, task_id in zip(tasks, task_ids):
             population = Population(rng=seed_rng(self.settings.seed, "search", task.name))
             state, rows = task_state(self.archive, task, task_id, env=self.devices.env, env_key=self.devices.env_key,
                                      population=population, on_cpu=self.devices.on_cpu)
             self.states.append(state)
             replay += rows
+            audits = self.archive.latest_audits([r.id for r in rows if r.accepted and r.reuse_of is None])
+            demoted |= {i for i, a in audits.items() if not a.passed}
             waiting = population.contenders()
             if waiting:
                 self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
                                   f"audit, so none is the best; `kernforge archive audit --task {task.name}` audits them")
         replay.sort(key=lambda r: r.id)
-        self.bandit.replay(replay, {r.id: row_fitness(r) for r in replay})
+        self.bandit.replay(replay, {r.id: None if r.id in demoted else row_fitness(r) for r in replay})
 
     def _prime_tuner(self) -> None:
         """Tell the offline tuner every configuration archived for this environment."""
@@ -422,7 +425,8 @@ class Runner:
             mine.set_result(attempt_id)
             self._inflight.pop(key, None)
         # Recorded; a would-be best is audited before it counts (a stop here leaves it unaudited: not a best).
-        depth = proposal.parent.depth + 1 if proposal.parent is not None and proposal.arm and proposal.arm[0] == "repair" else 0
+        parent = proposal.parent
+        depth = parent.depth + 1 if parent is not None and proposal.arm and proposal.arm[0] == "repair" else 0
         member = Member(code, verdict, reuse_of or attempt_id, proposal.proposer, depth=depth,
                         audit_passed=hit.audit_passed if hit is not None else None)
         audit: Audit | None = None
@@ -503,7 +507,8 @@ class Runner:
                            parent_accepted=bool(parent and parent.accepted), reused=reuse_of is not None)
             self.bandit.update(p.arm, value)
         # the tuner learns from the truer measurement: a demoted kernel's second verdict
-        self.proposer.observe(state.task, p.code, audit.verdict if member.demoted and audit and audit.verdict else verdict)
+        truer = audit.verdict if member.demoted and audit is not None and audit.verdict is not None else verdict
+        self.proposer.observe(state.task, p.code, truer)
         self.meter.record(state.task.name, p.tokens_in + p.tokens_out, p.cost)
         st = state.stats
         st.attempts += 1

@@ -169,7 +169,9 @@ class Member:
     @property
     def confirmed(self) -> bool:
         """It may be the best: accepted, and audited with success unless it is an interpreter verdict."""
-        return self.fitness is not None and (self.audit_passed is True or (self.audit_passed is None and not self.auditable))
+        if self.fitness is None:
+            return False
+        return self.audit_passed is True or (self.audit_passed is None and not self.auditable)
 
     @property
     def repairable(self) -> bool:
@@ -181,7 +183,8 @@ class Member:
 
     @classmethod
     def from_record(cls, record: AttemptRecord, depth: int = 0) -> "Member":
-        return cls(record.code, record.verdict, record.id, record.proposer, depth=depth, audit_passed=record.audit_passed)
+        return cls(record.code, record.verdict, record.id, record.proposer, depth=depth,
+                   audit_passed=record.audit_passed)
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,8 @@ class Population:
     def load_archived(self, archived: ArchivedPopulation) -> "Population":
         """Take in the archive's population of the task: the top by score, its audited best, a spread
         of ranks below, the newest accepted kernels and the newest failures worth repairing."""
-        for record in (*archived.top, *archived.audited, *archived.diverse, *archived.recent, *reversed(archived.failures)):
+        records = (*archived.top, *archived.audited, *archived.diverse, *archived.recent, *reversed(archived.failures))
+        for record in records:
             self.add(Member.from_record(record))
         return self
 

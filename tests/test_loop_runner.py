@@ -347,7 +347,8 @@ class GpuStandInJudge(StandInJudge):
 
 
 def gpu_run(tmp_path, monkeypatch, script, attempts):
-    """A run of the offline tuner on the seeded task, judged by ``GpuStandInJudge(script)`` on "cuda:0"."""
+    """A run of the offline tuner on the seeded task (in ``tmp_path/k.db``, after any earlier run
+    there), judged by ``GpuStandInJudge(script)`` on "cuda:0"."""
     import contextlib
     import io
 
@@ -366,7 +367,9 @@ def gpu_run(tmp_path, monkeypatch, script, attempts):
     monkeypatch.setattr(devices, "open_judge", stand_in)
     monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
     db, shown = tmp_path / "k.db", io.StringIO()
-    settings = RunSettings(tasks=(str(seeded_task(tmp_path)),), db=db, offline=True, budget=Budget(max_attempts=attempts))
+    folder = tmp_path / "tiny_seeded"
+    task = folder if folder.is_dir() else seeded_task(tmp_path)
+    settings = RunSettings(tasks=(str(task),), db=db, offline=True, budget=Budget(max_attempts=attempts))
     try:
         result = run(settings, PlainDisplay(shown))
     except Exception as error:
@@ -446,3 +449,12 @@ def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, m
     conn.close()
     with Archive.open(db, readonly=True) as archive:
         assert archive.best() == [] and [w.accepted for w in archive.awaiting_audit()] == [1]
+
+    # the next run starts from it as a parent, not as the best, and says so; its own new best is audited
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [60.0, 61.0], attempts=1)
+    assert result.status == "finished" and len(judge.judged) == 2 and judge.judged[0] != rows[0]["code"]
+    assert "[tiny_seeded] 1 archived kernel(s) fitter than the audited best have no audit" in shown
+    assert "kernforge archive audit --task tiny_seeded" in shown
+    with Archive.open(db, readonly=True) as archive:
+        (best,) = archive.best()
+        assert best.attempt_id == attempts(db)[-1]["id"] and best.attempt_id != rows[0]["id"]
