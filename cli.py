@@ -40,6 +40,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for
 TaskArg = Annotated[str, typer.Argument(help="A built-in task name, a KernelBench-form .py file, or a folder of them.")]
 DbOpt = Annotated[Path, typer.Option("--db", envvar="KERNFORGE_DB", help="The archive file (SQLite).")]
 DEFAULT_DB = Path("kernforge.db")
+GpuOpt = Annotated[Optional[int], typer.Option("--gpu", help="GPU index to run on; the first GPU by default, the CPU interpreter without one.")]
+SandboxOpt = Annotated[str, typer.Option("--sandbox", help="Where candidates run: 'process' (default) or 'docker'.")]
 
 
 class UsageFailure(Exception):
@@ -144,28 +146,31 @@ def archive_best(
     shapes: Annotated[bool, typer.Option("--shapes", help="The fastest accepted time per shape instead.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Best attempt per task and GPU: times, speedup vs eager and torch.compile, % of roofline."""
+    """Best attempt per task and GPU: times, speedup vs eager and torch.compile, % of roofline.
+    Only attempts whose latest audit passed count (see `kernforge archive audit`)."""
     from kernforge.archive import report
     from kernforge.archive.store import Archive
 
     with Archive.open(db, readonly=True) as archive:
         rows = archive.best_per_shape(task, gpu) if shapes else archive.best(task, gpu)
+        awaiting = archive.awaiting_audit(task, gpu)
     if as_json:
-        out.print_json(json.dumps({"best": [r.to_dict() for r in rows]}))
+        out.print_json(json.dumps({"best": [r.to_dict() for r in rows], "awaiting_audit": [a.to_dict() for a in awaiting]}))
     else:
-        out.print(report.shape_best_table(rows) if shapes else report.best_table(rows))
+        out.print(report.shape_best_table(rows, awaiting) if shapes else report.best_table(rows, awaiting))
 
 
 @command(archive_app, "show")
 def archive_show(
     attempt: Annotated[int, typer.Argument(help="Attempt id.")], db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False
 ) -> None:
-    """One attempt: code, verdict, measurements and lineage."""
+    """One attempt: code, verdict, audit, measurements and lineage."""
     from kernforge.archive import report
     from kernforge.archive.store import Archive
 
     with Archive.open(db, readonly=True) as archive:
-        parts = (archive.get_attempt(attempt), archive.lineage(attempt), archive.reuse_count(attempt))
+        parts = (archive.get_attempt(attempt), archive.lineage(attempt), archive.reuse_count(attempt),
+                 archive.audits(attempt))
     if as_json:
         out.print_json(json.dumps(report.show_json(*parts)))
     else:
@@ -240,6 +245,29 @@ def archive_browse(
     raise typer.Exit(browse(db, port, open_browser))
 
 
+@command(archive_app, "audit")
+def archive_audit(
+    db: DbOpt = DEFAULT_DB,
+    task: Annotated[Optional[str], typer.Option(help="Only this task (name).")] = None,
+    gpu: Annotated[Optional[int], typer.Option("--gpu", help="GPU index to audit on, of the model the times were measured on; the first GPU by default (never the CPU).")] = None,
+    sandbox: SandboxOpt = "process",
+    limit: Annotated[int, typer.Option(help="At most this many audits per task.")] = 5,
+    as_json: JsonOpt = False,
+) -> None:
+    """Audit each task's best accepted attempts on a GPU, best first, until one passes: each is
+    judged again in a fresh worker on fresh inputs and must be accepted again and about as fast.
+    Only an attempt whose latest audit passed is a best or exported."""
+    from kernforge.loop.auditing import audit_archive
+
+    with err.status("auditing (a fresh judge on the GPU)...", spinner="dots"):
+        report = audit_archive(db, task=task, gpu=gpu, sandbox=sandbox, limit=limit)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), default=str))
+    else:
+        for line in report.lines():
+            out.print(line, highlight=False, soft_wrap=True)
+
+
 @command(archive_app, "migrate")
 def archive_migrate(db: DbOpt = DEFAULT_DB) -> None:
     """Bring an archive written by an older kernforge up to this version's schema."""
@@ -298,8 +326,6 @@ def sandbox_build_image(
 
 
 # ---- eval -------------------------------------------------------------------------------------
-GpuOpt = Annotated[Optional[int], typer.Option("--gpu", help="GPU index to run on; the first GPU by default, the CPU interpreter without one.")]
-SandboxOpt = Annotated[str, typer.Option("--sandbox", help="Where candidates run: 'process' (default) or 'docker'.")]
 
 
 @command(app, "eval")

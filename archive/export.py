@@ -5,6 +5,10 @@ What is chosen (``plan_export``), for each task the archive holds (or each ``--t
 * Only accepted evaluations of the task *as it is now*: the archive row whose source hash is the
   hash of the task loaded today. Verdicts judged against another version of the reference or of
   the hidden checks are left out, with a note.
+* Only audited kernels: an attempt whose latest audit passed (judged again in a fresh worker on
+  fresh inputs, its time confirmed; the rule ``Archive.best`` follows). Attempts never audited, or
+  demoted by a failed audit, are left out with a note naming ``kernforge archive audit``; the
+  manifest records each kernel's audit.
 * Environments: every GPU by default, or those whose name contains a ``--gpu`` pattern. Kernels
   verified under the Triton interpreter (a CPU) are never exported: an interpreter verdict checks
   correctness only, and its times (the judge's wall clock on a CPU) are never ranked, so nothing
@@ -49,7 +53,7 @@ from .export_queries import (
     accepted_shapes,
     task_versions,
 )
-from .records import AttemptRecord, TaskRecord
+from .records import AttemptRecord, AuditRecord, TaskRecord
 from .score import roofline_pct, speedup_vs_compile, speedup_vs_eager
 from .store import Archive
 
@@ -131,6 +135,8 @@ class OpPlan:
     axes: tuple[str, ...]
     groups: tuple[Group, ...]
     kernels: Mapping[str, AttemptRecord]
+    #: kernel id -> the passing audit it was chosen on
+    audits: Mapping[str, AuditRecord] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -231,9 +237,22 @@ def _plan_task(archive: Archive, task: Task, versions: Sequence[TaskVersion], op
         notes.append(f"{task.name}: no GPU-verified kernel; its {kernels} accepted kernel(s) were verified under the "
                      f"Triton interpreter only, and {INTERPRETER_ONLY}")
         return None
-    chosen = [m for m in measured if _selected(m.environment, options.gpus)]
+    gpu_rows = [m for m in measured if not _interpreted(m.environment)]
+    latest = archive.latest_audits([m.attempt_id for m in gpu_rows])
+    audited = [m for m in gpu_rows if m.attempt_id in latest and latest[m.attempt_id].passed]
+    kernels_on_gpu = {m.attempt_id for m in gpu_rows}
+    left = len(kernels_on_gpu) - len({m.attempt_id for m in audited})
+    if left:
+        failed = sum(1 for i in kernels_on_gpu if i in latest and not latest[i].passed)
+        why = ", ".join(part for part in (f"{failed} failed their audit" if failed else "",
+                                          f"{left - failed} never audited" if left - failed else "") if part)
+        notes.append(f"{task.name}: {left} of {len(kernels_on_gpu)} accepted GPU kernel(s) have no passing audit "
+                     f"({why}); not exported (`kernforge archive audit --task {task.name}` audits the best)")
+    if not audited:
+        return None
+    chosen = [m for m in audited if _selected(m.environment, options.gpus)]
     if not chosen:
-        notes.append(f"{task.name}: no accepted attempt in the selected environments ({_describe_envs(measured)})")
+        notes.append(f"{task.name}: no audited attempt in the selected environments ({_describe_envs(audited)})")
         return None
     signature = export_inspect.signature(task)
     groups: list[Group] = []
@@ -246,7 +265,8 @@ def _plan_task(archive: Archive, task: Task, versions: Sequence[TaskVersion], op
     ids = sorted({b.evidence["attempt_id"] for g in groups for b in g.buckets if b.kernel})
     kernels = {f"a{i}": archive.get_attempt(i) for i in ids}
     axes = tuple(export_inspect.axis_names(task, signature))
-    return OpPlan(op_name(task.name), task, current[0], signature, axes, tuple(groups), kernels)
+    return OpPlan(op_name(task.name), task, current[0], signature, axes, tuple(groups), kernels,
+                  {f"a{i}": latest[i] for i in ids})
 
 
 def _interpreted(env: Mapping[str, Any]) -> bool:

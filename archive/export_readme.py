@@ -65,7 +65,8 @@ def readme(plan: ExportPlan, manifest: dict[str, Any]) -> str:
         f"{len(ops)} op(s), {sum(len(o['kernels']) for o in ops.values())} kernel(s). "
         f"Selected: {tasks}; {gpus}. A bucket runs its kernel only where it measured at least "
         f"{sel['min_speedup']:g}x the speed of {BASELINE_NAMES[sel['baseline']]}. Only GPU-verified kernels are "
-        "exported: the Triton interpreter (CPU) checks correctness only and its times are never ranked.",
+        "exported: the Triton interpreter (CPU) checks correctness only and its times are never ranked. Every "
+        "kernel passed an audit: judged again in a fresh worker on fresh inputs, accepted again and about as fast.",
         "",
         "## Install and use",
         "",
@@ -115,7 +116,7 @@ def readme(plan: ExportPlan, manifest: dict[str, Any]) -> str:
         "",
         "`manifest.json` holds, per entry, the op, architecture, GPU, dtype, shape range and buckets, "
         "the source attempt id and content hash, and the evidence: time, speedups, % of roofline, "
-        "maximum errors and the environment.",
+        "maximum errors and the environment, and the kernel's audit (passed, why, the time measured again).",
         "",
         "## Tests",
         "",

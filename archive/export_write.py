@@ -203,6 +203,7 @@ def build_manifest(plan: ExportPlan, files: dict[str, Path]) -> dict[str, Any]:
                 "model": a.model, "proposer": a.proposer, "created": a.created, "score": a.score,
                 "flags": list(getattr(a.verdict, "flags", ())),
                 "verified_shapes": [s.shape for s in a.verdict.shapes],
+                "audit": _audit(op.audits.get(kernel)),
             }
         groups = []
         for g in op.groups:
@@ -258,7 +259,7 @@ def _entries(plan: ExportPlan, op: OpPlan, g, kernels: dict[str, Any]) -> list[d
         out.append({
             "op": op.op, "arch": g.arch, "gpu": g.gpu, "dtype": g.dtype, "kernel": kernel,
             "attempt_id": kernels[kernel]["attempt_id"], "code_hash": kernels[kernel]["code_hash"],
-            "file_sha256": kernels[kernel]["file_sha256"],
+            "file_sha256": kernels[kernel]["file_sha256"], "audit": kernels[kernel]["audit"],
             "shape_range": {p: [min(b.shape[p] for b in mine), max(b.shape[p] for b in mine)] for p in params},
             "buckets": [{"shape": dict(b.shape), "evidence": _bare(b.evidence)} for b in mine],
             "environment": mine[0].evidence["environment"],
@@ -272,6 +273,15 @@ def _entries(plan: ExportPlan, op: OpPlan, g, kernels: dict[str, Any]) -> list[d
                 "environment": b.evidence["environment"],
             })
     return out
+
+
+def _audit(record: Any) -> dict[str, Any] | None:
+    """A kernel's audit, as the manifest records it: the evidence that its verdict and time held."""
+    if record is None:
+        return None
+    a = record.audit
+    return {"id": record.id, "passed": a.passed, "reason": a.reason, "recorded_us": a.recorded_us,
+            "measured_us": a.measured_us, "gpu": record.gpu, "run_id": record.run_id, "created": record.created}
 
 
 def _bare(evidence: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,12 @@
-"""Reading the archive: attempts, content lookups, best, population, lineage, stats, search, SQL.
+"""Reading the archive: attempts, content lookups, best, audits, population, lineage, stats, search, SQL.
 
 ``Queries`` is mixed into ``Archive`` (store.py); it needs ``self.conn``, ``self.db`` and
 ``self.path``. Every public method turns SQLite's errors into ``ArchiveError`` (``guarded``).
+
+**Best means audited.** An attempt can be a best (``best``, ``best_per_shape``, the export, the
+population's ``audited``) only when its latest audit passed: judged again in a fresh worker on
+fresh inputs, accepted again and about as fast (verifier/audit.py). An attempt never audited, or
+whose latest audit failed (demoted), stays an accepted attempt and a possible parent, never a best.
 """
 
 from __future__ import annotations
@@ -11,15 +16,17 @@ import json
 import sqlite3
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from sqlite_utils import Database
 
+from kernforge.verifier.audit import Audit
 from kernforge.verifier.verdict import ShapeResult, Verdict, verdict_from_dict
 
 from .content import code_hash, environment_key
 from .errors import ArchiveError, ReadOnlyError
-from .records import AttemptRecord, AttemptSummary, BestEntry, Population, ShapeBest, StatRow, Stats
+from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, Population, ShapeBest,
+                      StatRow, Stats)
 from .schema import RANKED_SHAPE
 
 _SHAPE_FIELDS = tuple(f.name for f in fields(ShapeResult))
@@ -44,6 +51,13 @@ _ARG_PRAGMAS = {
     "quick_check", "table_info", "table_xinfo", "table_list",
 }
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+#: The latest audit of each audited attempt of one task on one GPU model (parameters: task id, GPU).
+#: SQLite takes the bare column ``passed`` from the row holding ``max(id)``: the latest audit.
+_LATEST_AUDITS = ("SELECT attempt_id, passed, max(id) AS audit_id FROM audits WHERE task_id = ? AND gpu = ?"
+                  " GROUP BY attempt_id")
+#: Whether an attempt row ``a``'s evaluation passed its latest audit (1, 0, or NULL: never audited)
+_AUDIT_PASSED = ("(SELECT u.passed FROM audits u WHERE u.attempt_id = coalesce(a.reuse_of, a.id)"
+                 " ORDER BY u.id DESC LIMIT 1)")
 
 
 def explain(path: Path, error: sqlite3.Error) -> ArchiveError:
@@ -71,6 +85,16 @@ def guarded(method):
 def _shape(row: Mapping[str, Any]) -> ShapeResult:
     values = {k: row[k] for k in _SHAPE_FIELDS if k in row}
     return ShapeResult.from_dict(values | {"shape": json.loads(row["shape"]), "hidden": bool(row["hidden"])})
+
+
+def _audit(row: Mapping[str, Any]) -> AuditRecord:
+    audit = Audit.from_dict({
+        "passed": bool(row["passed"]), "reason": row["reason"], "recorded_us": row["recorded_us"],
+        "measured_us": row["measured_us"], "verdict": json.loads(row["verdict"]) if row["verdict"] else None,
+        "details": json.loads(row["details"]),
+    })
+    return AuditRecord(id=row["id"], attempt_id=row["attempt_id"], task_id=row["task_id"], gpu=row["gpu"],
+                       created=row["created"], audit=audit, run_id=row["run_id"])
 
 
 class Queries:
@@ -102,8 +126,10 @@ class Queries:
         return self.conn.execute("SELECT count(*) FROM attempts WHERE reuse_of = ?", (attempt_id,)).fetchone()[0]
 
     def _records(self, where: str, params: list[Any], order: str = "") -> list[AttemptRecord]:
-        rows = list(self.db.query(f"SELECT a.*, t.name AS task FROM attempts a JOIN tasks t ON t.id = a.task_id"
-                                  f" WHERE {where} {order}", params))
+        rows = list(self.db.query(f"SELECT a.*, t.name AS task, {_AUDIT_PASSED} AS audit_passed FROM attempts a"
+                                  f" JOIN tasks t ON t.id = a.task_id WHERE {where} {order}", params))
+        for row in rows:
+            row["audit_passed"] = None if row["audit_passed"] is None else bool(row["audit_passed"])
         return [AttemptRecord(**{k: row[k] for k in _ATTEMPT_FIELDS if k in row}, verdict=verdict)
                 for row, verdict in zip(rows, self._verdicts(rows))]
 
@@ -152,49 +178,66 @@ class Queries:
             raise ArchiveError(f"no GPU matching {pattern!r} in {self.path} (GPUs: {', '.join(gpus) or 'none'})")
         return chosen
 
+    def _best_audited(self, task_id: int, gpu: str) -> tuple[int, int] | None:
+        """(attempt id, audit id) of the best attempt by score whose latest audit passed."""
+        return self.conn.execute(
+            f"SELECT a.id, l.audit_id FROM ({_LATEST_AUDITS}) l JOIN attempts a ON a.id = l.attempt_id"
+            " WHERE l.passed = 1 AND a.score IS NOT NULL ORDER BY a.score DESC, a.id LIMIT 1", (task_id, gpu)).fetchone()
+
+    def _passed_ids(self, task_id: int, gpu: str) -> list[int]:
+        """The attempts of a task on a GPU model whose latest audit passed."""
+        rows = self.conn.execute(f"SELECT attempt_id FROM ({_LATEST_AUDITS}) WHERE passed = 1 ORDER BY attempt_id",
+                                 (task_id, gpu))
+        return [r[0] for r in rows]
+
+    @guarded
+    def gpu_models(self) -> list[str]:
+        """The GPU models the archive holds verdicts from (the interpreter is not one)."""
+        return self._gpus(None)
+
     @guarded
     def best(self, task: str | None = None, gpu: str | None = None) -> list[BestEntry]:
-        """The best attempt by score (score.py) for each task version and GPU model.
+        """The best attempt by score (score.py) for each task version and GPU model, among the
+        attempts whose latest audit passed (see the module docstring).
 
-        One index seek per (task, GPU) pair, so the cost does not grow with the archive.
+        The audits are few (a new best's, and ``kernforge archive audit``'s), and the query reads
+        only them and their attempts, so the cost does not grow with the archive.
         """
         winners = []
         for t in self._tasks(task):
             for g in self._gpus(gpu):
-                row = self.conn.execute(
-                    "SELECT id FROM attempts WHERE task_id = ? AND gpu = ? AND score IS NOT NULL"
-                    " ORDER BY score DESC LIMIT 1", (t["id"], g)).fetchone()
+                row = self._best_audited(t["id"], g)
                 if row:
-                    winners.append((t, row[0]))
-        ids = [attempt_id for _, attempt_id in winners]
+                    winners.append((t, *row))
+        ids = [attempt_id for _, attempt_id, _ in winners]
         records = {r.id: r for r in self._records(f"a.id IN ({','.join('?' * len(ids))})", ids)} if ids else {}
+        audits = self._audits_by_id([audit_id for *_, audit_id in winners])
         out = []
-        for t, attempt_id in winners:
+        for t, attempt_id, audit_id in winners:
             a = records[attempt_id]
             out.append(BestEntry(
                 task=t["name"], task_id=t["id"], source_hash=t["source_hash"], gpu=a.gpu, attempt_id=a.id,
                 score=a.score, speedup_eager=a.speedup_eager, pct_roofline=a.pct_roofline, model=a.model,
-                created=a.created, shapes=tuple(a.verdict.shapes),
+                created=a.created, shapes=tuple(a.verdict.shapes), audit=audits[audit_id],
             ))
         return out
 
     @guarded
     def best_per_shape(self, task: str | None = None, gpu: str | None = None) -> list[ShapeBest]:
-        """The fastest accepted GPU time per shape label (for dispatch by shape), any attempt."""
+        """The fastest accepted GPU time per shape label (for dispatch by shape), of any attempt
+        whose latest audit passed."""
         out = []
         for t in self._tasks(task):
             for g in self._gpus(gpu):
-                label = None
-                while True:  # a skip scan over the labels in measurements_ranked
-                    bound, args = ("AND label > ?", [label]) if label is not None else ("", [])
-                    label = self.conn.execute(
-                        f"SELECT min(label) FROM measurements WHERE task_id = ? AND gpu = ? {bound} AND {RANKED_SHAPE}",
-                        [t["id"], g, *args]).fetchone()[0]
-                    if label is None:
-                        break
-                    m = next(self.db.query(
-                        f"SELECT * FROM measurements WHERE task_id = ? AND gpu = ? AND label = ? AND {RANKED_SHAPE}"
-                        " ORDER BY time_us LIMIT 1", [t["id"], g, label]))
+                ids = self._passed_ids(t["id"], g)
+                if not ids:
+                    continue
+                fastest: dict[str, Mapping[str, Any]] = {}
+                for m in self.db.query(
+                    f"SELECT * FROM measurements WHERE attempt_id IN ({','.join('?' * len(ids))}) AND {RANKED_SHAPE}"
+                    " ORDER BY label, time_us, attempt_id", ids):
+                    fastest.setdefault(m["label"], m)
+                for label, m in fastest.items():
                     out.append(ShapeBest(
                         task=t["name"], gpu=g, label=label, attempt_id=m["attempt_id"], time_us=m["time_us"],
                         hidden=bool(m["hidden"]), dtype=m["dtype"], speedup_eager=m["speedup_eager"],
@@ -202,13 +245,80 @@ class Queries:
                     ))
         return out
 
+    # ---- audits ----------------------------------------------------------------------------
+    def _audits_by_id(self, ids: list[int]) -> dict[int, AuditRecord]:
+        if not ids:
+            return {}
+        rows = self.db.query(f"SELECT * FROM audits WHERE id IN ({','.join('?' * len(ids))})", ids)
+        return {row["id"]: _audit(row) for row in rows}
+
+    @guarded
+    def audits(self, attempt_id: int) -> list[AuditRecord]:
+        """Every audit of an attempt's evaluation (the original, for a reuse row), oldest first."""
+        row = self.conn.execute("SELECT coalesce(reuse_of, id) FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+        if row is None:
+            raise ArchiveError(f"no attempt {attempt_id} in {self.path}")
+        return [_audit(r) for r in self.db.query("SELECT * FROM audits WHERE attempt_id = ? ORDER BY id", [row[0]])]
+
+    @guarded
+    def latest_audits(self, attempt_ids: Sequence[int]) -> dict[int, AuditRecord]:
+        """The latest audit of each of these attempts that has one."""
+        ids = sorted(set(attempt_ids))
+        if not ids:
+            return {}
+        last = [r[0] for r in self.conn.execute(
+            f"SELECT max(id) FROM audits WHERE attempt_id IN ({','.join('?' * len(ids))}) GROUP BY attempt_id", ids)]
+        return {a.attempt_id: a for a in self._audits_by_id(last).values()}
+
+    @guarded
+    def awaiting_audit(self, task: str | None = None, gpu: str | None = None) -> list[AwaitingAudit]:
+        """Each task version and GPU model with accepted, scored attempts but no best: none of them
+        passed its latest audit (never audited, or demoted)."""
+        out = []
+        for t in self._tasks(task):
+            for g in self._gpus(gpu):
+                if self._best_audited(t["id"], g):
+                    continue
+                accepted = self.conn.execute(
+                    "SELECT count(*) FROM attempts WHERE task_id = ? AND gpu = ? AND score IS NOT NULL",
+                    (t["id"], g)).fetchone()[0]
+                if not accepted:
+                    continue
+                audited, failed = self.conn.execute(
+                    f"SELECT count(*), coalesce(sum(l.passed = 0), 0) FROM ({_LATEST_AUDITS}) l"
+                    " JOIN attempts a ON a.id = l.attempt_id WHERE a.score IS NOT NULL", (t["id"], g)).fetchone()
+                out.append(AwaitingAudit(task=t["name"], gpu=g, accepted=accepted, audited=audited, failed=failed))
+        return out
+
+    @guarded
+    def audit_candidates(self, task_id: int, gpu: str, limit: int) -> list[AttemptRecord]:
+        """A task version's scored evaluations on a GPU model, best first, leaving out the demoted
+        (latest audit failed): what ``kernforge archive audit`` goes through until one passes."""
+        ids = [r[0] for r in self.conn.execute(
+            f"SELECT a.id FROM attempts a WHERE a.task_id = ? AND a.gpu = ? AND a.score IS NOT NULL"
+            f" AND coalesce({_AUDIT_PASSED}, 1) = 1 ORDER BY a.score DESC, a.id LIMIT ?", (task_id, gpu, int(limit)))]
+        records = {r.id: r for r in self._records(f"a.id IN ({','.join('?' * len(ids))})", ids)} if ids else {}
+        return [records[i] for i in ids]
+
+    @guarded
+    def task_refs(self) -> dict[str, str]:
+        """How each task was named when a run loaded it (a built-in name, a file or a folder): the
+        newest run's reference per task name."""
+        refs: dict[str, str] = {}
+        for (config,) in self.conn.execute("SELECT config FROM runs ORDER BY id"):
+            stored = json.loads(config).get("task_refs")
+            if isinstance(stored, Mapping):
+                refs.update({str(k): str(v) for k, v in stored.items()})
+        return refs
+
     # ---- parents ---------------------------------------------------------------------------
     @guarded
     def population(self, task_id: int, gpu: str | None = None, *, top: int = 8, diverse: int = 4,
                    recent: int = 4, failures: int = 4) -> Population:
         """Parents and inspirations for one task on one GPU model (see ``Population``).
 
-        Pass the GPU the loop runs on: with ``gpu=None`` scores of different GPUs are mixed.
+        Pass the GPU the loop runs on: with ``gpu=None`` scores of different GPUs are mixed (and
+        ``audited`` is empty: a best is per GPU model).
         """
         chosen: set[str] = set()
 
@@ -227,6 +337,8 @@ class Queries:
         scope, args = ("a.task_id = ? AND a.gpu = ?", [task_id, gpu]) if gpu else ("a.task_id = ?", [task_id])
         ranked = f"{scope} AND a.score IS NOT NULL"
         sections = {"top": pick(ranked, args, "ORDER BY a.score DESC", top), "diverse": []}
+        best = self._best_audited(task_id, gpu) if gpu else None
+        sections["audited"] = pick("a.id = ?", [best[0]], "", 1) if best else []
         scored = self.conn.execute(f"SELECT count(*) FROM attempts a WHERE {ranked}", args).fetchone()[0]
         below = scored - top
         for i in range(diverse if below > 0 else 0):

@@ -12,13 +12,14 @@ from enum import Enum
 from typing import Any, Callable, ClassVar, Mapping
 
 from kernforge.tasks.spec import Task
+from kernforge.verifier.audit import Audit
 from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Verdict, verdict_from_dict
 
 from .content import text_hash
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, (Accepted, Rejected, ShapeResult, _Record)):
+    if isinstance(value, (Accepted, Rejected, ShapeResult, Audit, _Record)):
         return value.to_dict()
     if isinstance(value, Enum):
         return value.value
@@ -168,7 +169,43 @@ class AttemptRecord(_Record):
     speedup_eager: float | None = None
     pct_roofline: float | None = None
     reuse_of: int | None = None
+    #: whether the latest audit of the evaluation (the original, for a reuse row) passed; None when
+    #: it was never audited. Only an attempt whose latest audit passed can be a best.
+    audit_passed: bool | None = None
     _rebuild = {"verdict": verdict_from_dict}
+
+
+@dataclass(frozen=True)
+class AuditRecord(_Record):
+    """One audit of an evaluated attempt (``Archive.record_audit``): the ``Audit`` itself, and where
+    it belongs. ``run_id`` is None for an audit made by ``kernforge archive audit``."""
+
+    id: int
+    attempt_id: int
+    task_id: int
+    gpu: str
+    created: str
+    audit: Audit
+    run_id: int | None = None
+    _rebuild = {"audit": Audit.from_dict}
+
+    @property
+    def passed(self) -> bool:
+        return self.audit.passed
+
+
+@dataclass(frozen=True)
+class AwaitingAudit(_Record):
+    """A task and GPU model with accepted, scored attempts of which none passed its latest audit, so
+    it has no best yet (``kernforge archive audit`` audits them)."""
+
+    task: str
+    gpu: str
+    #: scored evaluations (not reuse rows) of the task on this GPU model
+    accepted: int
+    #: of those, how many have an audit, and how many of those audits failed (demoted)
+    audited: int = 0
+    failed: int = 0
 
 
 @dataclass(frozen=True)
@@ -191,7 +228,8 @@ class AttemptSummary(_Record):
 
 @dataclass(frozen=True)
 class BestEntry(_Record):
-    """The best attempt for one task (one task version) on one GPU model, by score."""
+    """The best attempt for one task (one task version) on one GPU model, by score, among the
+    attempts whose latest audit passed; ``audit`` is that audit."""
 
     task: str
     task_id: int
@@ -204,7 +242,8 @@ class BestEntry(_Record):
     model: str
     created: str
     shapes: tuple[ShapeResult, ...] = ()
-    _rebuild = {"shapes": _shapes}
+    audit: AuditRecord | None = None
+    _rebuild = {"shapes": _shapes, "audit": AuditRecord.from_dict}
 
 
 @dataclass(frozen=True)
@@ -264,8 +303,10 @@ def _attempts(items: Any) -> tuple[AttemptRecord, ...]:
 class Population(_Record):
     """Candidates for parents and inspirations. No attempt (and no code) appears twice.
 
-    ``top``: the best accepted by score; ``diverse``: accepted attempts spread evenly over the
-    ranks below the top (a range of ideas, not the k best again); ``recent``: the newest accepted
+    ``top``: the best accepted by score (audited or not: each record says); ``audited``: the best by
+    score whose latest audit passed (the task's best on this GPU) when ``top`` does not hold it;
+    ``diverse``: accepted attempts spread evenly over the ranks below the top (a range of ideas,
+    not the k best again); ``recent``: the newest accepted
     ones not chosen yet (what the run just found, scored or not); ``failures``: the newest
     rejections worth repairing (compile, runtime, correctness, timeout, crash, static screen;
     never cheats or sandbox violations, which must not be evolved from).
@@ -275,8 +316,10 @@ class Population(_Record):
     diverse: tuple[AttemptRecord, ...] = ()
     recent: tuple[AttemptRecord, ...] = ()
     failures: tuple[AttemptRecord, ...] = ()
-    _rebuild = {"top": _attempts, "diverse": _attempts, "recent": _attempts, "failures": _attempts}
+    audited: tuple[AttemptRecord, ...] = ()
+    _rebuild = {"top": _attempts, "diverse": _attempts, "recent": _attempts, "failures": _attempts,
+                "audited": _attempts}
 
     @property
     def members(self) -> tuple[AttemptRecord, ...]:
-        return self.top + self.diverse + self.recent + self.failures
+        return self.top + self.audited + self.diverse + self.recent + self.failures

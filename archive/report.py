@@ -17,8 +17,8 @@ from rich.text import Text
 
 from kernforge.verifier.verdict import THREATS, ShapeResult, describe
 
-from .records import AttemptRecord, AttemptSummary, BestEntry, ShapeBest, StatRow, Stats
-from .score import roofline_pct
+from .records import AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, ShapeBest, StatRow, Stats
+from .score import is_gpu_timed, roofline_pct
 
 
 def _num(value: float | None, fmt: str = ".2f", suffix: str = "") -> str:
@@ -34,22 +34,41 @@ def _shape_lines(shapes: Iterable[ShapeResult]) -> str:
     return "\n".join(lines) or "-"
 
 
-def best_table(entries: Sequence[BestEntry]) -> Table:
-    table = Table(title=f"best per task and GPU ({len(entries)})", caption="score = geo-mean speedup vs torch.compile")
-    for col in ("task", "gpu", "best time per shape", "x eager", "x compile", "% roofline", "attempt", "model"):
-        table.add_column(col, justify="right" if col in ("x eager", "x compile", "% roofline", "attempt") else "left")
-    if not entries:
+def awaiting_lines(awaiting: Sequence[AwaitingAudit]) -> str:
+    """Why a task and GPU have no best although they have accepted GPU attempts, and what to run."""
+    lines = []
+    for w in awaiting:
+        audited = f"{w.audited} audited, {w.failed} of them failed" if w.audited else "none audited"
+        lines.append(f"{w.task} on {w.gpu}: {w.accepted} accepted GPU attempt(s), none passed an audit ({audited}); "
+                     f"`kernforge archive audit --task {w.task}` audits them")
+    return "\n".join(lines)
+
+
+def _caption(table: Table, empty: bool, awaiting: Sequence[AwaitingAudit]) -> None:
+    if awaiting:
+        table.caption = awaiting_lines(awaiting)
+    elif empty:
         table.caption = "no accepted attempt with GPU timings yet (interpreter runs are never ranked)"
+
+
+def best_table(entries: Sequence[BestEntry], awaiting: Sequence[AwaitingAudit] = ()) -> Table:
+    table = Table(title=f"best per task and GPU ({len(entries)})",
+                  caption="score = geo-mean speedup vs torch.compile; every best passed its audit")
+    for col in ("task", "gpu", "best time per shape", "x eager", "x compile", "% roofline", "attempt", "model", "audit"):
+        table.add_column(col, justify="right" if col in ("x eager", "x compile", "% roofline", "attempt") else "left")
+    _caption(table, not entries, awaiting)
     for e in entries:
+        audit = f"passed: {_num(e.audit.audit.measured_us)} us again" if e.audit else "-"
         table.add_row(e.task, e.gpu, _shape_lines(e.shapes), _num(e.speedup_eager), _num(e.score),
-                      _num(e.pct_roofline, ".1f"), str(e.attempt_id), e.model or "-")
+                      _num(e.pct_roofline, ".1f"), str(e.attempt_id), e.model or "-", audit)
     return table
 
 
-def shape_best_table(rows: Sequence[ShapeBest]) -> Table:
-    table = Table(title=f"fastest accepted time per shape ({len(rows)})")
+def shape_best_table(rows: Sequence[ShapeBest], awaiting: Sequence[AwaitingAudit] = ()) -> Table:
+    table = Table(title=f"fastest accepted time per shape, audited attempts only ({len(rows)})")
     for col in ("task", "gpu", "shape", "dtype", "time us", "x eager", "x compile", "% roofline", "attempt"):
         table.add_column(col)
+    _caption(table, not rows, awaiting)
     for r in rows:
         table.add_row(r.task, r.gpu, r.label + (" (hidden)" if r.hidden else ""), r.dtype, _num(r.time_us),
                       _num(r.speedup_eager), _num(r.speedup_compile), _num(r.pct_roofline, ".1f"), str(r.attempt_id))
@@ -99,7 +118,29 @@ def summary_table(rows: Sequence[AttemptSummary], title: str) -> Table:
     return table
 
 
-def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int) -> Group:
+def audit_text(record: AttemptRecord, audits: Sequence[AuditRecord]) -> Text:
+    """The attempt's audits (the latest decides), or why it has none."""
+    v = record.verdict
+    if not audits:
+        if v.accepted and any(is_gpu_timed(s) for s in v.shapes):
+            return Text("not audited: never a best until an audit passes (`kernforge archive audit` audits the best)",
+                        style="yellow")
+        return Text("not audited (only accepted verdicts with GPU times are audited)", style="dim")
+    out = Text()
+    for i, a in enumerate(audits):
+        latest = i == len(audits) - 1
+        word = "passed" if a.passed else "FAILED"
+        where = f"run {a.run_id}" if a.run_id is not None else "kernforge archive audit"
+        out.append(f"audit {a.id} ({where}, {a.created}){' latest' if latest else ''}: ",
+                   "bold" if latest else "")
+        out.append(f"{word}: {a.audit.reason}", ("green" if a.passed else "red") if latest else "dim")
+        if not latest:
+            out.append("\n")
+    return out
+
+
+def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
+         audits: Sequence[AuditRecord] = ()) -> Group:
     v = record.verdict
     head = Text.assemble(
         (f"attempt {record.id}", "bold"), f"  task {record.task}  run {record.run_id} seq {record.seq}  ",
@@ -113,7 +154,8 @@ def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int) 
         head.append(f"\nverdict reused from attempt {record.reuse_of} (same code, task and environment)")
     if reuses:
         head.append(f"\nreused by {reuses} later proposal(s)")
-    parts: list[Any] = [Panel(head), Syntax(record.code, "python", line_numbers=True, word_wrap=True)]
+    parts: list[Any] = [Panel(head), Panel(audit_text(record, audits), title="audit"),
+                        Syntax(record.code, "python", line_numbers=True, word_wrap=True)]
     evidence = {k: val for k, val in dict(v.evidence).items() if val}
     if evidence:
         parts.append(Panel(Text(json.dumps(evidence, indent=2, sort_keys=True, default=str)), title="evidence"))
@@ -123,8 +165,10 @@ def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int) 
     return Group(*parts)
 
 
-def show_json(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int) -> dict[str, Any]:
-    return {"attempt": record.to_dict(), "lineage": [r.to_dict() for r in lineage], "reused_by": reuses}
+def show_json(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
+              audits: Sequence[AuditRecord] = ()) -> dict[str, Any]:
+    return {"attempt": record.to_dict(), "lineage": [r.to_dict() for r in lineage], "reused_by": reuses,
+            "audits": [a.to_dict() for a in audits]}
 
 
 def sql_table(columns: Sequence[str], rows: Sequence[tuple], truncated: bool) -> Group:

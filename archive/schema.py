@@ -17,7 +17,7 @@ from .errors import ArchiveError
 #: SQLite uses a partial index only when the query repeats its condition.
 RANKED_SHAPE = "accepted = 1 AND timing IN ('graph', 'eager') AND time_us IS NOT NULL"
 
-OUR_TABLES = ("tasks", "runs", "environments", "attempts", "measurements", "tallies")
+OUR_TABLES = ("tasks", "runs", "environments", "attempts", "measurements", "tallies", "audits")
 
 
 def _v1_initial(db: Database) -> None:
@@ -111,7 +111,36 @@ def _v1_initial(db: Database) -> None:
     db["attempts"].enable_fts(["code", "reason"], create_triggers=True)
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial,)
+def _v2_audits(db: Database) -> None:
+    """The audit of a would-be best (verifier/audit.py): the code judged again in a fresh worker on
+    fresh inputs, its time confirmed. An attempt may be audited several times; its latest audit
+    decides whether it can be a best (queries.py). Rows are only ever added, never updated."""
+    db["audits"].create(
+        {
+            "id": int, "attempt_id": int,
+            # the run that made the audit; NULL for `kernforge archive audit`
+            "run_id": int,
+            # copied from the attempt (never updated) so "best per task and GPU" reads no attempts to
+            # find the audited ones
+            "task_id": int, "gpu": str,
+            "passed": int, "reason": str,
+            # geometric means over the shapes both verdicts timed on the GPU (microseconds)
+            "recorded_us": float, "measured_us": float,
+            # the second verdict (JSON, verdict.to_dict()), NULL when none was made; the audit's details
+            "verdict": str, "details": str,
+            "created": str,
+        },
+        pk="id",
+        foreign_keys=[("attempt_id", "attempts", "id"), ("run_id", "runs", "id"), ("task_id", "tasks", "id")],
+        not_null={"attempt_id", "task_id", "gpu", "passed", "reason", "details", "created"},
+    )
+    # the latest audit of an attempt: a seek
+    db["audits"].create_index(["attempt_id", "id"])
+    # the audited attempts of a task on a GPU model
+    db["audits"].create_index(["task_id", "gpu", "attempt_id"])
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits)
 LATEST = len(MIGRATIONS)
 
 

@@ -12,6 +12,10 @@ with ``reuse_of`` set instead of evaluating again; that writes a *reuse row*: an
 own prompt, response, tokens and cost, the original's verdict fields, no measurements and no
 score. ``reused`` in ``stats`` counts these rows. If two workers evaluate the same code at once,
 the second to commit is stored as a reuse of the first: the archive never holds two evaluations.
+
+Audits (``record_audit``): an evaluated attempt judged again from scratch before it may be a best
+(verifier/audit.py). Each is its own transaction, written after the attempt's: a process killed
+between the two leaves an attempt with no audit, which is simply not a best.
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from urllib.parse import quote
 from sqlite_utils import Database
 
 from kernforge.tasks.spec import Task
+from kernforge.verifier.audit import Audit
 
 from . import schema
 from .content import code_hash, environment_fields, environment_key
 from .errors import ArchiveError, ConflictError, ReadOnlyError
 from .queries import Queries, guarded
-from .records import NewAttempt, RunRecord, RunStatus, TaskRecord
+from .records import AuditRecord, NewAttempt, RunRecord, RunStatus, TaskRecord
 from .score import roofline_pct, summarize
 
 DEFAULT_PATH = Path("kernforge.db")
@@ -229,6 +234,31 @@ class Archive(Queries):
             ids = [writer.add(a) for a in attempts]
             writer.flush()
         return ids
+
+    # ---- audits ----------------------------------------------------------------------------
+    @guarded
+    def record_audit(self, attempt_id: int, audit: Audit, run_id: int | None = None) -> AuditRecord:
+        """Write one audit of an evaluated attempt (not a reuse row: audit its original) in one
+        transaction; the stored record. ``run_id``: the run that made it (None from the CLI)."""
+        with self._write():
+            row = self.conn.execute("SELECT task_id, gpu, reuse_of FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+            if row is None:
+                raise ArchiveError(f"no attempt {attempt_id} in {self.path}")
+            task_id, gpu, reuse_of = row
+            if reuse_of is not None:
+                raise ArchiveError(f"attempt {attempt_id} reused the verdict of attempt {reuse_of}; audit attempt {reuse_of}")
+            if run_id is not None:
+                self._run_row(run_id)
+            created = _now()
+            audit_id = self.db["audits"].insert({
+                "attempt_id": attempt_id, "run_id": run_id, "task_id": task_id, "gpu": gpu,
+                "passed": int(audit.passed), "reason": audit.reason, "recorded_us": audit.recorded_us,
+                "measured_us": audit.measured_us,
+                "verdict": json.dumps(audit.verdict.to_dict(), sort_keys=True, default=str) if audit.verdict else None,
+                "details": json.dumps(dict(audit.details), sort_keys=True, default=str), "created": created,
+            }).last_pk
+        return AuditRecord(id=audit_id, attempt_id=attempt_id, task_id=task_id, gpu=gpu, created=created, audit=audit,
+                           run_id=run_id)
 
 
 def _run(row: Mapping[str, Any]) -> RunRecord:

@@ -7,8 +7,10 @@ changes (block sizes, warps) plus a salt constant, so content hashes differ unle
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any, Mapping
 
+from kernforge.verifier.audit import Audit, compare
 from kernforge.verifier.verdict import THREATS, Accepted, Rejected, ShapeResult, Status, Verdict
 
 from .records import NewAttempt, TaskRecord
@@ -127,3 +129,12 @@ def attempt(rng: random.Random, run_id: int, seq: int, task_id: int, task: str, 
         tokens_in=tokens_in, tokens_out=tokens_out, cost_usd=(tokens_in * 0.3 + tokens_out * 1.2) / 1e6,
         latency_s=rng.uniform(2.0, 40.0),
     )
+
+
+def audit(recorded: Verdict, ratio: float = 1.02, again: Verdict | None = None) -> Audit:
+    """The audit of an accepted GPU verdict whose second verdict is ``again``, else the same verdict
+    with every time ``ratio`` times the recorded one (``verifier.audit.compare`` decides)."""
+    if again is None:
+        again = replace(recorded, shapes=tuple(replace(s, time_us=s.time_us * ratio if s.time_us else s.time_us)
+                                               for s in recorded.shapes))
+    return compare(recorded, again)

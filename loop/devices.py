@@ -6,8 +6,9 @@ device verifies one candidate at a time; its judge keeps ``pool_size`` sandbox w
 start-up time once the pool is full. All devices must be the same GPU model and software stack:
 kernels are compared, and verdicts reused, only within one environment.
 
-``busy_s`` is the time each device spent inside ``judge.verify``: what "busy" means on the
-display and in bench/loop.py (a wait for a warm worker happens inside ``verify`` and counts).
+``busy_s`` is the time each device spent inside ``judge.verify``, audits of would-be bests
+included (an audit is a second ``verify`` on the same device): what "busy" means on the display and
+in bench/loop.py (a wait for a warm worker happens inside ``verify`` and counts).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any, Sequence
 
 from kernforge.archive.content import environment_key
 from kernforge.tasks.spec import Task
+from kernforge.verifier import audit as auditing
+from kernforge.verifier.audit import Audit
 from kernforge.verifier.judge import Judge, JudgeOptions
 from kernforge.verifier.verdict import Verdict
 
@@ -38,6 +41,7 @@ class Devices:
         self.env_key = ""
         self.busy_s = {d: 0.0 for d in self.names}
         self.verified = {d: 0 for d in self.names}
+        self.audited = {d: 0 for d in self.names}
         self._cms: list[Any] = []
         self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"kernforge-verify-{d}") for d in self.names]
 
@@ -80,6 +84,17 @@ class Devices:
         self.busy_s[self.names[index]] += spent
         self.verified[self.names[index]] += 1
         return verdict, spent
+
+    async def audit(self, index: int, code: str, task: Task, verdict: Verdict) -> tuple[Audit, float]:
+        """Audit a would-be best on device ``index``, the device that measured it (in its thread, like
+        ``verify``: a fresh worker, fresh inputs); the audit and the seconds spent, counted as busy."""
+        started = time.monotonic()
+        result = await asyncio.get_running_loop().run_in_executor(
+            self._threads[index], auditing.audit, self.judges[index], code, task, verdict)
+        spent = time.monotonic() - started
+        self.busy_s[self.names[index]] += spent
+        self.audited[self.names[index]] += 1
+        return result, spent
 
     async def close(self) -> None:
         """Close every judge (its workers are killed: a verification left running ends with them)."""

@@ -2,7 +2,9 @@
 
 In a terminal: a rich Live table, one row per task (attempts, accepted, cheats caught, rejected,
 best time and speedup, tokens and cost) and a footer (wall time, GPU busy %, the proposer). When
-stdout is not a terminal (a log file, CI, a pipe): one plain line per attempt. ``--json``: nothing
+stdout is not a terminal (a log file, CI, a pipe): one plain line per attempt. A would-be best is
+audited before it counts (search.py): its line says NEW BEST once the audit passed, or that the
+audit failed and why (the kernel is demoted, never the best). ``--json``: nothing
 while running; the result object at the end. The numbers come from ``TaskStats``, which the
 runner updates as verdicts are recorded, and from a ``RunView`` the display asks for.
 """
@@ -43,6 +45,9 @@ class TaskStats:
     best_score: float | None = None  # geomean speedup vs torch.compile (GPU only)
     best_is_new: bool = False  # found in this run
     seed_time_us: float | None = None
+    #: audits of would-be bests made in this run, and how many failed (those kernels were demoted)
+    audits: int = 0
+    audits_failed: int = 0
     note: str = ""
     #: the run judges on the CPU: times are the interpreter's, shown labelled, never compared
     interpreter: bool = False
@@ -81,6 +86,9 @@ class AttemptEvent:
     verify_s: float | None
     #: ``time_us`` is the interpreter's (labelled, never ranked)
     interpreter: bool = False
+    #: the audit of this would-be best: passed, failed (demoted), or None (not audited)
+    audit_passed: bool | None = None
+    audit_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -152,8 +160,11 @@ def attempt_line(e: AttemptEvent) -> str:
     head = f"[{e.task}] #{e.seq} attempt {e.attempt_id} {e.proposer}{'/' + e.model if e.model and e.model != 'offline' else ''}: "
     if e.status == "accepted":
         body = f"accepted {fmt_time(e.time_us, e.interpreter)}" + (f" ({fmt_x(e.speedup_eager)} eager)" if e.speedup_eager else "")
-        body += "  NEW BEST" if e.new_best else ""
-        body += f"  ({e.reason[:160]})" if e.reason else ""
+        if e.audit_passed is False:
+            body += f"  AUDIT FAILED, demoted (never the best): {e.audit_reason.splitlines()[0][:240] if e.audit_reason else ''}"
+        else:
+            body += ("  NEW BEST (audit passed)" if e.audit_passed else "  NEW BEST") if e.new_best else ""
+            body += f"  ({e.reason[:160]})" if e.reason else ""
     else:
         threat = f" #{e.threat} {THREATS.get(e.threat, '')}" if e.threat else ""
         body = f"{e.status}{threat}: {e.reason.splitlines()[0][:160] if e.reason else ''}"
@@ -223,8 +234,8 @@ class LiveDisplay:
         self._live.start()
 
     def attempt(self, event: AttemptEvent) -> None:
-        if event.new_best or event.status != "accepted":
-            style = "green" if event.new_best else ("red" if event.threat else "yellow")
+        if event.new_best or event.status != "accepted" or event.audit_passed is False:
+            style = "green" if event.new_best else ("red" if event.threat or event.audit_passed is False else "yellow")
             self.console.print(Text(attempt_line(event), style=style))
 
     def note(self, message: str) -> None:
@@ -266,6 +277,11 @@ def summary(result: Mapping[str, Any]) -> Group:
              f"{result['retries']} LLM retr{'y' if result['retries'] == 1 else 'ies'}, "
              f"{result['llm_failures']} failed request(s)"),
     ]
+    audits = sum(t.get("audits", 0) for t in result["tasks"])
+    if audits:
+        failed = sum(t.get("audits_failed", 0) for t in result["tasks"])
+        lines.append(Text(f"{audits} would-be best(s) audited (judged again in a fresh worker on fresh inputs): "
+                          f"{audits - failed} passed, {failed} failed and demoted"))
     if result.get("stop_reason"):
         lines.append(Text(f"stopped: {result['stop_reason']}"))
     lines += [Text(f"{t['name']}: {t['note']}") for t in result["tasks"] if t["note"]]

@@ -80,6 +80,8 @@ class RunResult:
     stop_reason: str | None
     arms: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: audits of would-be bests per device (their time is in ``verify_s_per_device``)
+    audited_per_device: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "tasks"}

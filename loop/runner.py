@@ -15,6 +15,13 @@
   response, code, tokens, cost, parent and verdict. The same normalised code for the same task
   in the same environment is judged once: a later proposal of it (archived, or being judged
   right now by another device) is recorded as a reuse of the first verdict.
+* **A would-be best is audited** before it counts (search.py ``needs_audit``): accepted with GPU
+  times and fitter than the task's best, it is judged again on the same device, in a fresh worker
+  on fresh inputs (``Devices.audit``, device time), after its attempt is recorded; the audit is
+  recorded in a transaction of its own (``Archive.record_audit``). Passed, it is the new best;
+  failed, it is demoted (an accepted attempt, never the best) and the display says why. A run
+  stopped between the two leaves an attempt without an audit: simply not a best (``kernforge
+  archive audit`` can audit it later). Interpreter verdicts and rejections are never audited.
 * **Stopping.** Budgets (budget.py), every task done (attempts used, or nothing left to tune), a
   fatal LLM error, or Ctrl-C. The first Ctrl-C (SIGINT) stops asking: in-flight LLM requests
   are cancelled, the candidates already proposed are judged and recorded. A second Ctrl-C, or
@@ -31,13 +38,15 @@ import contextlib
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from kernforge.archive.content import code_hash
 from kernforge.archive.history import HistoryRow, judged_code
-from kernforge.archive.records import NewAttempt
+from kernforge.archive.records import AttemptRecord, NewAttempt
 from kernforge.archive.store import Archive
 from kernforge.tasks.spec import Task
+from kernforge.verifier.audit import Audit
 from kernforge.verifier.checks import Check
 from kernforge.verifier.judge import JudgeOptions
 from kernforge.verifier.verdict import Rejected, Status, Verdict
@@ -84,6 +93,7 @@ class Runner:
         self._t_devices: float | None = None
         self._t_end: float | None = None  # when the pipeline ended (before the judges close)
         self._inflight: dict[tuple[int, str], asyncio.Future] = {}
+        self._auditing: dict[int, asyncio.Future] = {}  # attempt id -> its audit being made (None if it failed)
         self._producers: list[asyncio.Task] = []
         self._consumers: list[asyncio.Task] = []
         self._turn = 0
@@ -182,14 +192,21 @@ class Runner:
     def _load_states(self, tasks: list[Task], task_ids: list[int]) -> None:
         assert self.archive is not None and self.bandit is not None
         replay: list[HistoryRow] = []
+        demoted: set[int] = set()  # replayed as they counted live: no fitness, never a new best
         for task, task_id in zip(tasks, task_ids):
             population = Population(rng=seed_rng(self.settings.seed, "search", task.name))
             state, rows = task_state(self.archive, task, task_id, env=self.devices.env, env_key=self.devices.env_key,
                                      population=population, on_cpu=self.devices.on_cpu)
             self.states.append(state)
             replay += rows
+            audits = self.archive.latest_audits([r.id for r in rows if r.accepted and r.reuse_of is None])
+            demoted |= {i for i, a in audits.items() if not a.passed}
+            waiting = population.contenders()
+            if waiting:
+                self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
+                                  f"audit, so none is the best; `kernforge archive audit --task {task.name}` audits them")
         replay.sort(key=lambda r: r.id)
-        self.bandit.replay(replay, {r.id: row_fitness(r) for r in replay})
+        self.bandit.replay(replay, {r.id: None if r.id in demoted else row_fitness(r) for r in replay})
 
     def _prime_tuner(self) -> None:
         """Tell the offline tuner every configuration archived for this environment."""
@@ -373,6 +390,7 @@ class Runner:
         reuse_of: int | None = None
         verify_s: float | None = None
         mine: asyncio.Future | None = None
+        hit: AttemptRecord | None = None
         try:
             if proposal.unusable is not None:
                 verdict: Verdict = _unusable(proposal, self.devices.env)
@@ -406,7 +424,45 @@ class Runner:
         if mine is not None:
             mine.set_result(attempt_id)
             self._inflight.pop(key, None)
-        self._learn(state, proposal, verdict, attempt_id, seq, reuse_of, verify_s)
+        # Recorded; a would-be best is audited before it counts (a stop here leaves it unaudited: not a best).
+        parent = proposal.parent
+        depth = parent.depth + 1 if parent is not None and proposal.arm and proposal.arm[0] == "repair" else 0
+        member = Member(code, verdict, reuse_of or attempt_id, proposal.proposer, depth=depth,
+                        audit_passed=hit.audit_passed if hit is not None else None)
+        audit: Audit | None = None
+        if state.population.needs_audit(member):
+            try:
+                audit = await self._audit(index, state, member)
+            except asyncio.CancelledError:
+                self._learn(state, proposal, member, attempt_id, seq, reuse_of, verify_s, None)
+                raise
+            if audit is not None:
+                member = replace(member, audit_passed=audit.passed)
+        self._learn(state, proposal, member, attempt_id, seq, reuse_of, verify_s, audit)
+
+    async def _audit(self, index: int, state: TaskState, member: Member) -> Audit | None:
+        """Audit ``member`` on device ``index`` and record the audit; the audit, or None when it could
+        not be made. The same attempt reached by two devices at once is audited once."""
+        assert self.devices is not None and member.attempt_id is not None and member.verdict is not None
+        pending = self._auditing.get(member.attempt_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        mine = self._auditing[member.attempt_id] = asyncio.get_running_loop().create_future()
+        audit: Audit | None = None
+        try:
+            audit, _ = await self.devices.audit(index, member.code, state.task, member.verdict)
+            if self.abandon:
+                raise asyncio.CancelledError
+            await self._db(self.archive.record_audit, member.attempt_id, audit, self.run_id)
+        except BaseException:
+            audit = None
+            raise
+        finally:
+            mine.set_result(audit)
+            self._auditing.pop(member.attempt_id, None)
+        state.stats.audits += 1
+        state.stats.audits_failed += not audit.passed
+        return audit
 
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._db_executor, fn, *args)
@@ -427,13 +483,14 @@ class Runner:
         self._next_seq += 1
         return attempt_id, seq
 
-    def _learn(self, state: TaskState, p: Proposal, verdict: Verdict, attempt_id: int, seq: int,
-               reuse_of: int | None, verify_s: float | None) -> None:
-        """Everything a verdict teaches: population, lessons, bandit, tuner, budget, display."""
+    def _learn(self, state: TaskState, p: Proposal, member: Member, attempt_id: int, seq: int,
+               reuse_of: int | None, verify_s: float | None, audit: Audit | None) -> None:
+        """Everything a verdict teaches: population, lessons, bandit, tuner, budget, display. A
+        demoted kernel (its audit failed) teaches what its audit found, never a new best."""
         assert self.meter is not None and self.proposer is not None and self.bandit is not None
+        verdict = member.verdict
+        assert verdict is not None
         state.ids.setdefault(code_hash(p.code), reuse_of or attempt_id)
-        depth = p.parent.depth + 1 if p.parent is not None and p.arm and p.arm[0] == "repair" else 0
-        member = Member(p.code, verdict, reuse_of or attempt_id, p.proposer, depth=depth)
         pop = state.population
         best_before = pop.best.fitness if pop.best else None
         new_best = pop.add(member)
@@ -441,12 +498,17 @@ class Runner:
             state.stats.seed_time_us = geomean_us(verdict)
         if isinstance(verdict, Rejected) and reuse_of is None:
             state.lessons.observe(Failure.of_verdict(verdict))
+        if audit is not None and isinstance(audit.verdict, Rejected):
+            state.lessons.observe(Failure.of_verdict(audit.verdict))  # it behaved once, not the second time
         if p.arm is not None:
             parent = p.parent
-            value = reward(verdict.accepted, parent.fitness if parent else None, member.fitness, best_before,
+            value = reward(verdict.accepted, parent.fitness if parent else None,
+                           None if member.demoted else member.fitness, best_before,
                            parent_accepted=bool(parent and parent.accepted), reused=reuse_of is not None)
             self.bandit.update(p.arm, value)
-        self.proposer.observe(state.task, p.code, verdict)
+        # the tuner learns from the truer measurement: a demoted kernel's second verdict
+        truer = audit.verdict if member.demoted and audit is not None and audit.verdict is not None else verdict
+        self.proposer.observe(state.task, p.code, truer)
         self.meter.record(state.task.name, p.tokens_in + p.tokens_out, p.cost)
         st = state.stats
         st.attempts += 1
@@ -468,6 +530,8 @@ class Runner:
             speedup_eager=speedups(verdict)["speedup_eager"],
             reason=p.description if verdict.accepted else verdict.reason,
             tokens=p.tokens_in + p.tokens_out, cost=p.cost, verify_s=verify_s,
+            audit_passed=member.audit_passed if audit is not None or member.demoted else None,
+            audit_reason=audit.reason if audit is not None else "",
         ))
 
     # ---- reporting -----------------------------------------------------------------------------
@@ -496,6 +560,7 @@ class Runner:
             wall_s=time.monotonic() - self._t0, pipeline_s=(self._t_end or time.monotonic()) - (self._t_devices or self._t0),
             verify_s=sum(self.devices.busy_s.values()),
             verify_s_per_device=dict(self.devices.busy_s), verified_per_device=dict(self.devices.verified),
+            audited_per_device=dict(self.devices.audited),
             startup_s=(self._t_devices or time.monotonic()) - self._t0, busy=self._busy(), tokens=self.meter.tokens,
             cost=self.meter.cost, retries=self.retries, llm_failures=self.llm_failures,
             stop_reason=self.stopping, arms=self.bandit.table() if self.bandit else [], notes=list(notes),

@@ -32,6 +32,15 @@ strategies below among equals, and the offline tuner walks its own seeded order.
 Inspirations for a parent are the best kernel and the elites of the other niches, fastest first.
 A new run starts from the archive (``Population.load_archived``): its best, a spread of ranks below, the
 newest accepted kernels and failures, so it continues from where the last run stopped.
+
+**The best is audited.** A kernel accepted with GPU times becomes the best only once its audit
+passed (verifier/audit.py: judged again in a fresh worker on fresh inputs, its time confirmed).
+The runner asks ``needs_audit`` before adding a kernel that would lead, audits it, and adds it
+with the outcome. A kernel whose audit failed is *demoted*: it stays an accepted attempt in the
+archive but is never the best, an elite, an inspiration or a parent here. A kernel never audited
+(from the archive: a run stopped between its attempt and its audit, or an older archive) is an
+ordinary parent but never the best. Interpreter verdicts are never audited: correctness only,
+they may be a CPU run's best as before.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ from kernforge.archive.history import HistoryRow
 from kernforge.archive.queries import REPAIRABLE
 from kernforge.archive.records import AttemptRecord, Population as ArchivedPopulation
 from kernforge.archive.score import geomean, is_gpu_timed, summarize
+from kernforge.verifier.audit import auditable
 from kernforge.verifier.verdict import Status, Verdict
 
 STRATEGIES = ("improve", "explore", "repair", "fresh")
@@ -133,6 +143,8 @@ class Member:
     summary: str = ""
     #: repairs in a row that led to this kernel (a repair's child of a repair's child ...)
     depth: int = 0
+    #: its latest audit passed (True), failed (False: demoted), or it was never audited (None)
+    audit_passed: bool | None = None
     niche: Niche = field(init=False)
     fitness: Fitness | None = field(init=False)
 
@@ -145,6 +157,23 @@ class Member:
         return self.verdict is not None and self.verdict.accepted
 
     @property
+    def auditable(self) -> bool:
+        """Accepted with GPU times: it can lead only after an audit."""
+        return self.verdict is not None and auditable(self.verdict)
+
+    @property
+    def demoted(self) -> bool:
+        """Its latest audit failed: never the best (nor an elite, inspiration or parent)."""
+        return self.audit_passed is False
+
+    @property
+    def confirmed(self) -> bool:
+        """It may be the best: accepted, and audited with success unless it is an interpreter verdict."""
+        if self.fitness is None:
+            return False
+        return self.audit_passed is True or (self.audit_passed is None and not self.auditable)
+
+    @property
     def repairable(self) -> bool:
         """A rejection worth a repair turn: never a cheat, a sandbox violation or a cheat's signature."""
         v = self.verdict
@@ -154,7 +183,8 @@ class Member:
 
     @classmethod
     def from_record(cls, record: AttemptRecord, depth: int = 0) -> "Member":
-        return cls(record.code, record.verdict, record.id, record.proposer, depth=depth)
+        return cls(record.code, record.verdict, record.id, record.proposer, depth=depth,
+                   audit_passed=record.audit_passed)
 
 
 @dataclass(frozen=True)
@@ -172,8 +202,10 @@ class Population:
         self.keep = keep
         self.max_repairs = max_repairs
         self.max_failures = max_failures
-        self.accepted: list[Member] = []  # best first, at most ``keep`` (elites are kept besides)
+        self.accepted: list[Member] = []  # fittest first, at most ``keep`` (elites and the best are kept besides)
         self.elites: dict[Niche, Member] = {}
+        self.demoted: list[Member] = []  # failed their audit, newest first: known, never chosen
+        self._best: Member | None = None
         self.failures: list[Member] = []  # newest first
         self.seed: Member | None = None  # the task's seed while it is not judged
         self.seed_failure: Member | None = None  # the seed, if it was rejected
@@ -181,18 +213,34 @@ class Population:
 
     # ---- filling ------------------------------------------------------------------------------
     def load_archived(self, archived: ArchivedPopulation) -> "Population":
-        """Take in the archive's population of the task: its best, a spread of ranks below, the
-        newest accepted kernels and the newest failures worth repairing."""
-        for record in (*archived.top, *archived.diverse, *archived.recent, *reversed(archived.failures)):
+        """Take in the archive's population of the task: the top by score, its audited best, a spread
+        of ranks below, the newest accepted kernels and the newest failures worth repairing."""
+        records = (*archived.top, *archived.audited, *archived.diverse, *archived.recent, *reversed(archived.failures))
+        for record in records:
             self.add(Member.from_record(record))
         return self
 
     @property
     def best(self) -> Member | None:
-        return self.accepted[0] if self.accepted else None
+        """The fittest confirmed kernel (audited, or an interpreter verdict); the first on ties."""
+        return self._best
+
+    def needs_audit(self, member: Member) -> bool:
+        """True when ``member`` would be the new best but needs an audit first: accepted with GPU
+        times, not audited yet, new here, and fitter than the best."""
+        if member.fitness is None or not member.auditable or member.audit_passed is not None:
+            return False
+        if member.code in self._codes:
+            return False
+        return self._best is None or member.fitness > self._best.fitness
+
+    def contenders(self) -> list[Member]:
+        """Kept kernels fitter than the best that cannot lead without an audit (never audited)."""
+        return [m for m in self.accepted if not m.confirmed and (self._best is None or m.fitness > self._best.fitness)]
 
     def add(self, member: Member) -> bool:
-        """Take a judged kernel in; True when it is the task's new best."""
+        """Take a judged kernel in; True when it is the task's new best (only a confirmed kernel can
+        be: see ``needs_audit``). A demoted kernel is kept aside, never chosen."""
         if self.seed is not None and self.seed.code == member.code:
             self.seed = None  # judged: from now on a member like any other
             if member.fitness is None:
@@ -203,10 +251,16 @@ class Population:
                 del self.failures[self.max_failures:]
             self._codes.add(member.code)
             return False
-        if member.code in self._codes and any(m.code == member.code for m in self.accepted):
+        if member.code in self._codes and any(m.code == member.code for m in (*self.accepted, *self.demoted)):
             return False
         self._codes.add(member.code)
-        new_best = self.best is None or member.fitness > self.best.fitness
+        if member.demoted:
+            self.demoted.insert(0, member)
+            del self.demoted[self.keep:]
+            return False
+        new_best = member.confirmed and (self._best is None or member.fitness > self._best.fitness)
+        if new_best:
+            self._best = member
         self.accepted.append(member)
         self.accepted.sort(key=lambda m: m.fitness, reverse=True)
         elite = self.elites.get(member.niche)
@@ -248,21 +302,25 @@ class Population:
             strategy = "fresh"
         return Choice(strategy, parent, self.inspirations(parent))
 
+    def _lead(self) -> Member | None:
+        """The best, else (nothing audited yet) the fittest kept kernel."""
+        return self._best or (self.accepted[0] if self.accepted else None)
+
     def _improve(self) -> Member | None:
         if not self.accepted:
-            return self.seed
+            return self._best or self.seed
         if len(self.accepted) == 1 or self.rng.random() < 0.5:
-            return self.accepted[0]
+            return self._lead()
         drawn = self.rng.sample(self.accepted, min(3, len(self.accepted)))
         return max(drawn, key=lambda m: m.fitness)
 
     def _explore(self) -> Member | None:
-        best = self.best
+        best = self._lead()
         if best is None:
             return self.seed
         others = [m for n, m in sorted(self.elites.items()) if n != best.niche]
         if not others:
-            others = [m for m in self.accepted[1:]]
+            others = [m for m in self.accepted if m is not best]
         return self.rng.choice(others) if others else best
 
     def inspirations(self, parent: Member | None, k: int = 3) -> tuple[Member, ...]:
@@ -277,7 +335,8 @@ class Population:
     def tunable(self) -> list[Member]:
         """Parents for the offline tuner, in order: the best, the other elites, then the seed."""
         out: list[Member] = []
-        for m in [*self.accepted[:1], *sorted(self.elites.values(), key=lambda m: m.fitness, reverse=True), *self.accepted[1:]]:
+        lead = [self._lead()] if self._lead() else []
+        for m in [*lead, *sorted(self.elites.values(), key=lambda m: m.fitness, reverse=True), *self.accepted]:
             if all(m.code != o.code for o in out):
                 out.append(m)
         if self.seed is not None:

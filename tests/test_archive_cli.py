@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernforge.archive import browse as browse_module
-from kernforge.archive import synthetic
+from kernforge.archive import schema, synthetic
 from kernforge.archive.records import NewAttempt
 from kernforge.archive.store import Archive
 from kernforge.cli import app, archive_app
@@ -33,7 +33,10 @@ def db(tmp_path_factory):
         for seq in range(60):
             name = synthetic.TASKS[seq % 2]
             task = archive.register_task(synthetic.task_record(name))
-            parent = archive.record_attempt(synthetic.attempt(rng, run, seq, task, name, seq, parent_id=parent))
+            item = synthetic.attempt(rng, run, seq, task, name, seq, parent_id=parent)
+            parent = archive.record_attempt(item)
+            if item.verdict.accepted and seq % 3:  # audited: two in three pass, one in three fails
+                archive.record_audit(parent, synthetic.audit(item.verdict, ratio=1.0 if seq % 3 == 1 else 1.5))
     return path
 
 
@@ -51,10 +54,13 @@ def test_best_table_and_json(db):
         expected = archive.best()
     result = invoke("best", "--db", db)
     assert result.exit_code == 0, result.output
+    assert expected and all(e.audit.passed for e in expected)
     for entry in expected:
         assert entry.task in result.output and str(entry.attempt_id) in result.output
+    assert "every best passed its audit" in result.output and "passed: " in result.output
     data = json.loads(invoke("best", "--db", db, "--json").output)
     assert [b["attempt_id"] for b in data["best"]] == [e.attempt_id for e in expected]
+    assert all(b["audit"]["audit"]["passed"] for b in data["best"]) and data["awaiting_audit"] == []
     one = json.loads(invoke("best", "--db", db, "--task", "softmax", "--gpu", "h200", "--json").output)
     assert {b["task"] for b in one["best"]} == {"softmax"}
     shapes = json.loads(invoke("best", "--db", db, "--shapes", "--json").output)["best"]
@@ -73,8 +79,8 @@ def test_best_of_an_interpreter_only_archive_is_empty_and_says_why(tmp_path):
         assert archive.stats().per_task[0].accepted > 0  # accepted kernels, all verified on the CPU
     result = invoke("best", "--db", path)
     assert result.exit_code == 0 and "interpreter runs are never ranked" in " ".join(result.output.split())
-    assert json.loads(invoke("best", "--db", path, "--json").output) == {"best": []}
-    assert json.loads(invoke("best", "--db", path, "--shapes", "--json").output) == {"best": []}
+    assert json.loads(invoke("best", "--db", path, "--json").output) == {"best": [], "awaiting_audit": []}
+    assert json.loads(invoke("best", "--db", path, "--shapes", "--json").output) == {"best": [], "awaiting_audit": []}
 
 
 def test_show_code_verdict_measurements_lineage(db):
@@ -219,7 +225,7 @@ def test_browse_runs_datasette_on_the_file(db, monkeypatch):
 
 def test_migrate_reports_the_version(db):
     result = invoke("migrate", "--db", db)
-    assert result.exit_code == 0 and "schema v1" in result.output
+    assert result.exit_code == 0 and f"schema v{schema.LATEST}" in result.output
 
 
 def test_empty_archive_answers(tmp_path):
@@ -242,3 +248,46 @@ def test_show_a_reuse_names_its_original(tmp_path):
     shown = invoke("show", 2, "--db", path)
     assert shown.exit_code == 0 and f"verdict reused from attempt {original}" in shown.output
     assert "reused by 1 later proposal" in invoke("show", original, "--db", path).output
+
+
+def test_best_says_when_accepted_gpu_attempts_exist_but_none_passed_an_audit(tmp_path):
+    path = tmp_path / "unaudited.db"
+    rng = random.Random(4)
+    with Archive.create(path) as archive:
+        run = archive.start_run({})
+        task = archive.register_task(synthetic.task_record("rms_norm"))
+        seq, accepted = 0, []
+        while len(accepted) < 3:
+            item = synthetic.attempt(rng, run, seq, task, "rms_norm", seq)
+            attempt = archive.record_attempt(item)
+            if item.verdict.accepted:
+                accepted.append((attempt, item.verdict))
+            seq += 1
+        archive.record_audit(accepted[0][0], synthetic.audit(accepted[0][1], ratio=1.4))  # failed: demoted
+    for args in ([], ["--shapes"]):
+        result = invoke("best", "--db", path, *args)
+        said = " ".join(result.output.split())
+        assert result.exit_code == 0, result.output
+        assert "rms_norm on NVIDIA H200: 3 accepted GPU attempt(s), none passed an audit (1 audited, 1 of them failed)" \
+            in said and "kernforge archive audit --task rms_norm" in said
+        data = json.loads(invoke("best", "--db", path, "--json", *args).output)
+        assert data["best"] == [] and data["awaiting_audit"] == [
+            {"task": "rms_norm", "gpu": "NVIDIA H200", "accepted": 3, "audited": 1, "failed": 1}]
+
+
+def test_show_says_how_the_attempt_was_audited(db):
+    with Archive.open(db, readonly=True) as archive:
+        rows = archive.sql("SELECT a.id, (SELECT count(*) FROM audits u WHERE u.attempt_id = a.id), a.accepted"
+                           " FROM attempts a ORDER BY a.id")[1]
+        latest = archive.latest_audits([r[0] for r in rows])
+    audited = next(i for i, n, _ in rows if n and latest[i].passed)
+    failed = next(i for i, n, _ in rows if n and not latest[i].passed)
+    unaudited = next(i for i, n, ok in rows if not n and ok)
+    rejected = next(i for i, n, ok in rows if not ok)
+    for attempt, words in ((audited, "passed: accepted again in a fresh worker"), (failed, "FAILED: its time did not hold"),
+                           (unaudited, "not audited: never a best until an audit passes"),
+                           (rejected, "not audited (only accepted verdicts with GPU times are audited)")):
+        result = invoke("show", attempt, "--db", db)
+        assert result.exit_code == 0 and words in " ".join(result.output.split()), (attempt, result.output)
+    data = json.loads(invoke("show", failed, "--db", db, "--json").output)
+    assert [a["audit"]["passed"] for a in data["audits"]] == [False] and data["attempt"]["audit_passed"] is False

@@ -49,6 +49,9 @@ with Archive.open(path) as archive:
         ids = archive.record_attempts(batch)
         sys.stdout.write("".join(f"{item.seq} {attempt_id}\n" for item, attempt_id in zip(batch, ids)))
         sys.stdout.flush()
+        for item, attempt_id in zip(batch, ids):  # audits after their attempts, as a run makes them
+            if item.verdict.accepted and item.reuse_of is None and rng.random() < 0.3:
+                archive.record_audit(attempt_id, synthetic.audit(item.verdict, ratio=rng.choice((1.0, 1.5))), run_id)
         codes.append(batch[-1].code)
         parent = ids[-1]
 """
@@ -101,6 +104,9 @@ def check_whole(path: Path) -> int:
     assert q("SELECT id FROM attempts WHERE reuse_of IS NULL AND n_shapes < 2") == []
     assert q("SELECT id FROM attempts WHERE accepted = 1 AND reuse_of IS NULL AND gpu != 'cpu'"
              " AND score IS NULL") == []
+    # every audit belongs to an accepted evaluation, with its task and GPU
+    assert q("SELECT u.id FROM audits u JOIN attempts a ON a.id = u.attempt_id WHERE a.reuse_of IS NOT NULL"
+             " OR a.accepted = 0 OR u.task_id != a.task_id OR u.gpu != a.gpu") == []
     # counters written in the same transactions agree with the attempts
     assert q("SELECT id, attempts, tokens_in, tokens_out, round(cost_usd, 9) FROM runs WHERE attempts > 0"
              " ORDER BY id") == q("SELECT run_id, count(*), sum(tokens_in), sum(tokens_out), round(sum(cost_usd), 9)"
@@ -131,6 +137,8 @@ def test_sigkill_at_random_points_loses_nothing_committed(seeded):
         writer.stderr.close()
     n = check_whole(path)
     assert len(reported) > KILLS and n >= len(reported)
+    audits = sqlite3.connect(path).execute("SELECT count(*) FROM audits").fetchone()[0]
+    assert audits > 0  # audits were written (and killed) among the attempts
     with Archive.open(path) as archive:
         status = archive.run_status(run)
         assert {seq: status.attempts[seq] for seq in reported} == reported
@@ -171,7 +179,10 @@ def _cli(*args: object):
 def _fill(path, run, task, count):
     rng = random.Random(1)
     with Archive.open(path) as archive:
-        archive.record_attempts([synthetic.attempt(rng, run, seq, task, "rms_norm", seq) for seq in range(count)])
+        items = [synthetic.attempt(rng, run, seq, task, "rms_norm", seq) for seq in range(count)]
+        for item, attempt_id in zip(items, archive.record_attempts(items)):
+            if item.verdict.accepted:  # audited: a best to read
+                archive.record_audit(attempt_id, synthetic.audit(item.verdict))
 
 
 def test_cli_reads_while_a_writer_holds_its_transaction(seeded):

@@ -78,6 +78,8 @@ def filled(tmp_path):
     add(5, rms, Rejected(Status.CHEAT, "timer patched", threat=8), model="m2", tokens_out=7)
     add(6, rms, Rejected(Status.COMPILE_ERROR, "syntax"), parent=2)
     add(7, soft, acc(1.5))
+    for attempt in (1, 2, 3, 4, 8):  # every accepted GPU attempt passed its audit
+        archive.record_audit(attempt, synthetic.audit(archive.get_attempt(attempt).verdict))
     yield archive, rms, soft
     archive.close()
 
@@ -128,6 +130,7 @@ def test_population_sections(filled):
     assert [a.id for a in pop.diverse] == [3]
     assert [a.id for a in pop.recent] == [1]  # 2 and 3 already chosen
     assert [a.id for a in pop.failures] == [7]  # never the cheat
+    assert pop.audited == ()  # the audited best is in the top already
     assert len({a.code_hash for a in pop.members}) == len(pop.members)
     cpu = archive.population(rms, "cpu")
     assert [a.id for a in cpu.recent] == [5] and cpu.top == ()
@@ -203,3 +206,47 @@ def test_stats_match_the_attempts_after_many_random_writes(tmp_path):
     assert sum(r.reused for r in per_task) == totals["reused"] > 0
     assert math.isclose(sum(r.cost_usd for r in per_task), sum(i.cost_usd for i in items))
     archive.close()
+
+
+# ---- best means audited ---------------------------------------------------------------------
+def test_best_takes_only_attempts_whose_latest_audit_passed(filled):
+    archive, rms, _ = filled
+    h200 = {"task": "rms_norm", "gpu": "H200"}
+    faster = archive.record_attempt(NewAttempt(archive.start_run({}), 0, rms, "k = fast", Accepted(
+        shapes=(timed(1, 1.0, compile_us=100), timed(2, 1.0, compile_us=100)), environment=dict(H200)), dict(H200)))
+    assert [b.attempt_id for b in archive.best(**h200)] == [2]  # score 100, never audited: not a best
+    assert {r.attempt_id for r in archive.best_per_shape(**h200)} == {2, 3}  # nor the fastest at any shape
+
+    archive.record_audit(2, synthetic.audit(archive.get_attempt(2).verdict, ratio=1.6))  # demoted: its time did not hold
+    best = archive.best(**h200)
+    assert [b.attempt_id for b in best] == [3] and best[0].audit.passed and best[0].audit.attempt_id == 3
+    assert {r.attempt_id for r in archive.best_per_shape(**h200)} == {1, 3}
+    assert archive.get_attempt(2).audit_passed is False and archive.get_attempt(faster).audit_passed is None
+
+    archive.record_audit(2, synthetic.audit(archive.get_attempt(2).verdict))  # audited again: the latest decides
+    assert [b.attempt_id for b in archive.best(**h200)] == [2]
+    archive.record_audit(faster, synthetic.audit(archive.get_attempt(faster).verdict))
+    assert [b.attempt_id for b in archive.best(**h200)] == [faster]
+    assert archive.awaiting_audit() == []
+
+
+def test_awaiting_audit_names_tasks_with_accepted_gpu_attempts_and_no_best(tmp_path):
+    with Archive.create(tmp_path / "k.db") as archive:
+        rms = archive.register_task(synthetic.task_record("rms_norm"))
+        run = archive.start_run({})
+        ids = [archive.record_attempt(NewAttempt(run, seq, rms, f"k = {seq}", Accepted(
+            shapes=(timed(1, 10.0 + seq),), environment=dict(H200)), dict(H200))) for seq in range(3)]
+        archive.record_attempt(NewAttempt(run, 3, rms, "k = cpu", Accepted(
+            shapes=(timed(1, 3, timing="interpreter"),), environment=dict(CPU)), dict(CPU)))
+        archive.record_audit(ids[0], synthetic.audit(archive.get_attempt(ids[0]).verdict, ratio=2.0))
+        assert archive.best() == [] and archive.best_per_shape() == []
+        (waiting,) = archive.awaiting_audit()
+        assert (waiting.task, waiting.gpu, waiting.accepted, waiting.audited, waiting.failed) == \
+            ("rms_norm", "NVIDIA H200", 3, 1, 1)
+        # what `kernforge archive audit` goes through: best first, the demoted left out
+        assert [a.id for a in archive.audit_candidates(rms, "NVIDIA H200", 5)] == ids[1:]
+        archive.record_audit(ids[2], synthetic.audit(archive.get_attempt(ids[2]).verdict))
+        assert [(a.id, a.audit_passed) for a in archive.audit_candidates(rms, "NVIDIA H200", 5)] == \
+            [(ids[1], None), (ids[2], True)]
+        pop = archive.population(rms, "NVIDIA H200", top=1, diverse=0, recent=0, failures=0)
+        assert [a.id for a in pop.top] == [ids[0]] and [a.id for a in pop.audited] == [ids[2]]  # the best, below the top

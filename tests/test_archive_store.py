@@ -121,7 +121,7 @@ def test_pending_migration_runs_on_writable_open_only(tmp_path, monkeypatch):
     with pytest.raises(ArchiveError, match="archive migrate"):
         Archive.open(tmp_path / "k.db", readonly=True)
     with Archive.open(tmp_path / "k.db") as archive:
-        assert schema.version(archive.db) == 2
+        assert schema.version(archive.db) == schema.LATEST
         assert "note" in archive.db["runs"].columns_dict
     with Archive.open(tmp_path / "k.db", readonly=True) as archive:
         assert archive.runs() == []
@@ -139,7 +139,7 @@ def test_failed_migration_leaves_the_previous_version(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="migration bug"):
         Archive.open(tmp_path / "k.db")
     db = sqlite_utils.Database(tmp_path / "k.db")
-    assert schema.version(db) == 1
+    assert schema.version(db) == schema.LATEST - 1
     assert "half_done" not in db.table_names()
 
 
@@ -203,7 +203,11 @@ def test_lookup_returns_the_earlier_verdict_and_reuse_is_counted(archive, ids):
     row = archive.stats().per_task[0]
     assert (row.attempts, row.reused, row.accepted, row.tokens_in, row.cost_usd) == (2, 1, 2, 170, 0.75)
     assert archive.lookup(ids[0], "x = 1", H200).id == first  # still the evaluated one
+    assert archive.best() == []  # not audited: not a best
+    archive.record_audit(first, synthetic.audit(hit.verdict))
     assert [b.attempt_id for b in archive.best()] == [first]
+    assert archive.lookup(ids[0], "x = 1", H200).audit_passed is True and reuse.audit_passed is None
+    assert archive.get_attempt(again).audit_passed is True  # a reuse row shows its original's audit
 
 
 def test_a_rejection_keeps_its_check(archive, ids):
@@ -221,6 +225,7 @@ def test_second_evaluation_of_the_same_code_is_stored_as_a_reuse(archive, ids):
     first = archive.record_attempt(new(ids, 0, "y = 1", accepted(10)))
     second = archive.record_attempt(new(ids, 1, "y  =  1", accepted(1)))  # a race: evaluated twice
     assert archive.get_attempt(second).reuse_of == first
+    archive.record_audit(first, synthetic.audit(archive.get_attempt(first).verdict))
     assert [b.score for b in archive.best()] == [2.0]
 
 
@@ -321,9 +326,71 @@ def test_records_round_trip_through_json(archive, ids):
         item = synthetic.attempt(rng, ids[1], seq, ids[0], "rms_norm", seq, parent_id=parent)
         assert NewAttempt.from_dict(json.loads(json.dumps(item.to_dict()))) == item
         parent = archive.record_attempt(item)
+        if item.verdict.accepted and seq % 2:
+            archive.record_audit(parent, synthetic.audit(item.verdict, ratio=1.0 + seq / 100))
     values = [archive.get_attempt(parent), archive.run_status(ids[1]), archive.stats(),
               archive.population(ids[0], "NVIDIA H200"), *archive.best(), *archive.best_per_shape(),
-              *archive.lineage(parent)]
+              *archive.lineage(parent), *archive.latest_audits(range(1, 31)).values()]
     for value in values:
         assert type(value).from_dict(json.loads(json.dumps(value.to_dict()))) == value
     assert isinstance(values[0], AttemptRecord)
+
+
+# ---- audits ---------------------------------------------------------------------------------
+def test_an_audit_row_round_trips(archive, ids):
+    from kernforge.archive.records import AuditRecord
+    from kernforge.verifier.audit import Audit
+
+    verdict = accepted(10, 20)
+    first = archive.record_attempt(new(ids, 0, "a = 1", verdict))
+    slower = synthetic.audit(verdict, ratio=1.5)
+    rejected = Audit.from_dict(synthetic.audit(verdict, again=Rejected(Status.INCORRECT, "max abs err 0.4 at (3, 17)",
+                                                                      environment=dict(H200))).to_dict())
+    assert not slower.passed and "did not hold" in slower.reason and slower.details["ratio"] == pytest.approx(1.5)
+    for audit in (slower, rejected, synthetic.audit(verdict)):
+        assert Audit.from_dict(json.loads(json.dumps(audit.to_dict()))) == audit
+        stored = archive.record_audit(first, audit, run_id=ids[1])
+        assert (stored.attempt_id, stored.run_id, stored.task_id, stored.gpu) == (first, ids[1], ids[0], "NVIDIA H200")
+        assert AuditRecord.from_dict(json.loads(json.dumps(stored.to_dict()))) == stored
+    back = archive.audits(first)
+    assert [a.audit for a in back] == [slower, rejected, synthetic.audit(verdict)]  # oldest first, verdicts typed
+    assert back[1].audit.verdict.status is Status.INCORRECT and back[0].audit.measured_us == pytest.approx(15 * 2 ** 0.5)
+    assert archive.latest_audits([first]) == {first: back[-1]}
+    cli = archive.record_audit(first, synthetic.audit(verdict))
+    assert cli.run_id is None  # `kernforge archive audit` belongs to no run
+
+
+def test_an_audit_names_an_evaluated_attempt(archive, ids):
+    first = archive.record_attempt(new(ids, 0, "b = 1", accepted(10)))
+    reuse = archive.record_attempt(new(ids, 1, "b=1", accepted(10), reuse_of=first))
+    audit = synthetic.audit(accepted(10))
+    for attempt, run, message in ((reuse, None, f"reused the verdict of attempt {first}; audit attempt {first}"),
+                                  (99, None, "no attempt 99"), (first, 42, "no run 42")):
+        with pytest.raises(ArchiveError, match=message):
+            archive.record_audit(attempt, audit, run_id=run)
+    assert archive.conn.execute("SELECT count(*) FROM audits").fetchone()[0] == 0
+    archive.record_audit(first, audit)
+    assert [a.attempt_id for a in archive.audits(reuse)] == [first]  # a reuse row shows its original's audits
+
+
+def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
+    path = tmp_path / "old.db"
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
+    monkeypatch.setattr(schema, "LATEST", 1)
+    with Archive.create(path) as old:
+        task, run = old.register_task(synthetic.task_record("rms_norm")), old.start_run({})
+        first = old.record_attempt(NewAttempt(run, 0, task, "c = 1", accepted(10, 5)))
+        assert "audits" not in old.db.table_names() and schema.version(old.db) == 1
+    monkeypatch.undo()
+
+    with pytest.raises(ArchiveError, match="kernforge archive migrate"):
+        Archive.open(path, readonly=True)
+    with Archive.open(path) as archive:  # a writable open migrates
+        assert schema.version(archive.db) == schema.LATEST == 2
+        assert {"attempt_id", "run_id", "passed", "reason", "recorded_us", "measured_us", "verdict", "created"} \
+            <= set(archive.db["audits"].columns_dict)
+        assert archive.get_attempt(first).audit_passed is None and archive.best() == []
+        assert [(w.task, w.accepted, w.audited) for w in archive.awaiting_audit()] == [("rms_norm", 1, 0)]
+        archive.record_audit(first, synthetic.audit(archive.get_attempt(first).verdict))
+    with Archive.open(path, readonly=True) as archive:
+        assert [b.attempt_id for b in archive.best()] == [first] and archive.awaiting_audit() == []

@@ -31,13 +31,14 @@ from kernforge.archive.export import (
     NothingToExport,
     plan_export,
 )
-from kernforge.archive import export_check
+from kernforge.archive import export_check, synthetic
 from kernforge.archive.export_check import PackageCheckFailed, check_package
 from kernforge.archive.records import NewAttempt
 from kernforge.archive.store import Archive
 from kernforge.cli import app
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
+from kernforge.verifier.audit import Audit
 from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status
 from typer.testing import CliRunner
 
@@ -94,17 +95,27 @@ def gpu_shapes(task: str, variant: int) -> tuple[ShapeResult, ...]:
     return tuple(out)
 
 
-def fill(path: Path, *, environments=(INTERPRETER, H200), tasks=TASKS) -> Path:
+def passed(task: str, variant: int, verdict) -> Audit | None:
+    """Every GPU kernel's audit: judged again, 3% slower (within the audit's tolerance)."""
+    return synthetic.audit(verdict, ratio=1.03)
+
+
+def fill(path: Path, *, environments=(INTERPRETER, H200), tasks=TASKS, audit=passed) -> Path:
+    """The archive described above; ``audit(task, variant, verdict)`` gives each accepted GPU
+    kernel's audit (None: never audited)."""
     with Archive.create(path) as archive:
         run = archive.start_run({"model": "seed", "tasks": list(tasks)})
-        attempts, seq = [], 0
+        attempts, seq, audits = [], 0, {}
         for name in tasks:
             task_id = archive.register_task(load_task(name))
             for env in environments:
                 shapes = interpreter_shapes if env is INTERPRETER else gpu_shapes
                 for variant, code in enumerate(kernels(name)):
+                    verdict = Accepted(shapes=shapes(name, variant), environment=env)
                     attempts.append(NewAttempt(run_id=run, seq=seq, task_id=task_id, code=code, proposer="seed",
-                                               verdict=Accepted(shapes=shapes(name, variant), environment=env)))
+                                               verdict=verdict))
+                    if env is not INTERPRETER and audit(name, variant, verdict) is not None:
+                        audits[seq] = audit(name, variant, verdict)
                     seq += 1
                 # wrong code, rejected: never exported
                 broken = code.replace("mean_sq + eps", "mean_sq").replace("* up", "* gate")
@@ -116,7 +127,9 @@ def fill(path: Path, *, environments=(INTERPRETER, H200), tasks=TASKS) -> Path:
                 attempts.append(NewAttempt(run_id=run, seq=seq, task_id=task_id, code=code, proposer="llm",
                                            verdict=Accepted(shapes=(), environment=env)))
                 seq += 1
-        archive.record_attempts(attempts)
+        ids = archive.record_attempts(attempts)
+        for i, a in audits.items():
+            archive.record_audit(ids[i], a, run_id=run)
         archive.finish_run(run)
     return path
 
@@ -196,6 +209,43 @@ def test_interpreter_verdicts_are_never_exported(full_archive, tmp_path):
         with pytest.raises(ExportError, match=f"--gpu {pattern}: kernels verified under the Triton interpreter are "
                                               "checked for correctness only"):
             ExportOptions(gpus=("H200", pattern))
+
+
+def test_only_audited_kernels_are_exported_and_the_manifest_records_each_audit(tmp_path):
+    def audit(task, variant, verdict):
+        if task == "silu_and_mul":
+            return None  # never audited (a run stopped before its audit, or an archive from before audits)
+        if task == "rms_norm" and variant == 0:
+            return synthetic.audit(verdict, ratio=1.5)  # its time did not hold: demoted
+        return passed(task, variant, verdict)
+
+    db = fill(tmp_path / "k.db", audit=audit)
+    attempt = ids(db)
+    p = plan(db, gpus=("H200",))
+    ops = by_op(p)
+    assert sorted(ops) == ["fused_add_rms_norm", "rms_norm"]
+    demoted, kept = attempt[("rms_norm", "sm_90", 0)], attempt[("rms_norm", "sm_90", 1)]
+    assert set(ops["rms_norm"].kernels) == {f"a{kept}"}  # every bucket the demoted kernel won went to the other
+    assert all(b.evidence["attempt_id"] == kept for b in ops["rms_norm"].groups[0].buckets)
+    notes = " ".join(p.notes)
+    assert "rms_norm: 1 of 2 accepted GPU kernel(s) have no passing audit (1 failed their audit)" in notes
+    assert "silu_and_mul: 2 of 2 accepted GPU kernel(s) have no passing audit (2 never audited)" in notes
+    assert "kernforge archive audit --task silu_and_mul" in notes
+    with Archive.open(db, readonly=True) as archive:
+        assert {(b.task, b.attempt_id) for b in archive.best(gpu="H200")} == {
+            ("rms_norm", kept), ("fused_add_rms_norm", attempt[("fused_add_rms_norm", "sm_90", 0)])}
+        assert demoted not in {r.attempt_id for r in archive.best_per_shape(gpu="H200")}
+
+    result = export.export(db, tmp_path / "pkg", ExportOptions(name="kf_audited", gpus=("H200",)))
+    manifest = json.loads((result.out / "src" / "kf_audited" / "manifest.json").read_text())
+    for op in manifest["ops"].values():
+        for kernel in op["kernels"].values():
+            assert kernel["audit"]["passed"] and kernel["audit"]["measured_us"] > kernel["audit"]["recorded_us"]
+    entries = [e for e in manifest["entries"] if e["kernel"]]
+    assert entries and all(e["audit"]["passed"] and "accepted again" in e["audit"]["reason"] for e in entries)
+    assert {e["attempt_id"] for e in entries} >= {kept}
+    with pytest.raises(NothingToExport, match="silu_and_mul: 2 of 2 accepted GPU kernel"):
+        plan(db, tasks=("silu_and_mul",))
 
 
 def test_min_speedup_and_baseline_decide_which_buckets_keep_the_reference(full_archive):

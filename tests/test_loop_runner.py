@@ -299,7 +299,8 @@ def test_a_cpu_run_keeps_verdicts_typed_learns_by_check_and_never_ranks_interpre
     db = tmp_path / "k.db"
     result = run(RunSettings(tasks=(str(seeded_task(tmp_path)),), db=db, offline=True, budget=Budget(max_attempts=5)))
 
-    assert len(judge.judged) == 5 and result.status == "finished"
+    assert len(judge.judged) == 5 and result.status == "finished"  # five verdicts, no audit among the calls
+    assert result.audited_per_device == {"cpu": 0} and result.tasks[0].audits == 0
     assert set(callers) <= {"kernforge.archive.store"}, callers  # verdicts became dicts only in the archive
     with Archive.open(db, readonly=True) as archive:
         rows = task_history(archive, 1)
@@ -310,8 +311,150 @@ def test_a_cpu_run_keeps_verdicts_typed_learns_by_check_and_never_ranks_interpre
     assert stats.best_attempt == rows[0].id and rows[0].proposer == "seed" and stats.best_is_new
     assert stats.vs_seed is None and stats.interpreter
     assert best == []  # `kernforge archive best` ranks GPU verdicts only
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM audits").fetchone()[0] == 0  # interpreter: never audited
     assert rows[1].check == "runtime" and rows[1].evidence["error"].startswith("IndexError")
     lessons = Lessons(min_count=2)
     lessons.replay(rows)  # two reasons, one check: one lesson, stating the defence's remedy
     assert lessons.current() == [f"Running failed with `IndexError: index N is out of bounds` (2x, runtime check): "
                                  f"{failures.RUNTIME.remedy}"]
+
+
+# ---- the audit of a would-be best ---------------------------------------------------------------
+def gpu_accepted(time_us: float):
+    """Accepted on the "H200", timed with CUDA graphs against torch.compile at 200 us (scored)."""
+    from kernforge.archive import synthetic
+    from kernforge.verifier.verdict import Accepted, ShapeResult
+
+    return Accepted(shapes=(ShapeResult({"T": 4, "H": 64}, False, "float32", "graph", time_us=time_us,
+                                        compile_us=200.0, eager_us=300.0),), environment=dict(synthetic.H200))
+
+
+class GpuStandInJudge(StandInJudge):
+    """The n-th call of ``verify`` (an audit is one: a second ``verify``) gets ``script[n]``: a GPU
+    time (accepted, ``gpu_accepted``), a verdict, or an exception to raise."""
+
+    def verify(self, code, task):
+        self.judged.append(code)
+        item = self.script[len(self.judged) - 1]
+        if isinstance(item, BaseException):
+            raise item
+        return gpu_accepted(item) if isinstance(item, float) else item
+
+    def environment(self):
+        from kernforge.archive import synthetic
+
+        return dict(synthetic.H200)
+
+
+def gpu_run(tmp_path, monkeypatch, script, attempts):
+    """A run of the offline tuner on the seeded task (in ``tmp_path/k.db``, after any earlier run
+    there), judged by ``GpuStandInJudge(script)`` on "cuda:0"."""
+    import contextlib
+    import io
+
+    from kernforge.loop import devices
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.display import PlainDisplay
+    from kernforge.loop.runner import RunSettings, run
+
+    judge = GpuStandInJudge(script)
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        assert device == "cuda:0"
+        yield judge
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
+    db, shown = tmp_path / "k.db", io.StringIO()
+    folder = tmp_path / "tiny_seeded"
+    task = folder if folder.is_dir() else seeded_task(tmp_path)
+    settings = RunSettings(tasks=(str(task),), db=db, offline=True, budget=Budget(max_attempts=attempts))
+    try:
+        result = run(settings, PlainDisplay(shown))
+    except Exception as error:
+        result = error
+    return result, judge, db, shown.getvalue()
+
+
+def audit_rows(db: Path) -> list[dict]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("SELECT * FROM audits ORDER BY id")]
+    conn.close()
+    return rows
+
+
+def test_a_new_best_that_passes_its_audit_stands(tmp_path, monkeypatch):
+    from kernforge.archive.store import Archive
+
+    # the seed (100 us, audited: 101 us), a faster kernel (50 us, audited: 52 us), a slower one (never audited)
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [100.0, 101.0, 50.0, 52.0, 80.0], attempts=3)
+    assert result.status == "finished" and len(judge.judged) == 5
+    assert judge.judged[1] == judge.judged[0] and judge.judged[3] == judge.judged[2]  # the same code, judged again
+    rows = attempts(db)
+    assert [r["status"] for r in rows] == ["accepted"] * 3
+    audits = audit_rows(db)
+    assert [(a["attempt_id"], a["run_id"], a["passed"]) for a in audits] == [(rows[0]["id"], 1, 1), (rows[1]["id"], 1, 1)]
+    assert audits[1]["recorded_us"] == pytest.approx(50.0) and audits[1]["measured_us"] == pytest.approx(52.0)
+    assert json.loads(audits[1]["verdict"])["status"] == "accepted"
+    stats = result.tasks[0]
+    assert stats.best_attempt == rows[1]["id"] and (stats.audits, stats.audits_failed) == (2, 0)
+    assert result.audited_per_device == {"cuda:0": 2} and result.verified_per_device == {"cuda:0": 3}
+    with Archive.open(db, readonly=True) as archive:
+        assert [b.attempt_id for b in archive.best()] == [rows[1]["id"]]
+    assert shown.count("NEW BEST (audit passed)") == 2 and "AUDIT FAILED" not in shown
+
+
+def test_a_new_best_that_fails_its_audit_is_demoted_and_the_previous_best_remains(tmp_path, monkeypatch):
+    from kernforge.archive.store import Archive
+    from kernforge.loop.display import summary
+    from kernforge.verifier.verdict import Rejected, Status
+
+    cheat = Rejected(Status.CHEAT, "the output came from torch.nn.functional, not its own kernel", threat=16)
+    wrong = Rejected(Status.INCORRECT, "max abs err 0.5 at index (0, 3) on hidden shape T=4")
+    script = [100.0, 100.0,  # the seed, audited: the best
+              50.0, 80.0,    # twice as fast, but judged again 60% slower: its time did not hold
+              wrong,         # a rejection: never audited
+              40.0, cheat,   # faster again, and rejected when judged again
+              150.0]         # slower than the best: not audited
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, script, attempts=5)
+    assert result.status == "finished" and len(judge.judged) == len(script)
+    rows = attempts(db)
+    assert [r["status"] for r in rows] == ["accepted", "accepted", "incorrect", "accepted", "accepted"]
+    audits = audit_rows(db)
+    assert [(a["attempt_id"], a["passed"]) for a in audits] == [(rows[0]["id"], 1), (rows[1]["id"], 0), (rows[3]["id"], 0)]
+    assert "its time did not hold" in audits[1]["reason"] and "it was rejected" in audits[2]["reason"]
+    stats = result.tasks[0]
+    assert stats.best_attempt == rows[0]["id"] and stats.accepted == 4 and (stats.audits, stats.audits_failed) == (3, 2)
+    with Archive.open(db, readonly=True) as archive:
+        assert [b.attempt_id for b in archive.best()] == [rows[0]["id"]]  # the demoted are accepted attempts, not bests
+        assert archive.get_attempt(rows[1]["id"]).verdict.accepted
+    failed = [line for line in shown.splitlines() if "AUDIT FAILED" in line]
+    assert len(failed) == 2 and f"attempt {rows[1]['id']} " in failed[0] and "its time did not hold" in failed[0]
+    assert "it was rejected" in failed[1] and "NEW BEST" not in " ".join(failed)
+    assert "3 would-be best(s) audited" in str(summary(result.to_dict()).renderables)
+
+
+def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, monkeypatch):
+    from kernforge.archive.store import Archive
+
+    result, judge, db, _ = gpu_run(tmp_path, monkeypatch, [100.0, RuntimeError("the worker pool went away")], attempts=1)
+    assert isinstance(result, RuntimeError) and len(judge.judged) == 2
+    rows = attempts(db)
+    assert [(r["status"], r["proposer"]) for r in rows] == [("accepted", "seed")]  # recorded before its audit
+    assert audit_rows(db) == []
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT status FROM runs").fetchone()[0] == "failed"
+    conn.close()
+    with Archive.open(db, readonly=True) as archive:
+        assert archive.best() == [] and [w.accepted for w in archive.awaiting_audit()] == [1]
+
+    # the next run starts from it as a parent, not as the best, and says so; its own new best is audited
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [60.0, 61.0], attempts=1)
+    assert result.status == "finished" and len(judge.judged) == 2 and judge.judged[0] != rows[0]["code"]
+    assert "[tiny_seeded] 1 archived kernel(s) fitter than the audited best have no audit" in shown
+    assert "kernforge archive audit --task tiny_seeded" in shown
+    with Archive.open(db, readonly=True) as archive:
+        (best,) = archive.best()
+        assert best.attempt_id == attempts(db)[-1]["id"] and best.attempt_id != rows[0]["id"]

@@ -102,7 +102,7 @@ def test_a_verdict_stays_typed_through_the_population():
 def population(seed: int = 0) -> Population:
     pop = Population(rng=random.Random(seed))
     for i, t in enumerate((100.0, 50.0, 200.0, 80.0)):
-        pop.add(Member(variant(i), accepted(t), attempt_id=i + 1))
+        pop.add(Member(variant(i), accepted(t), attempt_id=i + 1, audit_passed=True))
     return pop
 
 
@@ -111,14 +111,14 @@ def test_best_and_elites_per_niche():
     assert pop.best.attempt_id == 2
     assert pop.add(Member(LOOPED, accepted(400.0), attempt_id=10)) is False  # slower, but a niche of its own
     assert pop.elites[niche_of(LOOPED)].attempt_id == 10 and pop.elites[niche_of(HONEST)].attempt_id == 2
-    assert pop.add(Member(variant(9), accepted(10.0), attempt_id=11)) is True  # the new best
+    assert pop.add(Member(variant(9), accepted(10.0), attempt_id=11, audit_passed=True)) is True  # the new best
     assert pop.best.attempt_id == 11
 
 
 def test_improve_favours_the_best_but_not_always():
     pop = Population(rng=random.Random(1))
     for rank in range(8):  # attempt id = rank + 1; rank 0 is the fastest
-        pop.add(Member(variant(rank), accepted(10.0 * (rank + 1)), attempt_id=rank + 1))
+        pop.add(Member(variant(rank), accepted(10.0 * (rank + 1)), attempt_id=rank + 1, audit_passed=True))
     picks = Counter(pop.choose("improve").parent.attempt_id for _ in range(800))
     assert picks[1] > 400  # the best half the time, plus the tournaments it wins
     assert picks[2] > picks[3] > picks[4] > 0  # tournaments of three reach beyond it, the faster more often
@@ -164,7 +164,7 @@ def test_strategies_and_fallbacks():
     assert empty.strategies() == ("improve", "fresh")
     choice = empty.choose("improve")
     assert choice.parent.code == HONEST and choice.parent.verdict is None  # the unjudged seed
-    empty.add(Member(HONEST, accepted(5.0), attempt_id=7))
+    empty.add(Member(HONEST, accepted(5.0), attempt_id=7, audit_passed=True))
     assert empty.seed is None and empty.best.attempt_id == 7
     with pytest.raises(ValueError):
         empty.choose("crossover")
@@ -188,13 +188,66 @@ def test_choices_are_reproducible_from_the_seed():
 
 
 def test_load_from_the_archive_population():
-    def record(i: int, verdict: Verdict) -> AttemptRecord:
+    def record(i: int, verdict: Verdict, audit_passed: bool | None = None) -> AttemptRecord:
         return AttemptRecord(id=i, run_id=1, seq=i, task_id=1, task="t", code=variant(i), code_hash=str(i),
-                             verdict=verdict, env_key="e", gpu="NVIDIA H200", created="", proposer="offline")
+                             verdict=verdict, env_key="e", gpu="NVIDIA H200", created="", proposer="offline",
+                             audit_passed=audit_passed)
 
-    archived = Archived(top=(record(1, accepted(30.0)),), recent=(record(2, accepted(60.0)),),
+    archived = Archived(top=(record(1, accepted(30.0), True),), recent=(record(2, accepted(60.0)),),
                         failures=(record(4, rejected(Status.INCORRECT)), record(3, rejected(Status.TIMEOUT))))
     pop = Population(rng=random.Random(0)).load_archived(archived)
     assert pop.best.attempt_id == 1 and [m.attempt_id for m in pop.accepted] == [1, 2]
     assert [m.attempt_id for m in pop.failures] == [4, 3]  # newest first, as the archive lists them
     assert pop.best.verdict is archived.top[0].verdict  # the record's own verdict, not a dict of it
+
+
+def test_load_from_the_archive_keeps_the_audit_of_each_record():
+    def record(i: int, time_us: float, audit_passed: bool | None) -> AttemptRecord:
+        return AttemptRecord(id=i, run_id=1, seq=i, task_id=1, task="t", code=variant(i), code_hash=str(i),
+                             verdict=accepted(time_us), env_key="e", gpu="NVIDIA H200", created="",
+                             audit_passed=audit_passed)
+
+    # the top by score holds a demoted and an unaudited kernel; the audited best comes below them
+    archived = Archived(audited=(record(3, 50.0, True),), top=(record(1, 10.0, False), record(2, 20.0, None)))
+    pop = Population(rng=random.Random(0)).load_archived(archived)
+    assert pop.best.attempt_id == 3
+    assert [m.attempt_id for m in pop.accepted] == [2, 3] and [m.attempt_id for m in pop.demoted] == [1]
+    assert [m.attempt_id for m in pop.contenders()] == [2]  # fitter than the best, never audited
+
+
+# ---- the audit of a would-be best -------------------------------------------------------------
+def test_a_gpu_kernel_leads_only_once_its_audit_passed():
+    pop = population()  # audited; the best is attempt 2 at 50 us
+    faster = Member(variant(20), accepted(20.0), attempt_id=20)
+    assert pop.needs_audit(faster)
+    assert not pop.needs_audit(Member(variant(21), accepted(90.0), attempt_id=21))  # slower than the best
+    assert not pop.needs_audit(Member(variant(22), interpreted(1.0), attempt_id=22))  # correctness only
+    assert not pop.needs_audit(Member(variant(23), rejected(Status.INCORRECT), attempt_id=23))
+    assert not pop.needs_audit(Member(variant(1), accepted(1.0), attempt_id=2))  # known code: judged before
+
+    # never audited (a run stopped between its attempt and its audit): a parent, not the best
+    assert pop.add(faster) is False and pop.best.attempt_id == 2
+    assert faster in pop.accepted and pop.contenders() == [faster]
+    assert not pop.needs_audit(Member(variant(24), accepted(30.0), attempt_id=24, audit_passed=True)) \
+        and pop.add(Member(variant(24), accepted(30.0), attempt_id=24, audit_passed=True)) is True
+    assert pop.best.attempt_id == 24
+
+
+def test_a_demoted_kernel_is_never_the_best_nor_chosen():
+    pop = population()
+    demoted = Member(LOOPED, accepted(1.0), attempt_id=30, audit_passed=False)  # fastest of all, audit failed
+    assert not pop.needs_audit(demoted)
+    assert pop.add(demoted) is False
+    assert pop.best.attempt_id == 2 and pop.demoted == [demoted]  # the previous best remains
+    assert demoted not in pop.accepted and niche_of(LOOPED) not in pop.elites
+    chosen = {pop.choose(s).parent.attempt_id for s in ("improve", "explore") for _ in range(100)}
+    assert 30 not in chosen
+    assert 30 not in [m.attempt_id for m in (*pop.inspirations(None), *pop.tunable())]
+    assert pop.add(Member(LOOPED, accepted(1.0), attempt_id=31, audit_passed=True)) is False  # its code is known
+
+
+def test_interpreter_kernels_lead_without_an_audit():
+    pop = Population(rng=random.Random(0))
+    first = Member(variant(1), interpreted(900.0), attempt_id=1)
+    assert not pop.needs_audit(first) and first.confirmed
+    assert pop.add(first) is True and pop.best is first
