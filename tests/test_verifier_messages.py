@@ -40,7 +40,7 @@ def test_a_good_reply_parses_into_records():
     ("outputs", [{**GOOD_REF, "shape": 6}], "not a list"),
     ("signals", {"torch_ops": {"aten::add": "2"}}, "not an integer"),
     ("signals", {"l2_persisting_limit": -1}, "outside"),
-    ("signals", {"late_writes": [1]}, "not a boolean"),
+    ("ok", "yes", "not a boolean"),
     ("signals", [], "not an object"),
     ("ok", 1, "not a boolean"),
     ("op", "time", "expected 'check'"),

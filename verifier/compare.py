@@ -85,23 +85,10 @@ def compare(
     c = candidate.detach().to(work)
     h = high.detach().to(device=c.device, dtype=work)
 
+    lo = low.detach().to(device=c.device, dtype=work) if low is not None else None
+    err, allowed, nonfinite_bad, hf, both = _errors(c, h, lo, tolerance, scale_dims=None)
     c_finite = torch.isfinite(c)
-    h_finite = torch.isfinite(h)
-    # Non-finite values must agree exactly: NaN with NaN, +Inf with +Inf.
-    same_nonfinite = (~c_finite & ~h_finite) & ((torch.isnan(c) & torch.isnan(h)) | (c == h))
-    nonfinite_bad = (~c_finite | ~h_finite) & ~same_nonfinite
-
-    both = c_finite & h_finite
-    hf = torch.where(h_finite, h, torch.zeros_like(h))
-    scale = float(hf.pow(2).mean().sqrt()) if bool(h_finite.any()) else 0.0
-    allowed = tolerance.rtol * hf.abs() + tolerance.atol * scale
-    if low is not None:
-        lo = low.detach().to(device=c.device, dtype=work)
-        ref_err = torch.where(torch.isfinite(lo) & h_finite, (lo - hf).abs(), torch.zeros_like(hf))
-        allowed = allowed + 2 * ref_err
-    # Never allow less than the smallest normal float32 step: exact zeros must not demand exactness.
-    allowed = allowed.clamp_min(torch.finfo(torch.float32).tiny)
-    err = torch.where(both, (c - hf).abs(), torch.zeros_like(hf))
+    scale = float(hf.pow(2).mean().sqrt())
     finite_bad = both & (err > allowed)
     bad_mask = finite_bad | nonfinite_bad
     bad = int(bad_mask.sum())
@@ -147,18 +134,31 @@ def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: T
     n = candidates.shape[0]
     c = candidates.detach().to(work).reshape(n, -1)
     h = highs.detach().to(device=c.device, dtype=work).reshape(n, -1)
+    lo = lows.detach().to(device=c.device, dtype=work).reshape(n, -1) if lows is not None else None
+    err, allowed, nonfinite_bad, _, both = _errors(c, h, lo, tolerance, scale_dims=1)
+    return ~((both & (err > allowed)) | nonfinite_bad).any(dim=1)
+
+
+def _errors(c: torch.Tensor, h: torch.Tensor, lo: torch.Tensor | None, tolerance: Tolerance,
+            scale_dims: int | None) -> tuple[torch.Tensor, ...]:
+    """The rule of the module docstring: (|c - h|, what each element is allowed, non-finite
+    mismatches, h with non-finite values zeroed, where both are finite). The rms scale is taken
+    over everything, or per row (``scale_dims=1``: one call per row)."""
     c_finite, h_finite = torch.isfinite(c), torch.isfinite(h)
+    # Non-finite values must agree exactly: NaN with NaN, +Inf with +Inf.
     same_nonfinite = (~c_finite & ~h_finite) & ((torch.isnan(c) & torch.isnan(h)) | (c == h))
     nonfinite_bad = (~c_finite | ~h_finite) & ~same_nonfinite
+    both = c_finite & h_finite
     hf = torch.where(h_finite, h, torch.zeros_like(h))
-    scale = hf.pow(2).mean(dim=1, keepdim=True).sqrt()
+    squares = hf.pow(2)
+    scale = (squares.mean() if scale_dims is None else squares.mean(dim=scale_dims, keepdim=True)).sqrt()
     allowed = tolerance.rtol * hf.abs() + tolerance.atol * scale
-    if lows is not None:
-        lo = lows.detach().to(device=c.device, dtype=work).reshape(n, -1)
+    if lo is not None:
         allowed = allowed + 2 * torch.where(torch.isfinite(lo) & h_finite, (lo - hf).abs(), torch.zeros_like(hf))
+    # Never allow less than the smallest normal float32 step: exact zeros must not demand exactness.
     allowed = allowed.clamp_min(torch.finfo(torch.float32).tiny)
-    err = torch.where(c_finite & h_finite, (c - hf).abs(), torch.zeros_like(hf))
-    return ~((err > allowed) | nonfinite_bad).any(dim=1)
+    err = torch.where(both, (c - hf).abs(), torch.zeros_like(hf))
+    return err, allowed, nonfinite_bad, hf, both
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:

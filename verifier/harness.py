@@ -21,6 +21,7 @@ for the trace and snapshots what a candidate might patch. ``run`` then serves th
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib.util
 import os
 import socket
@@ -30,9 +31,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .trace import CANDIDATE_MODULE as MODULE_NAME  # the name the trace tells the candidate's calls by
+
 _STATE: dict[str, Any] = {}
 POISON_BYTE = 0xFF  # all-ones: a NaN in every float format, and no kernel's canonical NaN
-MODULE_NAME = "kernforge_candidate"
 
 
 def warm_up() -> None:
@@ -230,7 +232,7 @@ def _outputs(returned: list[Any], args: list[dict[str, Any]], slots: list[dict[s
                     copy = out.clone()
                 _STATE["keep"].append(copy)
                 ref = arena.ref_of(copy)
-            refs.append(ref.to_dict() if ref else {"offset": 0, "dtype": "uint8", "shape": [1 << 62], "strides": [1]})
+            refs.append((ref or _nowhere()).to_dict())
             continue
         dtype = str(out.dtype).removeprefix("torch.")
         slot = TensorRef(**slots[j]) if j < len(slots) else None
@@ -279,7 +281,7 @@ def _prepare_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, An
             call = []
             for out in outs:
                 ref = arena.ref_of(out) if I.type_(out) is I.Tensor else None
-                call.append(ref.to_dict() if ref else {"offset": 0, "dtype": "uint8", "shape": [1 << 62], "strides": [1]})
+                call.append((ref or _nowhere()).to_dict())
             refs.append(call)
     _STATE["batch"] = {"graph": graph, "outputs": outputs, "sets": sets, "model": model}
     return {"ok": True, "outputs": refs, "mode": "graph" if graph is not None else "eager", "fallback_reason": reason,
@@ -348,17 +350,10 @@ class _Steps:
         self._last = now
 
 
-class _NoPool:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _pool() -> Any:
+    """This thread's torch allocations into the arena's heap (GPU); nothing to route on the CPU."""
     pool = _STATE.get("pool")
-    return pool.use() if pool is not None else _NoPool()
+    return pool.use() if pool is not None else contextlib.nullcontext()
 
 
 def _type_name(cls: type) -> str:
@@ -366,6 +361,7 @@ def _type_name(cls: type) -> str:
 
 
 def _nowhere() -> Any:
+    """A place no output can be: what the worker reports for one outside the arena (refused)."""
     from .messages import TensorRef
 
     return TensorRef(offset=0, dtype="uint8", shape=[1 << 62], strides=[1])
@@ -507,10 +503,12 @@ def _watch_capture_queries() -> None:
     library code asking for itself does not count."""
     import torch
 
+    from . import trace
+
     original = torch.cuda.is_current_stream_capturing
 
     def counted() -> bool:
-        if sys._getframe(1).f_globals.get("__name__") == MODULE_NAME:
+        if sys._getframe(1).f_globals.get("__name__") == trace.CANDIDATE_MODULE:
             _STATE["capture_queries"] = _STATE.get("capture_queries", 0) + 1
         return original()
 

@@ -399,7 +399,7 @@ class Judge:
         p = call.prepared
         out_bytes = sum(M.ITEMSIZE[o.dtype] * math.prod(o.shape) for o in p.outputs)
         msg = {"op": "check", "id": call.key[:12], "shape": call.shape.as_dict(),
-               "args": [{"ref": a.ref.to_dict()} if a.ref is not None else {"value": a.value} for a in p.args],
+               "args": [_arg(a) for a in p.args],
                "slots": [s.to_dict() for s in p.slots], "poison_bytes": 2 * out_bytes + (64 << 20)}
         call.sent_at = time.perf_counter()
         self._send(session, msg)
@@ -437,8 +437,7 @@ class Judge:
             if clash is not None:
                 return memory.reused(f"output {clash[0]} of the {ctx}", f"output {clash[1]} of the next call", "forward's results")
         if earlier and failed:
-            earlier = self._diagnose(session, task, call, nxt if nxt is not None and not nxt.repeat_of else None, earlier,
-                                     init_seed, already_read=ahead is not None or (nxt is not None and nxt.sent_at > 0))
+            earlier = self._diagnose(session, task, call, nxt if nxt is not None and nxt.sent_at else None, earlier, init_seed)
         rejection = (late_writes.changed(compared.late_writes, ctx, self.on_gpu)
                      or input_mutation.mutated(compared.mutated_inputs, ctx)
                      or repeat.disagree(compared.repeat, ctx)
@@ -455,16 +454,13 @@ class Judge:
             self._state.walls.setdefault(call.shape.params, []).append(wall)
         return None
 
-    def _diagnose(self, session: Session, task: Task, failed: _Call, nxt: _Call | None, first: str, init_seed: int,
-                  already_read: bool = False) -> str:
+    def _diagnose(self, session: Session, task: Task, failed: _Call, ahead: _Call | None, first: str, init_seed: int) -> str:
         """A wrong output equal to an earlier call's: one more call at the same shape on fresh
         inputs tells a cache (the same old answer again) from a deferral (the answer to the
-        call before). The call sent ahead, if any, is finished first."""
+        call before). ``ahead``: a call sent ahead, whose reply was read already."""
         try:
-            if nxt is not None and nxt.sent_at:
-                if not already_read:
-                    self._reply(session, M.Checked, "check", "finishing a call sent ahead")
-                self._ask_ref(None, {"op": "drop", "key": nxt.key})
+            if ahead is not None:
+                self._ask_ref(None, {"op": "drop", "key": ahead.key})
             probe = _Call(failed.shape, failed.dist, failed.hidden, uuid.uuid4().hex, half=failed.half)
             self._prepare(task, probe, init_seed)
             self._send_check(session, probe)
@@ -604,7 +600,7 @@ class Judge:
         if isinstance(ran, Rejected):
             return ran
         if eager:  # outputs are known only now; the probe runs once the worker has said where
-            outputs = _eager_outputs(ran)
+            outputs = list(ran.outputs)
             rejection = _batch_outputs(outputs, calls, expected, arena_size, ctx)
             if rejection is not None:
                 return rejection
@@ -750,10 +746,6 @@ def _batch_outputs(outputs: list[list[M.TensorRef]], calls: int, expected: list[
         if rejection is not None:
             return rejection
     return memory.separate_calls(outputs, ctx)
-
-
-def _eager_outputs(ran: M.BatchRan) -> list[list[M.TensorRef]]:
-    return list(ran.outputs)
 
 
 def _arg(a: M.Arg) -> dict[str, Any]:

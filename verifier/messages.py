@@ -98,7 +98,6 @@ class Signals:
     trace_evasions: list[str] = _meta_default(factory=list, max_len=100)
     launches: dict[str, int] = _meta_default(factory=dict, min=0, max_len=300)
     gpu_kernels: list[str] = _meta_default(factory=list, max_len=1000)
-    late_writes: list[bool] = _meta_default(factory=list)
     aliases: list[list[int]] = _meta_default(factory=list, min=0)
     modes: list[str] = _meta_default(factory=list, max_len=300)
     capture_queries: int = _meta_default(0, min=0)
@@ -145,7 +144,6 @@ class BatchReady:
     outputs: list[list[TensorRef]] = _meta(max_items=MAX_LIST)
     mode: str = _meta(choices=("graph", "eager"))
     fallback_reason: str = _meta_default("", max_len=2000)
-    graph_kernels: list[str] = _meta_default(factory=list, max_len=300, max_items=1000)
     signals: Signals = _meta_default(factory=Signals)
 
 

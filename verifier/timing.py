@@ -152,11 +152,6 @@ def write_throughput(device: torch.device, nbytes: int = 1 << 30, reps: int = 10
     return 2 * nbytes / best
 
 
-def spin_up(l2: "L2Control", seconds: float = 0.03) -> None:
-    """Keep the GPU busy long enough for its clocks to settle before a batch is timed."""
-    l2.spin(seconds)
-
-
 def time_batch(fn: Callable[..., Any], region: torch.Tensor, pristine: torch.Tensor, sets: Sequence[list[Any]],
                mutated: Sequence[int], l2: "L2Control", batches: int) -> dict[str, Any]:
     """The baselines' batch: ``fn`` on each input set (views of ``region``), one CUDA graph of all
@@ -175,7 +170,7 @@ def time_batch(fn: Callable[..., Any], region: torch.Tensor, pristine: torch.Ten
     except Exception as err:  # a reference that syncs the host cannot be captured: eager, flagged
         graph, mode, reason = None, "eager", f"CUDA-graph capture failed ({type(err).__name__}: {str(err)[:200]})"
         I.synchronize()
-    spin_up(l2)
+    l2.spin(0.03)  # the clocks settle before the first timed batch
     per_call = []
     for _ in range(batches):
         l2.reset_persisting()

@@ -1,8 +1,7 @@
 """Outputs that change after the call returned (THREATS #5, #6): work left running.
 
 Trusted: the reference worker snapshots each output as soon as the reply arrives and reads it
-again some tens of milliseconds later; the bytes must not have changed. The worker's own
-before-and-after fingerprint is an earlier, forgeable signal of the same thing.
+again some tens of milliseconds later; the bytes must not have changed.
 """
 
 from __future__ import annotations
@@ -30,7 +29,3 @@ def changed(outputs: Sequence[int], ctx: str, on_gpu: bool) -> Rejected | None:
                               "on another stream, process or thread", threat=threat, evidence={"outputs": list(outputs)[:20]})
     return None
 
-
-def reported(late: Sequence[bool], ctx: str, on_gpu: bool) -> Rejected | None:
-    """The worker's own fingerprint (right after return vs after a device sync)."""
-    return changed([i for i, c in enumerate(late) if c], ctx, on_gpu)
