@@ -13,6 +13,8 @@
 #   ipc        bench/ipc_probe.py (shared device memory, trusted batch clock, time-slicing, ncu)
 #   ipc1       the same, one configuration (64 MB calls)
 #   gputest    the verifier's GPU tests alone (tests/test_verifier_gpu.py), every failure listed
+#   probe      bench/overhead_probe.py (where a batch's time goes, one process, against the judge)
+#   gputestx   the verifier's GPU tests on three pytest-xdist workers sharing the GPU
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
@@ -36,6 +38,8 @@ for p in "$@"; do
     ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
+    probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
+    gputestx) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 120 -n 3 tests/test_verifier_gpu.py ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     *) echo "unknown phase $p" ;;

@@ -82,7 +82,7 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     if "snapshot" not in _STATE:
         warm_up()
     _STATE["channel"] = channel
-    handlers = {"load": _load, "check": _check, "prepare_batch": _prepare_batch, "run_batch": _run_batch}
+    handlers = {"attach": _attach, "calibrate": _calibrate, "load": _load, "check": _check, "prepare_batch": _prepare_batch, "run_batch": _run_batch}
     while True:
         msg = channel.recv()
         received = I.perf_counter()
@@ -105,11 +105,15 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
 
 
 # ---- requests ---------------------------------------------------------------------------------
-def _load(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
+def _attach(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
+    """Map the arena, take the batch socket and route torch's allocations into the heap:
+    everything but the candidate's module, which ``load`` imports afterwards."""
     from kernforge.tasks.loader import unbundle
 
     from .arena import Arena, Layout
 
+    if "arena" in _STATE:
+        raise RuntimeError("the arena is already attached")
     channel = _STATE["channel"]
     device = payload["device"]
     tag, fds = channel.recv_fds()
@@ -133,6 +137,45 @@ def _load(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     _STATE["models"] = {}
     _STATE["keep"] = collections.deque(maxlen=2)  # the last calls' outputs stay put until re-read
     _STATE["task_globals"] = _task_globals()
+    return {"ok": True}
+
+
+def _calibrate(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
+    """Batches of one tiny captured kernel, before the candidate's module exists: the trusted
+    clock's fixed cost per batch (its go, this process's wake-up, launch and sync, its done,
+    the GPU's switches between the two processes and the probe), which the judge takes off the
+    candidate's windows. The code that runs here is the harness's own, nothing the candidate
+    wrote; a round the trusted side gave up on ends with "x"."""
+    import torch
+
+    from . import integrity as I
+
+    if "ModelNew" in _STATE or "go" not in _STATE:
+        raise RuntimeError("calibration runs after attach and before the module is loaded")
+    go: socket.socket = _STATE["go"]
+    with _pool():
+        cell = torch.zeros(64, dtype=torch.int32, device=_STATE["device"])
+        cell.add_(1)
+        I.synchronize()
+        graph = I.CUDAGraph()
+        with I.cuda_graph_ctx(graph, pool=_STATE["pool"].id):
+            cell.add_(1)
+    I.synchronize()
+    rounds = 0
+    for _ in range(int(msg.get("rounds", 0))):
+        go.sendall(b"r")
+        if _wait_byte(go) != b"g":
+            break
+        I.graph_replay(graph)
+        I.synchronize()
+        go.sendall(b"d")
+        rounds += 1
+    return {"ok": True, "rounds": rounds}
+
+
+def _load(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
+    if "arena" not in _STATE:
+        raise RuntimeError("load comes after attach")
     path = Path(os.getcwd()) / "candidate.py"
     path.write_text(payload["source"])
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
@@ -318,14 +361,15 @@ def _run_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _wait_byte(sock: socket.socket) -> None:
-    """Spin until one byte arrives: the trusted clock is already running."""
+def _wait_byte(sock: socket.socket) -> bytes:
+    """Spin until one byte arrives (the trusted clock is already running); that byte."""
     sock.setblocking(False)
     try:
         while True:
             try:
-                if sock.recv(1):
-                    return
+                byte = sock.recv(1)
+                if byte:
+                    return byte
                 raise EOFError("the trusted side closed the batch socket")
             except BlockingIOError:
                 continue

@@ -52,6 +52,8 @@ REFERENCE_ENTRY = "kernforge.verifier.refworker:run"
 REFERENCE_WARMUP = "kernforge.verifier.refworker:warm_up"
 HARNESS_PRELOAD = ("torch", "triton", "kernforge.verifier.harness")
 REFERENCE_PRELOAD = ("torch", "triton", "kernforge.verifier.refworker")
+#: how long the reference worker waits for the harness to start a calibration round
+CALIBRATION_TIMEOUT_S = 10.0
 
 R = TypeVar("R")
 
@@ -121,6 +123,8 @@ class _Verdict:
     #: (the worker's seconds, the judge's seconds) of the checks timed both ways
     clock: list[tuple[float, float]] = field(default_factory=list)
     capture_queries: int = 0
+    #: the batch clock's fixed cost (ms), calibrated before the module was loaded (GPU)
+    clock_cost_ms: float = 0.0
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -295,6 +299,11 @@ class Judge:
 
     def _judge(self, session: Session, task: Task, own: list[str], init_seed: int, sizes: dict[tuple, dict[str, Any]],
                plan: dict[tuple, int], timed: list[tuple[Shape, bool]], arena_size: int) -> Verdict:
+        attached = self._call(session, M.Attached, {"op": "attach"}, "attaching the shared memory")
+        if isinstance(attached, Rejected):
+            return attached
+        if self.on_gpu:
+            self._calibrate(session)
         loaded = self._call(session, M.Loaded, {"op": "load"}, "loading the module")
         if isinstance(loaded, Rejected):
             return loaded
@@ -319,6 +328,15 @@ class Judge:
             pass
         shapes, flags = results
         return Accepted(shapes=tuple(shapes), flags=tuple(sorted(set(flags))))
+
+    def _calibrate(self, session: Session) -> None:
+        """The batch clock's fixed cost, measured with the harness alone (clock.fixed_cost)."""
+        rounds = clock.CALIBRATION_ROUNDS
+        self._send(session, {"op": "calibrate", "rounds": rounds})
+        cal = self._ask_ref(M.Calibrated, {"op": "calibrate", "rounds": rounds, "timeout_s": CALIBRATION_TIMEOUT_S})
+        ran = self._reply(session, M.CalibrationRan, "calibrate", "calibrating the batch clock")
+        cost = clock.fixed_cost(cal.windows_ms, cal.writes_ms)
+        self._state.clock_cost_ms = 0.0 if isinstance(ran, Rejected) else cost
 
     # ---- talking to the candidate's worker --------------------------------------------------------
     def _send(self, session: Session, msg: dict[str, Any]) -> None:
@@ -545,7 +563,7 @@ class Judge:
             if isinstance(outcome, Rejected):
                 return outcome
             timed_ms, verified, claimed_s = outcome
-            taken = clock.write_allowance(timed_ms.write_ms, timed_ms.write_floor_ms)
+            taken = clock.write_allowance(timed_ms.write_ms, timed_ms.write_floor_ms) + self._state.clock_cost_ms
             per_call.append(max(timed_ms.window_ms - taken, 0.0) * 1e3 / calls)
             claimed.append(claimed_s * 1e6 / calls)
             samples.append((claimed_s, max(timed_ms.window_ms - timed_ms.write_ms, 0.0) / 1e3))
@@ -558,7 +576,8 @@ class Judge:
         spread = 100.0 * (max(per_call) - min(per_call)) / median if median and len(per_call) > 1 else None
         dtype = task.dtype("cuda")
         result = dict(shape=shape.as_dict(), hidden=hidden, dtype=dtype, timing=ready.mode, time_us=median, spread_pct=spread,
-                      batch_calls=calls, claimed_us=statistics.median(claimed), max_abs_err=worst[0], max_rel_err=worst[1])
+                      batch_calls=calls, claimed_us=statistics.median(claimed), max_abs_err=worst[0], max_rel_err=worst[1],
+                      clock_cost_us=self._state.clock_cost_ms * 1e3)
         line = runtime.roofline(task, shape, dtype)
         bw, fl = ceilings.get("bandwidth_gbps"), ceilings.get("tflops")
         if line is not None and bw and fl:

@@ -231,6 +231,31 @@ class BatchTimed:
 
 
 @dataclass(frozen=True)
+class Attached:
+    op: str = _meta(equals="attach")
+    ok: bool = _meta(equals=True)
+
+
+@dataclass(frozen=True)
+class CalibrationRan:
+    """The candidate's worker's side of the calibration: rounds it ran (its word, diagnostics)."""
+
+    op: str = _meta(equals="calibrate")
+    ok: bool = _meta(equals=True)
+    rounds: int = _meta(min=0)
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """The reference worker's windows over calibration rounds, and their writes (ms)."""
+
+    op: str = _meta(equals="calibrate")
+    ok: bool = _meta(equals=True)
+    windows_ms: list[float] = _meta(min=0.0, max_items=64)
+    writes_ms: list[float] = _meta(min=0.0, max_items=64)
+
+
+@dataclass(frozen=True)
 class BatchVerified:
     op: str = _meta(equals="verify_batch")
     ok: bool = _meta(equals=True)

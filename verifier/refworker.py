@@ -62,6 +62,7 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
         "sizes": _sizes, "arena": _arena, "batch_socket": _batch_socket, "prepare": _prepare, "compare": _compare,
         "drop": _drop, "plan_batch": _plan_batch, "time_batch": _time_batch, "verify_batch": _verify_batch,
         "baseline": _baseline, "ceilings": _ceilings, "environment": _environment, "forget": _forget,
+        "calibrate": _calibrate,
     }
     while True:
         msg = channel.recv()
@@ -496,6 +497,52 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     if not done or msg.get("probe_later"):
         return {"done": done, "window_ms": 0.0, "write_ms": 0.0, "write_floor_ms": floor_ms, "steps": batch.host}
     return _close_window(batch, arena, floor_ms, done=True)
+
+
+#: bytes the calibration writes and probes: a stand-in for a batch's write and probe
+CALIBRATION_BYTES = 4096
+
+
+def _calibrate(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """The clock's fixed cost per batch, with the candidate's worker before its module is
+    loaded: windows exactly like ``_time_batch``'s (L2 flushed, events around a write, go,
+    done, a probe), over one tiny captured kernel. Each round starts only once that worker has
+    said it is ready ("r"), so no start-up of its own is on the clock; a round it does not
+    start in time ends the calibration ("x")."""
+    import torch
+
+    from . import timing
+
+    arena = _arena_of()
+    go: socket.socket = _STATE["go"]
+    _drain(go)
+    region = arena.data[:CALIBRATION_BYTES]
+    pristine = torch.zeros(CALIBRATION_BYTES, dtype=torch.uint8, device=region.device)
+    heap = arena.layout.input_bytes
+    index = torch.arange(heap, heap + PROBE_ELEMENTS * 4, device=region.device)
+    l2 = _l2(device)
+    windows, writes = [], []
+    for _ in range(int(msg["rounds"])):
+        if not _wait_byte(go, deadline=time.perf_counter() + float(msg["timeout_s"])):
+            go.sendall(b"x")
+            break
+        l2.flush()
+        start, written, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        torch.cuda.synchronize()
+        start.record()
+        timing.write(region, pristine)
+        written.record()
+        while not written.query():
+            pass
+        go.sendall(b"g")
+        if not _wait_byte(go, deadline=time.perf_counter() + float(msg["timeout_s"])):
+            break
+        arena.data[index]
+        end.record()
+        torch.cuda.synchronize()
+        windows.append(start.elapsed_time(end))
+        writes.append(start.elapsed_time(written))
+    return {"windows_ms": windows, "writes_ms": writes}
 
 
 def _close_window(batch: _Batch, arena: Any, floor_ms: float, done: bool) -> dict[str, Any]:

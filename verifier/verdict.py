@@ -81,6 +81,9 @@ class ShapeResult:
     #: (diagnostics: the time of record is ``time_us``, from the trusted clock)
     batch_calls: int | None = None
     claimed_us: float | None = None
+    #: the trusted clock's own fixed cost per batch (calibrated before the module was loaded),
+    #: taken off each batch window before dividing by its calls
+    clock_cost_us: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

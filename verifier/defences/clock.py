@@ -64,3 +64,24 @@ def write_allowance(write_ms: float, floor_ms: float) -> float:
     if write_ms <= floor_ms + min(WRITE_SLACK_SHARE * floor_ms, WRITE_SLACK_MS):
         return write_ms
     return floor_ms
+
+
+#: calibration rounds per verdict, and the fewest whose cost is taken off
+CALIBRATION_ROUNDS = 7
+CALIBRATION_MIN = 3
+
+
+def fixed_cost(windows_ms: Sequence[float], writes_ms: Sequence[float]) -> float:
+    """The batch clock's own cost (ms) to take off every batch window of one verdict.
+
+    Each calibration round is a batch window over one tiny kernel, run by the harness before
+    the candidate's module existed: the go, the worker's wake-up, its launch and sync, its
+    done, the GPU's switches between the two processes, the probe. Anything can slow a round,
+    nothing can make it cheaper than the protocol itself, so the least round (less its own
+    write) is the cost from below: taken off, it never hands a candidate time it did not
+    save. A candidate's batch pays every one of these steps (skipping one is cheat #8, which
+    the probe sees). Fewer than ``CALIBRATION_MIN`` rounds: nothing is taken off."""
+    costs = [max(w - x, 0.0) for w, x in zip(windows_ms, writes_ms)]
+    if len(costs) < CALIBRATION_MIN:
+        return 0.0
+    return min(costs)
