@@ -39,7 +39,7 @@ for p in "$@"; do
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
-    gputestx) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 120 -n 3 tests/test_verifier_gpu.py ;;
+    gputestx) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 150 -n 3 --durations=12 tests/test_verifier_gpu.py ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     *) echo "unknown phase $p" ;;

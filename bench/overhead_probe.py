@@ -134,7 +134,7 @@ def judge_row(name: str) -> dict:
     from kernforge.verifier.judge import JudgeOptions
 
     task = load_task(name)
-    with open_judge(resolve_device(0), JudgeOptions(time_shapes="largest", baselines=False)) as judge:
+    with open_judge(resolve_device(0), options=JudgeOptions(time_shapes="largest", baselines=False)) as judge:
         judge.verify(task.seed_source, task)
         v = judge.verify(task.seed_source, task)
     if not v.accepted:

@@ -83,7 +83,11 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
     except Exception:
         candidates.close()
         raise
-    judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device))
+    def profiled(prefix: tuple[str, ...]) -> Backend:  # the audit's Nsight Compute worker (process sandbox only)
+        return ProcessBackend(replace(candidate_spec, profiler=prefix), pool_size=1, refill=False)
+
+    judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device),
+                  profiled=profiled if sandbox == "process" else None)
     try:
         yield judge
     finally:

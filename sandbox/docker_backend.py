@@ -82,6 +82,8 @@ class DockerBackend(ProcessBackend):
 
     def __init__(self, spec: WorkerSpec, pool_size: int = 1, *, refill: bool = True, start_timeout: float = 600.0,
                  image: str | None = None, memory_bytes: int | None = None, processes: int | None = None):
+        if spec.profiler:
+            raise SandboxError("a profiled worker runs in the process sandbox only (its profiler must be its parent)")
         image = image or default_tag()
         self.engine = Engine(docker_image.client())
         info = docker_image.image_info(self.engine.client, image)

@@ -131,6 +131,10 @@ class WorkerSpec:
     #: files or folders the worker must not see (the archive, hidden task data); they appear empty
     #: to it. The parent's home folder is always hidden under strict isolation.
     hidden_paths: tuple[str, ...] = ()
+    #: a trusted command the worker runs under, outside its isolation (Nsight Compute): the
+    #: worker's parent, whose report lies where nothing in the sandbox can reach it; a
+    #: profiled worker's session ends by waiting for the worker to exit, so the report is whole
+    profiler: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:
@@ -141,12 +145,13 @@ class WorkerSpec:
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["preload"], data["hidden_paths"], data["env"] = list(self.preload), list(self.hidden_paths), dict(self.env)
+        data["profiler"] = list(self.profiler)
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "WorkerSpec":
         values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for key in ("preload", "hidden_paths"):
+        for key in ("preload", "hidden_paths", "profiler"):
             if key in values:
                 values[key] = tuple(values[key])
         return cls(**values)

@@ -27,6 +27,9 @@ from .spawn import Worker
 
 #: After the job process ended: how long to wait for its last bytes and its supervisor's report.
 GRACE_SECONDS = 5.0
+#: how long a profiled worker may take to exit at the end of its session (its profiler writes
+#: the report then)
+PROFILER_EXIT_S = 120.0
 #: Longest single wait inside recv/send, so failures recorded by the monitor thread are seen.
 POLL_SECONDS = 1.0
 
@@ -176,6 +179,8 @@ class ProcessSession:
             if self._failure is None:
                 self._failure = WorkerFailure(FailureKind.EXITED_EARLY, "the session was closed")
         self._collect_report(0)
+        if self.worker.spec.profiler:  # its report is written as the worker exits
+            self.worker.wait_exit(PROFILER_EXIT_S)
         self.worker.kill()
         diagnostics = self._partial_diagnostics()
         self._fd_reader.close()  # descriptors of a message that never completed

@@ -88,7 +88,7 @@ class Worker:
             prefix = list(self.mech.command) + ["--"]
         else:
             prefix = []
-        cmd = prefix + [sys.executable, "-m", "kernforge.sandbox.worker", json.dumps(config)]
+        cmd = list(self.spec.profiler) + prefix + [sys.executable, "-m", "kernforge.sandbox.worker", json.dumps(config)]
         with open(self.private / "stdout", "wb") as out, open(self.private / "stderr", "wb") as err:
             try:
                 self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
@@ -149,6 +149,16 @@ class Worker:
             return ""
         text = data.decode("utf-8", errors="replace")
         return f"[... {size - limit} earlier bytes dropped ...]\n{text}" if size > limit else text
+
+    def wait_exit(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the worker (and a profiler above it) to exit."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
 
     def kill(self) -> None:
         """SIGKILL the whole tree now (idempotent); the supervisor's namespace dies with it.

@@ -103,3 +103,40 @@ def test_unusual_honest_kernels_accepted_on_gpu(runtime_judge, name, source, whe
     assert verdict.accepted, _describe(verdict)
     for s in verdict.shapes:
         assert s.timing in ("graph", "eager") and s.time_us > 0 and s.batch_calls >= 1
+
+
+# ---- the audit's Nsight Compute record (verifier/ncu.py) -------------------------------------------
+def _ncu_or_skip(judge):
+    from kernforge.verifier import ncu
+
+    if ncu.available() is None:
+        pytest.skip("ncu is not installed")
+    return ncu
+
+
+def test_audit_of_a_seed_reads_the_nsight_compute_record(runtime_judge):
+    from kernforge.verifier.audit import audit
+
+    _ncu_or_skip(runtime_judge)
+    task = load_task("rms_norm")
+    recorded = runtime_judge.verify(task.seed_source, task)
+    assert recorded.accepted, _describe(recorded)
+    result = audit(runtime_judge, task.seed_source, task, recorded)
+    record = result.details["ncu"]
+    assert record["ran"], record["note"]
+    assert result.passed, result.reason
+    assert record["per_call_us"] > 0 and any("rms" in k for k in record["kernels"]), record
+
+
+def test_kernel_list_sees_torch_compute_behind_a_decoy_launch(runtime_judge):
+    """The attack the routine verdict cannot see (its trace is scrubbed, a decoy kernel runs):
+    the driver's own list of kernels shows torch computing."""
+    ncu = _ncu_or_skip(runtime_judge)
+    attack = next(a for a in R.ATTACKS if a.name == "decoy_launch_hides_torch_compute")
+    task = load_task(TASKS / attack.task)
+    profile = runtime_judge.profile(attack.source, task)
+    assert profile.ran, profile.note
+    from kernforge.verifier.kernels import own_kernel_names
+
+    why = ncu.judge(profile, own_kernel_names(attack.source), task.allow_torch_ops, None)
+    assert why is not None and "#16" in why, profile.to_dict()

@@ -8,20 +8,26 @@ the geometric mean, over the shapes both verdicts timed on the GPU, of the new t
 recorded one is above ``1 + tolerance``. A candidate that behaves well once and cheats later, or
 whose recorded time was luck, is demoted with the reason.
 
+Then, where Nsight Compute is installed and the sandbox can run it, a third run in a worker
+whose parent is ncu lists the kernels the GPU really ran in a few calls (verifier/ncu.py): torch
+compute where the task forbids it, none of the candidate's own kernels, or more device time per
+call than the trusted clock measured fails the audit. Where ncu cannot run, the audit says so
+in its details and rests on the second verdict.
+
 Interpreter (CPU) verdicts are never audited: they are correctness only and never become a best.
-Nsight Compute's list of the kernels that really ran (the trusted form of the worker's op trace)
-is not part of the audit yet: see the closing note of the trusted-judge issue.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from kernforge.tasks.spec import Task
 
+from . import ncu
 from .checks import Check
+from .kernels import own_kernel_names
 from .defences import Defence, register
 from .verdict import Accepted, Verdict, describe, verdict_from_dict
 
@@ -68,7 +74,25 @@ def audit(judge: Any, source: str, task: Task, recorded: Verdict, tolerance: flo
     if not auditable(recorded):
         return Audit(False, "only accepted verdicts with GPU times are audited (interpreter runs are correctness only)")
     again = judge.verify(source, task)
-    return compare(recorded, again, tolerance)
+    result = compare(recorded, again, tolerance)
+    if not result.passed or not hasattr(judge, "profile"):
+        return result
+    return with_profile(result, judge.profile(source, task), source, task)
+
+
+def with_profile(result: Audit, profile: ncu.Profile, source: str, task: Task) -> Audit:
+    """A passed audit, with Nsight Compute's record read against it (pure)."""
+    details = dict(result.details, ncu=profile.to_dict())
+    if not profile.ran:
+        return replace(result, reason=f"{result.reason}; {profile.note}", details=details)
+    trusted = None
+    if result.verdict is not None:
+        trusted = next((s.time_us for s in result.verdict.shapes if dict(s.shape) == dict(profile.shape) and not s.hidden), None)
+    why = ncu.judge(profile, own_kernel_names(source), task.allow_torch_ops, trusted)
+    if why is not None:
+        return replace(result, passed=False, reason=f"the Nsight Compute record fails it: {why}", details=details)
+    return replace(result, reason=f"{result.reason}; Nsight Compute saw {len(profile.launches)} launches of its kernels, "
+                                  f"{profile.per_call_us:.2f} us per call", details=details)
 
 
 def compare(recorded: Verdict, again: Verdict, tolerance: float = TOLERANCE) -> Audit:

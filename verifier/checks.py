@@ -44,6 +44,7 @@ class Check(str, Enum):
     TRUSTED_CLOCK = "trusted clock"
     ROOFLINE = "roofline floor"
     AUDIT = "audit"
+    NCU = "nsight compute"
     # older rows whose check string is none of the above
     OTHER = "other"
 

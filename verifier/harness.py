@@ -82,7 +82,8 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     if "snapshot" not in _STATE:
         warm_up()
     _STATE["channel"] = channel
-    handlers = {"attach": _attach, "calibrate": _calibrate, "load": _load, "check": _check, "prepare_batch": _prepare_batch, "run_batch": _run_batch}
+    handlers = {"attach": _attach, "calibrate": _calibrate, "load": _load, "check": _check, "prepare_batch": _prepare_batch, "run_batch": _run_batch,
+                "profile": _profile}
     while True:
         msg = channel.recv()
         received = I.perf_counter()
@@ -359,6 +360,29 @@ def _run_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     if refs:
         reply["outputs"] = refs
     return reply
+
+
+def _profile(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
+    """Calls for Nsight Compute (a profiled worker only): one warm call, then ``calls`` calls,
+    each inside the NVTX range the profiler records."""
+    import torch
+
+    from kernforge.tasks.spec import Shape
+
+    from . import integrity as I
+    from .ncu import RANGE
+
+    model = _model_for(Shape.of(msg["shape"]))
+    inputs = _args(msg["args"])
+    with _pool():
+        model(*inputs)
+        I.synchronize()
+        for _ in range(int(msg["calls"])):
+            torch.cuda.nvtx.range_push(RANGE)
+            model(*inputs)
+            I.synchronize()
+            torch.cuda.nvtx.range_pop()
+    return {"ok": True}
 
 
 def _wait_byte(sock: socket.socket) -> bytes:

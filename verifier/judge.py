@@ -22,23 +22,25 @@ the judge's wall clock per call, labelled ``interpreter`` and never ranked.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
 import socket
 import statistics
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from kernforge.sandbox.protocol import Backend, Limits, Session, WorkerFailure
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import bundle
 from kernforge.tasks.spec import Shape, Task
 
-from . import messages as M
+from . import messages as M, ncu
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
@@ -133,8 +135,12 @@ def where(shape: Shape, hidden: bool, dist: str) -> str:
 
 
 class Judge:
-    def __init__(self, candidates: Backend, references: Backend, options: JudgeOptions = JudgeOptions()):
+    def __init__(self, candidates: Backend, references: Backend, options: JudgeOptions = JudgeOptions(),
+                 profiled: Callable[[tuple[str, ...]], Backend] | None = None):
+        """``profiled``: makes a one-worker candidate backend whose workers run under a profiler
+        command (the audit's Nsight Compute record); None where the sandbox cannot."""
         self.candidates = candidates
+        self.profiled = profiled
         self.references = references
         self.options = options
         self.on_gpu = options.device.startswith("cuda")
@@ -268,6 +274,17 @@ class Judge:
         sizes = self._shape_sizes(task, checked + [s for s, _ in timed], init_seed)
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan)
+        try:
+            with self._candidate_session(self.candidates, source, task, init_seed, layout) as (session, arena_size):
+                return self._judge(session, task, own, init_seed, sizes, plan, timed, arena_size)
+        except WorkerFailure as failure:
+            return failures.ended(failure)
+
+    @contextlib.contextmanager
+    def _candidate_session(self, backend: Backend, source: str, task: Task, init_seed: int,
+                           layout: dict[str, int]) -> Iterator[tuple[Session, int]]:
+        """A worker of ``backend`` with the reference worker's arena (and, on a GPU, the batch
+        socket) handed over; yields the session and the arena's size."""
         arena, (tag, fds) = self._ask_ref(None, {"op": "arena", **layout}, recv_fds=True)
         if tag != "arena" or len(fds) != 1:
             for fd in fds:
@@ -282,20 +299,67 @@ class Judge:
             self._ask_ref(None, {"op": "batch_socket"}, fds=((go_ours.fileno(),), "go"))
         try:
             t0 = time.perf_counter()
-            with self.candidates.session(HARNESS_ENTRY, payload, self.options.limits) as session:
+            with backend.session(HARNESS_ENTRY, payload, self.options.limits) as session:
                 self._spent("worker.start", t0)
                 session.send_fds([arena_fd], "arena")
                 if go_theirs is not None:
                     session.send_fds([go_theirs.fileno()], "go")
-                return self._judge(session, task, own, init_seed, sizes, plan, timed, arena["size"])
-        except WorkerFailure as failure:
-            return failures.ended(failure)
+                yield session, arena["size"]
         finally:
-            if arena_fd >= 0:
-                os.close(arena_fd)
+            os.close(arena_fd)
             for sock in (go_ours, go_theirs):
                 if sock is not None:
                     sock.close()
+
+    def profile(self, source: str, task: Task, trusted: Mapping[str, Any] | None = None) -> ncu.Profile:
+        """Nsight Compute's record of ``ncu.CALLS`` calls at the task's largest public shape, in
+        a fresh worker whose parent is ncu (see verifier/ncu.py); a note where it cannot run."""
+        exe = ncu.available()
+        if not self.on_gpu or self.profiled is None or exe is None:
+            why = "not on a GPU" if not self.on_gpu else "ncu is not installed" if exe is None else "the sandbox cannot run a profiler"
+            return ncu.Profile(False, f"no Nsight Compute record: {why}")
+        shape = runtime.largest_shape(task, "cuda")
+        init_seed = secrets.randbits(31)
+        sizes = self._shape_sizes(task, [shape], init_seed)
+        layout = self._arena_layout(sizes, [shape], {})
+        with tempfile.TemporaryDirectory(prefix="kf-ncu-") as folder:
+            log = Path(folder) / "ncu.csv"
+            backend = self.profiled(ncu.command(exe, log))
+            try:
+                failed = self._profiled_calls(backend, source, task, shape, init_seed, layout)
+            finally:
+                backend.close()
+            text = log.read_text(errors="replace") if log.exists() else ""
+        if failed:
+            return ncu.Profile(False, f"no Nsight Compute record: {failed}", calls=ncu.CALLS, shape=shape.as_dict())
+        launches = ncu.parse(text)
+        if not launches and "==ERROR==" in text:
+            note = " ".join(line for line in text.splitlines() if "==ERROR==" in line)[:300]
+            return ncu.Profile(False, f"Nsight Compute could not profile here: {note}", calls=ncu.CALLS, shape=shape.as_dict())
+        return ncu.Profile(True, "", tuple(launches), ncu.CALLS, shape.as_dict())
+
+    def _profiled_calls(self, backend: Backend, source: str, task: Task, shape: Shape, init_seed: int,
+                        layout: dict[str, int]) -> str:
+        """Attach, load and the profiled calls in a worker of ``backend``; what failed, or ""."""
+        call = _Call(shape, task.distributions[0], False, uuid.uuid4().hex, half=0)
+        try:
+            with self._candidate_session(backend, source, task, init_seed, layout) as (session, _):
+                for reply_type, msg in ((M.Attached, {"op": "attach"}), (M.Loaded, {"op": "load"})):
+                    got = self._call(session, reply_type, msg, f"the profiled worker's {msg['op']}")
+                    if isinstance(got, Rejected):
+                        return got.reason[:300]
+                self._prepare(task, call, init_seed)
+                got = self._call(session, M.Profiled, {"op": "profile", "shape": shape.as_dict(), "calls": ncu.CALLS,
+                                                       "args": [_arg(a) for a in call.prepared.args]}, "the profiled calls")
+                if isinstance(got, Rejected):
+                    return got.reason[:300]
+                session.send({"op": "done"})
+                session.recv(self.options.message_timeout_s)
+        except WorkerFailure as failure:
+            return str(failure)[:300]
+        finally:
+            self._ask_ref(None, {"op": "drop", "key": call.key})
+        return ""
 
     def _judge(self, session: Session, task: Task, own: list[str], init_seed: int, sizes: dict[tuple, dict[str, Any]],
                plan: dict[tuple, int], timed: list[tuple[Shape, bool]], arena_size: int) -> Verdict:

@@ -246,6 +246,12 @@ class CalibrationRan:
 
 
 @dataclass(frozen=True)
+class Profiled:
+    op: str = _meta(equals="profile")
+    ok: bool = _meta(equals=True)
+
+
+@dataclass(frozen=True)
 class Calibrated:
     """The reference worker's windows over calibration rounds, and their writes (ms)."""
 

@@ -65,4 +65,4 @@ def docs() -> list[dict[str, Any]]:
 def _load_all() -> None:
     from . import (batch, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes,  # noqa: F401
                    memory, output_type, reference_call, repeat, reply, roofline, static, threads, values)
-    from .. import audit  # noqa: F401  (the audit's check is registered there)
+    from .. import audit, ncu  # noqa: F401  (the audit's checks are registered there)
