@@ -87,6 +87,9 @@ def outer(names: list[str], calls: int) -> None:
             trusted = verdict.shapes[0].time_us if verdict.accepted else None
             rows.append([name, verdict.shapes[0].label if verdict.shapes else "-", trusted,
                          verdict.shapes[0].batch_calls if verdict.shapes else None, verdict.status.value])
+            print(f"{name}: {verdict.status.value}: {verdict.reason[:300]}; calibration "
+                  f"{verdict.environment.get('calibration')}; worker clock {verdict.shapes[0].claimed_us if verdict.shapes else None}",
+                  flush=True)
     for row in rows:
         task, shape, model, inputs = _setup(row[0])
         row.append(per_call_graph_us(model, inputs))

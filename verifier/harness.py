@@ -34,6 +34,8 @@ from typing import Any
 from .trace import CANDIDATE_MODULE as MODULE_NAME  # the name the trace tells the candidate's calls by
 
 _STATE: dict[str, Any] = {}
+#: how long a calibration round waits for the trusted side's go
+CALIBRATION_WAIT_S = 15.0
 POISON_BYTE = 0xFF  # all-ones: a NaN in every float format, and no kernel's canonical NaN
 
 
@@ -157,15 +159,15 @@ def _calibrate(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     with _pool():
         cell = torch.zeros(64, dtype=torch.int32, device=_STATE["device"])
         cell.add_(1)
-        I.synchronize()
-        graph = I.CUDAGraph()
-        with I.cuda_graph_ctx(graph, pool=_STATE["pool"].id):
-            cell.add_(1)
+    I.synchronize()
+    graph = I.CUDAGraph()
+    with I.cuda_graph_ctx(graph, pool=_STATE["pool"].id):
+        cell.add_(1)
     I.synchronize()
     rounds = 0
     for _ in range(int(msg.get("rounds", 0))):
         go.sendall(b"r")
-        if _wait_byte(go) != b"g":
+        if _wait_byte(go, CALIBRATION_WAIT_S) != b"g":
             break
         I.graph_replay(graph)
         I.synchronize()
@@ -340,7 +342,8 @@ def _run_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
 
     batch = _STATE["batch"]
     go: socket.socket = _STATE["go"]
-    _wait_byte(go)
+    while _wait_byte(go) != b"g":  # a calibration's leftover "x" is no go
+        pass
     start = I.perf_counter()
     refs = []
     if batch["graph"] is not None:
@@ -385,11 +388,15 @@ def _profile(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
-def _wait_byte(sock: socket.socket) -> bytes:
-    """Spin until one byte arrives (the trusted clock is already running); that byte."""
+def _wait_byte(sock: socket.socket, timeout_s: float | None = None) -> bytes:
+    """Spin until one byte arrives (the trusted clock is already running); that byte, or b""
+    after ``timeout_s``."""
+    from . import integrity as I
+
+    deadline = None if timeout_s is None else I.perf_counter() + timeout_s
     sock.setblocking(False)
     try:
-        while True:
+        while deadline is None or I.perf_counter() < deadline:
             try:
                 byte = sock.recv(1)
                 if byte:
@@ -397,6 +404,7 @@ def _wait_byte(sock: socket.socket) -> bytes:
                 raise EOFError("the trusted side closed the batch socket")
             except BlockingIOError:
                 continue
+        return b""
     finally:
         sock.setblocking(True)
 

@@ -127,6 +127,7 @@ class _Verdict:
     capture_queries: int = 0
     #: the batch clock's fixed cost (ms), calibrated before the module was loaded (GPU)
     clock_cost_ms: float = 0.0
+    calibration: dict[str, Any] = field(default_factory=dict)
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -255,6 +256,8 @@ class Judge:
                 self._drop_ref()
         env = dict(self.environment())
         env["verify_seconds"] = round(time.perf_counter() - started, 3)
+        if self._state.calibration:
+            env["calibration"] = self._state.calibration
         env["phase_seconds"] = {k: round(v, 3) for k, v in sorted(self._phases.items(), key=lambda kv: -kv[1])}
         if isinstance(verdict, Accepted):
             return Accepted(shapes=verdict.shapes, reason=verdict.reason, flags=verdict.flags, environment=env)
@@ -397,10 +400,18 @@ class Judge:
         """The batch clock's fixed cost, measured with the harness alone (clock.fixed_cost)."""
         rounds = clock.CALIBRATION_ROUNDS
         self._send(session, {"op": "calibrate", "rounds": rounds})
-        cal = self._ask_ref(M.Calibrated, {"op": "calibrate", "rounds": rounds, "timeout_s": CALIBRATION_TIMEOUT_S})
+        try:
+            cal = self._ask_ref(M.Calibrated, {"op": "calibrate", "rounds": rounds, "timeout_s": CALIBRATION_TIMEOUT_S})
+        except JudgeError:  # nothing is taken off; the harness gives up on its own
+            cal = None
         ran = self._reply(session, M.CalibrationRan, "calibrate", "calibrating the batch clock")
-        cost = clock.fixed_cost(cal.windows_ms, cal.writes_ms)
-        self._state.clock_cost_ms = 0.0 if isinstance(ran, Rejected) else cost
+        if cal is not None and not isinstance(ran, Rejected):
+            self._state.clock_cost_ms = clock.fixed_cost(cal.windows_ms, cal.writes_ms)
+        self._state.calibration = {
+            "windows_ms": [round(w, 4) for w in cal.windows_ms] if cal else None,
+            "writes_ms": [round(w, 4) for w in cal.writes_ms] if cal else None,
+            "harness": ran.reason[:300] if isinstance(ran, Rejected) else f"{ran.rounds} rounds",
+            "cost_ms": round(self._state.clock_cost_ms, 4)}
 
     # ---- talking to the candidate's worker --------------------------------------------------------
     def _send(self, session: Session, msg: dict[str, Any]) -> None:
