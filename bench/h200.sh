@@ -15,6 +15,8 @@
 #   gputest    the verifier's GPU tests alone (tests/test_verifier_gpu.py), every failure listed
 #   probe      bench/overhead_probe.py (where a batch's time goes, one process, against the judge)
 #   gputestx   the verifier's GPU tests on three pytest-xdist workers sharing the GPU
+#   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, and the audit's profiled worker)
+#   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
@@ -40,6 +42,8 @@ for p in "$@"; do
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
     gputestx) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 150 -n 3 --durations=12 tests/test_verifier_gpu.py ;;
+    ncusbx) phase ncusbx 150 python3 bench/ncu_sandbox.py ;;
+    gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     *) echo "unknown phase $p" ;;

@@ -19,6 +19,10 @@ from kernforge.verifier.judge import (
 from kernforge.verifier.verdict import Verdict
 
 
+#: how long the audit waits for a worker under Nsight Compute to start before it goes without
+PROFILED_START_S = 120.0
+
+
 class EvaluationError(Exception):
     """The evaluation stack could not be set up (bad device, no docker engine...)."""
 
@@ -84,7 +88,8 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
         candidates.close()
         raise
     def profiled(prefix: tuple[str, ...]) -> Backend:  # the audit's Nsight Compute worker (process sandbox only)
-        return ProcessBackend(replace(candidate_spec, profiler=prefix), pool_size=1, refill=False)
+        return ProcessBackend(replace(candidate_spec, profiler=prefix), pool_size=1, refill=False,
+                              start_timeout=PROFILED_START_S)
 
     judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device),
                   profiled=profiled if sandbox == "process" else None)

@@ -148,7 +148,7 @@ def _calibrate(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     clock's fixed cost per batch (its go, this process's wake-up, launch and sync, its done,
     the GPU's switches between the two processes and the probe), which the judge takes off the
     candidate's windows. The code that runs here is the harness's own, nothing the candidate
-    wrote; a round the trusted side gave up on ends with "x"."""
+    wrote; a round whose go does not come in time ends the calibration.""" 
     import torch
 
     from . import integrity as I
@@ -342,8 +342,7 @@ def _run_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
 
     batch = _STATE["batch"]
     go: socket.socket = _STATE["go"]
-    while _wait_byte(go) != b"g":  # a calibration's leftover "x" is no go
-        pass
+    _wait_byte(go)
     start = I.perf_counter()
     refs = []
     if batch["graph"] is not None:

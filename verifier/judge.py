@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
-from kernforge.sandbox.protocol import Backend, Limits, Session, WorkerFailure
+from kernforge.sandbox.protocol import Backend, Limits, SandboxError, Session, WorkerFailure
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import bundle
 from kernforge.tasks.spec import Shape, Task
@@ -327,7 +327,10 @@ class Judge:
         layout = self._arena_layout(sizes, [shape], {})
         with tempfile.TemporaryDirectory(prefix="kf-ncu-") as folder:
             log = Path(folder) / "ncu.csv"
-            backend = self.profiled(ncu.command(exe, log))
+            try:
+                backend = self.profiled(ncu.command(exe, log))
+            except SandboxError as err:
+                return ncu.Profile(False, f"no Nsight Compute record: {err}"[:300])
             try:
                 failed = self._profiled_calls(backend, source, task, shape, init_seed, layout)
             finally:
@@ -358,7 +361,7 @@ class Judge:
                     return got.reason[:300]
                 session.send({"op": "done"})
                 session.recv(self.options.message_timeout_s)
-        except WorkerFailure as failure:
+        except (WorkerFailure, SandboxError) as failure:
             return str(failure)[:300]
         finally:
             self._ask_ref(None, {"op": "drop", "key": call.key})
@@ -690,7 +693,7 @@ class Judge:
             return failures.SANDBOX.reject(Status.TIMEOUT, f"the candidate did not finish a timed batch of {calls} calls within "
                                            f"{timeout_s:.0f} s ({ctx}), {self.options.batch_timeout_factor:.0f} times what its "
                                            "checked calls took")
-        ran = self._reply(session, M.BatchRan, "run_batch", ctx)
+        ran = self._reply(session, M.BatchRan, "run_batch", ctx, timeout=timeout_s)
         if isinstance(ran, Rejected):
             return ran
         if eager:  # outputs are known only now; the probe runs once the worker has said where
@@ -714,9 +717,10 @@ class Judge:
         return timed, verified, ran.claimed_s
 
     def _batch_timeout(self, calls: int) -> float:
-        """Generous, and bounded by what the candidate's own checked calls took (host included)."""
+        """Generous, and bounded by what the candidate's own checked calls took (host included,
+        the median call: the first ones compile)."""
         walls = [w for ws in self._state.walls.values() for w in ws]
-        slowest = max(walls) if walls else 1.0
+        slowest = statistics.median(walls) if walls else 1.0  # the first calls compile: not their max
         return max(self.options.batch_timeout_min_s, self.options.batch_timeout_factor * calls * slowest)
 
     def _baseline(self, task: Task, shape: Shape, calls: int, dist: str, init_seed: int) -> dict[str, Any]:
