@@ -345,14 +345,16 @@ def _run_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     _wait_byte(go)
     start = I.perf_counter()
     refs = []
-    if batch["graph"] is not None:
-        I.graph_replay(batch["graph"])
-    else:
-        task, model = _STATE["task"], batch["model"]
-        with _pool():
-            batch["outputs"] = [collect_outputs(model(*inputs), inputs, task.mutated_inputs) for inputs in batch["sets"]]
-    I.synchronize()
-    go.sendall(b"d")
+    try:
+        if batch["graph"] is not None:
+            I.graph_replay(batch["graph"])
+        else:
+            task, model = _STATE["task"], batch["model"]
+            with _pool():
+                batch["outputs"] = [collect_outputs(model(*inputs), inputs, task.mutated_inputs) for inputs in batch["sets"]]
+        I.synchronize()
+    finally:  # a batch that failed is done too: the trusted side's window closes and the failure is the reply
+        go.sendall(b"d")
     claimed = I.perf_counter() - start
     if batch["graph"] is None:
         arena = _STATE["arena"]

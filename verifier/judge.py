@@ -150,6 +150,8 @@ class Judge:
         self.baseline_cache = JsonCache(cache_dir / "baselines.json")
         self.ceiling_cache = JsonCache(cache_dir / "ceilings.json")
         self._ref: Session | None = None
+        #: a request was sent to the reference worker and its reply not yet read
+        self._ref_pending = False
         self._env: dict[str, Any] | None = None
         self._sizes: dict[tuple, dict[str, Any]] = {}
         #: seconds spent per step of the verdict in progress ("ref.compare", "worker.check", ...)
@@ -180,15 +182,19 @@ class Judge:
         worker, or a reply that does not parse, is the judge's problem (JudgeError)."""
         t0 = time.perf_counter()
         op = msg["op"]
+        if self._ref_pending:  # a request whose reply was never read (interrupted): start afresh
+            self._drop_ref()
         try:
             for attempt in (1, 2):
                 try:
                     session = self._ref_session()
+                    self._ref_pending = True
                     if fds is not None:
                         session.send_fds(list(fds[0]), fds[1])
                     session.send(msg)
                     received = session.recv_fds(timeout or self.options.message_timeout_s) if recv_fds else None
                     data = session.recv(timeout or self.options.message_timeout_s)
+                    self._ref_pending = False
                     break
                 except WorkerFailure as failure:
                     self._drop_ref()
@@ -209,6 +215,7 @@ class Judge:
         return (parsed, received) if recv_fds else parsed
 
     def _drop_ref(self) -> None:
+        self._ref_pending = False
         if self._ref is not None:
             try:
                 self._ref.close()
