@@ -21,6 +21,7 @@ between the two leaves an attempt with no audit, which is simply not a best.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -48,6 +49,37 @@ RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class _CannotOpen(Exception):
+    """SQLite could not open the file or its -wal/-shm beside it, or could not write: maybe read-only."""
+
+    def __init__(self, error: sqlite3.Error) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _cannot_open(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
+    return any(w in str(error) for w in ("unable to open", "readonly database", "access permission"))
+
+
+def read_only_reason(path: Path) -> str | None:
+    """Why this process cannot write ``path`` (and the -wal/-shm files beside it), or None."""
+    path = Path(path).resolve()
+    folder = path.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "on a read-only file system"
+    except OSError:
+        pass
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file is not writable"
+    if not os.access(folder, os.W_OK):
+        return f"its folder {folder} is not writable, and SQLite keeps its -wal and -shm files beside it"
+    return None
 
 
 def gpu_label(environment: Mapping[str, Any]) -> str:
@@ -94,7 +126,30 @@ class Archive(Queries):
 
     @classmethod
     def _connect(cls, path: Path, *, mode: str, readonly: bool, creating: bool) -> "Archive":
-        uri = f"file:{quote(str(path.resolve()))}?mode={mode}"
+        try:
+            return cls._connect_uri(path, f"mode={mode}", readonly=readonly, creating=creating)
+        except _CannotOpen as cannot:
+            why = read_only_reason(path)
+            if why is None:
+                raise ArchiveError(f"{path} is not a kernforge archive or is corrupt: {cannot.error}") from None
+            if not readonly:
+                raise ReadOnlyError(f"{path} is read-only ({why}): this command writes to the archive; copy it to a "
+                                    "writable folder, or point --db at another file") from None
+            wal = Path(f"{path}-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise ReadOnlyError(f"{path} cannot be read in place ({why}): its write-ahead log {wal} holds commits "
+                                    "that SQLite must replay; copy the archive with its -wal file to a writable folder")
+            # Nothing can write it (no -shm: no writer has it open; read-only: none can open it
+            # later) and every commit is in the file: SQLite may read it as an immutable file,
+            # needing neither a -shm nor a lock beside it.
+            try:
+                return cls._connect_uri(path, "mode=ro&immutable=1", readonly=True, creating=False)
+            except _CannotOpen as again:
+                raise ArchiveError(f"{path} is not a kernforge archive or is corrupt: {again.error}") from None
+
+    @classmethod
+    def _connect_uri(cls, path: Path, query: str, *, readonly: bool, creating: bool) -> "Archive":
+        uri = f"file:{quote(str(path.resolve()))}?{query}"
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         except sqlite3.Error as error:
@@ -107,6 +162,8 @@ class Archive(Queries):
             raise
         except sqlite3.Error as error:
             conn.close()
+            if _cannot_open(error):
+                raise _CannotOpen(error) from None
             raise ArchiveError(f"{path} is not a kernforge archive or is corrupt: {error}") from None
         return archive
 

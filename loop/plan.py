@@ -104,9 +104,11 @@ class TaskState:
     ids: dict[str, int] = field(default_factory=dict)  # code hash -> attempt id (parents' ids)
 
     def note_best(self, *, new: bool = True) -> None:
-        """Copy the population's best into the stats the display shows."""
+        """Copy the population's best into the stats the display shows. On the interpreter the
+        population still leads from one, but the display shows none: interpreter verdicts are never
+        a best (``kernforge archive best`` shows none either)."""
         best = self.population.best
-        if best is None:
+        if best is None or self.stats.interpreter:
             return
         st = self.stats
         summary = speedups(best.verdict)

@@ -526,7 +526,7 @@ class Runner:
         self.display.attempt(AttemptEvent(
             task=state.task.name, seq=seq, attempt_id=attempt_id, status=verdict.status.value, threat=verdict.threat,
             reused=reuse_of is not None, proposer=p.proposer, model=p.model if p.proposer != "offline" else "",
-            time_us=geomean_us(verdict), interpreter=state.stats.interpreter, new_best=new_best,
+            time_us=geomean_us(verdict), interpreter=state.stats.interpreter, new_best=new_best and not state.stats.interpreter,
             speedup_eager=speedups(verdict)["speedup_eager"],
             reason=p.description if verdict.accepted else verdict.reason,
             tokens=p.tokens_in + p.tokens_out, cost=p.cost, verify_s=verify_s,
