@@ -398,6 +398,10 @@ class Queries:
         allows only reads (no ATTACH, which could create a file, no PRAGMA that sets anything).
         """
 
+        if not query.strip():
+            raise ArchiveError('no query given: `kernforge archive sql "SELECT status, count(*) FROM attempts GROUP BY 1"`'
+                               " (tables: tasks, runs, attempts, measurements, audits, environments, tallies)")
+
         def authorize(action: int, arg1: Any, arg2: Any, _db: Any, _trigger: Any) -> int:
             if action in _ALLOWED_ACTIONS:
                 return sqlite3.SQLITE_OK
@@ -428,6 +432,8 @@ class Queries:
             self.conn.set_authorizer(None)
             if self.conn.in_transaction:
                 self.conn.rollback()
+        if cursor.description is None:
+            raise ArchiveError("the query ran no statement (only comments?): give one SELECT, WITH or reading PRAGMA")
         truncated = limit is not None and len(rows) > limit
         return columns, [tuple(r) for r in rows[:limit]], truncated
 

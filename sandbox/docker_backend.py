@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from docker.errors import DockerException
+from requests.exceptions import RequestException
 
 from . import docker_gpu, docker_image, procs
 from .docker_probe import default_tag
@@ -84,6 +85,12 @@ class DockerBackend(ProcessBackend):
                  image: str | None = None, memory_bytes: int | None = None, processes: int | None = None):
         image = image or default_tag()
         self.engine = Engine(docker_image.client())
+        with docker_image.engine_errors(f"preparing docker workers of {image}"):
+            self._prepare(spec, image, memory_bytes, processes)
+        super().__init__(spec, pool_size, refill=refill, start_timeout=start_timeout, mechanism=MECHANISM)
+        self.drop_uid = self.plan.lease_uids
+
+    def _prepare(self, spec: WorkerSpec, image: str, memory_bytes: int | None, processes: int | None) -> None:
         info = docker_image.image_info(self.engine.client, image)
         if info is None:
             raise SandboxError(f"the worker image '{image}' is missing: build it with `kernforge sandbox build-image` "
@@ -98,8 +105,6 @@ class DockerBackend(ProcessBackend):
         if removed:
             log.info("removed %d worker containers of kernforge processes that no longer exist", removed)
         self.plan, self.gpu_detail = self._plan(spec, info, memory_bytes, processes)
-        super().__init__(spec, pool_size, refill=refill, start_timeout=start_timeout, mechanism=MECHANISM)
-        self.drop_uid = self.plan.lease_uids
 
     # ---- the container every worker gets ---------------------------------------------------------
     def _plan(self, spec: WorkerSpec, info: docker_image.ImageInfo, memory_bytes: int | None,
@@ -166,7 +171,16 @@ class DockerBackend(ProcessBackend):
         try:
             return DockerWorker(self.plan, self.engine)
         except DockerException as e:
-            raise SandboxError(f"the engine refused a worker container: {e}") from None
+            text = getattr(e, "explanation", None) or str(e)
+            if self.plan.python in text and "no such file or directory" in text:
+                raise SandboxError(
+                    f"the worker image {self.image.tag} starts its workers with {self.plan.python}, which its "
+                    "containers do not have (an image built from a virtual environment by an older kernforge, or "
+                    "on another machine): rebuild it with `kernforge sandbox build-image --from-host --force`"
+                ) from None
+            raise SandboxError(f"the engine refused a worker container: {text}") from None
+        except RequestException as e:
+            raise SandboxError(f"the Docker engine did not answer while starting a worker ({e})") from None
 
     def _monitor(self, busy: list[ProcessSession]) -> None:
         visible = [s for s in busy if s.worker.host_pid is not None and s.worker.alive()]
@@ -181,7 +195,10 @@ class DockerBackend(ProcessBackend):
     def close(self) -> None:
         """Stop every worker and remove every container this backend started."""
         super().close()
-        remove_containers(self.engine, {LABEL_BACKEND: self.backend_id}, wait=REMOVAL_WAIT_SECONDS)
+        try:
+            remove_containers(self.engine, {LABEL_BACKEND: self.backend_id}, wait=REMOVAL_WAIT_SECONDS)
+        except (DockerException, RequestException, SandboxError) as e:  # the next backend's sweep removes them
+            log.warning("removing this backend's containers: %s", e)
 
 
 # ---- owners and sweeping -------------------------------------------------------------------------
