@@ -26,7 +26,7 @@ import sqlite3
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 from sqlite_utils import Database
@@ -36,7 +36,7 @@ from kernforge.verifier.audit import Audit
 
 from . import schema
 from .content import code_hash, environment_fields, environment_key
-from .errors import ArchiveError, ConflictError, ReadOnlyError
+from .errors import ArchiveError, ConflictError, ReadOnlyError, RunBusyError
 from .queries import Queries, guarded
 from .records import AuditRecord, NewAttempt, RunRecord, RunStatus, TaskRecord
 from .score import roofline_pct, summarize
@@ -174,7 +174,7 @@ class Archive(Queries):
             raise ArchiveError(f"{self.path} is an empty file, not a kernforge archive")
         if self.readonly:
             self.conn.execute("PRAGMA query_only = ON")
-            if schema.pending(self.db, str(self.path)):
+            if set(schema.pending(self.db, str(self.path))) - schema.READ_COMPATIBLE:
                 raise ArchiveError(
                     f"{self.path} has an older archive schema; upgrade it with `kernforge archive migrate --db {self.path}`"
                 )
@@ -237,29 +237,62 @@ class Archive(Queries):
         return row[0]
 
     @guarded
-    def start_run(self, config: Mapping[str, Any]) -> int:
+    def start_run(self, config: Mapping[str, Any], owner: str | None = None) -> int:
+        """A new run, ``running``, held by ``owner`` (the process running it; see ``resume_run``)."""
+        now = _now()
+        row = {"config": json.dumps(config, sort_keys=True, default=str), "started": now, "status": "running"}
+        if owner is not None:
+            row |= {"owner": owner, "heartbeat": now}
         with self._write():
-            return self.db["runs"].insert(
-                {"config": json.dumps(config, sort_keys=True, default=str), "started": _now(), "status": "running"}
-            ).last_pk
+            return self.db["runs"].insert(row).last_pk
 
     @guarded
-    def finish_run(self, run_id: int, status: str = "finished") -> None:
+    def finish_run(self, run_id: int, status: str = "finished", *, owner: str | None = None,
+                   seconds: float | None = None) -> None:
+        """Mark the run stopped (``status``) and let go of it; ``seconds``: its wall time so far.
+        With ``owner``, only if that process still holds it (one that took it over keeps it)."""
         if status not in RUN_STATUSES[1:]:
             raise ArchiveError(f"a run finishes as one of {RUN_STATUSES[1:]}, not {status!r}")
         with self._write():
-            self._run_row(run_id)
-            self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, _now(), run_id))
+            run = self._run_row(run_id)
+            if owner is not None and run.owner not in (None, owner):
+                return
+            self.conn.execute("UPDATE runs SET status = ?, ended = ?, owner = NULL, seconds = coalesce(?, seconds)"
+                              " WHERE id = ?", (status, _now(), seconds, run_id))
 
     @guarded
-    def resume_run(self, run_id: int) -> RunStatus:
-        """Mark a killed or stopped run running again; continue it from ``next_seq``."""
+    def resume_run(self, run_id: int, owner: str | None = None,
+                   holder_alive: Callable[[str, float], bool] | None = None) -> RunStatus:
+        """Mark a killed or stopped run running again, held by ``owner``; continue it from ``next_seq``.
+
+        A run another process still holds is refused (``RunBusyError``): ``holder_alive(holder,
+        seconds since its last heartbeat)`` says whether that process is alive. A holder that died
+        without letting go (SIGKILL, a power cut) is not alive, and the run is taken over."""
         with self._write():
-            self._run_row(run_id)
+            run = self._run_row(run_id)
+            if run.owner and run.owner != owner and holder_alive is not None:
+                age = _age_s(run.heartbeat)
+                if holder_alive(run.owner, age):
+                    where = run.owner.split("|", 1)[0]
+                    pid = run.owner.rsplit("/", 2)[-2] if run.owner.count("/") >= 2 else "?"
+                    raise RunBusyError(
+                        f"run {run_id} in {self.path} is still running (process {pid} on {where}, alive "
+                        f"{age:.0f}s ago): it cannot be resumed meanwhile. Wait for it to end, or stop it "
+                        "(Ctrl-C or kill it) and resume it then")
+            now = _now()
             self.conn.execute(
-                "UPDATE runs SET status = 'running', ended = NULL, resumes = resumes + 1 WHERE id = ?", (run_id,)
+                "UPDATE runs SET status = 'running', ended = NULL, resumes = resumes + 1, owner = ?, heartbeat = ?"
+                " WHERE id = ?", (owner, now if owner else None, run_id),
             )
         return self.run_status(run_id)
+
+    @guarded
+    def heartbeat(self, run_id: int, owner: str, seconds: float) -> bool:
+        """``owner`` is alive and has run ``seconds`` of wall time; False if it no longer holds the run."""
+        with self._write():
+            changed = self.conn.execute("UPDATE runs SET heartbeat = ?, seconds = ? WHERE id = ? AND owner = ?",
+                                        (_now(), seconds, run_id, owner)).rowcount
+        return changed == 1
 
     @guarded
     def run_status(self, run_id: int) -> RunStatus:
@@ -316,6 +349,13 @@ class Archive(Queries):
             }).last_pk
         return AuditRecord(id=audit_id, attempt_id=attempt_id, task_id=task_id, gpu=gpu, created=created, audit=audit,
                            run_id=run_id)
+
+
+def _age_s(stamp: str | None) -> float:
+    """Seconds since an archive timestamp (infinite without one)."""
+    if not stamp:
+        return float("inf")
+    return max(0.0, (datetime.now(timezone.utc) - datetime.fromisoformat(stamp)).total_seconds())
 
 
 def _run(row: Mapping[str, Any]) -> RunRecord:
@@ -433,8 +473,8 @@ class _BatchWriter:
         tally = self.tallies.setdefault((a.task_id, a.proposer, a.model, row["status"], row["threat"] or 0), [0] * 5)
         for i, value in enumerate((1, reused, a.tokens_in, a.tokens_out, a.cost_usd)):
             tally[i] += value
-        spent = self.run_totals.setdefault(a.run_id, [0] * 5)
-        for i, value in enumerate((1, a.tokens_in, a.tokens_out, a.cost_usd, a.latency_s)):
+        spent = self.run_totals.setdefault(a.run_id, [0] * 4)
+        for i, value in enumerate((1, a.tokens_in, a.tokens_out, a.cost_usd)):
             spent[i] += value
 
     def _insert(self, table: str, rows: list[dict[str, Any]]) -> None:
@@ -466,6 +506,6 @@ class _BatchWriter:
         )
         self.conn.executemany(
             "UPDATE runs SET attempts = attempts + ?, tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,"
-            " cost_usd = cost_usd + ?, seconds = seconds + ? WHERE id = ?",
+            " cost_usd = cost_usd + ? WHERE id = ?",
             [(*spent, run_id) for run_id, spent in self.run_totals.items()],
         )

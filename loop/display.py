@@ -25,7 +25,7 @@ from rich.text import Text
 from kernforge.archive.tables import Col, FitTable, fmt_time, fmt_us, fmt_x
 from kernforge.verifier.verdict import THREATS
 
-__all__ = ["AttemptEvent", "Display", "LiveDisplay", "PlainDisplay", "QuietDisplay", "RunView", "TaskStats",
+__all__ = ["AttemptEvent", "Display", "GuardedDisplay", "LiveDisplay", "PlainDisplay", "QuietDisplay", "RunView", "TaskStats",
            "attempt_line", "fmt_time", "fmt_us", "fmt_x", "make_display", "progress_table", "stdout_console", "summary"]
 
 
@@ -133,6 +133,39 @@ class QuietDisplay:
 
     def stop(self) -> None:
         pass
+
+
+class GuardedDisplay:
+    """A display whose output may vanish: once a write fails because the reader is gone (a closed
+    pipe: ``kernforge run | tee log`` and a Ctrl-C that ended ``tee`` too), it goes quiet instead
+    of raising into the run."""
+
+    def __init__(self, inner: Display) -> None:
+        self.inner = inner
+        self.broken = False
+
+    def _call(self, name: str, *args: Any) -> None:
+        if self.broken:
+            return
+        try:
+            getattr(self.inner, name)(*args)
+        except (BrokenPipeError, ConnectionResetError, ValueError):  # ValueError: a closed file
+            self.broken = True
+
+    def start(self, view: Callable[[], RunView]) -> None:
+        self._call("start", view)
+
+    def attempt(self, event: AttemptEvent) -> None:
+        self._call("attempt", event)
+
+    def note(self, message: str) -> None:
+        self._call("note", message)
+
+    def stop(self) -> None:
+        try:
+            self.inner.stop()
+        except (BrokenPipeError, ConnectionResetError, ValueError):
+            self.broken = True
 
 
 def stdout_console() -> Console:
@@ -289,6 +322,9 @@ def summary(result: Mapping[str, Any]) -> Group:
                           f"{audits - failed} passed, {failed} failed and demoted"))
     if result.get("stop_reason"):
         lines.append(Text(f"stopped: {result['stop_reason']}"))
+    if result.get("unjudged"):
+        lines.append(Text(f"{result['unjudged']} proposal(s) left unjudged: the time budget was spent before a device "
+                          "was free for them"))
     lines += [Text(f"{t['name']}: {t['note']}") for t in result["tasks"] if t["note"]]
     best = [t for t in result["tasks"] if t["best_attempt"]]
     if best:

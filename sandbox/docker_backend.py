@@ -36,6 +36,7 @@ from docker.errors import DockerException
 from requests.exceptions import RequestException
 
 from . import docker_gpu, docker_image, procs
+from .procs import owner_alive, owner_id  # noqa: F401  (the owner label of containers; tests)
 from .docker_probe import default_tag
 from .docker_worker import PRIVATE_PREFIX, ContainerPlan, DockerWorker, Engine, call_quietly
 from .env import worker_env
@@ -202,37 +203,6 @@ class DockerBackend(ProcessBackend):
 
 
 # ---- owners and sweeping -------------------------------------------------------------------------
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return raw[raw.rfind(b")") + 2 :].split()[19].decode()
-
-
-def owner_id(pid: int | None = None) -> str:
-    """``boot/pid/start time`` of a process: names it uniquely on this machine, across pid reuse."""
-    pid = os.getpid() if pid is None else pid
-    return f"{_boot_id()}/{pid}/{_start_time(pid)}"
-
-
-def owner_alive(owner: str) -> bool:
-    try:
-        boot, pid, start = owner.split("/")
-    except ValueError:
-        return False
-    return boot == _boot_id() and pid.isdigit() and _start_time(int(pid)) == start
-
-
 def _engine_processes_visible() -> bool:
     """Whether this process sees the engine's processes (and so its containers') in /proc."""
     for pidfile in ("/run/docker.pid", "/var/run/docker.pid"):

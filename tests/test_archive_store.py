@@ -293,10 +293,10 @@ def test_runs_track_budget_and_resume(archive, ids):
     status = archive.resume_run(run_id)
     run = status.run
     assert (run.status, run.ended, run.resumes, run.attempts) == ("running", None, 1, 2)
-    assert (run.tokens_in, run.tokens_out, run.cost_usd, run.seconds) == (11, 3, 0.5, 5.5)
+    assert (run.tokens_in, run.tokens_out, run.cost_usd, run.seconds) == (11, 3, 0.5, 0.0)
     assert status.next_seq == 2 and sorted(status.attempts) == [0, 1]
-    archive.finish_run(run_id)
-    assert archive.run_status(run_id).run.status == "finished"
+    archive.finish_run(run_id, seconds=12.5)  # the wall time, from the process that ran it
+    assert (archive.run_status(run_id).run.status, archive.run_status(run_id).run.seconds) == ("finished", 12.5)
     with pytest.raises(ArchiveError, match="finishes as one of"):
         archive.finish_run(run_id, "exploded")
     with pytest.raises(ArchiveError, match="no run 5"):
@@ -386,7 +386,7 @@ def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
     with pytest.raises(ArchiveError, match="kernforge archive migrate"):
         Archive.open(path, readonly=True)
     with Archive.open(path) as archive:  # a writable open migrates
-        assert schema.version(archive.db) == schema.LATEST == 2
+        assert schema.version(archive.db) == schema.LATEST == 3
         assert {"attempt_id", "run_id", "passed", "reason", "recorded_us", "measured_us", "verdict", "created"} \
             <= set(archive.db["audits"].columns_dict)
         assert archive.get_attempt(first).audit_passed is None and archive.best() == []
