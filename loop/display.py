@@ -11,6 +11,7 @@ runner updates as verdicts are recorded, and from a ``RunView`` the display asks
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections import Counter
@@ -168,12 +169,30 @@ class GuardedDisplay:
             self.broken = True
 
 
+class StdoutConsole(Console):
+    """rich's Console, except that a reader gone (a closed pipe) is a BrokenPipeError its caller
+    handles (a run ends as it would have, with its own exit code) rather than rich's SystemExit(1)."""
+
+    def on_broken_pipe(self) -> None:
+        if self.quiet:
+            return
+        self.quiet = True  # nothing more is written; the interpreter's last flush goes to /dev/null
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        finally:
+            os.close(devnull)
+        raise BrokenPipeError(errno.EPIPE, "the reader of stdout is gone")
+
+
 def stdout_console() -> Console:
     """The console for stdout. Piped into a file or a log (no terminal, no COLUMNS), tables keep
     their rows whole at 160 columns instead of wrapping at rich's default of 80."""
     if sys.stdout.isatty() or os.environ.get("COLUMNS"):
-        return Console()
-    return Console(width=160)
+        return StdoutConsole()
+    return StdoutConsole(width=160)
 
 
 def attempt_line(e: AttemptEvent) -> str:
