@@ -386,6 +386,8 @@ class Queries:
     @guarded
     def search(self, text: str, limit: int = 20) -> list[AttemptSummary]:
         """Attempts whose code or verdict reason contains these words (full-text, best first)."""
+        if not any(ch.isalnum() for ch in text):
+            raise ArchiveError(f"nothing to search for in {text!r}: give words, e.g. `kernforge archive search tl.dot`")
         rows = self.db.query(
             f"{_SUMMARY} JOIN attempts_fts f ON f.rowid = a.id WHERE attempts_fts MATCH ? ORDER BY f.rank LIMIT ?",
             [self.db.quote_fts(text), int(limit)])

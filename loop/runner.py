@@ -115,6 +115,8 @@ class Runner:
             if s.resume is not None:
                 s = settings_for_resume(self.archive, s)
                 self.settings = s
+            if s.sandbox not in ("process", "docker"):
+                raise LoopError(f"--sandbox must be 'process' or 'docker', not {s.sandbox!r}")
             tasks = load_run_tasks(s.tasks)
             config = llm_config(provider=s.provider, base_url=s.base_url, models=s.models, offline=s.offline)
             names = resolve_devices(s.gpus)

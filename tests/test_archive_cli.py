@@ -289,6 +289,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_search_without_words_is_an_error(db):
+    for text in ("", '"', "  "):
+        result = invoke("search", text, "--db", db)
+        assert result.exit_code == 2 and "nothing to search for" in result.output, result.output
+
+
 def test_sql_without_a_query_is_an_error(db):
     for query in ("", "   ", "/* nothing */"):
         result = invoke("sql", query, "--db", db)

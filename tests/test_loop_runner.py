@@ -228,6 +228,7 @@ def test_bad_input_is_a_clear_error(tmp_path):
         (["run", "--task", "rms_norm", "--model", "MiniMax-M3", "--db", str(tmp_path / "k.db")], "no API key"),
         (["run", "--task", "rms_norm", "--gpu", "5", "--db", str(tmp_path / "k.db")], "--gpu 5"),
         (["run", "--db", str(tmp_path / "k.db")], "no task"),
+        (["run", "--task", "rms_norm", "--sandbox", "vm", "--db", str(tmp_path / "k.db")], "--sandbox must be"),
     ]:
         result = cli.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
