@@ -394,3 +394,19 @@ def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
         archive.record_audit(first, synthetic.audit(archive.get_attempt(first).verdict))
     with Archive.open(path, readonly=True) as archive:
         assert [b.attempt_id for b in archive.best()] == [first] and archive.awaiting_audit() == []
+
+
+def test_an_archive_without_run_owners_is_read_as_it_is_and_migrated_by_a_writer(tmp_path, monkeypatch):
+    """v3 (who holds a run) adds nothing a query reads: read-only commands read a v2 archive
+    unchanged (it may be on a read-only disk); the next writer migrates it."""
+    path = tmp_path / "v2.db"
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
+    monkeypatch.setattr(schema, "LATEST", 2)
+    with Archive.create(path) as old:
+        task, run = old.register_task(synthetic.task_record("rms_norm")), old.start_run({})
+        old.record_attempt(NewAttempt(run, 0, task, "c = 1", accepted(10, 5)))
+    monkeypatch.undo()
+    with Archive.open(path, readonly=True) as archive:
+        assert schema.version(archive.db) == 2 and len(archive.runs()) == 1 and archive.stats().per_task
+    with Archive.open(path) as archive:
+        assert schema.version(archive.db) == schema.LATEST and archive.runs()[0].owner is None
