@@ -26,9 +26,14 @@
   fatal LLM error, or Ctrl-C. The first Ctrl-C (SIGINT) stops asking: in-flight LLM requests
   are cancelled, the candidates already proposed are judged and recorded. A second Ctrl-C, or
   SIGTERM, abandons the verifications in flight (never recorded half-way). Either way the run
-  is marked ``interrupted``. A run killed outright (SIGKILL, a power cut) stays ``running``;
-  ``--resume RUN_ID`` continues any run: its tasks and proposer from the archive, its spent
-  budget counted from its rows, its next sequence number after its last recorded attempt.
+  is marked ``interrupted``. The time budget is a hard stop: once it is spent nothing new is
+  judged (a verification under way finishes; queued proposals are left, and counted). A run
+  killed outright (SIGKILL, a power cut) stays ``running``; ``--resume RUN_ID`` continues any
+  run: its tasks and proposer from the archive, its spent budget counted from its rows, its next
+  sequence number after its last recorded attempt.
+* **One process per run.** The process running a run holds it in the archive and writes a
+  heartbeat with the run's wall time (liveness.py); ``--resume`` of a run whose holder is alive
+  is refused before anything is written, and a dead holder's run is taken over.
 """
 
 from __future__ import annotations
