@@ -8,27 +8,58 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
+from kernforge.archive.tables import Col, FitTable
 from kernforge.loop.display import stdout_console
 
-app = typer.Typer(
-    help="kernforge: ask an LLM for GPU kernels, verify them against cheating, keep the best.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-tasks_app = typer.Typer(help="List and inspect tasks (what to optimise).", no_args_is_help=True)
+
+class _Prose:
+    """Help that reads like prose: a flag shows no ``<bool>`` type label (options name their
+    value: PATH, N, NAME), and docstrings are markdown, so a paragraph reflows at any width
+    instead of breaking where the source line did."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+            elif param.param_type_name == "argument":
+                param.display_type_rich = _no_type  # its metavar (FILE, TASK) says what it is
+        return params
+
+
+def _no_type(ctx=None) -> None:
+    return None
+
+
+class Command(_Prose, TyperCommand):
+    pass
+
+
+class Group(_Prose, TyperGroup):
+    pass
+
+
+def _typer(help: str) -> typer.Typer:
+    return typer.Typer(help=help, no_args_is_help=True, rich_markup_mode="markdown", cls=Group,
+                       pretty_exceptions_enable=False, add_completion=False)
+
+
+app = _typer("kernforge: ask an LLM for GPU kernels, verify them against cheating, keep the best.")
+tasks_app = _typer("List and inspect tasks (what to optimise).")
 app.add_typer(tasks_app, name="tasks")
-archive_app = typer.Typer(help="Query the archive of every attempt (SQLite).", no_args_is_help=True)
+archive_app = _typer("Query the archive of every attempt (SQLite).")
 app.add_typer(archive_app, name="archive")
-sandbox_app = typer.Typer(help="The docker sandbox (--sandbox docker): its worker image.", no_args_is_help=True)
+sandbox_app = _typer("The docker sandbox (`--sandbox docker`): its worker image.")
 app.add_typer(sandbox_app, name="sandbox")
 
 # Piped into a file or a log, tables keep their rows whole instead of wrapping at 80 columns.
@@ -37,15 +68,21 @@ err = Console(stderr=True)
 
 # ---- shared options (declared once) -------------------------------------------------------
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts instead of tables.")]
-TaskArg = Annotated[str, typer.Argument(help="A built-in task name, a KernelBench-form .py file, or a folder of them.")]
-DbOpt = Annotated[Path, typer.Option("--db", envvar="KERNFORGE_DB", help="The archive file (SQLite).")]
+TaskArg = Annotated[str, typer.Argument(metavar="TASK", help="A built-in task name, a KernelBench-form .py file, or a folder of them.")]
+DbOpt = Annotated[Path, typer.Option("--db", envvar="KERNFORGE_DB", metavar="PATH", help="The archive file (SQLite).")]
 DEFAULT_DB = Path("kernforge.db")
-GpuOpt = Annotated[Optional[int], typer.Option("--gpu", help="GPU index to run on; the first GPU by default, the CPU interpreter without one.")]
-SandboxOpt = Annotated[str, typer.Option("--sandbox", help="Where candidates run: 'process' (default) or 'docker'.")]
+GpuOpt = Annotated[Optional[int], typer.Option("--gpu", metavar="N", help="GPU index to run on; the first GPU by default, the CPU interpreter without one.")]
+SandboxOpt = Annotated[str, typer.Option("--sandbox", metavar="KIND", help="Where candidates run: `process` (default) or `docker`.")]
+TaskOpt = Annotated[Optional[str], typer.Option(metavar="NAME", help="Only this task (name).")]
 
 
 class UsageFailure(Exception):
     """Raised by commands for bad input; printed without a traceback, exit code 2."""
+
+
+def positive(value: int, flag: str) -> None:
+    if value < 1:
+        raise UsageFailure(f"{flag} must be 1 or more, not {value}")
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -76,16 +113,42 @@ def command(group: typer.Typer, name: str | None = None):
                 return fn(*args, **kwargs)
             except _known_errors() as error:
                 fail(str(error))
+            except BrokenPipeError:  # `kernforge ... | head`: the reader is gone, nothing more to say
+                stdout_gone()
+                raise typer.Exit(1) from None
 
-        return group.command(name)(wrapper)
+        return group.command(name, cls=Command)(wrapper)
 
     return decorate
+
+
+def stdout_gone() -> None:
+    """Point stdout at /dev/null once its reader is gone, so the interpreter's last flush at exit
+    cannot raise again (what the Python documentation recommends for SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+def show(renderable, **options) -> bool:
+    """Print to stdout; False (and nothing raised) when its reader is gone."""
+    try:
+        out.print(renderable, **options)
+        out.file.flush()
+    except BrokenPipeError:
+        stdout_gone()
+        return False
+    return True
 
 
 # ---- tasks ------------------------------------------------------------------------------------
 @command(tasks_app, "list")
 def tasks_list(
-    path: Annotated[Optional[str], typer.Argument(help="A KernelBench file or folder; the built-in suite if omitted.")] = None,
+    path: Annotated[Optional[str], typer.Argument(metavar="PATH", help="A KernelBench file or folder; the built-in suite if omitted.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List tasks: name, public shapes, dtype, and whether memory- or compute-bound."""
@@ -99,17 +162,18 @@ def tasks_list(
         errors += broken
     rows = [report.list_row(t) for t in tasks]
     if as_json:
-        out.print_json(json.dumps({"tasks": rows, "errors": [str(e) for e in errors]}))
+        show_json({"tasks": rows, "errors": [str(e) for e in errors]})
     else:
-        table = Table(title=f"{len(rows)} task(s)")
-        for col in ("name", "public shapes", "dtype", "bound", "seed", "interpreter"):
-            table.add_column(col)
+        table = FitTable([Col("name"), Col("public shapes", wrap=True), Col("dtype", drop=2), Col("bound", drop=1),
+                          Col("seed"), Col("interpreter")], title=f"{len(rows)} task(s)",
+                         caption="seed: a Triton kernel to start from; interpreter: whether that seed runs on the "
+                                 "CPU (Triton interpreter) or on a GPU only")
         for r in rows:
             table.add_row(
                 r["name"], "\n".join(r["public_shapes"]), r["dtype"], r["bound"],
                 "yes" if r["seed"] else "no", "yes" if r["interpreter"] else "GPU only",
             )
-        out.print(table)
+        show(table)
         for e in errors:
             err.print(f"[red]broken task:[/] {e}", highlight=False)
     if errors:
@@ -119,7 +183,7 @@ def tasks_list(
 @command(tasks_app, "show")
 def tasks_show(
     task: TaskArg,
-    device: Annotated[str, typer.Option(help="Show the spec for 'cuda' (GPU) or 'cpu' (Triton interpreter).")] = "cuda",
+    device: Annotated[str, typer.Option(metavar="KIND", help="Show the spec for `cuda` (GPU) or `cpu` (Triton interpreter).")] = "cuda",
     as_json: JsonOpt = False,
 ) -> None:
     """Show exactly what the model is shown about a task (never the hidden shapes)."""
@@ -132,22 +196,24 @@ def tasks_show(
     if as_json:
         spec = loaded.public_spec()
         spec["roofline"] = report.roofline_rows(loaded, device)
-        out.print_json(json.dumps(spec))
+        show_json(spec)
     else:
-        typer.echo(report.show_text(loaded, device))
+        show_line(report.show_text(loaded, device).rstrip("\n"))
 
 
 # ---- archive ----------------------------------------------------------------------------------
 @command(archive_app, "best")
 def archive_best(
     db: DbOpt = DEFAULT_DB,
-    task: Annotated[Optional[str], typer.Option(help="Only this task (name).")] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="Only GPUs whose name contains this, e.g. H200.")] = None,
+    task: TaskOpt = None,
+    gpu: Annotated[Optional[str], typer.Option(metavar="NAME", help="Only GPUs whose name contains this, e.g. H200.")] = None,
     shapes: Annotated[bool, typer.Option("--shapes", help="The fastest accepted time per shape instead.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Best attempt per task and GPU: times, speedup vs eager and torch.compile, % of roofline.
-    Only attempts whose latest audit passed count (see `kernforge archive audit`)."""
+
+    Only attempts whose latest audit passed count (see `kernforge archive audit`); interpreter
+    (CPU) verdicts never do."""
     from kernforge.archive import report
     from kernforge.archive.store import Archive
 
@@ -155,14 +221,14 @@ def archive_best(
         rows = archive.best_per_shape(task, gpu) if shapes else archive.best(task, gpu)
         awaiting = archive.awaiting_audit(task, gpu)
     if as_json:
-        out.print_json(json.dumps({"best": [r.to_dict() for r in rows], "awaiting_audit": [a.to_dict() for a in awaiting]}))
+        show_json({"best": [r.to_dict() for r in rows], "awaiting_audit": [a.to_dict() for a in awaiting]})
     else:
-        out.print(report.shape_best_table(rows, awaiting) if shapes else report.best_table(rows, awaiting))
+        show(report.shape_best_table(rows, awaiting) if shapes else report.best_table(rows, awaiting))
 
 
 @command(archive_app, "show")
 def archive_show(
-    attempt: Annotated[int, typer.Argument(help="Attempt id.")], db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False
+    attempt: Annotated[int, typer.Argument(metavar="ID", help="Attempt id.")], db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False
 ) -> None:
     """One attempt: code, verdict, audit, measurements and lineage."""
     from kernforge.archive import report
@@ -172,15 +238,15 @@ def archive_show(
         parts = (archive.get_attempt(attempt), archive.lineage(attempt), archive.reuse_count(attempt),
                  archive.audits(attempt))
     if as_json:
-        out.print_json(json.dumps(report.show_json(*parts)))
+        show_json(report.show_json(*parts))
     else:
-        out.print(report.show(*parts))
+        show(report.show(*parts))
 
 
 @command(archive_app, "stats")
 def archive_stats(
     db: DbOpt = DEFAULT_DB,
-    task: Annotated[Optional[str], typer.Option(help="Only this task (name).")] = None,
+    task: TaskOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Per task and per model: attempts, acceptance rate, cheats caught by class, tokens, cost."""
@@ -190,82 +256,89 @@ def archive_stats(
     with Archive.open(db, readonly=True) as archive:
         stats = archive.stats(task)
     if as_json:
-        out.print_json(json.dumps(stats.to_dict()))
+        show_json(stats.to_dict())
     else:
-        out.print(report.stats_tables(stats))
+        show(report.stats_tables(stats))
 
 
 @command(archive_app, "search")
 def archive_search(
-    text: Annotated[str, typer.Argument(help="Words to find in code or verdict reasons.")],
+    text: Annotated[str, typer.Argument(metavar="WORDS", help="Words to find in code or verdict reasons.")],
     db: DbOpt = DEFAULT_DB,
-    limit: Annotated[int, typer.Option(help="At most this many attempts.")] = 20,
+    limit: Annotated[int, typer.Option(metavar="N", help="At most this many attempts.")] = 20,
     as_json: JsonOpt = False,
 ) -> None:
     """Full-text search over attempts' code and verdict reasons."""
     from kernforge.archive import report
     from kernforge.archive.store import Archive
 
+    positive(limit, "--limit")
     with Archive.open(db, readonly=True) as archive:
         rows = archive.search(text, limit)
     if as_json:
-        out.print_json(json.dumps({"attempts": [r.to_dict() for r in rows]}))
+        show_json({"attempts": [r.to_dict() for r in rows]})
     else:
-        out.print(report.summary_table(rows, f"{len(rows)} match(es)"))
+        show(report.summary_table(rows, f"{len(rows)} match(es)"))
 
 
 @command(archive_app, "sql")
 def archive_sql(
-    query: Annotated[str, typer.Argument(help="One read-only statement, e.g. \"SELECT status, count(*) FROM attempts GROUP BY 1\".")],
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="One read-only statement, e.g. \"SELECT status, count(*) FROM attempts GROUP BY 1\".")],
     db: DbOpt = DEFAULT_DB,
-    limit: Annotated[int, typer.Option(help="At most this many rows (0: all).")] = 1000,
+    limit: Annotated[int, typer.Option(metavar="N", help="At most this many rows (0: all).")] = 1000,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a read-only SQL query on the archive; a statement that writes is refused."""
     from kernforge.archive import report
     from kernforge.archive.store import Archive
 
+    if limit < 0:
+        raise UsageFailure(f"--limit must be 0 (all rows) or more, not {limit}")
     with Archive.open(db, readonly=True) as archive:
         columns, rows, truncated = archive.sql(query, limit or None)
     if as_json:
-        out.print_json(json.dumps({"columns": columns, "rows": rows, "truncated": truncated}, default=str))
+        show_json({"columns": columns, "rows": rows, "truncated": truncated})
     else:
-        out.print(report.sql_table(columns, rows, truncated))
+        show(report.sql_table(columns, rows, truncated))
 
 
 @command(archive_app, "browse")
 def archive_browse(
     db: DbOpt = DEFAULT_DB,
-    port: Annotated[int, typer.Option(help="Port for Datasette.")] = 8001,
+    port: Annotated[int, typer.Option(metavar="N", help="Port for Datasette.")] = 8001,
     open_browser: Annotated[bool, typer.Option("--open/--no-open", help="Open a web browser.")] = True,
 ) -> None:
     """Explore the archive in Datasette (needs the `datasette` extra)."""
     from kernforge.archive.browse import browse
 
+    if not 0 < port < 65536:
+        raise UsageFailure(f"--port must be between 1 and 65535, not {port}")
     raise typer.Exit(browse(db, port, open_browser))
 
 
 @command(archive_app, "audit")
 def archive_audit(
     db: DbOpt = DEFAULT_DB,
-    task: Annotated[Optional[str], typer.Option(help="Only this task (name).")] = None,
-    gpu: Annotated[Optional[int], typer.Option("--gpu", help="GPU index to audit on, of the model the times were measured on; the first GPU by default (never the CPU).")] = None,
+    task: TaskOpt = None,
+    gpu: Annotated[Optional[int], typer.Option("--gpu", metavar="N", help="GPU index to audit on, of the model the times were measured on; the first GPU by default (never the CPU).")] = None,
     sandbox: SandboxOpt = "process",
-    limit: Annotated[int, typer.Option(help="At most this many audits per task.")] = 5,
+    limit: Annotated[int, typer.Option(metavar="N", help="At most this many audits per task.")] = 5,
     as_json: JsonOpt = False,
 ) -> None:
-    """Audit each task's best accepted attempts on a GPU, best first, until one passes: each is
-    judged again in a fresh worker on fresh inputs and must be accepted again and about as fast.
-    Only an attempt whose latest audit passed is a best or exported."""
+    """Audit each task's best accepted attempts on a GPU, best first, until one passes.
+
+    Each is judged again in a fresh worker on fresh inputs and must be accepted again and about as
+    fast. Only an attempt whose latest audit passed is a best or exported."""
     from kernforge.loop.auditing import audit_archive
 
+    positive(limit, "--limit")
     with err.status("auditing (a fresh judge on the GPU)...", spinner="dots"):
         report = audit_archive(db, task=task, gpu=gpu, sandbox=sandbox, limit=limit)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), default=str))
+        show_line(json.dumps(report.to_dict(), default=str))
     else:
         for line in report.lines():
-            out.print(line, highlight=False, soft_wrap=True)
+            show(line, highlight=False, soft_wrap=True)
 
 
 @command(archive_app, "migrate")
@@ -274,23 +347,26 @@ def archive_migrate(db: DbOpt = DEFAULT_DB) -> None:
     from kernforge.archive.store import Archive
 
     with Archive.open(db) as archive:
-        out.print(f"{db}: archive schema v{archive.migrate()}")
+        show(f"{db}: archive schema v{archive.migrate()}")
 
 
 # ---- export -----------------------------------------------------------------------------------
 @command(app, "export")
 def export_cmd(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write the package into (new, or an earlier export with --force).")],
+    out_dir: Annotated[Path, typer.Option("--out", metavar="PATH", help="Folder to write the package into (new, or an earlier export with --force).")],
     db: DbOpt = DEFAULT_DB,
-    name: Annotated[str, typer.Option(help="Package name; also the torch.library namespace of its ops.")] = "kernforge_kernels",
-    tasks: Annotated[Optional[list[str]], typer.Option("--tasks", help="Only these tasks (names or paths; repeat or comma-separate).")] = None,
-    gpu: Annotated[Optional[list[str]], typer.Option(help="Only GPUs whose name contains this (repeatable); interpreter (CPU) verdicts are never exported.")] = None,
-    min_speedup: Annotated[float, typer.Option(help="A bucket runs a kernel only at this speedup over --baseline or more.")] = 1.0,
-    baseline: Annotated[str, typer.Option(help="What --min-speedup compares with: 'eager' (the op's fallback) or 'compile'.")] = "eager",
+    name: Annotated[str, typer.Option(metavar="NAME", help="Package name; also the torch.library namespace of its ops.")] = "kernforge_kernels",
+    tasks: Annotated[Optional[list[str]], typer.Option("--tasks", metavar="NAMES", help="Only these tasks (names or paths; repeat or comma-separate).")] = None,
+    gpu: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="Only GPUs whose name contains this (repeatable); interpreter (CPU) verdicts are never exported.")] = None,
+    min_speedup: Annotated[float, typer.Option(metavar="X", help="A bucket runs a kernel only at this speedup over --baseline or more.")] = 1.0,
+    baseline: Annotated[str, typer.Option(metavar="KIND", help="What --min-speedup compares with: `eager` (the op's fallback) or `compile`.")] = "eager",
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in --out.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Then build the wheel, install it into a fresh venv and run the package's tests there.")] = False,
 ) -> None:
-    """Write the best verified kernels as a pip-installable package of torch custom ops."""
+    """Write the best verified kernels as a pip-installable package of torch custom ops.
+
+    Only GPU-verified, audited kernels are exported. `--check` works without a GPU too: the
+    package's tests then run on the CPU (the reference fallbacks, opcheck and torch.compile)."""
     from kernforge.archive import export, export_check
 
     wanted = tuple(t.strip() for item in tasks or () for t in item.split(",") if t.strip())
@@ -300,10 +376,10 @@ def export_cmd(
         result = export.export(db, out_dir, options)
     except export.NothingToExport as error:
         fail(str(error), code=1)
-    out.print(export.summary(result), highlight=False, soft_wrap=True)
+    show(export.summary(result), highlight=False, soft_wrap=True)
     if check:
         try:
-            out.print(export_check.check(result.out), highlight=False, soft_wrap=True)
+            show(export_check.check(result.out), highlight=False, soft_wrap=True)
         except export_check.PackageCheckFailed as error:
             fail(str(error), code=1)
 
@@ -311,8 +387,8 @@ def export_cmd(
 # ---- sandbox ----------------------------------------------------------------------------------
 @command(sandbox_app, "build-image")
 def sandbox_build_image(
-    base: Annotated[Optional[str], typer.Option(help="Base image: a CUDA PyTorch image from a registry (default: pytorch/pytorch, CUDA, -devel).")] = None,
-    tag: Annotated[Optional[str], typer.Option(help="Tag of the worker image (default: kernforge-worker, or $KERNFORGE_SANDBOX_IMAGE).")] = None,
+    base: Annotated[Optional[str], typer.Option(metavar="IMAGE", help="Base image: a CUDA PyTorch image from a registry (default: pytorch/pytorch, CUDA, -devel).")] = None,
+    tag: Annotated[Optional[str], typer.Option(metavar="TAG", help="Tag of the worker image (default: kernforge-worker, or $KERNFORGE_SANDBOX_IMAGE).")] = None,
     from_host: Annotated[bool, typer.Option("--from-host", help="No registry needed: the base is made from this machine's Python and system libraries.")] = False,
     toolchain: Annotated[Optional[bool], typer.Option("--toolchain/--no-toolchain", help="With --from-host: include this machine's C compiler (Triton needs it on a GPU; default: when a GPU is present).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when an image from the same sources and base exists.")] = False,
@@ -322,7 +398,7 @@ def sandbox_build_image(
 
     info = build_image(base=base, tag=tag or default_tag(), from_host=from_host, with_toolchain=toolchain, force=force,
                        log=lambda line: err.print(line, highlight=False, soft_wrap=True))
-    out.print(info.describe(), highlight=False, soft_wrap=True)
+    show(info.describe(), highlight=False, soft_wrap=True)
 
 
 # ---- eval -------------------------------------------------------------------------------------
@@ -330,51 +406,55 @@ def sandbox_build_image(
 
 @command(app, "eval")
 def eval_cmd(
-    candidate: Annotated[Path, typer.Argument(help="A candidate module defining ModelNew (KernelBench form).")],
-    task: Annotated[str, typer.Option("--task", help="A built-in task name, or a KernelBench-form .py file.")],
+    candidate: Annotated[Path, typer.Argument(metavar="FILE", help="A candidate module defining ModelNew (KernelBench form).")],
+    task: Annotated[str, typer.Option("--task", metavar="TASK", help="A built-in task name, or a KernelBench-form .py file.")],
     gpu: GpuOpt = None,
     sandbox: SandboxOpt = "process",
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify one candidate against a task: hidden-shape correctness, anti-cheating checks, and
-    timings against PyTorch eager and torch.compile. Exit code 0 accepted, 1 rejected, 2 usage error."""
+    """Verify one candidate against a task.
+
+    Hidden-shape correctness, anti-cheating checks, and timings against PyTorch eager and
+    torch.compile. Exit code 0 accepted, 1 rejected, 2 usage error."""
+    from kernforge.archive.report import verdict_view
     from kernforge.loop.evaluate import evaluate_file
-    from kernforge.verifier.report import verdict_renderable
 
     with err.status(f"verifying {candidate.name} on {task}...", spinner="dots"):
         verdict, task_name = evaluate_file(candidate, task, gpu=gpu, sandbox=sandbox)
     if as_json:
-        typer.echo(json.dumps({"task": task_name, "candidate": str(candidate), **verdict.to_dict()}))
+        show_line(json.dumps({"task": task_name, "candidate": str(candidate), **verdict.to_dict()}, default=str))
     else:
-        out.print(verdict_renderable(verdict, task_name))
+        show(verdict_view(verdict, task_name))
     raise typer.Exit(0 if verdict.accepted else 1)
 
 
 # ---- run ----------------------------------------------------------------------------------------
-GpusOpt = Annotated[Optional[list[int]], typer.Option("--gpu", help="GPU index (repeatable); every visible GPU by default, the CPU interpreter without one.")]
+GpusOpt = Annotated[Optional[list[int]], typer.Option("--gpu", metavar="N", help="GPU index (repeatable); every visible GPU by default, the CPU interpreter without one.")]
 
 
 @command(app, "run")
 def run_cmd(
-    task: Annotated[Optional[list[str]], typer.Option("--task", help="A built-in task name, a KernelBench-form .py file, or a folder of them (repeatable).")] = None,
+    task: Annotated[Optional[list[str]], typer.Option("--task", metavar="TASK", help="A built-in task name, a KernelBench-form .py file, or a folder of them (repeatable).")] = None,
     db: DbOpt = DEFAULT_DB,
-    provider: Annotated[Optional[str], typer.Option(help="LLM preset: minimax (default, MiniMax M3), minimax-cn, together, openai, local, custom.")] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="Any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; the key from KERNFORGE_API_KEY.")] = None,
-    model: Annotated[Optional[list[str]], typer.Option("--model", help="Model name (repeatable: the run learns which pays off).")] = None,
-    max_attempts: Annotated[Optional[int], typer.Option("--max-attempts", help="Attempts per task.")] = None,
-    hours: Annotated[Optional[float], typer.Option("--hours", help="Wall-clock budget of the run.")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Token budget of the run (prompt + completion).")] = None,
-    max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Money budget of the run, USD.")] = None,
+    provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="LLM preset: minimax (default, MiniMax M3), minimax-cn, together, openai, local, custom.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="Any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; the key from KERNFORGE_API_KEY.")] = None,
+    model: Annotated[Optional[list[str]], typer.Option("--model", metavar="NAME", help="Model name (repeatable: the run learns which pays off).")] = None,
+    max_attempts: Annotated[Optional[int], typer.Option("--max-attempts", metavar="N", help="Attempts per task.")] = None,
+    hours: Annotated[Optional[float], typer.Option("--hours", metavar="H", help="Wall-clock budget of the run.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", metavar="N", help="Token budget of the run (prompt + completion).")] = None,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", metavar="USD", help="Money budget of the run, USD.")] = None,
     gpu: GpusOpt = None,
     sandbox: SandboxOpt = "process",
-    resume: Annotated[Optional[int], typer.Option("--resume", help="Continue this run id (killed or stopped) without redoing or losing attempts.")] = None,
+    resume: Annotated[Optional[int], typer.Option("--resume", metavar="RUN_ID", help="Continue this run (killed or stopped) without redoing or losing attempts; a run still going is refused.")] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Use the offline tuner even when an API key is configured.")] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the search's random choices.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the search's random choices.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Search for faster kernels: ask the LLM (or, with no API key, the offline tuner) for
-    candidates, verify each on the GPUs (the CPU interpreter without one), archive every attempt.
-    Exit code 0 when the budget is used up, 130 when interrupted, 2 for bad input."""
+    """Search for faster kernels, archiving every attempt.
+
+    Asks the LLM (or, with no API key, the offline tuner) for candidates and verifies each on the
+    GPUs (the CPU interpreter without one). Exit code 0 when the budget is used up, 130 when
+    interrupted, 2 for bad input."""
     from kernforge.loop import display
     from kernforge.loop.budget import Budget
     from kernforge.loop.runner import RunSettings, run
@@ -386,30 +466,50 @@ def run_cmd(
     )
     result = run(settings, display.make_display(out, quiet=as_json))
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), default=str))
+        show_line(json.dumps(result.to_dict(), default=str))
     else:
-        out.print(display.summary(result.to_dict()), highlight=False)
+        show(display.summary(result.to_dict()), highlight=False)
     raise typer.Exit(0 if result.status == "finished" else 130)
 
 
 # ---- doctor -----------------------------------------------------------------------------------
 @command(app)
 def doctor(as_json: JsonOpt = False) -> None:
-    """Check this machine: Python, torch, Triton, CUDA and GPUs, nvcc, sandbox isolation,
-    the Docker engine, and whether an API key is configured (yes/no, never the key)."""
+    """Check this machine: Python, torch, Triton, GPUs, nvcc, sandbox isolation, Docker, API key.
+
+    Whether an API key is configured is said yes or no, never the key."""
     from kernforge.loop.doctor import run_checks
 
     checks = run_checks()
     if as_json:
-        out.print_json(json.dumps({c.name: {"ok": c.ok, "detail": c.detail} for c in checks}))
+        show_json({c.name: {"ok": c.ok, "detail": c.detail} for c in checks})
         return
-    table = Table(title="kernforge doctor")
-    table.add_column("check")
-    table.add_column("")
-    table.add_column("detail")
+    table = FitTable([Col("check"), Col(""), Col("detail", wrap=True)], title="kernforge doctor")
     for c in checks:
-        table.add_row(c.name, "[green]ok[/]" if c.ok else "[yellow]--[/]", c.detail)
-    out.print(table)
+        table.add_row(c.name, "[green]ok[/]" if c.ok else "[yellow]--[/]", escape(c.detail))
+    show(table)
+
+
+def show_json(data) -> bool:
+    """One JSON object on stdout (pretty in a terminal)."""
+    try:
+        out.print_json(json.dumps(data, default=str))
+        out.file.flush()
+    except BrokenPipeError:
+        stdout_gone()
+        return False
+    return True
+
+
+def show_line(text: str) -> bool:
+    """One line of plain text on stdout, exactly as given (``--json`` of run and eval)."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_gone()
+        return False
+    return True
 
 
 def main() -> None:

@@ -13,3 +13,7 @@ class ReadOnlyError(ArchiveError):
 
 class ConflictError(ArchiveError):
     """An idempotency key (run, seq) is already taken by a different attempt."""
+
+
+class RunBusyError(ArchiveError):
+    """A run another live process is running was asked to be resumed."""

@@ -198,7 +198,12 @@ def plan_export(archive: Archive, options: ExportOptions) -> ExportPlan:
     if clashes:
         raise ExportError(f"several tasks map to the op name(s) {', '.join(clashes)}; export them separately")
     if not ops:
-        raise NothingToExport("nothing to export from " + str(archive.path) + ":\n  " + "\n  ".join(notes))
+        hint = ""
+        if any(INTERPRETER_ONLY in n for n in notes):
+            hint = ("\nTo have kernels to export, run `kernforge run` on a machine with a GPU (its kernels are timed and "
+                    "audited there); `kernforge export --check` on its archive then works on this machine too (without "
+                    "a GPU the package's tests run on the CPU)")
+        raise NothingToExport("nothing to export from " + str(archive.path) + ":\n  " + "\n  ".join(notes) + hint)
     return ExportPlan(options.name, Path(archive.path), options, tuple(ops), tuple(notes))
 
 

@@ -125,4 +125,9 @@ def check(out: Path, *, timeout_s: float = 1800) -> str:
         shutil.rmtree(work, ignore_errors=True)
         raise
     shutil.rmtree(work, ignore_errors=True)
-    return f"checked: {result.wheel.name} installed into a fresh venv; its tests: {result.summary}"
+    import torch
+
+    where = (f"on {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else
+             "on the CPU (no GPU here: the entries' kernels are not run; the reference fallbacks, opcheck and "
+             "torch.compile are tested)")
+    return f"checked: {result.wheel.name} installed into a fresh venv; its tests {where}: {result.summary}"

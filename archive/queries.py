@@ -386,6 +386,8 @@ class Queries:
     @guarded
     def search(self, text: str, limit: int = 20) -> list[AttemptSummary]:
         """Attempts whose code or verdict reason contains these words (full-text, best first)."""
+        if not any(ch.isalnum() for ch in text):
+            raise ArchiveError(f"nothing to search for in {text!r}: give words, e.g. `kernforge archive search tl.dot`")
         rows = self.db.query(
             f"{_SUMMARY} JOIN attempts_fts f ON f.rowid = a.id WHERE attempts_fts MATCH ? ORDER BY f.rank LIMIT ?",
             [self.db.quote_fts(text), int(limit)])
@@ -397,6 +399,10 @@ class Queries:
         Three locks: the file is opened ``mode=ro`` (CLI) and ``PRAGMA query_only``; an authorizer
         allows only reads (no ATTACH, which could create a file, no PRAGMA that sets anything).
         """
+
+        if not query.strip():
+            raise ArchiveError('no query given: `kernforge archive sql "SELECT status, count(*) FROM attempts GROUP BY 1"`'
+                               " (tables: tasks, runs, attempts, measurements, audits, environments, tallies)")
 
         def authorize(action: int, arg1: Any, arg2: Any, _db: Any, _trigger: Any) -> int:
             if action in _ALLOWED_ACTIONS:
@@ -428,6 +434,8 @@ class Queries:
             self.conn.set_authorizer(None)
             if self.conn.in_transaction:
                 self.conn.rollback()
+        if cursor.description is None:
+            raise ArchiveError("the query ran no statement (only comments?): give one SELECT, WITH or reading PRAGMA")
         truncated = limit is not None and len(rows) > limit
         return columns, [tuple(r) for r in rows[:limit]], truncated
 

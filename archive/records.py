@@ -83,7 +83,9 @@ class TaskRecord(_Record):
 class RunRecord(_Record):
     """One invocation of the loop. Budget spent is updated in the same transaction as each attempt.
 
-    ``seconds`` is the sum of attempt latencies, so time a killed run spent dead is not charged.
+    ``seconds`` is the run's wall time so far (its sessions together, written by the process
+    running it as it goes and when it stops); ``owner`` is the process running it now (None once
+    it stopped) and ``heartbeat`` when that process last said it is alive.
     """
 
     id: int
@@ -97,6 +99,8 @@ class RunRecord(_Record):
     cost_usd: float = 0.0
     seconds: float = 0.0
     resumes: int = 0
+    owner: str | None = None
+    heartbeat: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,13 @@ from typing import Any, Iterable, Sequence
 from rich.console import Group
 from rich.panel import Panel
 from rich.syntax import Syntax
-from rich.table import Table
 from rich.text import Text
 
-from kernforge.verifier.verdict import THREATS, ShapeResult, describe
+from kernforge.verifier.verdict import THREATS, ShapeResult, Verdict, describe
 
 from .records import AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, ShapeBest, StatRow, Stats
 from .score import is_gpu_timed, roofline_pct
-
-
-def _num(value: float | None, fmt: str = ".2f", suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{fmt}}{suffix}"
+from .tables import Col, FitTable, fmt_num, fmt_us, fmt_x
 
 
 def _shape_lines(shapes: Iterable[ShapeResult]) -> str:
@@ -30,7 +26,7 @@ def _shape_lines(shapes: Iterable[ShapeResult]) -> str:
     for s in shapes:
         if s.time_us is not None:
             hidden = " (hidden)" if s.hidden else ""
-            lines.append(f"{s.label or '(default)'}{hidden}: {s.time_us:.2f} us")
+            lines.append(f"{s.label or '(default)'}{hidden}: {fmt_us(s.time_us)}")
     return "\n".join(lines) or "-"
 
 
@@ -44,34 +40,36 @@ def awaiting_lines(awaiting: Sequence[AwaitingAudit]) -> str:
     return "\n".join(lines)
 
 
-def _caption(table: Table, empty: bool, awaiting: Sequence[AwaitingAudit]) -> None:
+def _caption(table: FitTable, empty: bool, awaiting: Sequence[AwaitingAudit]) -> None:
     if awaiting:
         table.caption = awaiting_lines(awaiting)
     elif empty:
         table.caption = "no accepted attempt with GPU timings yet (interpreter runs are never ranked)"
 
 
-def best_table(entries: Sequence[BestEntry], awaiting: Sequence[AwaitingAudit] = ()) -> Table:
-    table = Table(title=f"best per task and GPU ({len(entries)})",
-                  caption="score = geo-mean speedup vs torch.compile; every best passed its audit")
-    for col in ("task", "gpu", "best time per shape", "x eager", "x compile", "% roofline", "attempt", "model", "audit"):
-        table.add_column(col, justify="right" if col in ("x eager", "x compile", "% roofline", "attempt") else "left")
+def best_table(entries: Sequence[BestEntry], awaiting: Sequence[AwaitingAudit] = ()) -> FitTable:
+    table = FitTable([Col("task"), Col("gpu", wrap=True, drop=4), Col("best time per shape"),
+                      Col("x eager", "right", drop=2), Col("x compile", "right"), Col("% roofline", "right", drop=3),
+                      Col("attempt", "right"), Col("model", drop=5), Col("audit", wrap=True, drop=1)],
+                     title=f"best per task and GPU ({len(entries)})",
+                     caption="x compile (the score) and x eager: geometric-mean speedups; every best passed its audit")
     _caption(table, not entries, awaiting)
     for e in entries:
-        audit = f"passed: {_num(e.audit.audit.measured_us)} us again" if e.audit else "-"
-        table.add_row(e.task, e.gpu, _shape_lines(e.shapes), _num(e.speedup_eager), _num(e.score),
-                      _num(e.pct_roofline, ".1f"), str(e.attempt_id), e.model or "-", audit)
+        audit = f"passed: {fmt_us(e.audit.audit.measured_us)} again" if e.audit else "-"
+        table.add_row(e.task, e.gpu, _shape_lines(e.shapes), fmt_x(e.speedup_eager), fmt_x(e.score),
+                      fmt_num(e.pct_roofline, ".1f"), str(e.attempt_id), e.model or "-", audit)
     return table
 
 
-def shape_best_table(rows: Sequence[ShapeBest], awaiting: Sequence[AwaitingAudit] = ()) -> Table:
-    table = Table(title=f"fastest accepted time per shape, audited attempts only ({len(rows)})")
-    for col in ("task", "gpu", "shape", "dtype", "time us", "x eager", "x compile", "% roofline", "attempt"):
-        table.add_column(col)
+def shape_best_table(rows: Sequence[ShapeBest], awaiting: Sequence[AwaitingAudit] = ()) -> FitTable:
+    table = FitTable([Col("task"), Col("gpu", wrap=True, drop=4), Col("shape"), Col("dtype", drop=5),
+                      Col("time", "right"), Col("x eager", "right", drop=2), Col("x compile", "right"),
+                      Col("% roofline", "right", drop=3), Col("attempt", "right")],
+                     title=f"fastest accepted time per shape, audited attempts only ({len(rows)})")
     _caption(table, not rows, awaiting)
     for r in rows:
-        table.add_row(r.task, r.gpu, r.label + (" (hidden)" if r.hidden else ""), r.dtype, _num(r.time_us),
-                      _num(r.speedup_eager), _num(r.speedup_compile), _num(r.pct_roofline, ".1f"), str(r.attempt_id))
+        table.add_row(r.task, r.gpu, r.label + (" (hidden)" if r.hidden else ""), r.dtype, fmt_us(r.time_us),
+                      fmt_x(r.speedup_eager), fmt_x(r.speedup_compile), fmt_num(r.pct_roofline, ".1f"), str(r.attempt_id))
     return table
 
 
@@ -82,10 +80,10 @@ def _cheats(row: StatRow) -> str:
 def stats_tables(stats: Stats) -> Group:
     tables = []
     for title, rows in (("per task", stats.per_task), ("per model", stats.per_model)):
-        table = Table(title=title)
-        for col in ("task" if title == "per task" else "model", "attempts", "accepted", "rate", "reused",
-                    "cheats caught", "tokens in", "tokens out", "cost $"):
-            table.add_column(col)
+        table = FitTable([Col("task" if title == "per task" else "model"), Col("attempts", "right"),
+                          Col("accepted", "right"), Col("rate", "right"), Col("reused", "right", drop=3),
+                          Col("cheats caught", wrap=True, drop=4), Col("tokens in", "right", drop=2),
+                          Col("tokens out", "right", drop=1), Col("cost $", "right")], title=title)
         for r in rows:
             table.add_row(r.key, str(r.attempts), str(r.accepted), f"{100 * r.acceptance_rate:.1f}%", str(r.reused),
                           _cheats(r), f"{r.tokens_in:,}", f"{r.tokens_out:,}", f"{r.cost_usd:.2f}")
@@ -93,28 +91,30 @@ def stats_tables(stats: Stats) -> Group:
     return Group(*tables)
 
 
-def measurements_table(shapes: Sequence[ShapeResult]) -> Table:
-    table = Table(title="measurements")
-    for col in ("shape", "dtype", "timing", "time us", "spread %", "eager us", "compile us", "x eager",
-                "x compile", "GB/s", "TFLOP/s", "% roofline", "max abs err"):
-        table.add_column(col)
+def measurements_table(shapes: Sequence[ShapeResult]) -> FitTable:
+    """Per-shape results (``archive show`` and ``eval``); at 80 columns the rates and errors go first."""
+    table = FitTable([Col("shape"), Col("dtype", drop=8), Col("timing", drop=4), Col("time", "right"),
+                      Col("spread", "right", drop=5), Col("eager", "right", drop=3), Col("compile", "right", drop=2),
+                      Col("x eager", "right", drop=1), Col("x compile", "right"), Col("GB/s", "right", drop=9),
+                      Col("TFLOP/s", "right", drop=10), Col("% roofline", "right", drop=6),
+                      Col("max abs err", "right", drop=7)], title="measurements")
     for s in shapes:
         table.add_row(
-            (s.label or "(default)") + (" (hidden)" if s.hidden else ""), s.dtype, s.timing, _num(s.time_us),
-            _num(s.spread_pct, ".1f"), _num(s.eager_us), _num(s.compile_us), _num(s.speedup_eager),
-            _num(s.speedup_compile), _num(s.gbps, ".0f"), _num(s.tflops, ".1f"), _num(roofline_pct(s), ".1f"),
-            _num(s.max_abs_err, ".2e"),
+            (s.label or "(default)") + (" (hidden)" if s.hidden else ""), s.dtype, s.timing, fmt_us(s.time_us),
+            fmt_num(s.spread_pct, ".1f", "%"), fmt_us(s.eager_us), fmt_us(s.compile_us), fmt_x(s.speedup_eager),
+            fmt_x(s.speedup_compile), fmt_num(s.gbps, ".0f"), fmt_num(s.tflops, ".1f"), fmt_num(roofline_pct(s), ".1f"),
+            fmt_num(s.max_abs_err, ".2e"),
         )
     return table
 
 
-def summary_table(rows: Sequence[AttemptSummary], title: str) -> Table:
-    table = Table(title=title)
-    for col in ("attempt", "task", "status", "score", "model", "gpu", "reason"):
-        table.add_column(col)
+def summary_table(rows: Sequence[AttemptSummary], title: str) -> FitTable:
+    table = FitTable([Col("attempt", "right"), Col("task"), Col("status", wrap=True), Col("score", "right", drop=2),
+                      Col("model", drop=3), Col("gpu", wrap=True, drop=1), Col("reason", wrap=True, drop=4)],
+                     title=title)
     for r in rows:
         status = r.status + (f" #{r.threat}" if r.threat else "") + (f" (reuse of {r.reuse_of})" if r.reuse_of else "")
-        table.add_row(str(r.id), r.task, status, _num(r.score), r.model or r.proposer or "-", r.gpu, r.reason)
+        table.add_row(str(r.id), r.task, status, fmt_x(r.score), r.model or r.proposer or "-", r.gpu, Text(r.reason))
     return table
 
 
@@ -146,8 +146,8 @@ def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
         (f"attempt {record.id}", "bold"), f"  task {record.task}  run {record.run_id} seq {record.seq}  ",
         f"gpu {record.gpu}  model {record.model or record.proposer or '-'}  {record.created}\n",
         (describe(v), "green" if v.accepted else "red"),
-        f"\nscore {_num(record.score)}  x eager {_num(record.speedup_eager)}  "
-        f"% roofline {_num(record.pct_roofline, '.1f')}  tokens {record.tokens_in}/{record.tokens_out}  "
+        f"\nscore {fmt_num(record.score)}  x eager {fmt_num(record.speedup_eager)}  "
+        f"% roofline {fmt_num(record.pct_roofline, '.1f')}  tokens {record.tokens_in}/{record.tokens_out}  "
         f"cost ${record.cost_usd:.4f}  latency {record.latency_s:.1f}s",
     )
     if record.reuse_of:
@@ -172,10 +172,41 @@ def show_json(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: 
 
 
 def sql_table(columns: Sequence[str], rows: Sequence[tuple], truncated: bool) -> Group:
-    table = Table()
-    for col in columns:
-        table.add_column(col)
+    table = FitTable([Col(c, wrap=True) for c in columns])
     for row in rows:
-        table.add_row(*("NULL" if v is None else str(v) for v in row))
+        table.add_row(*(Text("NULL" if v is None else str(v)) for v in row))
     note = f"first {len(rows)} rows shown (--limit 0 shows all)" if truncated else f"{len(rows)} row(s)"
     return Group(table, Text(note, style="dim"))
+
+
+def verdict_view(verdict: Verdict, task_name: str) -> Group:
+    """A verdict for ``kernforge eval``: status, reason, the measurements table (the one ``archive
+    show`` prints), flags, evidence, and where it was judged."""
+    head = Text()
+    if verdict.accepted:
+        head.append("ACCEPTED", style="bold green")
+    else:
+        head.append(verdict.status.value.upper(), style="bold red")
+        if verdict.threat:
+            head.append(f"  THREATS #{verdict.threat} ({THREATS[verdict.threat]})", style="red")
+    head.append(f"  {task_name}\n")
+    head.append(verdict.reason)
+    parts: list[Any] = [head]
+    if verdict.shapes:
+        parts.append(measurements_table(verdict.shapes))
+    for flag in getattr(verdict, "flags", ()):
+        parts.append(Text(f"flag: {flag}", style="yellow"))
+    evidence = dict(verdict.evidence)
+    if not verdict.accepted and evidence:
+        error = evidence.pop("error", None)
+        lines = [f"{k}: {v}" for k, v in evidence.items() if k not in ("diagnostics", "findings")]
+        if lines:
+            parts.append(Text("evidence: " + "; ".join(lines)[:1500], style="dim"))
+        if error:
+            parts.append(Text(str(error)[-2000:], style="dim"))
+    env = verdict.environment
+    if env:
+        where = env.get("gpu") or f"CPU ({env.get('arch', 'interpreter')})"
+        parts.append(Text(f"on {where}; torch {env.get('torch')}, triton {env.get('triton')}; "
+                          f"verdict in {env.get('verify_seconds', '?')} s", style="dim"))
+    return Group(*parts)

@@ -140,8 +140,19 @@ def _v2_audits(db: Database) -> None:
     db["audits"].create_index(["task_id", "gpu", "attempt_id"])
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits)
+def _v3_run_owner(db: Database) -> None:
+    """Who is running a run now, so a second process cannot resume it meanwhile: ``owner`` names
+    the process (host, boot, pid, start time; NULL once the run stopped), ``heartbeat`` is when it
+    last said it is alive (every few seconds), and ``seconds`` becomes the run's wall time so far."""
+    db["runs"].add_column("owner", str)
+    db["runs"].add_column("heartbeat", str)
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits, _v3_run_owner)
 LATEST = len(MIGRATIONS)
+#: Migrations a read-only reader can do without: they add nothing any query reads (an archive
+#: missing only these is read as it is; the next writer migrates it).
+READ_COMPATIBLE = frozenset({_v3_run_owner})
 
 
 def version(db: Database) -> int:

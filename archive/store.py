@@ -21,11 +21,12 @@ between the two leaves an attempt with no audit, which is simply not a best.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 from sqlite_utils import Database
@@ -35,7 +36,7 @@ from kernforge.verifier.audit import Audit
 
 from . import schema
 from .content import code_hash, environment_fields, environment_key
-from .errors import ArchiveError, ConflictError, ReadOnlyError
+from .errors import ArchiveError, ConflictError, ReadOnlyError, RunBusyError
 from .queries import Queries, guarded
 from .records import AuditRecord, NewAttempt, RunRecord, RunStatus, TaskRecord
 from .score import roofline_pct, summarize
@@ -48,6 +49,37 @@ RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class _CannotOpen(Exception):
+    """SQLite could not open the file or its -wal/-shm beside it, or could not write: maybe read-only."""
+
+    def __init__(self, error: sqlite3.Error) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _cannot_open(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
+    return any(w in str(error) for w in ("unable to open", "readonly database", "access permission"))
+
+
+def read_only_reason(path: Path) -> str | None:
+    """Why this process cannot write ``path`` (and the -wal/-shm files beside it), or None."""
+    path = Path(path).resolve()
+    folder = path.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "on a read-only file system"
+    except OSError:
+        pass
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file is not writable"
+    if not os.access(folder, os.W_OK):
+        return f"its folder {folder} is not writable, and SQLite keeps its -wal and -shm files beside it"
+    return None
 
 
 def gpu_label(environment: Mapping[str, Any]) -> str:
@@ -94,7 +126,30 @@ class Archive(Queries):
 
     @classmethod
     def _connect(cls, path: Path, *, mode: str, readonly: bool, creating: bool) -> "Archive":
-        uri = f"file:{quote(str(path.resolve()))}?mode={mode}"
+        try:
+            return cls._connect_uri(path, f"mode={mode}", readonly=readonly, creating=creating)
+        except _CannotOpen as cannot:
+            why = read_only_reason(path)
+            if why is None:
+                raise ArchiveError(f"{path} is not a kernforge archive or is corrupt: {cannot.error}") from None
+            if not readonly:
+                raise ReadOnlyError(f"{path} is read-only ({why}): this command writes to the archive; copy it to a "
+                                    "writable folder, or point --db at another file") from None
+            wal = Path(f"{path}-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise ReadOnlyError(f"{path} cannot be read in place ({why}): its write-ahead log {wal} holds commits "
+                                    "that SQLite must replay; copy the archive with its -wal file to a writable folder")
+            # Nothing can write it (no -shm: no writer has it open; read-only: none can open it
+            # later) and every commit is in the file: SQLite may read it as an immutable file,
+            # needing neither a -shm nor a lock beside it.
+            try:
+                return cls._connect_uri(path, "mode=ro&immutable=1", readonly=True, creating=False)
+            except _CannotOpen as again:
+                raise ArchiveError(f"{path} is not a kernforge archive or is corrupt: {again.error}") from None
+
+    @classmethod
+    def _connect_uri(cls, path: Path, query: str, *, readonly: bool, creating: bool) -> "Archive":
+        uri = f"file:{quote(str(path.resolve()))}?{query}"
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         except sqlite3.Error as error:
@@ -107,6 +162,8 @@ class Archive(Queries):
             raise
         except sqlite3.Error as error:
             conn.close()
+            if _cannot_open(error):
+                raise _CannotOpen(error) from None
             raise ArchiveError(f"{path} is not a kernforge archive or is corrupt: {error}") from None
         return archive
 
@@ -117,7 +174,7 @@ class Archive(Queries):
             raise ArchiveError(f"{self.path} is an empty file, not a kernforge archive")
         if self.readonly:
             self.conn.execute("PRAGMA query_only = ON")
-            if schema.pending(self.db, str(self.path)):
+            if set(schema.pending(self.db, str(self.path))) - schema.READ_COMPATIBLE:
                 raise ArchiveError(
                     f"{self.path} has an older archive schema; upgrade it with `kernforge archive migrate --db {self.path}`"
                 )
@@ -180,29 +237,62 @@ class Archive(Queries):
         return row[0]
 
     @guarded
-    def start_run(self, config: Mapping[str, Any]) -> int:
+    def start_run(self, config: Mapping[str, Any], owner: str | None = None) -> int:
+        """A new run, ``running``, held by ``owner`` (the process running it; see ``resume_run``)."""
+        now = _now()
+        row = {"config": json.dumps(config, sort_keys=True, default=str), "started": now, "status": "running"}
+        if owner is not None:
+            row |= {"owner": owner, "heartbeat": now}
         with self._write():
-            return self.db["runs"].insert(
-                {"config": json.dumps(config, sort_keys=True, default=str), "started": _now(), "status": "running"}
-            ).last_pk
+            return self.db["runs"].insert(row).last_pk
 
     @guarded
-    def finish_run(self, run_id: int, status: str = "finished") -> None:
+    def finish_run(self, run_id: int, status: str = "finished", *, owner: str | None = None,
+                   seconds: float | None = None) -> None:
+        """Mark the run stopped (``status``) and let go of it; ``seconds``: its wall time so far.
+        With ``owner``, only if that process still holds it (one that took it over keeps it)."""
         if status not in RUN_STATUSES[1:]:
             raise ArchiveError(f"a run finishes as one of {RUN_STATUSES[1:]}, not {status!r}")
         with self._write():
-            self._run_row(run_id)
-            self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, _now(), run_id))
+            run = self._run_row(run_id)
+            if owner is not None and run.owner not in (None, owner):
+                return
+            self.conn.execute("UPDATE runs SET status = ?, ended = ?, owner = NULL, seconds = coalesce(?, seconds)"
+                              " WHERE id = ?", (status, _now(), seconds, run_id))
 
     @guarded
-    def resume_run(self, run_id: int) -> RunStatus:
-        """Mark a killed or stopped run running again; continue it from ``next_seq``."""
+    def resume_run(self, run_id: int, owner: str | None = None,
+                   holder_alive: Callable[[str, float], bool] | None = None) -> RunStatus:
+        """Mark a killed or stopped run running again, held by ``owner``; continue it from ``next_seq``.
+
+        A run another process still holds is refused (``RunBusyError``): ``holder_alive(holder,
+        seconds since its last heartbeat)`` says whether that process is alive. A holder that died
+        without letting go (SIGKILL, a power cut) is not alive, and the run is taken over."""
         with self._write():
-            self._run_row(run_id)
+            run = self._run_row(run_id)
+            if run.owner and run.owner != owner and holder_alive is not None:
+                age = _age_s(run.heartbeat)
+                if holder_alive(run.owner, age):
+                    where = run.owner.split("|", 1)[0]
+                    pid = run.owner.rsplit("/", 2)[-2] if run.owner.count("/") >= 2 else "?"
+                    raise RunBusyError(
+                        f"run {run_id} in {self.path} is still running (process {pid} on {where}, alive "
+                        f"{age:.0f}s ago): it cannot be resumed meanwhile. Wait for it to end, or stop it "
+                        "(Ctrl-C or kill it) and resume it then")
+            now = _now()
             self.conn.execute(
-                "UPDATE runs SET status = 'running', ended = NULL, resumes = resumes + 1 WHERE id = ?", (run_id,)
+                "UPDATE runs SET status = 'running', ended = NULL, resumes = resumes + 1, owner = ?, heartbeat = ?"
+                " WHERE id = ?", (owner, now if owner else None, run_id),
             )
         return self.run_status(run_id)
+
+    @guarded
+    def heartbeat(self, run_id: int, owner: str, seconds: float) -> bool:
+        """``owner`` is alive and has run ``seconds`` of wall time; False if it no longer holds the run."""
+        with self._write():
+            changed = self.conn.execute("UPDATE runs SET heartbeat = ?, seconds = ? WHERE id = ? AND owner = ?",
+                                        (_now(), seconds, run_id, owner)).rowcount
+        return changed == 1
 
     @guarded
     def run_status(self, run_id: int) -> RunStatus:
@@ -259,6 +349,13 @@ class Archive(Queries):
             }).last_pk
         return AuditRecord(id=audit_id, attempt_id=attempt_id, task_id=task_id, gpu=gpu, created=created, audit=audit,
                            run_id=run_id)
+
+
+def _age_s(stamp: str | None) -> float:
+    """Seconds since an archive timestamp (infinite without one)."""
+    if not stamp:
+        return float("inf")
+    return max(0.0, (datetime.now(timezone.utc) - datetime.fromisoformat(stamp)).total_seconds())
 
 
 def _run(row: Mapping[str, Any]) -> RunRecord:
@@ -376,8 +473,8 @@ class _BatchWriter:
         tally = self.tallies.setdefault((a.task_id, a.proposer, a.model, row["status"], row["threat"] or 0), [0] * 5)
         for i, value in enumerate((1, reused, a.tokens_in, a.tokens_out, a.cost_usd)):
             tally[i] += value
-        spent = self.run_totals.setdefault(a.run_id, [0] * 5)
-        for i, value in enumerate((1, a.tokens_in, a.tokens_out, a.cost_usd, a.latency_s)):
+        spent = self.run_totals.setdefault(a.run_id, [0] * 4)
+        for i, value in enumerate((1, a.tokens_in, a.tokens_out, a.cost_usd)):
             spent[i] += value
 
     def _insert(self, table: str, rows: list[dict[str, Any]]) -> None:
@@ -409,6 +506,6 @@ class _BatchWriter:
         )
         self.conn.executemany(
             "UPDATE runs SET attempts = attempts + ?, tokens_in = tokens_in + ?, tokens_out = tokens_out + ?,"
-            " cost_usd = cost_usd + ?, seconds = seconds + ? WHERE id = ?",
+            " cost_usd = cost_usd + ? WHERE id = ?",
             [(*spent, run_id) for run_id, spent in self.run_totals.items()],
         )

@@ -138,6 +138,9 @@ class Meter:
         self.tokens += tokens
         self.cost += cost
 
+    def time_spent(self) -> bool:
+        return self.budget.hours is not None and self.seconds >= self.budget.hours * 3600
+
     # ---- verdicts -------------------------------------------------------------------------------
     def task_done(self, task: str) -> bool:
         """Every attempt of ``task``'s budget is recorded (reservations not counted)."""

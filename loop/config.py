@@ -253,7 +253,12 @@ def read_config_file(env: Mapping[str, str] | None = None) -> tuple[dict[str, An
     """The parsed file and its path; ({}, None) when the default file does not exist."""
     env = os.environ if env is None else env
     path = config_path(env)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as err:  # a folder on the way that this user may not look into
+        raise ConfigError(f"cannot look for the config file {path} ({err.strerror}); set XDG_CONFIG_HOME or "
+                          "KERNFORGE_CONFIG to a folder or file this user can read") from None
+    if not exists:
         if env.get("KERNFORGE_CONFIG"):
             raise ConfigError(f"KERNFORGE_CONFIG names {path}, which does not exist")
         return {}, None

@@ -11,6 +11,7 @@ runner updates as verdicts are recorded, and from a ``RunView`` the display asks
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections import Counter
@@ -20,10 +21,13 @@ from typing import Any, Callable, Mapping, Protocol, TextIO
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
+from kernforge.archive.tables import Col, FitTable, fmt_time, fmt_us, fmt_x
 from kernforge.verifier.verdict import THREATS
+
+__all__ = ["AttemptEvent", "Display", "GuardedDisplay", "LiveDisplay", "PlainDisplay", "QuietDisplay", "RunView", "TaskStats",
+           "attempt_line", "fmt_time", "fmt_us", "fmt_x", "make_display", "progress_table", "stdout_console", "summary"]
 
 
 @dataclass
@@ -132,27 +136,63 @@ class QuietDisplay:
         pass
 
 
+class GuardedDisplay:
+    """A display whose output may vanish: once a write fails because the reader is gone (a closed
+    pipe: ``kernforge run | tee log`` and a Ctrl-C that ended ``tee`` too), it goes quiet instead
+    of raising into the run."""
+
+    def __init__(self, inner: Display) -> None:
+        self.inner = inner
+        self.broken = False
+
+    def _call(self, name: str, *args: Any) -> None:
+        if self.broken:
+            return
+        try:
+            getattr(self.inner, name)(*args)
+        except (BrokenPipeError, ConnectionResetError, ValueError):  # ValueError: a closed file
+            self.broken = True
+
+    def start(self, view: Callable[[], RunView]) -> None:
+        self._call("start", view)
+
+    def attempt(self, event: AttemptEvent) -> None:
+        self._call("attempt", event)
+
+    def note(self, message: str) -> None:
+        self._call("note", message)
+
+    def stop(self) -> None:
+        try:
+            self.inner.stop()
+        except (BrokenPipeError, ConnectionResetError, ValueError):
+            self.broken = True
+
+
+class StdoutConsole(Console):
+    """rich's Console, except that a reader gone (a closed pipe) is a BrokenPipeError its caller
+    handles (a run ends as it would have, with its own exit code) rather than rich's SystemExit(1)."""
+
+    def on_broken_pipe(self) -> None:
+        if self.quiet:
+            return
+        self.quiet = True  # nothing more is written; the interpreter's last flush goes to /dev/null
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        finally:
+            os.close(devnull)
+        raise BrokenPipeError(errno.EPIPE, "the reader of stdout is gone")
+
+
 def stdout_console() -> Console:
     """The console for stdout. Piped into a file or a log (no terminal, no COLUMNS), tables keep
     their rows whole at 160 columns instead of wrapping at rich's default of 80."""
     if sys.stdout.isatty() or os.environ.get("COLUMNS"):
-        return Console()
-    return Console(width=160)
-
-
-def fmt_us(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value / 1000:.3g} ms" if value >= 1000 else f"{value:.3g} us"
-
-
-def fmt_time(value: float | None, interpreter: bool) -> str:
-    """A time, labelled when it is the interpreter's (a wall clock on the CPU, not device time)."""
-    return fmt_us(value) + (" (interpreter)" if interpreter and value is not None else "")
-
-
-def fmt_x(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}x"
+        return StdoutConsole()
+    return StdoutConsole(width=160)
 
 
 def attempt_line(e: AttemptEvent) -> str:
@@ -199,26 +239,43 @@ class PlainDisplay:
         print(text, file=self.stream, flush=True)
 
 
-def progress_table(v: RunView) -> Table:
-    table = Table(title=f"kernforge run {v.run_id}: {v.proposer}", title_justify="left")
-    for col in ("task", "attempts", "accepted", "cheats caught", "rejected", "best time", "x eager",
-                "x compile", "vs seed", "tokens", "cost"):
-        table.add_column(col, justify="left" if col in ("task", "rejected") else "right")
+#: the run's columns, most important first; ``drop``: which go first when the terminal is narrow
+RUN_COLUMNS = (
+    Col("task"), Col("attempts", "right"), Col("accepted", "right"), Col("cheats caught", "right", drop=3),
+    Col("rejected", wrap=True, drop=5), Col("best time", "right"), Col("x eager", "right", drop=2),
+    Col("x compile", "right", drop=1), Col("vs seed", "right", drop=4),
+)
+
+
+def progress_table(v: RunView) -> FitTable:
+    table = FitTable(RUN_COLUMNS + (Col("tokens", "right", drop=6), Col("cost", "right", drop=7)),
+                     title=f"kernforge run {v.run_id}: {v.proposer}", title_justify="left")
     for t in v.tasks:
         rejected = ", ".join(f"{k} {n}" for k, n in t.rejected.most_common(3)) or "-"
-        best = fmt_time(t.best_time_us, t.interpreter) + (" *" if t.best_is_new else "")
         table.add_row(
             t.name + (f"\n[dim]{escape(t.note)}[/]" if t.note else ""), str(t.attempts), str(t.accepted),
-            str(t.cheats), rejected, best, fmt_x(t.best_speedup_eager), fmt_x(t.best_score), fmt_x(t.vs_seed),
-            f"{t.tokens:,}", f"${t.cost:.3f}" + ("" if t.cost_known else "+?"),
+            str(t.cheats), rejected, _best(t.best_time_us, t.interpreter, t.best_is_new), fmt_x(t.best_speedup_eager),
+            fmt_x(t.best_score), fmt_x(t.vs_seed), f"{t.tokens:,}", f"${t.cost:.3f}" + ("" if t.cost_known else "+?"),
         )
     busy = "-" if v.busy is None else f"{100 * v.busy:.0f}%"
     footer = (f"{v.elapsed_s:.0f}s on {', '.join(v.devices)}  busy verifying {busy}  "
               f"{v.tokens:,} tokens  ${v.cost:.3f}  (* new best this run)")
+    if any(t.interpreter for t in v.tasks):
+        footer += f"  {INTERPRETER_NOTE}"
     if v.stopping:
         footer += f"  stopping: {v.stopping}"
     table.caption = footer
     return table
+
+
+#: why an interpreter run shows no best (what ``kernforge archive best`` says too)
+INTERPRETER_NOTE = "interpreter (CPU) runs check correctness only: no best, no speedups"
+
+
+def _best(time_us: float | None, interpreter: bool, new: bool) -> str:
+    if interpreter:
+        return "- (interpreter)"
+    return fmt_us(time_us) + (" *" if new and time_us is not None else "")
 
 
 class LiveDisplay:
@@ -254,23 +311,23 @@ def make_display(console: Console, *, quiet: bool) -> Display:
 
 
 def summary(result: Mapping[str, Any]) -> Group:
-    """The table printed at the end, from ``RunResult.to_dict()``."""
-    table = Table(title=f"run {result['run_id']} {result['status']}: {result['proposer']}", title_justify="left")
-    for col in ("task", "attempts", "accepted", "cheats caught", "rejected", "best time", "x eager", "x compile",
-                "vs seed", "best attempt"):
-        table.add_column(col, justify="left" if col in ("task", "rejected") else "right")
+    """The table printed at the end, from ``RunResult.to_dict()``. Its best per task is the one
+    ``kernforge archive best`` shows: audited GPU kernels only, never an interpreter verdict."""
+    table = FitTable(RUN_COLUMNS + (Col("best attempt", "right"),),
+                     title=f"run {result['run_id']} {result['status']}: {result['proposer']}", title_justify="left")
     for t in result["tasks"]:
         rejected = ", ".join(f"{k} {n}" for k, n in sorted(t["rejected"].items(), key=lambda kv: -kv[1])) or "-"
         table.add_row(
             t["name"], str(t["attempts"]), str(t["accepted"]), str(t["cheats"]), rejected,
-            fmt_time(t["best_time_us"], t["interpreter"]) + (" *" if t["best_is_new"] else ""),
-            fmt_x(t["best_speedup_eager"]),
+            _best(t["best_time_us"], t["interpreter"], t["best_is_new"]), fmt_x(t["best_speedup_eager"]),
             fmt_x(t["best_score"]), fmt_x(t["vs_seed"]), str(t["best_attempt"] or "-"),
         )
-    table.caption = ("* new best this run; x eager / x compile: geometric-mean speedups (GPU); vs seed: the seed's time / "
-                     "the best's (GPU); interpreter times are correctness runs' wall clock, never ranked")
+    interpreter = any(t["interpreter"] for t in result["tasks"])
+    table.caption = ("best time: geometric mean over the shapes of the audited best (as `kernforge archive best`); "
+                     "* new best this run; x eager / x compile: geometric-mean speedups; vs seed: the seed's time / "
+                     "the best's" + (f"; {INTERPRETER_NOTE}" if interpreter else ""))
     busy = "-" if result["busy"] is None else f"{100 * result['busy']:.0f}%"
-    lines = [
+    lines: list[Any] = [
         table,
         Text(f"{result['attempts']} attempt(s) in {result['wall_s']:.0f}s; device time verifying "
              f"{result['verify_s']:.0f}s (busy {busy}); {result['tokens']:,} tokens, ${result['cost']:.4f}; "
@@ -284,12 +341,18 @@ def summary(result: Mapping[str, Any]) -> Group:
                           f"{audits - failed} passed, {failed} failed and demoted"))
     if result.get("stop_reason"):
         lines.append(Text(f"stopped: {result['stop_reason']}"))
+    if result.get("unjudged"):
+        lines.append(Text(f"{result['unjudged']} proposal(s) left unjudged: the time budget was spent before a device "
+                          "was free for them"))
     lines += [Text(f"{t['name']}: {t['note']}") for t in result["tasks"] if t["note"]]
     best = [t for t in result["tasks"] if t["best_attempt"]]
     if best:
         lines.append(Text("best kernels: " + "; ".join(
             f"{t['name']}: kernforge archive show {t['best_attempt']} --db {result['db']}" for t in best)))
+    elif interpreter and any(t["accepted"] for t in result["tasks"]):
+        lines.append(Text(f"accepted kernels (correct on the interpreter; never a best or an export): "
+                          f"kernforge archive sql \"SELECT id, status FROM attempts WHERE run_id = {result['run_id']}\" "
+                          f"--db {result['db']}"))
     lines.append(Text(f"resume with: kernforge run --resume {result['run_id']} --db {result['db']}"
                       if result["status"] in ("interrupted", "failed") else f"archive: {result['db']}"))
     return Group(*lines)
-

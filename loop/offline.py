@@ -55,6 +55,7 @@ from typing import Any, Iterable, Mapping
 
 from kernforge.archive.content import code_hash, text_hash
 from kernforge.archive.score import geomean, is_gpu_timed
+from kernforge.archive.tables import fmt_us
 from kernforge.verifier.verdict import Verdict
 
 from .knobs import Analysis, analyse, rewrite, template_key
@@ -174,7 +175,7 @@ class OfflineProposer:
             return NoProposal(
                 f"exhausted: all {size} configurations of {', '.join(fam.labels)} within reach have been "
                 f"tried" + (f" or skipped ({skipped} need more shared memory than one that ran out)" if skipped else "")
-                + f"; best: {_describe(base)}" + (f" at {best[1]:.4g} µs" if best else " (nothing measured on a GPU)"),
+                + f"; best: {_describe(base)}" + (f" at {fmt_us(best[1])}" if best else " (nothing measured on a GPU)"),
                 "exhausted",
             )
         fam.tried.add(config)
@@ -188,7 +189,7 @@ class OfflineProposer:
         origin = "the parent's configuration (nothing measured on a GPU yet)"
         if best:
             shapes = f"{best[2]} shape" + "s" * (best[2] != 1)
-            origin = f"the best measured configuration ({best[1]:.4g} µs, geometric mean over {shapes})"
+            origin = f"the best measured configuration ({fmt_us(best[1])}, geometric mean over {shapes})"
         return Proposal(source, f"offline tuning of {kernels}: {changes}, from {origin}",
                         values, base, code_hash(source))
 

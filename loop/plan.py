@@ -82,6 +82,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     #: audits of would-be bests per device (their time is in ``verify_s_per_device``)
     audited_per_device: dict[str, int] = field(default_factory=dict)
+    #: proposals made but never judged: the time budget was spent before a device was free
+    unjudged: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "tasks"}
@@ -104,9 +106,11 @@ class TaskState:
     ids: dict[str, int] = field(default_factory=dict)  # code hash -> attempt id (parents' ids)
 
     def note_best(self, *, new: bool = True) -> None:
-        """Copy the population's best into the stats the display shows."""
+        """Copy the population's best into the stats the display shows. On the interpreter the
+        population still leads from one, but the display shows none: interpreter verdicts are never
+        a best (``kernforge archive best`` shows none either)."""
         best = self.population.best
-        if best is None:
+        if best is None or self.stats.interpreter:
             return
         st = self.stats
         summary = speedups(best.verdict)
@@ -161,7 +165,9 @@ def resumed_spent(archive: Archive, run_id: int, tasks: list[Task], task_ids: li
         if r.task_id in names:
             counts[names[r.task_id]] = counts.get(names[r.task_id], 0) + 1
     run = status.run
-    seconds = earlier_seconds(run.started, [r.created for r in rows], dead_gap_s)
+    # the wall time its sessions recorded (heartbeats, the end of each), or, for a run recorded
+    # before runs kept it, the time its attempts' timestamps show it alive
+    seconds = max(run.seconds, earlier_seconds(run.started, [r.created for r in rows], dead_gap_s))
     return Spent(attempts=counts, tokens=run.tokens_in + run.tokens_out, cost=run.cost_usd, seconds=seconds), status.next_seq
 
 

@@ -185,6 +185,13 @@ class OfflineTuner:
             return NoProposal(
                 f"nothing to tune: {task.name}'s seed kernel was rejected{why} and no other kernel is accepted",
                 "nothing_to_tune")
+        if not parents and task.seed_source is not None and task.interpreter_unsupported:
+            # the seed was left out: it cannot run under the interpreter (plan.task_state)
+            return NoProposal(
+                f"nothing to tune on the CPU: {task.name}'s seed kernel runs on a GPU only "
+                f"({task.interpreter_unsupported.rstrip('.')}), and the archive holds no kernel accepted on the CPU "
+                "for it. Run it on a GPU machine, or let an LLM write one the Triton interpreter can run "
+                "(set KERNFORGE_API_KEY or MINIMAX_API_KEY, or give --base-url)", "nothing_to_tune")
         if not parents:
             return NoProposal(
                 f"nothing to tune: {task.name} has no seed kernel and the archive holds no accepted kernel for it. "

@@ -26,9 +26,14 @@
   fatal LLM error, or Ctrl-C. The first Ctrl-C (SIGINT) stops asking: in-flight LLM requests
   are cancelled, the candidates already proposed are judged and recorded. A second Ctrl-C, or
   SIGTERM, abandons the verifications in flight (never recorded half-way). Either way the run
-  is marked ``interrupted``. A run killed outright (SIGKILL, a power cut) stays ``running``;
-  ``--resume RUN_ID`` continues any run: its tasks and proposer from the archive, its spent
-  budget counted from its rows, its next sequence number after its last recorded attempt.
+  is marked ``interrupted``. The time budget is a hard stop: once it is spent nothing new is
+  judged (a verification under way finishes; queued proposals are left, and counted). A run
+  killed outright (SIGKILL, a power cut) stays ``running``; ``--resume RUN_ID`` continues any
+  run: its tasks and proposer from the archive, its spent budget counted from its rows, its next
+  sequence number after its last recorded attempt.
+* **One process per run.** The process running a run holds it in the archive and writes a
+  heartbeat with the run's wall time (liveness.py); ``--resume`` of a run whose holder is alive
+  is refused before anything is written, and a dead holder's run is taken over.
 """
 
 from __future__ import annotations
@@ -52,11 +57,12 @@ from kernforge.verifier.judge import JudgeOptions
 from kernforge.verifier.verdict import Rejected, Status, Verdict
 
 from .budget import Meter, Spent
-from .display import AttemptEvent, Display, QuietDisplay, RunView
+from .display import AttemptEvent, Display, GuardedDisplay, QuietDisplay, RunView
 from .errors import LoopError
 from .devices import Devices
 from .evaluate import resolve_devices
 from .lessons import Failure
+from .liveness import Heartbeat, holder_alive, this_process
 from .llm import LLMError
 from .plan import (RunResult, RunSettings, TaskState, dead_gap_s, load_run_tasks, resumed_spent, settings_for_resume,
                    task_state)
@@ -73,7 +79,12 @@ MAX_CONSECUTIVE_LLM_FAILURES = 5
 class Runner:
     def __init__(self, settings: RunSettings, display: Display | None = None) -> None:
         self.settings = settings
-        self.display = display or QuietDisplay()
+        # a display that cannot write (stdout closed: `kernforge run | tee log` and a Ctrl-C) goes quiet
+        self.display = GuardedDisplay(display or QuietDisplay())
+        self.owner = this_process()
+        self._heartbeat: Heartbeat | None = None
+        self._before = Spent()
+        self.unjudged = 0  # proposals left unjudged because the time budget was spent
         self.archive: Archive | None = None
         self.run_id: int | None = None
         self.states: list[TaskState] = []
@@ -109,6 +120,8 @@ class Runner:
             if s.resume is not None:
                 s = settings_for_resume(self.archive, s)
                 self.settings = s
+            if s.sandbox not in ("process", "docker"):
+                raise LoopError(f"--sandbox must be 'process' or 'docker', not {s.sandbox!r}")
             tasks = load_run_tasks(s.tasks)
             config = llm_config(provider=s.provider, base_url=s.base_url, models=s.models, offline=s.offline)
             names = resolve_devices(s.gpus)
@@ -118,6 +131,8 @@ class Runner:
             self.bandit = Bandit(seed_rng(s.seed, "bandit"))
             task_ids = [self.archive.register_task(t) for t in tasks]
             self.run_id, before = self._start_run(config, tasks, task_ids)
+            self._before = before
+            self._heartbeat = Heartbeat(s.db, self.run_id, self.owner, self.charged_seconds)
             self.display.note(f"run {self.run_id}: starting sandbox workers and the reference on {', '.join(names)}...")
             if config is not None and s.budget.unlimited:
                 self.display.note("no budget given (--max-attempts, --hours, --max-tokens, --max-cost): "
@@ -148,9 +163,11 @@ class Runner:
             raise
         finally:
             await self._close()
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
             if self.archive is not None:
                 if self.run_id is not None:
-                    self.archive.finish_run(self.run_id, status)
+                    self.archive.finish_run(self.run_id, status, owner=self.owner, seconds=self.charged_seconds())
                 self.archive.close()
         if self.failure is not None:
             if self.run_id is not None:
@@ -173,8 +190,9 @@ class Runner:
         if s.resume is None:
             stored = {"settings": s.stored(), "llm": config.to_dict() if config else None,
                       "task_refs": {t.name: t.ref for t in tasks}}
-            return self.archive.start_run(stored), Spent()
-        self.archive.resume_run(s.resume)
+            return self.archive.start_run(stored, owner=self.owner), Spent()
+        # refused (RunBusyError) while the process running it is alive; nothing is written then
+        self.archive.resume_run(s.resume, self.owner, holder_alive)
         gap = dead_gap_s(config, JudgeOptions())
         spent, self._next_seq = resumed_spent(self.archive, s.resume, tasks, task_ids, gap)
         return s.resume, spent
@@ -233,6 +251,11 @@ class Runner:
         for item in self._late:
             if self.abandon:
                 break
+            if self._out_of_time():
+                state, _ = item
+                state.pending -= 1
+                self._leave_unjudged(state)
+                continue
             await self._queue.put(item)
         if not self.abandon:
             for _ in self._consumers:
@@ -247,13 +270,31 @@ class Runner:
         await asyncio.sleep(max(0.0, left))
         self.stop(self.meter.stopped() or "the time budget is spent")
 
+    def charged_seconds(self) -> float:
+        """The run's wall time: its earlier sessions' and this one's so far."""
+        return self._before.seconds + (time.monotonic() - self._t0)
+
     def stop(self, reason: str) -> None:
-        """Ask for no more proposals; cancel the requests in flight; judge what is queued."""
-        if self.stopping is None:
+        """Ask for no more proposals; cancel the requests in flight; judge what is queued (unless
+        the time budget is spent: then nothing more is started)."""
+        first = self.stopping is None
+        if first:
             self.stopping = reason
-            self.display.note(f"stopping: {reason}")
         for task in self._producers:
             task.cancel()
+        if first:
+            self.display.note(f"stopping: {reason}")
+
+    def _out_of_time(self) -> bool:
+        """The time budget is spent: no verification may start any more (one running finishes)."""
+        if self.meter is None or not self.meter.time_spent():
+            return False
+        self.stop(self.meter.stopped() or "the time budget is spent")
+        return True
+
+    def _leave_unjudged(self, state: TaskState) -> None:
+        self.unjudged += 1
+        self.meter.release(state.task.name)
 
     def abandon_all(self) -> None:
         """Stop at once: verifications in flight are abandoned, never recorded."""
@@ -372,6 +413,9 @@ class Runner:
                 return
             state, proposal = item
             try:
+                if self._out_of_time():  # stop means stop: nothing new starts once the time is spent
+                    self._leave_unjudged(state)
+                    continue
                 await self._judge_and_record(index, state, proposal)
             except asyncio.CancelledError:
                 return
@@ -526,7 +570,7 @@ class Runner:
         self.display.attempt(AttemptEvent(
             task=state.task.name, seq=seq, attempt_id=attempt_id, status=verdict.status.value, threat=verdict.threat,
             reused=reuse_of is not None, proposer=p.proposer, model=p.model if p.proposer != "offline" else "",
-            time_us=geomean_us(verdict), interpreter=state.stats.interpreter, new_best=new_best,
+            time_us=geomean_us(verdict), interpreter=state.stats.interpreter, new_best=new_best and not state.stats.interpreter,
             speedup_eager=speedups(verdict)["speedup_eager"],
             reason=p.description if verdict.accepted else verdict.reason,
             tokens=p.tokens_in + p.tokens_out, cost=p.cost, verify_s=verify_s,
@@ -552,7 +596,8 @@ class Runner:
 
     def result(self, status: str) -> RunResult:
         assert self.meter is not None and self.run_id is not None
-        notes = self.display.notes if isinstance(self.display, QuietDisplay) else []
+        inner = self.display.inner
+        notes = inner.notes if isinstance(inner, QuietDisplay) else []
         return RunResult(
             run_id=self.run_id, status=status, db=str(self.settings.db),
             proposer=self.proposer.describe() if self.proposer else "", devices=tuple(self.devices.names),
@@ -564,6 +609,7 @@ class Runner:
             startup_s=(self._t_devices or time.monotonic()) - self._t0, busy=self._busy(), tokens=self.meter.tokens,
             cost=self.meter.cost, retries=self.retries, llm_failures=self.llm_failures,
             stop_reason=self.stopping, arms=self.bandit.table() if self.bandit else [], notes=list(notes),
+            unjudged=self.unjudged,
         )
 
 

@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from docker.errors import DockerException
+from requests.exceptions import RequestException
 
 from . import docker_gpu, docker_image, procs
+from .procs import owner_alive, owner_id  # noqa: F401  (the owner label of containers; tests)
 from .docker_probe import default_tag
 from .docker_worker import PRIVATE_PREFIX, ContainerPlan, DockerWorker, Engine, call_quietly
 from .env import worker_env
@@ -86,6 +88,12 @@ class DockerBackend(ProcessBackend):
             raise SandboxError("a profiled worker runs in the process sandbox only (its profiler must be its parent)")
         image = image or default_tag()
         self.engine = Engine(docker_image.client())
+        with docker_image.engine_errors(f"preparing docker workers of {image}"):
+            self._prepare(spec, image, memory_bytes, processes)
+        super().__init__(spec, pool_size, refill=refill, start_timeout=start_timeout, mechanism=MECHANISM)
+        self.drop_uid = self.plan.lease_uids
+
+    def _prepare(self, spec: WorkerSpec, image: str, memory_bytes: int | None, processes: int | None) -> None:
         info = docker_image.image_info(self.engine.client, image)
         if info is None:
             raise SandboxError(f"the worker image '{image}' is missing: build it with `kernforge sandbox build-image` "
@@ -100,8 +108,6 @@ class DockerBackend(ProcessBackend):
         if removed:
             log.info("removed %d worker containers of kernforge processes that no longer exist", removed)
         self.plan, self.gpu_detail = self._plan(spec, info, memory_bytes, processes)
-        super().__init__(spec, pool_size, refill=refill, start_timeout=start_timeout, mechanism=MECHANISM)
-        self.drop_uid = self.plan.lease_uids
 
     # ---- the container every worker gets ---------------------------------------------------------
     def _plan(self, spec: WorkerSpec, info: docker_image.ImageInfo, memory_bytes: int | None,
@@ -168,7 +174,16 @@ class DockerBackend(ProcessBackend):
         try:
             return DockerWorker(self.plan, self.engine)
         except DockerException as e:
-            raise SandboxError(f"the engine refused a worker container: {e}") from None
+            text = getattr(e, "explanation", None) or str(e)
+            if self.plan.python in text and "no such file or directory" in text:
+                raise SandboxError(
+                    f"the worker image {self.image.tag} starts its workers with {self.plan.python}, which its "
+                    "containers do not have (an image built from a virtual environment by an older kernforge, or "
+                    "on another machine): rebuild it with `kernforge sandbox build-image --from-host --force`"
+                ) from None
+            raise SandboxError(f"the engine refused a worker container: {text}") from None
+        except RequestException as e:
+            raise SandboxError(f"the Docker engine did not answer while starting a worker ({e})") from None
 
     def _monitor(self, busy: list[ProcessSession]) -> None:
         visible = [s for s in busy if s.worker.host_pid is not None and s.worker.alive()]
@@ -183,41 +198,13 @@ class DockerBackend(ProcessBackend):
     def close(self) -> None:
         """Stop every worker and remove every container this backend started."""
         super().close()
-        remove_containers(self.engine, {LABEL_BACKEND: self.backend_id}, wait=REMOVAL_WAIT_SECONDS)
+        try:
+            remove_containers(self.engine, {LABEL_BACKEND: self.backend_id}, wait=REMOVAL_WAIT_SECONDS)
+        except (DockerException, RequestException, SandboxError) as e:  # the next backend's sweep removes them
+            log.warning("removing this backend's containers: %s", e)
 
 
 # ---- owners and sweeping -------------------------------------------------------------------------
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return raw[raw.rfind(b")") + 2 :].split()[19].decode()
-
-
-def owner_id(pid: int | None = None) -> str:
-    """``boot/pid/start time`` of a process: names it uniquely on this machine, across pid reuse."""
-    pid = os.getpid() if pid is None else pid
-    return f"{_boot_id()}/{pid}/{_start_time(pid)}"
-
-
-def owner_alive(owner: str) -> bool:
-    try:
-        boot, pid, start = owner.split("/")
-    except ValueError:
-        return False
-    return boot == _boot_id() and pid.isdigit() and _start_time(int(pid)) == start
-
-
 def _engine_processes_visible() -> bool:
     """Whether this process sees the engine's processes (and so its containers') in /proc."""
     for pidfile in ("/run/docker.pid", "/var/run/docker.pid"):

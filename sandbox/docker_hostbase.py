@@ -49,25 +49,52 @@ def host_library_folders(exclude: str) -> list[str]:
     paths = sysconfig.get_paths()
     candidates = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib", "include", "platinclude")]
     candidates += site.getsitepackages()
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    # Folders .pth files add inside the installation (e.g. lib-dynload, vendored trees) count too;
-    # sys.path[0] is the running script's folder (a console script's bin/), never a library.
+    # Folders .pth files add (lib-dynload, vendored trees, a venv's link to another installation's
+    # site-packages) count too: the path a fresh interpreter starts with, never this process's
+    # (a test runner or a script adds its own folders) nor $PYTHONPATH's (-E).
     scripts = {os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(sys.executable))}
-    candidates += [p for p in sys.path[1:] if p and os.path.isabs(p) and os.path.realpath(p) not in scripts
-                   and any(under(os.path.realpath(p), f) for f in prefixes - {"/", "/usr"})]
+    candidates += [p for p in installation_path() if os.path.realpath(p) not in scripts]
     nvcc = shutil.which("nvcc")
     if nvcc:
         candidates.append(str(Path(os.path.realpath(nvcc)).parents[1]))
-    repo = exclude
+    repo = os.path.realpath(exclude)
+    venv = virtual_env()
+    if venv is not None:
+        # The whole venv, not only its site-packages: its bin/python3 (the link workers are
+        # started through) and pyvenv.cfg, which make the interpreter that venv's. In the image
+        # they could be hidden (a venv under /tmp is under the container's private /tmp).
+        candidates.append(venv if not under(repo, venv) else os.path.join(venv, "bin"))
     keep = []
     for c in candidates:
         if not c or not os.path.isabs(c) or not os.path.isdir(c):
             continue
         real = os.path.realpath(c)
-        if under(repo, real) or under(real, repo) or real in ("/", "/usr", "/usr/local"):
+        # A folder holding the checkout would show the worker its archive; one inside it is fine
+        # only in the venv (a checkout's .venv)
+        inside_venv = venv is not None and under(real, venv) and not under(repo, venv)
+        if under(repo, real) or (under(real, repo) and not inside_venv) or real in ("/", "/usr", "/usr/local"):
             continue
         keep.append(real)
     return list(outermost(keep))
+
+
+def installation_path() -> list[str]:
+    """``sys.path`` of a fresh interpreter of this installation (its own folders and the ones its
+    .pth files add), without the current folder or $PYTHONPATH."""
+    try:
+        done = subprocess.run([sys.executable, "-E", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                              capture_output=True, text=True, timeout=60, cwd="/")
+        found = json.loads(done.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+        raise SandboxError(f"--from-host: cannot ask {sys.executable} for its library folders: {e}") from None
+    return [p for p in found if isinstance(p, str) and p and os.path.isabs(p)]
+
+
+def virtual_env() -> str | None:
+    """The real path of the virtual environment this interpreter runs in, or None."""
+    if sys.prefix == sys.base_prefix:
+        return None
+    return os.path.realpath(sys.prefix)
 
 
 def elf_closure(roots: Iterable[str]) -> set[str]:

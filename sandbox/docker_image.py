@@ -22,6 +22,7 @@ parent and worker never speak different protocols.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from .docker_hostbase import Log, host_base
 from .docker_probe import WORKER_IMAGE, default_tag  # noqa: F401  (default_tag: for the CLI)
@@ -89,6 +91,23 @@ def client(timeout: int = 120):
     except (DockerException, OSError) as e:
         raise SandboxError(f"no Docker engine reachable: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     return engine
+
+
+@contextlib.contextmanager
+def engine_errors(doing: str) -> Iterator[None]:
+    """The Docker SDK's errors (a refusal, an engine that stopped answering) as a SandboxError
+    that says what was being done: a message for the CLI, never a traceback."""
+    from docker.errors import APIError, DockerException
+    from requests.exceptions import RequestException
+
+    try:
+        yield
+    except APIError as e:
+        raise SandboxError(f"{doing}: the Docker engine refused ({e.status_code}): {e.explanation or e}") from None
+    except DockerException as e:
+        raise SandboxError(f"{doing}: {e}") from None
+    except RequestException as e:
+        raise SandboxError(f"{doing}: the Docker engine did not answer ({type(e).__name__}: {e})") from None
 
 
 # ---- kernforge sources -----------------------------------------------------------------------
@@ -157,9 +176,16 @@ def image_info(engine, tag: str = WORKER_IMAGE) -> ImageInfo | None:
 def build_image(engine=None, *, base: str | None = None, tag: str = WORKER_IMAGE, from_host: bool = False,
                 with_toolchain: bool | None = None, force: bool = False, log: Log = print) -> ImageInfo:
     """Build the worker image (skipped when one built from the same inputs exists)."""
-    engine = engine or client(timeout=600)
     if from_host and base:
         raise SandboxError("--from-host makes its own base: give --base or --from-host, not both")
+    engine = engine or client(timeout=600)
+    with engine_errors(f"building the worker image {tag}"):
+        return _build_image(engine, base=base, tag=tag, from_host=from_host, with_toolchain=with_toolchain,
+                            force=force, log=log)
+
+
+def _build_image(engine, *, base: str | None, tag: str, from_host: bool, with_toolchain: bool | None, force: bool,
+                 log: Log) -> ImageInfo:
     host_folders: list[str] = []
     python = "python3"
     if from_host:

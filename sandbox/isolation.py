@@ -207,12 +207,14 @@ def mount_plan(workdir: str, needed: tuple[str, ...], hidden: tuple[str, ...], d
     folders it needs bound back in, and (for a dropped uid) closed ancestors opened up."""
     covers: dict[str, MountOp] = {p: MountOp("tmpfs", p, True, 0o1777) for p in PRIVATE_TMP}
     files: list[MountOp] = []
+    hidden_dirs: set[str] = set()
     for raw in hidden:
         path = os.path.realpath(raw)
         if path in NEVER_COVER or path in covers or not os.path.exists(path):
             continue
         if os.path.isdir(path):
             covers[path] = MountOp("tmpfs", path)
+            hidden_dirs.add(path)
         else:
             files.append(MountOp("hide_file", path))
     binds = [MountOp("bind", workdir, writable=True)]
@@ -224,10 +226,14 @@ def mount_plan(workdir: str, needed: tuple[str, ...], hidden: tuple[str, ...], d
                     covers.setdefault(folder, MountOp("tmpfs", folder))
     # A bind is needed only where a cover hides the path; covers inside a bind come after it.
     binds = [b for b in binds if any(under(b.path, c) and b.path != c for c in covers)]
-    # A hidden file already under a cover (and not bound back) needs nothing more.
+    # A hidden folder or file already under a cover (and not bound back) needs nothing more: a
+    # second tmpfs there would need a mount point the first one hid (bwrap makes one; mount(2)
+    # does not), e.g. a hidden folder under /tmp.
     layers = sorted(list(covers.values()) + binds, key=lambda op: _depth(op.path))
+    kept = {p: op for p, op in covers.items()
+            if p in PRIVATE_TMP or p not in hidden_dirs or _visible(p, [o for o in layers if o is not op])}
     files = [f for f in files if _visible(f.path, layers)]
-    ops = list(covers.values()) + binds + files
+    ops = list(kept.values()) + binds + files
     return sorted(ops, key=lambda op: (_depth(op.path), op.kind != "tmpfs"))
 
 

@@ -62,10 +62,14 @@ def apply_plan(plan: Iterable[dict], tmpfs_bytes: int) -> list[str]:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     # Bind sources are opened before any tmpfs can cover them; the bind then goes through the fd.
     sources = {op["path"]: os.open(op["path"], os.O_PATH | os.O_CLOEXEC) for op in plan if op["kind"] == "bind"}
-    writable = set()
+    writable, covered = set(), []
     for op in plan:
         path = op["path"]
         if op["kind"] == "tmpfs":
+            if not os.path.exists(path) and any(_under(path, c) for c in covered):
+                # hidden by an earlier tmpfs of ours: make the mount point there, as bwrap does
+                os.makedirs(path, 0o755, exist_ok=True)
+            covered.append(path)
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={op['mode']:o},size={tmpfs_bytes}")
         elif op["kind"] == "bind":
             fd = sources[path]

@@ -146,3 +146,35 @@ def sweep_uid(uid: int, patience: float = 10.0) -> bool:
         for pid in pids:
             _signal(pid, signal.SIGKILL)
         time.sleep(0.01)
+
+
+# ---- owners: a process named uniquely on this machine, across pid reuse ----------------------------
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2 :].split()[19].decode()
+
+
+def owner_id(pid: int | None = None) -> str:
+    """``boot/pid/start time`` of a process: names it uniquely on this machine, across pid reuse."""
+    pid = os.getpid() if pid is None else pid
+    return f"{boot_id()}/{pid}/{_start_time(pid)}"
+
+
+def owner_alive(owner: str) -> bool:
+    try:
+        boot, pid, start = owner.split("/")
+    except ValueError:
+        return False
+    return boot == boot_id() and pid.isdigit() and _start_time(int(pid)) == start

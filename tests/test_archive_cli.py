@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -216,11 +222,158 @@ def test_browse_without_datasette_says_how_to_install(db, monkeypatch):
 
 def test_browse_runs_datasette_on_the_file(db, monkeypatch):
     calls = []
+
+    class Child:
+        def __init__(self, argv, **kw):
+            calls.append(argv)
+
+        def wait(self, timeout=None):
+            return 0
+
+        def poll(self):
+            return 0
+
     monkeypatch.setattr(browse_module.importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setattr(browse_module.subprocess, "call", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(browse_module.subprocess, "Popen", Child)
     result = invoke("browse", "--db", db, "--port", 9123, "--no-open")
     assert result.exit_code == 0, result.output
     assert calls[0][1:] == ["-m", "datasette", "serve", str(db), "--port", "9123"]
+    assert invoke("browse", "--db", db, "--port", 0).exit_code == 2
+
+
+FAKE_DATASETTE = """
+import os, sys, time
+open(os.environ["KF_CHILD_PID"], "w").write(str(os.getpid()))
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
+def test_browse_never_leaves_datasette_behind(db, tmp_path, how):
+    """`archive browse` stopped by SIGTERM (systemd, kill), SIGHUP (a closed terminal) or even
+    SIGKILL: Datasette goes with it instead of living on under PID 1."""
+    fake = tmp_path / "fake" / "datasette"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(FAKE_DATASETTE)
+    pid_file = tmp_path / "child.pid"
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'fake'}:{os.environ.get('PYTHONPATH', '')}",
+               KF_CHILD_PID=str(pid_file))
+    parent = subprocess.Popen([sys.executable, "-m", "kernforge.cli", "archive", "browse", "--db", str(db), "--no-open",
+                               "--port", "18999"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert parent.poll() is None and time.monotonic() < deadline, parent.stderr.read()
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        parent.send_signal(how)
+        parent.wait(30)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "Datasette outlived `kernforge archive browse`"
+    if how != signal.SIGKILL:
+        assert parent.returncode == 0 and "Traceback" not in parent.stderr.read()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_search_without_words_is_an_error(db):
+    for text in ("", '"', "  "):
+        result = invoke("search", text, "--db", db)
+        assert result.exit_code == 2 and "nothing to search for" in result.output, result.output
+
+
+def test_sql_without_a_query_is_an_error(db):
+    for query in ("", "   ", "/* nothing */"):
+        result = invoke("sql", query, "--db", db)
+        assert result.exit_code == 2 and "error:" in result.output and "Traceback" not in result.output, result.output
+    assert invoke("sql", "SELECT 1", "--limit", "-1", "--db", db).exit_code == 2
+
+
+# ---- a read-only archive ------------------------------------------------------------------------
+def _read_only_view(folder):
+    """A command prefix that runs in a mount namespace where ``folder`` is on a read-only file
+    system (root), or None where that cannot be made here."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return None
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    if probe.returncode:
+        return None
+    return ["unshare", "--mount", "sh", "-c", f'mount --bind "{folder}" "{folder}" && '
+            f'mount -o remount,bind,ro "{folder}" && exec "$@"', "sh"]
+
+
+@pytest.fixture
+def read_only_archive(db, tmp_path):
+    """(command prefix, archive path): a good archive whose file system is read-only, or (as a
+    plain user) whose file and folder are not writable."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "k.db"
+    shutil.copy(db, path)
+    prefix = _read_only_view(folder)
+    if prefix is None:
+        if os.geteuid() == 0:
+            pytest.skip("needs unshare --mount (root) or a plain user to make the archive read-only")
+        path.chmod(0o444)
+        folder.chmod(0o555)
+        prefix = []
+    yield prefix, path
+    folder.chmod(0o755)
+
+
+def _kernforge(prefix, *args):
+    env = {k: v for k, v in os.environ.items() if k != "KERNFORGE_DB"} | {"COLUMNS": "250"}
+    return subprocess.run(prefix + [sys.executable, "-m", "kernforge.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("args", [("archive", "stats"), ("archive", "best"), ("archive", "show", 1),
+                                  ("archive", "sql", "SELECT count(*) FROM attempts"), ("archive", "search", "triton")])
+def test_a_read_only_archive_is_read(read_only_archive, args):
+    prefix, path = read_only_archive
+    done = _kernforge(prefix, *args, "--db", path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "corrupt" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args", [("archive", "migrate"), ("run", "--task", "rms_norm", "--max-attempts", "1")])
+def test_writing_a_read_only_archive_says_it_is_read_only(read_only_archive, args):
+    prefix, path = read_only_archive
+    done = _kernforge(prefix, *args, "--db", path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "is read-only" in done.stderr and "corrupt" not in done.stderr and "Traceback" not in done.stderr
+
+
+# ---- at 80 columns ------------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [("best",), ("best", "--shapes"), ("stats",), ("show", 3), ("search", "triton"),
+                                  ("sql", "SELECT id, status, reason, code_hash FROM attempts LIMIT 5")])
+def test_archive_tables_fit_80_columns(db, args, monkeypatch):
+    from rich.console import Console
+
+    from kernforge import cli
+
+    monkeypatch.setattr(cli, "out", Console(width=80))  # an 80-column terminal
+    result = invoke(*args, "--db", db)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in result.output, result.output
+    with Archive.open(db, readonly=True) as archive:
+        names = {r[0] for r in archive.sql("SELECT name FROM tasks")[1]}
+    shown = [n for n in names if n in result.output]
+    assert shown or args[0] == "sql", result.output  # task names whole
 
 
 def test_migrate_reports_the_version(db):

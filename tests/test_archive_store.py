@@ -293,10 +293,10 @@ def test_runs_track_budget_and_resume(archive, ids):
     status = archive.resume_run(run_id)
     run = status.run
     assert (run.status, run.ended, run.resumes, run.attempts) == ("running", None, 1, 2)
-    assert (run.tokens_in, run.tokens_out, run.cost_usd, run.seconds) == (11, 3, 0.5, 5.5)
+    assert (run.tokens_in, run.tokens_out, run.cost_usd, run.seconds) == (11, 3, 0.5, 0.0)
     assert status.next_seq == 2 and sorted(status.attempts) == [0, 1]
-    archive.finish_run(run_id)
-    assert archive.run_status(run_id).run.status == "finished"
+    archive.finish_run(run_id, seconds=12.5)  # the wall time, from the process that ran it
+    assert (archive.run_status(run_id).run.status, archive.run_status(run_id).run.seconds) == ("finished", 12.5)
     with pytest.raises(ArchiveError, match="finishes as one of"):
         archive.finish_run(run_id, "exploded")
     with pytest.raises(ArchiveError, match="no run 5"):
@@ -386,7 +386,7 @@ def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
     with pytest.raises(ArchiveError, match="kernforge archive migrate"):
         Archive.open(path, readonly=True)
     with Archive.open(path) as archive:  # a writable open migrates
-        assert schema.version(archive.db) == schema.LATEST == 2
+        assert schema.version(archive.db) == schema.LATEST == 3
         assert {"attempt_id", "run_id", "passed", "reason", "recorded_us", "measured_us", "verdict", "created"} \
             <= set(archive.db["audits"].columns_dict)
         assert archive.get_attempt(first).audit_passed is None and archive.best() == []
@@ -394,3 +394,19 @@ def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
         archive.record_audit(first, synthetic.audit(archive.get_attempt(first).verdict))
     with Archive.open(path, readonly=True) as archive:
         assert [b.attempt_id for b in archive.best()] == [first] and archive.awaiting_audit() == []
+
+
+def test_an_archive_without_run_owners_is_read_as_it_is_and_migrated_by_a_writer(tmp_path, monkeypatch):
+    """v3 (who holds a run) adds nothing a query reads: read-only commands read a v2 archive
+    unchanged (it may be on a read-only disk); the next writer migrates it."""
+    path = tmp_path / "v2.db"
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
+    monkeypatch.setattr(schema, "LATEST", 2)
+    with Archive.create(path) as old:
+        task, run = old.register_task(synthetic.task_record("rms_norm")), old.start_run({})
+        old.record_attempt(NewAttempt(run, 0, task, "c = 1", accepted(10, 5)))
+    monkeypatch.undo()
+    with Archive.open(path, readonly=True) as archive:
+        assert schema.version(archive.db) == 2 and len(archive.runs()) == 1 and archive.stats().per_task
+    with Archive.open(path) as archive:
+        assert schema.version(archive.db) == schema.LATEST and archive.runs()[0].owner is None

@@ -332,6 +332,7 @@ def test_cli_says_clearly_when_the_archive_holds_only_interpreter_verdicts(tmp_p
     assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None)))  # a message, no crash
     text = said(result)
     assert "nothing to export" in text and "rms_norm: no GPU-verified kernel" in text and "Traceback" not in text
+    assert "run `kernforge run` on a machine with a GPU" in " ".join(text.split())  # what to do about it
     asked = runner.invoke(app, ["export", "--db", str(cpu_only), "--out", str(tmp_path / "pkg"), "--gpu", "cpu"])
     assert asked.exit_code == 2 and "checked for correctness only" in said(asked) and "Traceback" not in said(asked)
     assert not (tmp_path / "pkg").exists()
@@ -405,6 +406,17 @@ def test_export_builds_installs_and_passes_its_own_tests(full_archive, tmp_path)
     for test in per_op:
         passed = [n for n, s in cases.items() if n.startswith(test) and s == "passed"]
         assert len(passed) == len(manifest["ops"]), (test, cases)
+
+
+def test_a_check_says_where_the_package_was_tested(tmp_path, monkeypatch):
+    """Without a GPU `export --check` still runs (the README's command): it says the package's
+    tests ran on the CPU, where only the fallbacks, opcheck and torch.compile are exercised."""
+    made = export_check.CheckResult(wheel=tmp_path / "k-1.0-py3-none-any.whl", venv=tmp_path, report=tmp_path / "r.xml",
+                                    output="10 passed, 40 skipped in 8.6s\n")
+    monkeypatch.setattr(export_check, "check_package", lambda out, work, timeout_s: made)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    said_ = export_check.check(tmp_path / "out")
+    assert "on the CPU (no GPU here" in said_ and "10 passed, 40 skipped" in said_
 
 
 def test_a_check_step_past_its_timeout_is_a_clean_failure_and_leaves_no_folder(tmp_path, monkeypatch):

@@ -69,6 +69,15 @@ def test_offline_tuner_has_nothing_to_tune_without_a_kernel():
     assert "no seed kernel" in result.reason and "KERNFORGE_API_KEY" in result.reason
 
 
+def test_a_gpu_only_seed_on_the_cpu_is_called_gpu_only_not_missing():
+    """`tasks list` says the task has a seed: on the CPU the tuner says it runs on a GPU only."""
+    task = load_task("fp8_quant_per_group")
+    assert task.seed_source is not None and task.interpreter_unsupported
+    result = asyncio.run(OfflineTuner().propose(task, Population(rng=random.Random(0)), Lessons()))
+    assert isinstance(result, NoProposal) and result.kind == "nothing_to_tune"
+    assert "runs on a GPU only" in result.reason and "no seed kernel" not in result.reason
+
+
 def test_offline_tuner_tunes_the_seed_and_never_repeats():
     task = load_task(TINY)
     pop = Population(rng=random.Random(0))

@@ -113,7 +113,8 @@ def test_run_against_a_scripted_llm(fake_llm, tmp_path, monkeypatch):
     run = conn.execute("SELECT status, attempts, tokens_in + tokens_out FROM runs").fetchone()
     conn.close()
     assert run[0] == "finished" and run[1] == 7 and run[2] == sum(r["tokens_in"] + r["tokens_out"] for r in rows)
-    assert f"kernforge archive show {rows[0]['id']} " in result.output  # the best kernel, reported
+    # interpreter verdicts: no best (as `kernforge archive best` says); the accepted kernels are pointed at
+    assert "best kernels" not in result.output and "correct on the interpreter; never a best" in result.output
 
     # The key went to the server in the Authorization header and nowhere else.
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("k.db*"))
@@ -131,7 +132,8 @@ def test_readme_main_job_without_key_or_gpu(tmp_path, monkeypatch):
     assert data["tokens"] == 0 and data["cost"] == 0
     rows = attempts(tmp_path / "kernforge.db")
     assert [(r["proposer"], r["status"]) for r in rows] == [("seed", "accepted")]  # the seed runs on the interpreter
-    assert data["tasks"][0]["best_attempt"] == rows[0]["id"]
+    # correct on the interpreter, never a best: the summary says what `kernforge archive best` says
+    assert data["tasks"][0]["accepted"] == 1 and data["tasks"][0]["best_attempt"] is None
 
     # A second run continues from the archive: the seed is not judged again, the tuner starts from it.
     result = cli.invoke(app, ["run", "--task", "rms_norm", "--max-attempts", "1"])
@@ -139,7 +141,7 @@ def test_readme_main_job_without_key_or_gpu(tmp_path, monkeypatch):
     rows = attempts(tmp_path / "kernforge.db")
     assert [(r["run_id"], r["proposer"]) for r in rows] == [(1, "seed"), (2, "offline")]
     assert rows[1]["parent_id"] == rows[0]["id"] and rows[1]["code_hash"] != rows[0]["code_hash"]
-    assert "offline tuning of _rms_norm_kernel" in result.output and "kernforge archive show" in result.output
+    assert "offline tuning of _rms_norm_kernel" in result.output and "kernforge archive sql" in result.output
 
 
 def test_ctrl_c_cancels_the_request_in_flight_and_marks_the_run_interrupted(fake_llm, tmp_path, monkeypatch):
@@ -226,6 +228,7 @@ def test_bad_input_is_a_clear_error(tmp_path):
         (["run", "--task", "rms_norm", "--model", "MiniMax-M3", "--db", str(tmp_path / "k.db")], "no API key"),
         (["run", "--task", "rms_norm", "--gpu", "5", "--db", str(tmp_path / "k.db")], "--gpu 5"),
         (["run", "--db", str(tmp_path / "k.db")], "no task"),
+        (["run", "--task", "rms_norm", "--sandbox", "vm", "--db", str(tmp_path / "k.db")], "--sandbox must be"),
     ]:
         result = cli.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
@@ -307,8 +310,8 @@ def test_a_cpu_run_keeps_verdicts_typed_learns_by_check_and_never_ranks_interpre
         best = archive.best()
     assert [r.status for r in rows] == ["accepted", "runtime_error", "accepted", "runtime_error", "accepted"]
     stats = result.tasks[0]
-    # the seed was accepted first; four orders of magnitude "faster" interpreter times later change nothing
-    assert stats.best_attempt == rows[0].id and rows[0].proposer == "seed" and stats.best_is_new
+    # interpreter times rank nothing: no best in the run's stats, as in `kernforge archive best`
+    assert stats.best_attempt is None and stats.best_time_us is None and stats.accepted == 3
     assert stats.vs_seed is None and stats.interpreter
     assert best == []  # `kernforge archive best` ranks GPU verdicts only
     assert sqlite3.connect(db).execute("SELECT count(*) FROM audits").fetchone()[0] == 0  # interpreter: never audited
@@ -458,3 +461,111 @@ def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, m
     with Archive.open(db, readonly=True) as archive:
         (best,) = archive.best()
         assert best.attempt_id == attempts(db)[-1]["id"] and best.attempt_id != rows[0]["id"]
+
+
+def _llm_run(fake_llm, tmp_path, db: Path, *extra: str) -> subprocess.Popen:
+    """`kernforge run` in a process of its own against the fake LLM (one request at a time), its
+    stdout and stderr piped."""
+    config = tmp_path / "config" / "kernforge"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "config.toml").write_text("[llm]\nconcurrency = 1\nrequest_timeout_s = 300\n")
+    env = {k: v for k, v in os.environ.items() if k not in KEY_ENV_VARS} | {
+        "KERNFORGE_API_KEY": KEY, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    return subprocess.Popen([sys.executable, "-m", "kernforge.cli", "run", "--task", str(TASKS / "tiny_norm"),
+                             "--db", str(db), "--base-url", fake_llm.base_url, "--model", "fake-model", *extra],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_the_second_request(fake_llm, db: Path, run: subprocess.Popen) -> None:
+    """Until the run recorded its first attempt and waits on its next (slow) request."""
+    deadline = time.monotonic() + 300
+    while recorded(db) < 1 or not fake_llm.in_flight:
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.1)
+
+
+def _run_row(db: Path) -> tuple:
+    conn = sqlite3.connect(db)
+    row = conn.execute("SELECT status, owner, attempts, seconds FROM runs WHERE id = 1").fetchone()
+    conn.close()
+    return row
+
+
+def test_ctrl_c_with_stdout_gone_stays_interrupted(fake_llm, tmp_path):
+    """`kernforge run ... | tee log` and Ctrl-C: the terminal's SIGINT ends tee too, so every write to
+    stdout fails from then on. The run still stops cleanly: interrupted, exit 130, no traceback."""
+    fake_llm.script = [reply(fenced(GOOD_KERNEL)), slow(300, reply(fenced(GOOD_COMMENTED)))]
+    db = tmp_path / "k.db"
+    run = _llm_run(fake_llm, tmp_path, db, "--max-attempts", "5")
+    _wait_for_the_second_request(fake_llm, db, run)
+    run.stdout.close()  # tee is gone
+    run.send_signal(signal.SIGINT)
+    stderr = run.stderr.read()
+    assert run.wait(120) == 130, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+    assert _run_row(db)[:3] == ("interrupted", None, 1)
+
+
+def test_resuming_a_live_run_is_refused_and_leaves_it_alone(fake_llm, tmp_path):
+    fake_llm.script = [reply(fenced(GOOD_KERNEL)), slow(300, reply(fenced(GOOD_COMMENTED)))]
+    db = tmp_path / "k.db"
+    live = _llm_run(fake_llm, tmp_path, db, "--max-attempts", "5")
+    try:
+        _wait_for_the_second_request(fake_llm, db, live)
+        status, owner, count, _ = _run_row(db)
+        assert status == "running" and str(live.pid) in owner
+
+        second = cli.invoke(app, ["run", "--resume", "1", "--db", str(db)])
+        assert second.exit_code == 2, second.output
+        assert "still running" in second.output and f"process {live.pid}" in second.output
+        assert "Traceback" not in second.output
+        assert _run_row(db)[:3] == ("running", owner, count)  # the live run is untouched...
+        assert live.poll() is None
+    finally:
+        live.send_signal(signal.SIGINT)
+        output, errors = live.communicate(timeout=120)
+    assert live.returncode == 130, output + errors  # ...and ends as it would have: interrupted, not failed
+    status, owner, count, seconds = _run_row(db)
+    assert (status, owner, count) == ("interrupted", None, 1) and seconds > 0  # its wall time recorded
+    assert "ConflictError" not in output + errors and "different code" not in output + errors
+
+
+def test_a_time_budget_starts_nothing_once_it_is_spent(tmp_path, monkeypatch):
+    """--hours: once the time is spent no verification starts (those under way finish); proposals
+    already made are left unjudged and the summary says so. The run records its wall time."""
+    from kernforge.loop import devices
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.runner import RunSettings, run
+
+    started: list[float] = []
+
+    class SlowJudge:
+        def verify(self, code, task):
+            started.append(time.monotonic())
+            time.sleep(0.5)
+            return StandInJudge(["accepted"]).verify(code, task)
+
+        def environment(self):
+            return StandInJudge([]).environment()
+
+    import contextlib
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        yield SlowJudge()
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cpu"])
+    db = tmp_path / "k.db"
+    hours = 0.3 / 3600
+    t0 = time.monotonic()
+    result = run(RunSettings(tasks=(str(seeded_task(tmp_path)),), db=db, offline=True,
+                             budget=Budget(max_attempts=50, hours=hours)))
+    assert result.status == "finished" and "time budget" in (result.stop_reason or "")
+    budget_end = t0 + result.startup_s + hours * 3600
+    assert started and all(s < budget_end + 0.05 for s in started), (started, budget_end)
+    assert result.attempts == len(started) <= 2
+    conn = sqlite3.connect(db)
+    seconds, count = conn.execute("SELECT seconds, attempts FROM runs").fetchone()
+    conn.close()
+    assert count == result.attempts and seconds >= result.wall_s - 0.5 > 0

@@ -415,3 +415,14 @@ def test_interpreter_times_never_move_the_search():
         unmeasured.record(q.source, None)
     assert cpu_bases == plain_bases == [parent] * 12
     assert "nothing measured on a GPU yet" in p.description
+
+
+def test_times_in_descriptions_read_as_the_display_shows_them():
+    """One unit per time, never an exponent: `23.6 ms` beside `23.6 ms`, not `2.359e+04 µs`."""
+    proposer = OfflineProposer(seed=0)
+    source = _seed("rms_norm")
+    first = proposer.propose(source, _verdict(23_590.0))
+    proposer.record(first.source, _verdict(23_590.0))
+    second = proposer.propose(source)
+    assert "e+0" not in second.description and "µs" not in second.description
+    assert "ms, geometric mean over" in second.description

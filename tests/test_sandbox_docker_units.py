@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -117,6 +118,60 @@ def test_host_library_folders_never_include_the_checkout():
     assert any(os.path.exists(os.path.join(f, "os.py")) or os.path.exists(os.path.join(f, "site-packages")) for f in folders)
 
 
+def _fake_venv(root):
+    (root / "bin").mkdir(parents=True)
+    (root / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (root / "bin" / "python3").symlink_to(sys.executable)
+    return root
+
+
+@pytest.mark.parametrize("inside_checkout", [False, True])
+def test_a_venv_is_bound_whole(tmp_path, monkeypatch, inside_checkout):
+    """A worker is started through the venv's bin/python3 (a link to the base interpreter) and
+    needs its pyvenv.cfg: the whole venv is bound, not only its site-packages. Under /tmp (hidden
+    by the container's private /tmp were it only in the image) and inside the checkout (.venv)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    venv = _fake_venv(repo / ".venv" if inside_checkout else tmp_path / "venv")
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    folders = docker_hostbase.host_library_folders(str(repo))
+    assert str(venv.resolve()) in folders
+    assert not any(f == str(repo.resolve()) or str(repo.resolve()).startswith(f + "/") for f in folders)
+
+
+def test_engine_failures_are_sandbox_errors():
+    from docker.errors import APIError
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+
+    for failure, words in [(APIError("500 Server Error", explanation="no space left on device"), "no space left"),
+                           (RequestsConnectionError("Connection aborted."), "did not answer")]:
+        with pytest.raises(SandboxError, match=words) as info:
+            with docker_image.engine_errors("building the worker image x"):
+                raise failure
+        assert "building the worker image x" in str(info.value)
+
+
+def test_an_image_whose_interpreter_is_missing_says_rebuild(monkeypatch):
+    from docker.errors import APIError
+
+    from kernforge.sandbox import docker_backend
+
+    backend = object.__new__(docker_backend.DockerBackend)
+    backend.plan = type("Plan", (), {"python": "/tmp/venv/bin/python3"})()
+    backend.image = type("Info", (), {"tag": "kernforge-worker"})()
+    backend.engine = None
+
+    def refused(plan, engine):
+        raise APIError("400 Client Error", explanation='failed to create shim task: OCI runtime create failed: exec: '
+                                                       '"/tmp/venv/bin/python3": stat /tmp/venv/bin/python3: no such '
+                                                       'file or directory: unknown')
+
+    monkeypatch.setattr(docker_backend, "DockerWorker", refused)
+    with pytest.raises(SandboxError, match="rebuild it with `kernforge sandbox build-image --from-host --force`"):
+        backend._new_worker()
+
+
 def test_image_holds_only_what_workers_import():
     files = docker_image.package_files()
     assert {"__init__.py", "sandbox/worker.py", "sandbox/docker_entry.py", "verifier/harness.py", "tasks/runtime.py",
@@ -166,3 +221,39 @@ def test_driver_found_outside_the_loader_cache(tmp_path):
         (tmp_path / name).write_bytes(b"")
     assert docker_gpu.scan_driver_folders([str(tmp_path), str(tmp_path / "missing")]) == {
         "libcuda.so.1": str(tmp_path / "libcuda.so.1"), "libnvidia-ml.so.1": str(tmp_path / "libnvidia-ml.so.1")}
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_an_image_built_from_a_venv_under_tmp_runs_its_workers(tmp_path):
+    """`kernforge sandbox build-image --from-host` run by a venv's kernforge (here a venv under
+    /tmp, whose packages come from this interpreter's through a .pth file), then `eval --sandbox
+    docker` with that image: the worker starts (its bin/python3 is there) and judges the seed."""
+    import sysconfig
+
+    from kernforge.tasks.loader import load_task
+
+    venv = tmp_path / "venv"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python3"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    here = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    (Path(site) / "_kernforge_parent.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in here))
+    tag = f"kernforge-worker-venv-test:{os.getpid()}"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERNFORGE_SANDBOX_IMAGE")}
+    try:
+        built = subprocess.run([str(python), "-m", "kernforge.cli", "sandbox", "build-image", "--from-host", "--tag", tag],
+                               capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert str(venv) in built.stderr  # the venv is bound whole
+        candidate = tmp_path / "seed.py"
+        candidate.write_text(load_task("rms_norm").seed_source)
+        judged = subprocess.run([str(python), "-m", "kernforge.cli", "eval", str(candidate), "--task", "rms_norm",
+                                 "--sandbox", "docker", "--json"], capture_output=True, text=True, timeout=900,
+                                env=env | {"KERNFORGE_SANDBOX_IMAGE": tag}, cwd=tmp_path)
+        assert judged.returncode == 0, judged.stdout + judged.stderr
+        assert "Traceback" not in judged.stderr
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)

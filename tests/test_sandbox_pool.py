@@ -94,7 +94,12 @@ def test_close_with_busy_and_warm_workers_leaves_nothing():
         backend.session("sandbox_jobs.hostile:echo", {}, LIMITS)
 
 
-def test_hidden_paths_look_empty(tmp_path):
+@pytest.mark.parametrize("isolation", ["strict", "bwrap", "namespaces"])
+def test_hidden_paths_look_empty(tmp_path, isolation):
+    """Under /tmp (pytest's tmp_path) too, with either mechanism: the H200 has no bwrap, so the
+    worker's own mount(2) plan must hide them as well as bwrap does."""
+    if isolation != "strict" and not mechanism_available(isolation):
+        pytest.skip(f"no {isolation} here")
     secret_dir = tmp_path / "hidden_tests"
     secret_dir.mkdir()
     (secret_dir / "shapes.txt").write_text("hidden shape 4097")
@@ -104,7 +109,8 @@ def test_hidden_paths_look_empty(tmp_path):
         p.chmod(0o755)
     secret_file.chmod(0o644)
     (secret_dir / "shapes.txt").chmod(0o644)
-    spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, hidden_paths=(str(secret_dir), str(secret_file)))
+    spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, hidden_paths=(str(secret_dir), str(secret_file)),
+                      isolation=isolation)
     with ProcessBackend(spec, pool_size=0) as backend:
         if not backend.mechanism.mountns:
             pytest.skip("no mount namespace on this machine")

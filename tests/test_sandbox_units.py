@@ -11,6 +11,7 @@ import signal
 import socket
 import struct
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -270,15 +271,34 @@ def test_mount_plan_covers_hides_and_binds_back(tmp_path):
     by_path = {op.path: op for op in plan}
     assert by_path["/tmp"] == MountOp("tmpfs", "/tmp", True, 0o1777)
     assert by_path[workdir] == MountOp("bind", workdir, writable=True)
-    assert by_path[str(home)].kind == "tmpfs" and not by_path[str(home)].writable
+    under_tmp = str(tmp_path).startswith("/tmp/")
+    if under_tmp:  # the private /tmp hides the home already: no second cover (its mount point is hidden)
+        assert str(home) not in by_path
+    else:
+        assert by_path[str(home)].kind == "tmpfs" and not by_path[str(home)].writable
     assert by_path[str(home / "venv")] == MountOp("bind", str(home / "venv"))
     assert by_path[str(db)].kind == "hide_file"
     assert "/usr/lib" not in by_path  # visible anyway: not under any cover
-    if str(tmp_path).startswith("/tmp/"):  # under the private /tmp: bound back in
+    if under_tmp:  # under the private /tmp: bound back in
         assert by_path[str(tmp_path / "repo")] == MountOp("bind", str(tmp_path / "repo"))
     order = [op.path for op in plan]
-    assert order.index(str(home)) < order.index(str(home / "venv"))
+    if not under_tmp:
+        assert order.index(str(home)) < order.index(str(home / "venv"))
     assert order.index("/tmp") < order.index(workdir)
+
+
+@pytest.mark.parametrize("bound_back", [False, True])
+def test_mount_plan_covers_nothing_twice(bound_back):
+    """A hidden folder under the private /tmp is hidden by it already: a tmpfs of its own would
+    need a mount point the /tmp tmpfs hid (mount(2) makes none). Bound back in, it is covered."""
+    hidden = ("/tmp/pytest-of-x/hidden_tests", "/tmp/repo/hidden_tests")
+    needed = ("/tmp/repo",) if bound_back else ()
+    with mock.patch("os.path.exists", return_value=True), mock.patch("os.path.isdir", return_value=True), \
+            mock.patch("os.path.realpath", side_effect=lambda p: p):
+        plan = mount_plan("/tmp/w/work", needed=needed, hidden=hidden, drop_uid=False)
+    covers = {op.path for op in plan if op.kind == "tmpfs"}
+    assert "/tmp/pytest-of-x/hidden_tests" not in covers
+    assert ("/tmp/repo/hidden_tests" in covers) is bound_back
 
 
 def test_mount_plan_never_covers_system_folders():

@@ -57,4 +57,4 @@ def test_run_command_verifies_in_docker(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["run", "--task", "rms_norm", "--max-attempts", "1", "--sandbox", "docker", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["status"] == "finished" and data["tasks"][0]["best_attempt"] is not None, data
+    assert data["status"] == "finished" and data["tasks"][0]["accepted"] == 1, data
