@@ -13,3 +13,7 @@ class ReadOnlyError(ArchiveError):
 
 class ConflictError(ArchiveError):
     """An idempotency key (run, seq) is already taken by a different attempt."""
+
+
+class ReportError(ArchiveError):
+    """``kernforge report`` cannot write its page or screenshot (a missing folder, no permission, no browser)."""
