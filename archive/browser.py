@@ -41,10 +41,15 @@ def find_chromium() -> str | None:
     return None
 
 
-def _launch(page: Path, *args: str, timeout_s: float) -> str:
+def require_chromium() -> str:
     binary = find_chromium()
     if binary is None:
         raise ReportError("no headless Chromium found (apt-get install chromium, or set KERNFORGE_CHROMIUM to the browser)")
+    return binary
+
+
+def _launch(page: Path, *args: str, timeout_s: float) -> str:
+    binary = require_chromium()
     with tempfile.TemporaryDirectory(prefix="kernforge-chromium-") as profile:
         command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
                    "--disable-extensions", "--mute-audio", f"--user-data-dir={profile}",

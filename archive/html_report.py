@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import html_report_charts as charts
-from .browser import screenshot
+from .browser import require_chromium, screenshot
 from .errors import ReportError
 from .html_report_data import Baseline, Counts, GpuSection, ReportData, Step, TaskSection, report_data, threat_label
 from .score import geomean
@@ -85,6 +85,7 @@ def write_report(db: str | Path, out: str | Path = DEFAULT_OUT, *, run_id: int |
     _check_writable(out, "--out")
     if png is not None:
         _check_writable(Path(png), "--png")
+        require_chromium()  # before the work, not after it
     with Archive.open(db, readonly=True) as archive:
         data = report_data(archive, run_id)
     page, plots = render(data)
