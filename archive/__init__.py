@@ -7,6 +7,8 @@
 * ``schema``: tables, indexes and ordered migrations (``PRAGMA user_version``);
 * ``score``: what "best" means; ``content``: code normalisation and environment keys;
 * ``records``: the frozen records it takes and returns; ``report``: tables for the CLI.
+* ``html_report``: ``kernforge report``'s one-file HTML page (data in ``html_report_data``, plots in
+  ``html_report_charts``, headless Chromium in ``browser``).
 
 It imports nothing above it but the verdict types and plain task data.
 """

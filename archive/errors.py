@@ -17,3 +17,7 @@ class ConflictError(ArchiveError):
 
 class RunBusyError(ArchiveError):
     """A run another live process is running was asked to be resumed."""
+
+
+class ReportError(ArchiveError):
+    """``kernforge report`` cannot write its page or screenshot (a missing folder, no permission, no browser)."""

@@ -444,3 +444,37 @@ def test_show_says_how_the_attempt_was_audited(db):
         assert result.exit_code == 0 and words in " ".join(result.output.split()), (attempt, result.output)
     data = json.loads(invoke("show", failed, "--db", db, "--json").output)
     assert [a["audit"]["passed"] for a in data["audits"]] == [False] and data["attempt"]["audit_passed"] is False
+
+
+# ---- kernforge report -----------------------------------------------------------------------------
+def test_report_writes_the_page(db, tmp_path):
+    out = tmp_path / "page.html"
+    result = runner.invoke(app, ["report", "--db", str(db), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out}" in " ".join(result.output.split()) and out.stat().st_size > 100_000
+    assert "kernforge report: the whole archive" in out.read_text()
+    one = runner.invoke(app, ["report", "--db", str(db), "--run", "1", "--out", str(tmp_path / "run.html")])
+    assert one.exit_code == 0 and "kernforge report: run 1" in (tmp_path / "run.html").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--db", "{tmp}/none.db"], "no archive at"),
+    (["--run", "99"], "no run 99 in"),
+    (["--out", "{tmp}/no/such/folder/r.html"], "does not exist"),
+    (["--out", "{tmp}"], "is a folder"),
+])
+def test_report_bad_input_is_a_clear_error(db, tmp_path, args, message):
+    args = [a.format(tmp=tmp_path) for a in args]
+    result = runner.invoke(app, ["report", "--db", str(db), "--out", str(tmp_path / "r.html"), *args])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "error:" in said and message in said and "Traceback" not in said
+
+
+def test_report_help_reads_like_prose():
+    result = runner.invoke(app, ["report", "--help"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0
+    for words in ("opens offline in any browser", "Interpreter (CPU) verdicts check correctness only",
+                  "--run", "--out", "--png", "--db"):
+        assert words in said
