@@ -388,11 +388,12 @@ def export_cmd(
 @command(app, "report")
 def report_cmd(
     db: DbOpt = DEFAULT_DB,
-    run: Annotated[Optional[int], typer.Option("--run", help="Only this run (its id, as `kernforge run` printed it); the whole archive by default.")] = None,
-    out_file: Annotated[Path, typer.Option("--out", help="The HTML file to write (replaced if it exists).")] = Path("kernforge-report.html"),
-    png: Annotated[Optional[Path], typer.Option("--png", help="Also save a full-page PNG screenshot here (needs headless Chromium: apt-get install chromium).")] = None,
+    run: Annotated[Optional[int], typer.Option("--run", metavar="ID", help="Only this run (its id, as `kernforge run` printed it); the whole archive by default.")] = None,
+    out_file: Annotated[Path, typer.Option("--out", metavar="PATH", help="The HTML file to write (replaced if it exists).")] = Path("kernforge-report.html"),
+    png: Annotated[Optional[Path], typer.Option("--png", metavar="PATH", help="Also save a full-page PNG screenshot here (needs headless Chromium: apt-get install chromium).")] = None,
 ) -> None:
-    """Write one HTML page about the archive, or one run of it, that opens offline in any browser.
+    """Write one HTML page about the archive (or one run) that opens offline in any browser.
+
     Per task and GPU it shows the best time over the attempts and the running best, the best
     against PyTorch eager and torch.compile per shape, its % of roofline, the verdicts by status
     and cheat class, the lineage of the best, and tokens and cost. Interpreter (CPU) verdicts
