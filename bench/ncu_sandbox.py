@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernforge.sandbox.isolation import choose_mechanism
+from kernforge.sandbox.isolation import mechanism as choose_mechanism
 from kernforge.verifier import ncu
 
 PROGRAM = "import torch; x = torch.ones(1024, device='cuda'); torch.cuda.nvtx.range_push('kernforge-profile'); " \

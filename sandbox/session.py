@@ -179,7 +179,8 @@ class ProcessSession:
             if self._failure is None:
                 self._failure = WorkerFailure(FailureKind.EXITED_EARLY, "the session was closed")
         self._collect_report(0)
-        if self.worker.spec.profiler:  # its report is written as the worker exits
+        spec = getattr(self.worker, "spec", None)  # a container has no profiler
+        if spec is not None and spec.profiler:  # its report is written as the worker exits
             self.worker.wait_exit(PROFILER_EXIT_S)
         self.worker.kill()
         diagnostics = self._partial_diagnostics()

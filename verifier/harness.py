@@ -84,8 +84,8 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     if "snapshot" not in _STATE:
         warm_up()
     _STATE["channel"] = channel
-    handlers = {"attach": _attach, "calibrate": _calibrate, "load": _load, "check": _check, "prepare_batch": _prepare_batch, "run_batch": _run_batch,
-                "profile": _profile}
+    handlers = {"attach": _attach, "calibrate": _calibrate, "load": _load, "check": _check,
+                "prepare_batch": _prepare_batch, "run_batch": _run_batch, "profile": _profile}
     while True:
         msg = channel.recv()
         received = I.perf_counter()

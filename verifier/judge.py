@@ -326,7 +326,8 @@ class Judge:
         a fresh worker whose parent is ncu (see verifier/ncu.py); a note where it cannot run."""
         exe = ncu.available()
         if not self.on_gpu or self.profiled is None or exe is None:
-            why = "not on a GPU" if not self.on_gpu else "ncu is not installed" if exe is None else "the sandbox cannot run a profiler"
+            why = ("not on a GPU" if not self.on_gpu else "ncu is not installed" if exe is None
+                   else "the sandbox cannot run a profiler")
             return ncu.Profile(False, f"no Nsight Compute record: {why}")
         shape = runtime.largest_shape(task, "cuda")
         init_seed = secrets.randbits(31)

@@ -119,8 +119,8 @@ class Profile:
             entry = kernels.setdefault(x.name[:200], [0, 0.0])
             entry[0] += 1
             entry[1] += x.us
-        return {"ran": self.ran, "note": self.note, "calls": self.calls, "shape": dict(self.shape),
-                "per_call_us": self.per_call_us, "kernels": {k: {"launches": n, "us": round(t, 3)} for k, (n, t) in kernels.items()}}
+        return {"ran": self.ran, "note": self.note, "calls": self.calls, "shape": dict(self.shape), "per_call_us": self.per_call_us,
+                "kernels": {k: {"launches": n, "us": round(t, 3)} for k, (n, t) in kernels.items()}}
 
 
 def judge(profile: Profile, own: Sequence[str], allow_torch_ops: bool, trusted_us: float | None) -> str | None:
