@@ -117,3 +117,21 @@ def test_calls_alternate_halves_and_repeats_reuse_inputs(judge, asked):
     repeats = [m for m in prepared if m.get("repeat_of")]
     keys = {m["key"] for m in prepared}
     assert len(repeats) == 2 and all(r["repeat_of"] in keys for r in repeats)
+
+
+# ---- time to a verdict is bounded by the task, not by the session's whole limit ----------------
+HANGS_IN_FORWARD = C.HONEST.replace("def forward(self, x, w):", "def forward(self, x, w):\n        while True:\n            pass", 1)
+HANGS_AT_IMPORT = "while True:\n    pass\n" + C.HONEST
+
+
+@pytest.mark.parametrize("source, where", [(HANGS_IN_FORWARD, "checking"), (HANGS_AT_IMPORT, "loading the module")],
+                         ids=["forward", "import"])
+def test_a_hung_candidate_gets_a_timeout_verdict_from_the_tasks_own_limits(tmp_path, source, where):
+    assert source != C.HONEST
+    options = JudgeOptions(cache_dir=tmp_path, first_call_timeout_cpu_s=8.0, load_timeout_s=8.0)
+    with open_judge("cpu", pool_size=1, options=options) as judge:
+        verdict = judge.verify(source, load_task(TASKS / "tiny_norm"))
+        assert verdict.status.value == "timeout", verdict.reason
+        assert "no answer within 8 s" in verdict.reason and where in verdict.reason
+        honest = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))  # the judge goes on working
+        assert honest.accepted, honest.reason

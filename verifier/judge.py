@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
-from kernforge.sandbox.protocol import Backend, Limits, SandboxError, Session, WorkerFailure
+from kernforge.sandbox.protocol import Backend, FailureKind, Limits, SandboxError, Session, WorkerFailure
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import bundle
 from kernforge.tasks.spec import Shape, Task
@@ -86,6 +86,15 @@ class JudgeOptions:
     #: share of the GPU's memory the arena may take
     arena_share: float = 0.45
     message_timeout_s: float = 600.0
+    #: how long the worker may take to import the candidate (a CUDA C++ extension compiles there)
+    load_timeout_s: float = 240.0
+    #: a checked call at a shape not called before may take this long (Triton compiles and
+    #: autotunes on its first call; the interpreter has nothing to compile)...
+    first_call_timeout_s: float = 240.0
+    first_call_timeout_cpu_s: float = 90.0
+    #: ...and a later one this many times the slowest earlier call at its shape, at least the minimum
+    call_timeout_factor: float = 50.0
+    call_timeout_min_s: float = 20.0
     limits: Limits = field(default_factory=Limits)
     baselines: bool = True
     #: measured ceilings sit below the datasheet: the floor allows this much headroom above them
@@ -128,6 +137,8 @@ class _Verdict:
     #: the batch clock's fixed cost (ms), calibrated before the module was loaded (GPU)
     clock_cost_ms: float = 0.0
     calibration: dict[str, Any] = field(default_factory=dict)
+    #: the slowest checked call so far per shape, by the judge's clock (seconds; timeouts only)
+    slowest: dict[tuple, float] = field(default_factory=dict)
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -382,7 +393,8 @@ class Judge:
             return attached
         if self.on_gpu:
             self._calibrate(session)
-        loaded = self._call(session, M.Loaded, {"op": "load"}, "loading the module")
+        self._send(session, {"op": "load"})
+        loaded = self._reply(session, M.Loaded, "load", "loading the module", timeout=self.options.load_timeout_s)
         if isinstance(loaded, Rejected):
             return loaded
         rejection = _signals_rules(loaded.signals, "while the module was imported", task, own, self.on_gpu, call=False)
@@ -437,6 +449,11 @@ class Judge:
         t0 = time.perf_counter()
         try:
             data = session.recv(timeout or self.options.message_timeout_s)
+        except WorkerFailure as failure:
+            if timeout is None or failure.kind is not FailureKind.TIMEOUT or not failure.reason.startswith("no message within"):
+                raise  # the session's own limits: failures.ended says which
+            session.close()
+            return failures.too_slow(what, timeout, failure)
         finally:
             self._spent(f"worker.{op}", t0)
         try:
@@ -511,8 +528,10 @@ class Judge:
     def _finish_check(self, session: Session, task: Task, call: _Call, nxt: _Call | None, own: list[str],
                       arena_size: int, public_passed: bool, init_seed: int) -> Rejected | None:
         ctx = call.ctx
-        reply = self._reply(session, M.Checked, "check", f"checking the {ctx}")
+        reply = self._reply(session, M.Checked, "check", f"checking the {ctx}", timeout=self._call_timeout(call.shape))
         wall = time.perf_counter() - call.sent_at
+        slowest = self._state.slowest
+        slowest[call.shape.params] = max(slowest.get(call.shape.params, 0.0), wall)
         if isinstance(reply, Rejected):
             return reply
         rejection = output_type.returned(reply.types, ctx) or _signals_rules(reply.signals, f"during the call ({ctx})", task, own,
@@ -723,6 +742,15 @@ class Judge:
         if rejection is not None:
             return rejection
         return timed, verified, ran.claimed_s
+
+    def _call_timeout(self, shape: Shape) -> float:
+        """How long one checked call may take: bounded by the task itself, so a hung candidate
+        gets its timeout verdict in minutes, never the session's whole limit."""
+        o = self.options
+        seen = self._state.slowest.get(shape.params)
+        if seen is None:
+            return o.first_call_timeout_s if self.on_gpu else o.first_call_timeout_cpu_s
+        return max(o.call_timeout_min_s, o.call_timeout_factor * seen)
 
     def _batch_timeout(self, calls: int) -> float:
         """Generous, and bounded by what the candidate's own checked calls took (host included,

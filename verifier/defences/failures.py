@@ -32,6 +32,14 @@ SANDBOX = register(Defence(
            "outlive the call, and finish each call in time."))
 
 
+def too_slow(what: str, limit_s: float, failure: WorkerFailure) -> Rejected:
+    """No answer while ``what`` within a limit derived from the task (a hung or runaway call)."""
+    return SANDBOX.reject(Status.TIMEOUT, f"no answer within {limit_s:.0f} s while {what}: the candidate hung or is far too slow "
+                          "(the limit follows from the task and this candidate's own earlier calls)",
+                          evidence={"failure": failure.kind.value, "limit_s": limit_s, "while": what,
+                                    "diagnostics": failure.diagnostics.to_dict()})
+
+
 def failed(reply: Failure, what: str) -> Rejected:
     """A worker's report that the candidate's code raised."""
     error = reply.error[-3000:]
