@@ -19,7 +19,7 @@ from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
 from kernforge.archive.tables import Col, FitTable
-from kernforge.loop.display import stdout_console
+from kernforge.loop.display import stdout_console, stdout_gone
 
 
 class _Prose:
@@ -120,18 +120,6 @@ def command(group: typer.Typer, name: str | None = None):
         return group.command(name, cls=Command)(wrapper)
 
     return decorate
-
-
-def stdout_gone() -> None:
-    """Point stdout at /dev/null once its reader is gone, so the interpreter's last flush at exit
-    cannot raise again (what the Python documentation recommends for SIGPIPE)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    finally:
-        os.close(devnull)
 
 
 def show(renderable, **options) -> bool:

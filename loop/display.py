@@ -177,13 +177,7 @@ class StdoutConsole(Console):
         if self.quiet:
             return
         self.quiet = True  # nothing more is written; the interpreter's last flush goes to /dev/null
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        finally:
-            os.close(devnull)
+        stdout_gone()
         raise BrokenPipeError(errno.EPIPE, "the reader of stdout is gone")
 
 
@@ -356,3 +350,15 @@ def summary(result: Mapping[str, Any]) -> Group:
     lines.append(Text(f"resume with: kernforge run --resume {result['run_id']} --db {result['db']}"
                       if result["status"] in ("interrupted", "failed") else f"archive: {result['db']}"))
     return Group(*lines)
+
+
+def stdout_gone() -> None:
+    """Point stdout at /dev/null once its reader is gone, so the interpreter's last flush at exit
+    cannot raise again (what the Python documentation recommends for SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)

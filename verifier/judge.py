@@ -358,9 +358,10 @@ class Judge:
         if failed:
             return ncu.Profile(False, f"no Nsight Compute record: {failed}", calls=ncu.CALLS, shape=shape.as_dict())
         launches = ncu.parse(text)
-        if not launches and "==ERROR==" in text:
-            note = " ".join(line for line in text.splitlines() if "==ERROR==" in line)[:300]
-            return ncu.Profile(False, f"Nsight Compute could not profile here: {note}", calls=ncu.CALLS, shape=shape.as_dict())
+        if not launches:  # a profiler that failed to attach looks the same as no kernel: no evidence either way
+            note = " ".join(line for line in text.splitlines() if "==ERROR==" in line or "==WARNING==" in line)[:300]
+            return ncu.Profile(False, f"Nsight Compute recorded no kernel here: {note or 'an empty log'}", calls=ncu.CALLS,
+                               shape=shape.as_dict())
         return ncu.Profile(True, "", tuple(launches), ncu.CALLS, shape.as_dict())
 
     def _profiled_calls(self, backend: Backend, source: str, task: Task, shape: Shape, init_seed: int,
