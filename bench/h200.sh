@@ -15,7 +15,9 @@
 #   gputest    the verifier's GPU tests alone (tests/test_verifier_gpu.py), every failure listed
 #   probe      bench/overhead_probe.py (where a batch's time goes, one process, against the judge)
 #   gputestx   the verifier's GPU tests on three pytest-xdist workers sharing the GPU
-#   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, and the audit's profiled worker)
+#   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, one step at a time, and the audit's profiled worker)
+#   sweep      bench/clock_sweep.py (the batch window against its number of calls: fixed cost or per-call excess)
+#   hostsync   the verifier's GPU tests of an eagerly timed honest kernel, stale device memory and an early done
 #   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
@@ -33,16 +35,18 @@ for p in "$@"; do
     tests-nox) phase tests 500 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 tests/ ;;
     final) phase final 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_verifier_gpu.py -k "side_stream or triton or stale or rms_norm" ;;
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
-    verify1) phase verify1 150 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
+    verify1) phase verify1 120 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
     verify3) phase verify3 200 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
-    ncu) phase ncu 150 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax ;;
+    ncu) phase ncu 200 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax --touch on off ;;
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
     ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
-    gputestx) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 150 -n 3 --durations=12 tests/test_verifier_gpu.py ;;
-    ncusbx) phase ncusbx 150 python3 bench/ncu_sandbox.py ;;
+    gputestx) phase gputest 270 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 150 -n 3 --durations=12 tests/test_verifier_gpu.py ;;
+    ncusbx) phase ncusbx 200 python3 bench/ncu_sandbox.py --timeout 25 ;;
+    sweep) phase sweep 240 python3 bench/clock_sweep.py --json "$OUT/sweep.json" ;;
+    hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;

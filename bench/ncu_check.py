@@ -73,36 +73,46 @@ def ncu_us(task_name: str, calls: int) -> tuple[float | None, str]:
     return statistics.median(sums), ""
 
 
-def outer(names: list[str], calls: int) -> None:
+def outer(names: list[str], calls: int, touch_modes: list[str]) -> None:
     from kernforge.loop.evaluate import open_judge
     from kernforge.verifier.judge import JudgeOptions
 
-    options = JudgeOptions(device="cuda:0", time_shapes="largest", baselines=False,
-                           cache_dir=Path(tempfile.mkdtemp(prefix="kf-ncu-cache-")))
     rows = []
-    with open_judge("cuda:0", pool_size=1, options=options) as judge:
-        for name in names:
-            task = load_task(name)
-            verdict = judge.verify(task.seed_source, task)
-            trusted = verdict.shapes[0].time_us if verdict.accepted else None
-            rows.append([name, verdict.shapes[0].label if verdict.shapes else "-", trusted,
-                         verdict.shapes[0].batch_calls if verdict.shapes else None, verdict.status.value])
-            print(f"{name}: {verdict.status.value}: {verdict.reason[:300]}; calibration "
-                  f"{verdict.environment.get('calibration')}; worker clock {verdict.shapes[0].claimed_us if verdict.shapes else None}",
-                  flush=True)
-    for row in rows:
-        task, shape, model, inputs = _setup(row[0])
-        row.append(per_call_graph_us(model, inputs))
+    for touch in touch_modes:
+        options = JudgeOptions(device="cuda:0", time_shapes="largest", baselines=False, touch_pages=touch == "on",
+                               cache_dir=Path(tempfile.mkdtemp(prefix="kf-ncu-cache-")))
+        with open_judge("cuda:0", pool_size=1, options=options) as judge:
+            for name in names:
+                task = load_task(name)
+                verdict = judge.verify(task.seed_source, task)
+                s = verdict.shapes[0] if verdict.shapes else None
+                rows.append({"task": name, "touch": touch, "shape": s.label if s else "-", "status": verdict.status.value,
+                             "trusted": s.time_us if verdict.accepted else None, "calls": s.batch_calls if s else None,
+                             "short": s.short_calls if s else None, "single": s.single_us if s else None,
+                             "fixed_us": s.fixed_us if s else None, "method": s.method if s else None,
+                             "spread": s.spread_pct if s else None})
+                print(f"{name} (touch {touch}): {verdict.status.value}: {verdict.reason[:300]}; {rows[-1]}; calibration "
+                      f"{verdict.environment.get('calibration')}", flush=True)
+    yardsticks = {}
+    for name in names:
+        task, shape, model, inputs = _setup(name)
+        old = per_call_graph_us(model, inputs)
         del model, inputs
         torch.cuda.empty_cache()
-        row.append(ncu_us(row[0], calls)[0])
-    print("| task | shape | verdict | trusted us (batch of N) | old per-call graph us | ncu us | trusted vs old | trusted vs ncu |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, shape, trusted, n, status, old, ncu in rows:
-        def pct(a, b):
-            return f"{100 * (a - b) / b:+.2f}%" if a and b else "-"
-        print(f"| {name} | {shape} | {status} | {trusted and f'{trusted:.2f}'} ({n}) | {old:.2f} | "
-              f"{ncu and f'{ncu:.2f}'} | {pct(trusted, old)} | {pct(trusted, ncu)} |")
+        yardsticks[name] = (old, ncu_us(name, calls)[0])
+
+    def pct(a, b):
+        return f"{100 * (a - b) / b:+.2f}%" if a and b else "-"
+
+    print("| task | shape | touch | trusted us (batches of N, n) | method | single-batch us | fixed us | old per-call graph us | "
+          "ncu us | trusted vs old | trusted vs ncu |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        old, ncu = yardsticks[r["task"]]
+        trusted, single, fixed = r["trusted"], r["single"], r["fixed_us"]
+        print(f"| {r['task']} | {r['shape']} | {r['touch']} | {trusted and f'{trusted:.2f}'} ({r['calls']}, {r['short']}) | "
+              f"{r['method']} | {single and f'{single:.2f}'} | {fixed and f'{fixed:.0f}'} | {old:.2f} | {ncu and f'{ncu:.2f}'} | "
+              f"{pct(trusted, old)} | {pct(trusted, ncu)} |")
 
 
 if __name__ == "__main__":
@@ -110,8 +120,10 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", nargs="+", default=["rms_norm"])
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--inner", action="store_true")
+    parser.add_argument("--touch", nargs="+", choices=["on", "off"], default=["on"],
+                        help="judge with the batch's pages touched before it runs, without, or both")
     args = parser.parse_args()
     if args.inner:
         inner(args.tasks[0], args.calls)
     else:
-        outer(args.tasks, args.calls)
+        outer(args.tasks, args.calls, args.touch)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from kernforge.sandbox.isolation import for_profiler, mechanism as choose_mechanism
 from kernforge.sandbox.pool import ProcessBackend
 from kernforge.sandbox.protocol import Backend, WorkerSpec
 from kernforge.verifier.judge import (
@@ -89,7 +90,7 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
         raise
     def profiled(prefix: tuple[str, ...]) -> Backend:  # the audit's Nsight Compute worker (process sandbox only)
         return ProcessBackend(replace(candidate_spec, profiler=prefix), pool_size=1, refill=False,
-                              start_timeout=PROFILED_START_S)
+                              start_timeout=PROFILED_START_S, mechanism=for_profiler(choose_mechanism("strict")))
 
     judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device),
                   profiled=profiled if sandbox == "process" else None)

@@ -135,6 +135,26 @@ def mechanism(level: str) -> Mechanism:
     return Mechanism("none", f"no namespaces: {bwrap_detail}; {unshare_detail}")
 
 
+#: unshare's flags that a profiler above the worker cannot cross: Nsight Compute talks to the
+#: process it profiles over loopback TCP and follows it by pid (measured on the H200: under
+#: ``--net`` or ``--pid`` its target never starts; under ``--mount`` alone it is profiled)
+_PROFILER_BLOCKERS = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
+
+
+def for_profiler(mech: Mechanism) -> Mechanism:
+    """``mech`` as a worker under a profiler gets it: the file-system view, the private uid and
+    everything else, but the host's network and pid namespaces (the profiler's link to it). Used
+    only for the audit's profiled run of a kernel the judge already accepted."""
+    if mech.name == "namespaces":
+        command = tuple(flag for flag in mech.command if flag not in _PROFILER_BLOCKERS)
+        if "--mount" not in command:  # nothing left to unshare: no prefix at all
+            return Mechanism("none", f"{mech.detail}, less the network and pid namespaces (a profiler above it)")
+        return Mechanism("namespaces", " ".join(command), netns=False, pidns=False, mountns=True, command=command)
+    if mech.name == "bwrap":
+        return Mechanism("bwrap", mech.detail, netns=False, pidns=False, mountns=True, bwrap_perms=mech.bwrap_perms)
+    return mech
+
+
 def make_undumpable() -> None:
     """Make this process non-dumpable: a job that runs under the same uid and can see it (a parent
     without a pid namespace between them, or a container's supervisor) then cannot ptrace it or
@@ -243,9 +263,9 @@ def _visible(path: str, layers: list[MountOp]) -> bool:
 
 
 def bwrap_command(mech: Mechanism, plan: list[MountOp], workdir: str) -> list[str]:
-    cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
-           "--unshare-ipc", "--unshare-uts", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
-           "--proc", "/proc"]
+    cmd = (["bwrap", "--die-with-parent", "--new-session"] + (["--unshare-net"] if mech.netns else [])
+           + (["--unshare-pid"] if mech.pidns else [])
+           + ["--unshare-ipc", "--unshare-uts", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"])
     covers = [op.path for op in plan if op.kind == "tmpfs"]
     made: set[str] = set()
     for op in plan:

@@ -109,6 +109,10 @@ class Cheat:
     static_threat: int | None = None
     #: which test task (tests/tasks/) it is written for
     task: str = "tiny_norm"
+    #: other classes equally right: with the reference in another process there is nothing stale
+    #: to inherit, and the rows never computed hold the poison (#1) or zeros (#3, "only part of
+    #: the output was computed"), whichever memory the allocator handed out
+    also: tuple[int, ...] = ()
 
 
 CHEATS = [
@@ -223,7 +227,7 @@ GPU_CHEATS = [
     Cheat("stale_device_memory", with_forward(
         "        y = torch.empty_like(x)\n"
         "        _norm_kernel[(max(1, x.shape[0] // 2),)](x.contiguous(), w, y, x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))\n"
-        "        return y"), "incorrect", 1),
+        "        return y"), "incorrect", 1, also=(3,)),
 ]
 
 #: An honest CUDA C++ candidate (load_inline): kernels need not be Triton.

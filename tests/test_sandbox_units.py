@@ -319,3 +319,24 @@ def test_probe_docker_never_raises():
 
     ok, detail = probe_docker()
     assert isinstance(ok, bool) and detail
+
+
+@pytest.mark.parametrize("command, expected", [
+    (("unshare", "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"), ("unshare", "--mount")),
+    (("unshare", "--user", "--map-root-user", "--net", "--pid", "--mount", "--fork", "--kill-child"),
+     ("unshare", "--user", "--map-root-user", "--mount")),
+])
+def test_a_profiled_worker_keeps_its_file_system_view_but_not_the_namespaces_the_profiler_needs(command, expected):
+    """Nsight Compute reaches the process it profiles over loopback TCP and by pid: under a
+    network or pid namespace the profiled worker never starts (measured on the H200)."""
+    from kernforge.sandbox.isolation import Mechanism, bwrap_command, for_profiler
+
+    mech = Mechanism("namespaces", " ".join(command), netns=True, pidns=True, mountns=True, command=command)
+    profiled = for_profiler(mech)
+    assert (profiled.name, profiled.command, profiled.netns, profiled.pidns, profiled.mountns) == \
+        ("namespaces", expected, False, False, True)
+    assert for_profiler(Mechanism("namespaces", "unshare --net", netns=True, command=("unshare", "--net"))).name == "none"
+    bwrap = for_profiler(Mechanism("bwrap", "bwrap", netns=True, pidns=True, mountns=True))
+    cmd = bwrap_command(bwrap, [], "/tmp/w")
+    assert "--unshare-net" not in cmd and "--unshare-pid" not in cmd and "--ro-bind" in cmd
+    assert "--unshare-net" in bwrap_command(Mechanism("bwrap", "bwrap", netns=True, pidns=True, mountns=True), [], "/tmp/w")

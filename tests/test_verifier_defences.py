@@ -126,3 +126,54 @@ def test_ghost_rules():
 ])
 def test_own_kernels_are_matched_by_name_not_by_substring(kernel, name, own):
     assert ghost.is_own(kernel, name) is own
+
+
+# ---- the time of record from two batch sizes (clock.per_call) -------------------------------------
+def _windows(b_us: float, a_ms: float, calls: int, n: int = 2) -> list[float]:
+    """Windows of an honest batch: a fixed cost a plus b per call."""
+    return [a_ms + b_us * calls / 1e3] * n
+
+
+@pytest.mark.parametrize("b_us, a_ms, calls", [(200.0, 0.55, 27), (90.0, 0.52, 61), (12.0, 0.52, 512), (2600.0, 0.8, 4)])
+def test_two_batch_sizes_take_off_a_fixed_cost_exactly(b_us, a_ms, calls):
+    """What every batch pays once (the switches between the processes, the launch, the probe)
+    cancels in the difference, whatever part of it the calibration saw (0.36 ms here). Figures
+    as measured on the H200 (bench/clock_sweep.py): batches of about 5 ms, a = 0.5-0.8 ms."""
+    short = clock.short_calls(calls)
+    got = clock.per_call(_windows(b_us, a_ms, calls), _windows(b_us, a_ms, short), calls, short, cost_ms=0.36)
+    assert got.us == pytest.approx(b_us, rel=1e-9) and got.method == "difference"
+    assert got.plain_us == pytest.approx(b_us + (a_ms - 0.36) * 1e3 / calls)
+    assert got.fixed_ms == pytest.approx(a_ms - 0.36)
+
+
+def test_a_launch_bound_kernel_in_a_capped_batch_is_within_a_few_per_cent():
+    """512 calls of 2.3 us (the cap): the fixed cost is a large share of the window, the guard
+    binds, and the record still sits within 3% of the true cost of a call."""
+    got = clock.per_call(_windows(2.3, 0.52, 512), _windows(2.3, 0.52, 128), 512, 128, cost_ms=0.36)
+    assert got.method == "difference, bounded" and 2.3 <= got.us <= 2.3 * 1.03
+
+
+def test_a_padded_short_batch_gains_at_most_the_guard():
+    """The attack on the difference: the candidate knows which batch it is in and pads the short
+    one. Its time of record may fall at most DIFFERENCE_GUARD below the long batch's own figure,
+    however much it pads."""
+    calls, short = 40, clock.short_calls(40)
+    honest = clock.per_call(_windows(130.0, 0.7, calls), _windows(130.0, 0.7, short), calls, short, 0.35)
+    for pad_ms in (0.1, 1.0, 5.0, 50.0):
+        padded = clock.per_call(_windows(130.0, 0.7, calls), [w + pad_ms for w in _windows(130.0, 0.7, short)], calls,
+                                short, 0.35)
+        assert padded.us >= honest.plain_us * (1 - clock.DIFFERENCE_GUARD) - 1e-9
+        assert padded.us <= honest.us
+    assert padded.method == "difference, bounded"
+
+
+def test_one_batch_size_when_the_batch_is_too_small_to_split():
+    assert clock.short_calls(3) == 0 and clock.short_calls(1) == 0
+    got = clock.per_call([5.36, 5.40, 5.38], [], 3, 0, cost_ms=0.36)
+    assert got.method == "single" and got.us == pytest.approx((5.38 - 0.36) * 1e3 / 3)
+    assert got.spread_pct == pytest.approx(100 * 0.04 / 5.02, rel=1e-6)
+
+
+def test_a_noisy_short_batch_can_only_be_bounded_never_negative():
+    got = clock.per_call([1.0, 1.0], [1.2, 1.2], 8, 2, cost_ms=0.1)
+    assert got.us == pytest.approx((1.0 - 0.1) * 1e3 / 8 * (1 - clock.DIFFERENCE_GUARD)) and got.us > 0

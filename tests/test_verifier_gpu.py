@@ -42,7 +42,7 @@ def runtime_judge(tmp_path_factory):
 @pytest.mark.parametrize("cheat", C.GPU_CHEATS, ids=[c.name for c in C.GPU_CHEATS])
 def test_gpu_cheat_rejected_at_runtime(runtime_judge, cheat):
     verdict = runtime_judge.verify(cheat.source, load_task(TASKS / cheat.task))
-    assert (verdict.status.value, verdict.threat) == (cheat.status, cheat.threat), _describe(verdict)
+    assert verdict.status.value == cheat.status and verdict.threat in (cheat.threat,) + cheat.also, _describe(verdict)
 
 
 @pytest.mark.parametrize("cheat", [c for c in C.GPU_CHEATS if c.static_threat], ids=lambda c: c.name)
@@ -140,3 +140,35 @@ def test_kernel_list_sees_torch_compute_behind_a_decoy_launch(runtime_judge):
 
     why = ncu.judge(profile, own_kernel_names(attack.source), task.allow_torch_ops, None)
     assert why is not None and "#16" in why, profile.to_dict()
+
+
+# ---- the time of record by two batch sizes (defences/clock.per_call) --------------------------------
+#: The attack on the difference: forward reads, from the harness's frame, how many calls the batch
+#: being captured holds, and pads the short batch with wasted launches, so that the short window
+#: grows and the difference between the two shrinks.
+PADS_THE_SHORT_BATCH = C.with_forward('''        import sys
+        frame, sets = sys._getframe(1), None
+        while frame is not None and sets is None:
+            sets = frame.f_locals.get("sets") if frame.f_code.co_name == "_prepare_batch" else None
+            frame = frame.f_back
+        if sets is not None:
+            SIZES.append(len(sets))
+        if sets is not None and len(sets) < max(SIZES):
+            for _ in range(30):
+                norm(x, w)
+        return norm(x, w)''', "\nSIZES = [0]\n")
+
+
+def test_a_padded_short_batch_gains_at_most_the_guard(runtime_judge):
+    from kernforge.verifier.defences import clock
+
+    task = load_task(TASKS / "tiny_norm")
+    honest = runtime_judge.verify(C.HONEST, task)
+    padded = runtime_judge.verify(PADS_THE_SHORT_BATCH, task)
+    assert honest.accepted and padded.accepted, (_describe(honest), _describe(padded))
+    h, p = honest.shapes[0], padded.shapes[0]
+    assert h.method in ("difference", "difference, bounded") and h.short_calls
+    assert p.method == "difference, bounded", p
+    # the padding moves the record at most by the guard below the long batch's own figure
+    # (which the padding cannot lower), less 5% for the two verdicts' noise
+    assert p.time_us >= (1 - clock.DIFFERENCE_GUARD) * h.single_us * 0.95, (p, h)

@@ -85,7 +85,8 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
         warm_up()
     _STATE["channel"] = channel
     handlers = {"attach": _attach, "calibrate": _calibrate, "load": _load, "check": _check,
-                "prepare_batch": _prepare_batch, "run_batch": _run_batch, "profile": _profile}
+                "prepare_batch": _prepare_batch, "run_batch": _run_batch, "release_batches": _release_batches,
+                "profile": _profile}
     while True:
         msg = channel.recv()
         received = I.perf_counter()
@@ -295,7 +296,11 @@ def _outputs(returned: list[Any], args: list[dict[str, Any]], slots: list[dict[s
 
 def _prepare_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     """Capture one CUDA graph of ``len(sets)`` calls, each on its own inputs (or fall back to
-    eager calls, flagged). Outputs are allocated from the arena's heap during capture."""
+    eager calls, flagged). A shape is timed by two batches of different sizes (``id``), both
+    kept until ``release_batches``; their outputs come from the batch pool, a fresh pool over
+    the arena's heap that the release hands back whole (the next shape needs the room)."""
+    import torch
+
     from kernforge.tasks.runtime import collect_outputs
     from kernforge.tasks.spec import Shape
 
@@ -305,21 +310,24 @@ def _prepare_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, An
     shape = Shape.of(msg["shape"])
     model = _model_for(shape)
     sets = [_args(s) for s in msg["sets"]]
-    _STATE.pop("batch", None)
-    with trace.recording() as rec, _pool():
+    batches = _STATE.setdefault("batches", {})
+    batches.pop(msg["id"], None)
+    pool = _batch_pool()
+    with trace.recording() as rec, pool.use():
         for _ in range(2):  # compile, autotune and warm every specialisation before capture
             model(*sets[0])
     I.synchronize()
     arena = _STATE["arena"]
     graph, outputs, reason = I.CUDAGraph(), [], ""
     try:
-        with trace.recording() as rec, I.cuda_graph_ctx(graph, pool=_STATE["pool"].id):
+        with trace.recording() as rec, I.cuda_graph_ctx(graph, pool=pool.id):
             for inputs in sets:
                 outputs.append(collect_outputs(model(*inputs), inputs, task.mutated_inputs))
         I.synchronize()
     except Exception as err:  # any capture failure: the batch runs eagerly, flagged
         reason = f"CUDA-graph capture failed ({type(err).__name__}: {str(err)[:300]})"
         graph, outputs = None, []
+        _end_capture_allocation(pool)
         I.synchronize()
     refs = []
     if graph is not None:
@@ -329,28 +337,98 @@ def _prepare_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, An
                 ref = arena.ref_of(out) if I.type_(out) is I.Tensor else None
                 call.append((ref or _nowhere()).to_dict())
             refs.append(call)
-    _STATE["batch"] = {"graph": graph, "outputs": outputs, "sets": sets, "model": model}
+    touch = _touch_index(msg["sets"], refs) if msg.get("touch") else None
+    batches[msg["id"]] = {"graph": graph, "outputs": outputs, "sets": sets, "model": model, "touch": touch}
     return {"ok": True, "outputs": refs, "mode": "graph" if graph is not None else "eager", "fallback_reason": reason,
             "signals": _signals(rec=rec)}
 
 
+def _batch_pool() -> Any:
+    """The pool the batches of the shape being timed allocate from (created on first use)."""
+    if "batch_pool" not in _STATE:
+        _STATE["batch_pool"] = _STATE["pool"].fresh()
+    return _STATE["batch_pool"]
+
+
+def _end_capture_allocation(pool: Any) -> None:
+    """A capture that raised can leave its pool still recording allocations: end that, so the
+    eager fallback (and the next capture) can use the pool again."""
+    import torch
+
+    index = torch.device(_STATE["device"]).index or 0
+    with contextlib.suppress(RuntimeError):
+        torch._C._cuda_endAllocateToPool(index, pool.id)
+
+
+def _release_batches(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
+    """Drop every batch of the shape just timed, and hand its pool's memory back to the heap."""
+    import torch
+
+    from . import integrity as I
+
+    _STATE.pop("batches", None)
+    pool = _STATE.pop("batch_pool", None)
+    I.synchronize()
+    if pool is not None:
+        pool.release()
+    del pool
+    torch.cuda.empty_cache()
+    return {"ok": True}
+
+
+#: a batch's pages are touched this far apart before it runs (the arena's pages are 2 MiB)
+TOUCH_STRIDE = 2 << 20
+
+
+def _touch_index(sets: list[list[dict[str, Any]]], refs: list[list[dict[str, Any]]]) -> Any:
+    """Byte offsets, one per page, of every input and output a batch will use. Reading them just
+    before the batch loads the GPU's address translations for this process: the trusted write
+    of the inputs ran in the reference worker's address space, so without this the batch's
+    first touch of every page would miss in the translation caches, which a kernel running in
+    one process (a serving engine, or Nsight Compute) does not pay. It only ever adds to the
+    trusted window: a candidate can drop it and only be slower."""
+    import torch
+
+    offsets = set()
+    for call in list(sets) + list(refs):
+        for a in call:
+            r = a.get("ref", a) if isinstance(a, dict) else None
+            if not r or "offset" not in r:
+                continue
+            extent = sum((n - 1) * abs(s) for n, s in zip(r["shape"], r["strides"])) + 1 if all(r["shape"]) else 0
+            lo, hi = int(r["offset"]), int(r["offset"]) + extent * _itemsizes().get(r["dtype"], 1)
+            if hi > (1 << 50):
+                continue
+            offsets.update(range(lo - lo % TOUCH_STRIDE, hi, TOUCH_STRIDE))
+    if not offsets:
+        return None
+    index = torch.tensor(sorted(offsets), dtype=torch.int64, device=_STATE["device"])
+    return index, torch.empty(len(offsets), dtype=torch.uint8, device=_STATE["device"])
+
+
 def _run_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     """Wait for the trusted side's go, run the batch, wait for the device, say done."""
+    import torch
+
     from kernforge.tasks.runtime import collect_outputs
 
     from . import integrity as I
 
-    batch = _STATE["batch"]
+    batch = _STATE["batches"][msg["id"]]
     go: socket.socket = _STATE["go"]
+    data = _STATE["arena"].data
     _wait_byte(go)
     start = I.perf_counter()
     refs = []
     try:
+        if batch["touch"] is not None:
+            index, sink = batch["touch"]
+            torch.index_select(data, 0, index, out=sink)
         if batch["graph"] is not None:
             I.graph_replay(batch["graph"])
         else:
             task, model = _STATE["task"], batch["model"]
-            with _pool():
+            with _batch_pool().use():
                 batch["outputs"] = [collect_outputs(model(*inputs), inputs, task.mutated_inputs) for inputs in batch["sets"]]
         I.synchronize()
     finally:  # a batch that failed is done too: the trusted side's window closes and the failure is the reply

@@ -114,3 +114,23 @@ class HeapPool:
         import torch
 
         return torch.cuda.use_mem_pool(self.pool)
+
+    def fresh(self) -> "HeapPool":
+        """Another pool over the same region, whose memory ``release`` hands back whole: torch
+        keeps the blocks a pool freed cached in that pool, so memory one timed shape's batches
+        used would otherwise stay out of reach of the next shape's (a different size)."""
+        other = object.__new__(HeapPool)
+        other.region, other._alloc_cb, other._free_cb, other.allocator = self.region, self._alloc_cb, self._free_cb, self.allocator
+        import torch
+
+        other.pool = torch.cuda.MemPool(self.allocator)
+        return other
+
+    def release(self) -> None:
+        """Free every cached block of this pool back to the region (its tensors and graphs must
+        be gone): torch empties a pool's cache once nothing uses it any more."""
+        import torch
+
+        pool, self.pool = self.pool, None
+        del pool
+        torch.cuda.empty_cache()

@@ -77,8 +77,12 @@ class JudgeOptions:
     #: a call is assumed to take at least this long when sizing a batch (launch-bound kernels)
     min_call_us: float = 4.0
     max_batch_calls: int = 512
-    #: timed batches per shape; the time of record is their median
+    #: timed batches per shape (by two batch sizes: this many long and as many short ones, at
+    #: least two of each, at most this many in all beyond two); see defences/clock.per_call
     batches: int = 3
+    #: touch every page of a batch in the candidate's process just before it runs (its address
+    #: translations warm, as in a one-process run); inside the trusted window, so only ever slower
+    touch_pages: bool = True
     #: a batch that has not said done after this many times its calls' eager wall clock (the
     #: checks' own), and at least ``batch_timeout_min_s``, is a timeout
     batch_timeout_factor: float = 30.0
@@ -638,52 +642,86 @@ class Judge:
 
     def _time_shape(self, session: Session, task: Task, shape: Shape, hidden: bool, init_seed: int, own: list[str],
                     size: dict[str, Any], calls: int, ceilings: Mapping[str, Any], arena_size: int) -> tuple[ShapeResult, list[str]] | Rejected:
+        """Time one shape by two batch sizes (clock.per_call): a long batch of ``calls`` and a
+        short one, in turns, each on fresh inputs, every output of every call verified."""
         dist = task.distributions[0]
-        ctx = f"timing the {where(shape, hidden, dist)} in batches of {calls} calls"
-        key = uuid.uuid4().hex
+        short = clock.short_calls(calls)
+        ctx = f"timing the {where(shape, hidden, dist)} in batches of {calls}" + (f" and {short} calls" if short else " calls")
         expected = [M.OutputMeta(**o) for o in size["outputs"]]
+        batches = [(uuid.uuid4().hex, calls)] + ([(uuid.uuid4().hex, short)] if short else [])
+        try:
+            prepared = {}
+            for key, n in batches:
+                got = self._prepare_timed(session, task, shape, dist, key, n, init_seed, own, expected, arena_size, ctx)
+                if isinstance(got, Rejected):
+                    return got
+                prepared[key] = got
+            timed = self._time_prepared(session, task, shape, hidden, init_seed, calls, short, batches, prepared, expected,
+                                        ceilings, arena_size, ctx)
+        finally:
+            for key, _ in batches:
+                self._ask_ref(None, {"op": "drop", "key": key})
+        if isinstance(timed, Rejected):
+            return timed
+        # the shape's batches and their memory go: the next shape needs the room
+        released = self._call(session, M.BatchesReleased, {"op": "release_batches"}, f"releasing the batches after {ctx}")
+        return released if isinstance(released, Rejected) else timed
+
+    def _prepare_timed(self, session: Session, task: Task, shape: Shape, dist: str, key: str, calls: int, init_seed: int,
+                       own: list[str], expected: list[M.OutputMeta], arena_size: int, ctx: str) -> M.BatchReady | Rejected:
+        """One batch planned by the reference worker and captured by the candidate's worker."""
         planned = self._ask_ref(M.BatchPlanned, {"op": "plan_batch", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
                                                  "dist": dist, "seeds": [secrets.randbits(31) for _ in range(calls)],
                                                  "init_seed": init_seed})
         ready = self._call(session, M.BatchReady, {"op": "prepare_batch", "id": key[:12], "shape": shape.as_dict(),
-                                                   "sets": [[_arg(a) for a in s] for s in planned.sets]}, ctx)
+                                                   "sets": [[_arg(a) for a in s] for s in planned.sets],
+                                                   "touch": self.options.touch_pages}, ctx)
         if isinstance(ready, Rejected):
             return ready
-        flags = []
         rejection = _signals_rules(ready.signals, f"while {ctx}", task, own, self.on_gpu, call=False)
         if rejection is None and ready.mode == "eager":
             rejection = capture.unjoined(ready.fallback_reason, ctx)
-            flags.append(f"timed eagerly (host launches counted): {ready.fallback_reason[:200]}")
         if rejection is None and ready.mode == "graph":
             rejection = _batch_outputs(ready.outputs, calls, expected, arena_size, ctx)
-        if rejection is not None:
-            return rejection
-        per_call, claimed, samples = [], [], []
+        return rejection or ready
+
+    def _time_prepared(self, session: Session, task: Task, shape: Shape, hidden: bool, init_seed: int, calls: int, short: int,
+                       batches: list[tuple[str, int]], prepared: dict[str, M.BatchReady], expected: list[M.OutputMeta],
+                       ceilings: Mapping[str, Any], arena_size: int, ctx: str) -> tuple[ShapeResult, list[str]] | Rejected:
+        dist = task.distributions[0]
+        ready = prepared[batches[0][0]]
+        flags = [f"timed eagerly (host launches counted): {ready.fallback_reason[:200]}"] if ready.mode == "eager" else []
+        # long and short batches in turns, so that a drift of the GPU's clocks falls on both
+        order = batches * (max(2, self.options.batches - 1) if short else self.options.batches)
+        windows: dict[str, list[float]] = {key: [] for key, _ in batches}
+        claimed, samples = [], []
         worst = (0.0, 0.0)
-        for b in range(self.options.batches):
-            if b:  # fresh inputs for every call of every batch, at the places the calls were captured on
+        for key, n in order:
+            if windows[key]:  # fresh inputs for every call of every batch, at the places the calls were captured on
                 self._ask_ref(M.BatchPlanned, {"op": "plan_batch", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
-                                               "dist": dist, "seeds": [secrets.randbits(31) for _ in range(calls)],
+                                               "dist": dist, "seeds": [secrets.randbits(31) for _ in range(n)],
                                                "init_seed": init_seed})
-            outcome = self._one_batch(session, task, key, ready, calls, expected, arena_size, ctx)
+            outcome = self._one_batch(session, task, key, prepared[key], n, expected, arena_size, ctx)
             if isinstance(outcome, Rejected):
                 return outcome
             timed_ms, verified, claimed_s = outcome
-            taken = clock.write_allowance(timed_ms.write_ms, timed_ms.write_floor_ms) + self._state.clock_cost_ms
-            per_call.append(max(timed_ms.window_ms - taken, 0.0) * 1e3 / calls)
-            claimed.append(claimed_s * 1e6 / calls)
+            window = max(timed_ms.window_ms - clock.write_allowance(timed_ms.write_ms, timed_ms.write_floor_ms), 0.0)
+            windows[key].append(window)
+            claimed.append(claimed_s * 1e6 / n)
             samples.append((claimed_s, max(timed_ms.window_ms - timed_ms.write_ms, 0.0) / 1e3))
             worst = (max(worst[0], verified.max_abs_err), max(worst[1], verified.max_rel_err))
-        self._ask_ref(None, {"op": "drop", "key": key})
         rejection = clock.lied(samples, 2e-4, ctx)
         if rejection is not None:
             return rejection
-        median = statistics.median(per_call)
-        spread = 100.0 * (max(per_call) - min(per_call)) / median if median and len(per_call) > 1 else None
+        record = clock.per_call(windows[batches[0][0]], windows[batches[1][0]] if short else [], calls, short,
+                                self._state.clock_cost_ms)
+        median = record.us
         dtype = task.dtype("cuda")
-        result = dict(shape=shape.as_dict(), hidden=hidden, dtype=dtype, timing=ready.mode, time_us=median, spread_pct=spread,
-                      batch_calls=calls, claimed_us=statistics.median(claimed), max_abs_err=worst[0], max_rel_err=worst[1],
-                      clock_cost_us=self._state.clock_cost_ms * 1e3)
+        result = dict(shape=shape.as_dict(), hidden=hidden, dtype=dtype, timing=ready.mode, time_us=median,
+                      spread_pct=record.spread_pct, batch_calls=calls, short_calls=short or None,
+                      claimed_us=statistics.median(claimed), max_abs_err=worst[0], max_rel_err=worst[1],
+                      clock_cost_us=self._state.clock_cost_ms * 1e3, single_us=record.plain_us,
+                      fixed_us=record.fixed_ms * 1e3 if record.fixed_ms is not None else None, method=record.method)
         line = runtime.roofline(task, shape, dtype)
         bw, fl = ceilings.get("bandwidth_gbps"), ceilings.get("tflops")
         if line is not None and bw and fl:
@@ -807,7 +845,8 @@ class Judge:
             per_call = max(floor_us, self.options.min_call_us)
             want = math.ceil(self.options.batch_window_ms * 1e3 / per_call)
             entry = sizes[shape.params]
-            per_set = entry["input_bytes"] + 2 * entry["output_bytes"]
+            # both batch sizes' outputs are kept at once (a long batch's and a quarter more)
+            per_set = entry["input_bytes"] + 2.5 * entry["output_bytes"]
             fits = max(1, int(budget // max(per_set, 1)))
             plan[shape.params] = int(max(1, min(want, fits, self.options.max_batch_calls)))
         return plan
@@ -825,7 +864,7 @@ class Judge:
         check_in = max((sizes[s.params]["input_bytes"] for s in checked), default=0)
         check_out = max((sizes[s.params]["output_bytes"] for s in checked), default=0)
         batch_in = max((sizes[k]["input_bytes"] * n for k, n in plan.items()), default=0)
-        batch_out = max((sizes[k]["output_bytes"] * n for k, n in plan.items()), default=0)
+        batch_out = max((sizes[k]["output_bytes"] * (n + clock.short_calls(n)) for k, n in plan.items()), default=0)
         input_bytes = _round(max(2 * check_in, batch_in) + (1 << 20))
         heap = max(2 * check_out, batch_out)
         if self.on_gpu:

@@ -157,6 +157,12 @@ class BatchRan:
     outputs: list[list[TensorRef]] = _meta_default(factory=list, max_items=MAX_LIST)
 
 
+@dataclass(frozen=True)
+class BatchesReleased:
+    op: str = _meta(equals="release_batches")
+    ok: bool = _meta(equals=True)
+
+
 # ---- the reference worker's replies (trusted code, same parser) ---------------------------------
 @dataclass(frozen=True)
 class Arg:

@@ -81,9 +81,15 @@ class ShapeResult:
     #: (diagnostics: the time of record is ``time_us``, from the trusted clock)
     batch_calls: int | None = None
     claimed_us: float | None = None
-    #: the trusted clock's own fixed cost per batch (calibrated before the module was loaded),
-    #: taken off each batch window before dividing by its calls
+    #: the trusted clock's own fixed cost per batch (calibrated before the module was loaded)
     clock_cost_us: float | None = None
+    #: timed by two batch sizes (defences/clock.per_call): the short batch's calls, the long
+    #: batch's own figure (window less write and calibrated cost, over its calls), the fixed
+    #: cost per batch the calibration did not see, and how the time of record was reached
+    short_calls: int | None = None
+    single_us: float | None = None
+    fixed_us: float | None = None
+    method: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

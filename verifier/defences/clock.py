@@ -11,6 +11,8 @@ accused.
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..checks import Check
@@ -85,3 +87,72 @@ def fixed_cost(windows_ms: Sequence[float], writes_ms: Sequence[float]) -> float
     if len(costs) < CALIBRATION_MIN:
         return 0.0
     return min(costs)
+
+
+# ---- the time of record: two batch sizes --------------------------------------------------------
+#: a shape is timed by a long batch and a short one of this share of its calls...
+SHORT_SHARE = 4
+#: ...when the long one has at least this many calls (fewer: by the long batch alone)
+DIFFERENCE_MIN_CALLS = 4
+#: the difference may put the time of record at most this far below the long batch's own
+#: figure (its window less the calibrated cost, over its calls)
+DIFFERENCE_GUARD = 0.10
+
+
+def short_calls(calls: int) -> int:
+    """Calls in the short batch of a shape whose long batch has ``calls``; 0 times it by the
+    long batch alone."""
+    return calls // SHORT_SHARE if calls >= DIFFERENCE_MIN_CALLS else 0
+
+
+@dataclass(frozen=True)
+class PerCall:
+    """The time of record of one shape (us per call) and how it was reached."""
+
+    us: float
+    #: the long batches' own figure: window less write and calibrated cost, over the calls
+    plain_us: float
+    #: the cost of one more call: the long and the short batch's windows apart, over their calls apart
+    slope_us: float | None
+    #: what both batch sizes pay once (ms): the part of it the calibration did not see
+    fixed_ms: float | None
+    spread_pct: float | None
+    #: "difference", "difference, bounded" (the guard set it) or "single" (one batch size)
+    method: str
+
+
+def per_call(long_ms: Sequence[float], short_ms: Sequence[float], calls: int, short: int, cost_ms: float) -> PerCall:
+    """The time of record from trusted batch windows (each less its trusted write, ms).
+
+    A window is W(n) = a + b*n for a batch of n calls: b is one call's device time, a what a
+    batch pays once (the go, the switch of the GPU to the candidate's process and back, the
+    launch, the done, the probe). The calibration measures part of ``a`` before the candidate's
+    module exists; the rest depends on the batch (its graph, its memory) and is taken off by
+    difference: b = (W(calls) - W(short)) / (calls - short), exact whatever ``a`` is.
+
+    The short window is the candidate's to inflate (its code knows which batch it is in): a
+    candidate that pads it lowers b. So b may lower the time of record at most
+    ``DIFFERENCE_GUARD`` below the long batch's own figure, which no padding can lower; for an
+    honest kernel b sits a few per cent below that figure (``a`` less the calibration, over a
+    window of several ms) and the guard never binds.
+    """
+    long_w = statistics.median(long_ms)
+    plain = max(long_w - cost_ms, 0.0) * 1e3 / calls
+    if not short or not short_ms:
+        spread = _spread([max(w - cost_ms, 0.0) * 1e3 / calls for w in long_ms])
+        return PerCall(plain, plain, None, None, spread, "single")
+    short_w = statistics.median(short_ms)
+    slope = (long_w - short_w) * 1e3 / (calls - short)
+    pairs = [(a - b) * 1e3 / (calls - short) for a, b in zip(long_ms, short_ms)]
+    floor = plain * (1.0 - DIFFERENCE_GUARD)
+    fixed = short_w - slope * short / 1e3 - cost_ms
+    if slope >= floor:
+        return PerCall(slope, plain, slope, fixed, _spread(pairs), "difference")
+    return PerCall(floor, plain, slope, fixed, _spread(pairs), "difference, bounded")
+
+
+def _spread(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mid = statistics.median(values)
+    return 100.0 * (max(values) - min(values)) / mid if mid > 0 else None
