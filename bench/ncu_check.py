@@ -73,25 +73,25 @@ def ncu_us(task_name: str, calls: int) -> tuple[float | None, str]:
     return statistics.median(sums), ""
 
 
-def outer(names: list[str], calls: int, touch_modes: list[str]) -> None:
+def outer(names: list[str], calls: int) -> None:
     from kernforge.loop.evaluate import open_judge
     from kernforge.verifier.judge import JudgeOptions
 
     rows = []
-    for touch in touch_modes:
-        options = JudgeOptions(device="cuda:0", time_shapes="largest", baselines=False, touch_pages=touch == "on",
+    for repeat in range(2):  # two verdicts each: the spread between them is the noise of the figure
+        options = JudgeOptions(device="cuda:0", time_shapes="largest", baselines=False,
                                cache_dir=Path(tempfile.mkdtemp(prefix="kf-ncu-cache-")))
         with open_judge("cuda:0", pool_size=1, options=options) as judge:
             for name in names:
                 task = load_task(name)
                 verdict = judge.verify(task.seed_source, task)
                 s = verdict.shapes[0] if verdict.shapes else None
-                rows.append({"task": name, "touch": touch, "shape": s.label if s else "-", "status": verdict.status.value,
+                rows.append({"task": name, "repeat": repeat, "shape": s.label if s else "-", "status": verdict.status.value,
                              "trusted": s.time_us if verdict.accepted else None, "calls": s.batch_calls if s else None,
                              "short": s.short_calls if s else None, "single": s.single_us if s else None,
                              "fixed_us": s.fixed_us if s else None, "method": s.method if s else None,
                              "spread": s.spread_pct if s else None})
-                print(f"{name} (touch {touch}): {verdict.status.value}: {verdict.reason[:300]}; {rows[-1]}; calibration "
+                print(f"{name} (verdict {repeat + 1}): {verdict.status.value}: {verdict.reason[:300]}; {rows[-1]}; calibration "
                       f"{verdict.environment.get('calibration')}", flush=True)
     yardsticks = {}
     for name in names:
@@ -104,13 +104,13 @@ def outer(names: list[str], calls: int, touch_modes: list[str]) -> None:
     def pct(a, b):
         return f"{100 * (a - b) / b:+.2f}%" if a and b else "-"
 
-    print("| task | shape | touch | trusted us (batches of N, n) | method | single-batch us | fixed us | old per-call graph us | "
+    print("| task | shape | verdict | trusted us (batches of N, n) | method | single-batch us | fixed us | old per-call graph us | "
           "ncu us | trusted vs old | trusted vs ncu |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         old, ncu = yardsticks[r["task"]]
         trusted, single, fixed = r["trusted"], r["single"], r["fixed_us"]
-        print(f"| {r['task']} | {r['shape']} | {r['touch']} | {trusted and f'{trusted:.2f}'} ({r['calls']}, {r['short']}) | "
+        print(f"| {r['task']} | {r['shape']} | {r['repeat'] + 1} | {trusted and f'{trusted:.2f}'} ({r['calls']}, {r['short']}) | "
               f"{r['method']} | {single and f'{single:.2f}'} | {fixed and f'{fixed:.0f}'} | {old:.2f} | {ncu and f'{ncu:.2f}'} | "
               f"{pct(trusted, old)} | {pct(trusted, ncu)} |")
 
@@ -120,10 +120,8 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", nargs="+", default=["rms_norm"])
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--inner", action="store_true")
-    parser.add_argument("--touch", nargs="+", choices=["on", "off"], default=["on"],
-                        help="judge with the batch's pages touched before it runs, without, or both")
     args = parser.parse_args()
     if args.inner:
         inner(args.tasks[0], args.calls)
     else:
-        outer(args.tasks, args.calls, args.touch)
+        outer(args.tasks, args.calls)

@@ -337,8 +337,7 @@ def _prepare_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, An
                 ref = arena.ref_of(out) if I.type_(out) is I.Tensor else None
                 call.append((ref or _nowhere()).to_dict())
             refs.append(call)
-    touch = _touch_index(msg["sets"], refs) if msg.get("touch") else None
-    batches[msg["id"]] = {"graph": graph, "outputs": outputs, "sets": sets, "model": model, "touch": touch}
+    batches[msg["id"]] = {"graph": graph, "outputs": outputs, "sets": sets, "model": model}
     return {"ok": True, "outputs": refs, "mode": "graph" if graph is not None else "eager", "fallback_reason": reason,
             "signals": _signals(rec=rec)}
 
@@ -376,54 +375,18 @@ def _release_batches(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, 
     return {"ok": True}
 
 
-#: a batch's pages are touched this far apart before it runs (the arena's pages are 2 MiB)
-TOUCH_STRIDE = 2 << 20
-
-
-def _touch_index(sets: list[list[dict[str, Any]]], refs: list[list[dict[str, Any]]]) -> Any:
-    """Byte offsets, one per page, of every input and output a batch will use. Reading them just
-    before the batch loads the GPU's address translations for this process: the trusted write
-    of the inputs ran in the reference worker's address space, so without this the batch's
-    first touch of every page would miss in the translation caches, which a kernel running in
-    one process (a serving engine, or Nsight Compute) does not pay. It only ever adds to the
-    trusted window: a candidate can drop it and only be slower."""
-    import torch
-
-    offsets = set()
-    for call in list(sets) + list(refs):
-        for a in call:
-            r = a.get("ref", a) if isinstance(a, dict) else None
-            if not r or "offset" not in r:
-                continue
-            extent = sum((n - 1) * abs(s) for n, s in zip(r["shape"], r["strides"])) + 1 if all(r["shape"]) else 0
-            lo, hi = int(r["offset"]), int(r["offset"]) + extent * _itemsizes().get(r["dtype"], 1)
-            if hi > (1 << 50):
-                continue
-            offsets.update(range(lo - lo % TOUCH_STRIDE, hi, TOUCH_STRIDE))
-    if not offsets:
-        return None
-    index = torch.tensor(sorted(offsets), dtype=torch.int64, device=_STATE["device"])
-    return index, torch.empty(len(offsets), dtype=torch.uint8, device=_STATE["device"])
-
-
 def _run_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     """Wait for the trusted side's go, run the batch, wait for the device, say done."""
-    import torch
-
     from kernforge.tasks.runtime import collect_outputs
 
     from . import integrity as I
 
     batch = _STATE["batches"][msg["id"]]
     go: socket.socket = _STATE["go"]
-    data = _STATE["arena"].data
     _wait_byte(go)
     start = I.perf_counter()
     refs = []
     try:
-        if batch["touch"] is not None:
-            index, sink = batch["touch"]
-            torch.index_select(data, 0, index, out=sink)
         if batch["graph"] is not None:
             I.graph_replay(batch["graph"])
         else:

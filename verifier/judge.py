@@ -77,12 +77,8 @@ class JudgeOptions:
     #: a call is assumed to take at least this long when sizing a batch (launch-bound kernels)
     min_call_us: float = 4.0
     max_batch_calls: int = 512
-    #: timed batches per shape (by two batch sizes: this many long and as many short ones, at
-    #: least two of each, at most this many in all beyond two); see defences/clock.per_call
+    #: timed batches per shape: this many long ones, each beside a short one (defences/clock.per_call)
     batches: int = 3
-    #: touch every page of a batch in the candidate's process just before it runs (its address
-    #: translations warm, as in a one-process run); inside the trusted window, so only ever slower
-    touch_pages: bool = True
     #: a batch that has not said done after this many times its calls' eager wall clock (the
     #: checks' own), and at least ``batch_timeout_min_s``, is a timeout
     batch_timeout_factor: float = 30.0
@@ -674,8 +670,7 @@ class Judge:
                                                  "dist": dist, "seeds": [secrets.randbits(31) for _ in range(calls)],
                                                  "init_seed": init_seed})
         ready = self._call(session, M.BatchReady, {"op": "prepare_batch", "id": key[:12], "shape": shape.as_dict(),
-                                                   "sets": [[_arg(a) for a in s] for s in planned.sets],
-                                                   "touch": self.options.touch_pages}, ctx)
+                                                   "sets": [[_arg(a) for a in s] for s in planned.sets]}, ctx)
         if isinstance(ready, Rejected):
             return ready
         rejection = _signals_rules(ready.signals, f"while {ctx}", task, own, self.on_gpu, call=False)
@@ -692,7 +687,7 @@ class Judge:
         ready = prepared[batches[0][0]]
         flags = [f"timed eagerly (host launches counted): {ready.fallback_reason[:200]}"] if ready.mode == "eager" else []
         # long and short batches in turns, so that a drift of the GPU's clocks falls on both
-        order = batches * (max(2, self.options.batches - 1) if short else self.options.batches)
+        order = batches * self.options.batches
         windows: dict[str, list[float]] = {key: [] for key, _ in batches}
         claimed, samples = [], []
         worst = (0.0, 0.0)
@@ -845,8 +840,8 @@ class Judge:
             per_call = max(floor_us, self.options.min_call_us)
             want = math.ceil(self.options.batch_window_ms * 1e3 / per_call)
             entry = sizes[shape.params]
-            # both batch sizes' outputs are kept at once (a long batch's and a quarter more)
-            per_set = entry["input_bytes"] + 2.5 * entry["output_bytes"]
+            # both batch sizes' outputs are kept at once (a long batch's and an eighth more)
+            per_set = entry["input_bytes"] + 2.25 * entry["output_bytes"]
             fits = max(1, int(budget // max(per_set, 1)))
             plan[shape.params] = int(max(1, min(want, fits, self.options.max_batch_calls)))
         return plan

@@ -90,8 +90,8 @@ def fixed_cost(windows_ms: Sequence[float], writes_ms: Sequence[float]) -> float
 
 
 # ---- the time of record: two batch sizes --------------------------------------------------------
-#: a shape is timed by a long batch and a short one of this share of its calls...
-SHORT_SHARE = 4
+#: a shape is timed by a long batch and a short one of this share of its calls (at least one)...
+SHORT_SHARE = 8
 #: ...when the long one has at least this many calls (fewer: by the long batch alone)
 DIFFERENCE_MIN_CALLS = 4
 #: the difference may put the time of record at most this far below the long batch's own
@@ -102,7 +102,7 @@ DIFFERENCE_GUARD = 0.10
 def short_calls(calls: int) -> int:
     """Calls in the short batch of a shape whose long batch has ``calls``; 0 times it by the
     long batch alone."""
-    return calls // SHORT_SHARE if calls >= DIFFERENCE_MIN_CALLS else 0
+    return max(1, calls // SHORT_SHARE) if calls >= DIFFERENCE_MIN_CALLS else 0
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,8 @@ def per_call(long_ms: Sequence[float], short_ms: Sequence[float], calls: int, sh
     batch pays once (the go, the switch of the GPU to the candidate's process and back, the
     launch, the done, the probe). The calibration measures part of ``a`` before the candidate's
     module exists; the rest depends on the batch (its graph, its memory) and is taken off by
-    difference: b = (W(calls) - W(short)) / (calls - short), exact whatever ``a`` is.
+    difference: b = (W(calls) - W(short)) / (calls - short), exact whatever ``a`` is (the
+    median over the pairs of windows run side by side).
 
     The short window is the candidate's to inflate (its code knows which batch it is in): a
     candidate that pads it lowers b. So b may lower the time of record at most
@@ -142,8 +143,9 @@ def per_call(long_ms: Sequence[float], short_ms: Sequence[float], calls: int, sh
         spread = _spread([max(w - cost_ms, 0.0) * 1e3 / calls for w in long_ms])
         return PerCall(plain, plain, None, None, spread, "single")
     short_w = statistics.median(short_ms)
-    slope = (long_w - short_w) * 1e3 / (calls - short)
+    # each long window against the short one beside it: one interrupted window moves one pair
     pairs = [(a - b) * 1e3 / (calls - short) for a, b in zip(long_ms, short_ms)]
+    slope = statistics.median(pairs)
     floor = plain * (1.0 - DIFFERENCE_GUARD)
     fixed = short_w - slope * short / 1e3 - cost_ms
     if slope >= floor:
