@@ -17,6 +17,7 @@
 #   gputestx   the verifier's GPU tests on three pytest-xdist workers sharing the GPU
 #   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, one step at a time, and the audit's profiled worker)
 #   sweep      bench/clock_sweep.py (the batch window against its number of calls: fixed cost or per-call excess)
+#   kb         bench/kernelbench.py on six KernelBench problems (those issue #14 names) at their default sizes
 #   hostsync   the verifier's GPU tests of an eagerly timed honest kernel, stale device memory and an early done
 #   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
@@ -37,15 +38,16 @@ for p in "$@"; do
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
     verify1) phase verify1 120 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
     verify3) phase verify3 200 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
-    ncu) phase ncu 200 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax --touch on off ;;
+    ncu) phase ncu 120 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax ;;
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
     ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
-    gputestx) phase gputest 270 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 150 -n 3 --durations=12 tests/test_verifier_gpu.py ;;
+    gputestx) phase gputest 260 python3 -m pytest -m gpu -v -p no:cacheprovider --tb=line -rf --timeout 120 -n 3 --durations=12 tests/test_verifier_gpu.py ;;
     ncusbx) phase ncusbx 200 python3 bench/ncu_sandbox.py --timeout 25 ;;
     sweep) phase sweep 240 python3 bench/clock_sweep.py --json "$OUT/sweep.json" ;;
+    kb) phase kb 180 python3 bench/kernelbench.py --problems 19_ReLU 88_MinGPTNewGelu 23_Softmax 47_Sum_reduction_over_a_dimension 36_RMSNorm_ 40_LayerNorm --json "$OUT/kb.json" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;

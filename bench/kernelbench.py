@@ -96,7 +96,8 @@ def judge_all(device: str, selected: list[tuple[str, Path, Path]], task_file) ->
                 rows.append(row_of(key, verdict, time.perf_counter() - t0))
             row = rows[-1]
             reason = f": {row['reason']}" if "reason" in row else ""
-            console.print(f"{key}: {row['status']} in {row['verdict_s']} s{reason}")
+            figures = " ".join(f"{k}={row[k]:.4g}" for k in ("time_us", "eager_us", "compile_us") if row.get(k))
+            console.print(f"{key}: {row['status']} in {row['verdict_s']} s {figures}{reason}", soft_wrap=True)
     return rows
 
 
