@@ -111,7 +111,14 @@ def audit_archive(db: str | Path, *, task: str | None = None, gpu: int | None = 
         if device == "cpu":
             raise LoopError(f"auditing needs the GPU the times were measured on ({', '.join(pending)}); "
                             "no GPU is visible here")
-        with open_judge(device, sandbox=sandbox, pool_size=1) as judge:
+        refs = archive.task_refs()
+        secret = []  # the tasks' metadata stays out of the candidates' sight (what loads today)
+        for v in versions:
+            try:
+                secret.append(load_task(refs.get(v.name, v.name)))
+            except TaskError:
+                pass  # _load says why it is not audited
+        with open_judge(device, sandbox=sandbox, pool_size=1, tasks=secret) as judge:
             model = gpu_label(judge.environment())
             if model not in pending:
                 raise LoopError(f"auditing needs the GPU the times were measured on: the attempts to audit were timed "

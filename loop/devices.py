@@ -31,8 +31,9 @@ from .evaluate import open_judge
 
 class Devices:
     def __init__(self, names: Sequence[str], *, sandbox: str = "process", pool_size: int | None = None,
-                 options: JudgeOptions | None = None) -> None:
+                 options: JudgeOptions | None = None, tasks: Sequence[Task] = ()) -> None:
         self.names = list(names)
+        self.tasks = list(tasks)
         self.sandbox = sandbox
         self.pool_size = pool_size
         self.options = options or JudgeOptions()
@@ -54,7 +55,7 @@ class Devices:
 
         def open_one(device: str) -> tuple[Any, Judge]:
             pool = self.pool_size or (1 if device == "cpu" else 2)
-            cm = open_judge(device, sandbox=self.sandbox, pool_size=pool, options=self.options)
+            cm = open_judge(device, sandbox=self.sandbox, pool_size=pool, options=self.options, tasks=self.tasks)
             return cm, cm.__enter__()
 
         opened = await asyncio.gather(*(asyncio.to_thread(open_one, d) for d in self.names), return_exceptions=True)

@@ -14,6 +14,8 @@ from typing import Iterator, Sequence
 from kernforge.sandbox.isolation import for_profiler, mechanism as choose_mechanism
 from kernforge.sandbox.pool import ProcessBackend
 from kernforge.sandbox.protocol import Backend, WorkerSpec
+from kernforge.tasks.loader import secret_paths
+from kernforge.tasks.spec import Task
 from kernforge.verifier.judge import (
     HARNESS_PRELOAD, HARNESS_WARMUP, REFERENCE_PRELOAD, REFERENCE_WARMUP, Judge, JudgeOptions,
 )
@@ -70,16 +72,19 @@ def evaluate_file(path: Path, task_name: str, *, gpu: int | None = None, sandbox
         raise EvaluationError(f"{path}: cannot read the candidate ({err})") from None
     task = load_task(task_name)
     device = resolve_device(gpu)
-    with open_judge(device, sandbox=sandbox, pool_size=1) as judge:
+    with open_judge(device, sandbox=sandbox, pool_size=1, tasks=[task]) as judge:
         return judge.verify(source, task), task.name
 
 
 @contextlib.contextmanager
 def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
-               options: JudgeOptions | None = None) -> Iterator[Judge]:
-    """A judge for one device with a warm candidate pool and a trusted reference worker."""
+               options: JudgeOptions | None = None, tasks: Sequence[Task] = ()) -> Iterator[Judge]:
+    """A judge for one device with a warm candidate pool and a trusted reference worker. The
+    candidates' workers never see the built-in tasks' files nor the metadata of ``tasks`` (the
+    hidden shapes of the tasks it will judge); their reference reaches them as text."""
     slot = "cpu" if device == "cpu" else device.split(":", 1)[1]
-    candidate_spec = WorkerSpec(device=slot, preload=HARNESS_PRELOAD, warmup=HARNESS_WARMUP, isolation="strict")
+    candidate_spec = WorkerSpec(device=slot, preload=HARNESS_PRELOAD, warmup=HARNESS_WARMUP, isolation="strict",
+                                hidden_paths=secret_paths(tasks))
     reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none")
     candidates = make_backend(sandbox, candidate_spec, pool_size)
     try:

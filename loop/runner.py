@@ -137,7 +137,7 @@ class Runner:
             if config is not None and s.budget.unlimited:
                 self.display.note("no budget given (--max-attempts, --hours, --max-tokens, --max-cost): "
                                   "the run goes on until Ctrl-C")
-            self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size)
+            self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size, tasks=tasks)
             self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
             await self.devices.open()
             self._load_states(tasks, task_ids)

@@ -102,6 +102,23 @@ def bundle(task: Task) -> dict[str, str | None]:
     }
 
 
+def candidate_bundle(task: Task) -> dict[str, str | None]:
+    """What a candidate's worker is given to rebuild the task: the reference (``ModelNew`` is
+    built from its ``get_init_inputs``, and its globals are watched) and the in-place inputs.
+    Never the metadata: the hidden shapes, input distributions and tolerances must not exist in
+    the candidate's process before it is called with them (THREATS #14: a kernel that could
+    read every shape it will be checked on could be fitted to exactly those)."""
+    mutated = f"MUTATED_INPUTS = {tuple(task.mutated_inputs)!r}\n" if task.mutated_inputs else None
+    return {"name": task.name, "reference": task.reference_source, "meta": mutated}
+
+
+def secret_paths(tasks: Iterable[Task]) -> tuple[str, ...]:
+    """Files a candidate's worker must not read: the built-in tasks and every task's metadata
+    (hidden shapes). The sandbox makes them look empty to it."""
+    paths = [str(BUILTIN_DIR)] + [str(t.meta_path) for t in tasks if t.meta_path is not None]
+    return tuple(dict.fromkeys(paths))
+
+
 def unbundle(data: dict[str, str | None], folder: Path) -> Task:
     """Write a bundle into ``folder`` as a task folder and load it (same name as the original)."""
     target = Path(folder) / str(data["name"])

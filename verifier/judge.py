@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from kernforge.sandbox.protocol import Backend, FailureKind, Limits, SandboxError, Session, WorkerFailure
 from kernforge.tasks import runtime
-from kernforge.tasks.loader import bundle
+from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
 from . import messages as M, ncu
@@ -312,7 +312,7 @@ class Judge:
                 os.close(fd)
             raise JudgeError(f"the reference worker handed over {len(fds)} descriptors tagged {tag!r} for the arena")
         arena_fd = fds[0]
-        payload = {"task": bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed,
+        payload = {"task": candidate_bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed,
                    "layout": {"size": arena["size"], "input_bytes": arena["input_bytes"]}}
         go_ours = go_theirs = None
         if self.on_gpu:
@@ -356,7 +356,7 @@ class Judge:
                 backend.close()
             text = log.read_text(errors="replace") if log.exists() else ""
         if failed:
-            return ncu.Profile(False, f"no Nsight Compute record: {failed}", calls=ncu.CALLS, shape=shape.as_dict())
+            return ncu.Profile(False, f"no Nsight Compute record: {failed}"[:800], calls=ncu.CALLS, shape=shape.as_dict())
         launches = ncu.parse(text)
         if not launches:  # a profiler that failed to attach looks the same as no kernel: no evidence either way
             note = " ".join(line for line in text.splitlines() if "==ERROR==" in line or "==WARNING==" in line)[:300]
@@ -381,8 +381,11 @@ class Judge:
                     return got.reason[:300]
                 session.send({"op": "done"})
                 session.recv(self.options.message_timeout_s)
-        except (WorkerFailure, SandboxError) as failure:
-            return str(failure)[:300]
+        except WorkerFailure as failure:  # what the profiled worker printed says why (ncu's own errors among it)
+            said = " ".join((failure.diagnostics.stderr or failure.diagnostics.stdout or "").split())[-400:]
+            return f"{failure}; it printed: {said or 'nothing'}"[:700]
+        except SandboxError as failure:
+            return str(failure)[:700]
         finally:
             self._ask_ref(None, {"op": "drop", "key": call.key})
         return ""

@@ -1,0 +1,77 @@
+"""What a candidate's process must not hold: the hidden shapes of the task it is judged on
+(THREATS #14). The worker rebuilds the task from its reference alone (tasks.loader.candidate_bundle),
+and the sandbox hides the built-in tasks and the judged tasks' metadata files from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from candidates import with_forward
+from kernforge.loop.evaluate import open_judge
+from kernforge.sandbox.isolation import mechanism
+from kernforge.tasks.loader import BUILTIN_DIR, candidate_bundle, load_task, secret_paths
+from kernforge.verifier.judge import JudgeOptions
+
+TASKS = Path(__file__).parent / "tasks"
+
+#: A kernel fitted to every shape it can find (the public ones it was shown, and whatever its own
+#: process can read: the harness's task, metadata files of the tasks beside kernforge), and wrong
+#: on any other: accepted if the hidden shapes leak into the candidate's process.
+FITS_WHAT_IT_CAN_READ = with_forward('''        global KNOWN
+        if KNOWN is None:
+            KNOWN = {(4, 64), (8, 128)} | _readable_shapes()
+        if tuple(x.shape) in KNOWN:
+            return norm(x, w)
+        y = torch.empty_like(x)  # elsewhere: a shortcut that is wrong (here, the wrong epsilon)
+        _norm_kernel[(x.shape[0],)](x.contiguous(), w, y, x.shape[1], 1.0, BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y''', '''
+import glob
+import os
+import re
+import sys
+
+KNOWN = None
+
+
+def _readable_shapes():
+    found = set()
+    harness = sys.modules.get("kernforge.verifier.harness")
+    task = harness._STATE.get("task") if harness is not None else None
+    if task is not None:
+        for s in task.public_shapes + task.hidden_shapes + task.cpu_public_shapes + task.cpu_hidden_shapes:
+            d = dict(s.params)
+            found.add((d.get("T"), d.get("H")))
+    import kernforge
+    root = os.path.dirname(kernforge.__file__)
+    paths = glob.glob(os.path.join(root, "tests", "tasks", "**", "*.py"), recursive=True)
+    paths += glob.glob(os.path.join(root, "tasks", "builtin", "**", "meta.py"), recursive=True)
+    paths += glob.glob(os.path.join(os.getcwd(), "**", "*.py"), recursive=True)
+    for path in paths:
+        try:
+            text = open(path).read()
+        except OSError:
+            continue
+        found |= {(int(t), int(h)) for t, h in re.findall(r'"T":\\s*(\\d+),\\s*"H":\\s*(\\d+)', text)}
+    return found
+''')
+
+
+def test_the_worker_gets_the_reference_and_nothing_of_the_metadata():
+    task = load_task(TASKS / "tiny_norm")
+    bundle = candidate_bundle(task)
+    assert bundle["reference"] == task.reference_source
+    assert bundle["meta"] is None  # tiny_norm mutates no input; its hidden shapes stay behind
+    assert str(BUILTIN_DIR) in secret_paths([task]) and str(task.meta_path) in secret_paths([task])
+
+
+def test_a_kernel_fitted_to_the_shapes_its_process_can_read_fails_the_hidden_ones(tmp_path):
+    if not mechanism("strict").mountns:
+        pytest.skip("this machine's sandbox cannot hide files (no bubblewrap, no mount namespace)")
+    task = load_task(TASKS / "tiny_norm")
+    options = JudgeOptions(cache_dir=tmp_path, static_screen=False)
+    with open_judge("cpu", pool_size=1, options=options, tasks=[task]) as judge:
+        verdict = judge.verify(FITS_WHAT_IT_CAN_READ, task)
+    assert (verdict.status.value, verdict.threat) == ("incorrect", 14), verdict.reason
+    assert verdict.evidence.get("hidden") is True
