@@ -22,7 +22,7 @@ from kernforge.archive.content import environment_key
 from kernforge.tasks.spec import Task
 from kernforge.verifier import audit as auditing
 from kernforge.verifier.audit import Audit
-from kernforge.verifier.judge import Judge, JudgeOptions
+from kernforge.verifier.judge import Judge, JudgeOptions, TaskTooLarge
 from kernforge.verifier.verdict import Verdict
 
 from .errors import LoopError
@@ -72,6 +72,14 @@ class Devices:
                             "software stack; choose GPUs of one model with --gpu")
         self.env = dict(envs[0])
         self.env_key = keys.pop()
+
+    async def too_large(self, task: Task) -> str | None:
+        """Why no candidate of ``task`` can be judged on these GPUs (verifier/fits.py), or None."""
+        try:
+            await asyncio.to_thread(self.judges[0].check_fits, task)
+        except TaskTooLarge as err:
+            return str(err)
+        return None
 
     async def ceilings(self) -> dict[str, Any]:
         """Measured bandwidth and FLOP ceilings of the first device (for prompts)."""

@@ -110,6 +110,19 @@ class Runner:
         self._turn = 0
         self._interrupts = 0
 
+    async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
+        """The tasks these GPUs can judge at all; each one too large is said and left out."""
+        kept = []
+        for task, task_id in zip(tasks, task_ids):
+            why = await self.devices.too_large(task)
+            if why:
+                self.display.note(f"left out: {why}")
+            else:
+                kept.append((task, task_id))
+        if not kept:
+            raise LoopError("no task of this run fits this GPU (see above)")
+        return [t for t, _ in kept], [i for _, i in kept]
+
     # ---- the whole run -------------------------------------------------------------------------
     async def run(self) -> RunResult:
         s = self.settings
@@ -140,6 +153,7 @@ class Runner:
             self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size, tasks=tasks)
             self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
             await self.devices.open()
+            tasks, task_ids = await self._fitting(tasks, task_ids)
             self._load_states(tasks, task_ids)
             self.meter = Meter(s.budget, before)
             if config is None:

@@ -40,7 +40,7 @@ from kernforge.tasks import runtime
 from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
-from . import messages as M, ncu
+from . import fits, messages as M, ncu
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
@@ -62,6 +62,10 @@ R = TypeVar("R")
 
 class JudgeError(Exception):
     """The judge itself could not work (the task's reference failed, a worker would not start)."""
+
+
+class TaskTooLarge(JudgeError):
+    """The task's largest call needs more memory than this GPU has: no candidate can be judged."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,7 @@ class Judge:
         started = time.perf_counter()
         self._phases = {}
         self._state = _Verdict()
+        self.check_fits(task)  # a task no GPU call of which fits is the task's problem, not a candidate's
         try:
             verdict = self._verify(source, task)
         finally:  # whatever happened, the reference worker forgets this verdict's calls
@@ -280,6 +285,17 @@ class Judge:
         if isinstance(verdict, Accepted):
             return Accepted(shapes=verdict.shapes, reason=verdict.reason, flags=verdict.flags, environment=env)
         return Rejected(verdict.status, verdict.reason, verdict.threat, verdict.evidence, verdict.shapes, env, check=verdict.check)
+
+    def check_fits(self, task: Task) -> None:
+        """TaskTooLarge when no call of ``task`` can be judged on this GPU (verifier/fits.py)."""
+        if not self.on_gpu:
+            return
+        checked = list(task.shapes("cuda", hidden=False)) + list(task.shapes("cuda", hidden=True))
+        sizes = self._shape_sizes(task, checked, secrets.randbits(31))
+        memory = float(self.environment().get("memory_gib") or 0) * (1 << 30)
+        why = fits.too_large(sizes, {s.params: " ".join(f"{k}={v}" for k, v in s.params) for s in checked}, int(memory)) if memory else None
+        if why:
+            raise TaskTooLarge(f"{task.name}: {why}")
 
     def _verify(self, source: str, task: Task) -> Verdict:
         found = screen(source, allow_torch_ops=task.allow_torch_ops)

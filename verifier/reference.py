@@ -48,14 +48,50 @@ def upcast_model(model: Any) -> Any:
     return copy.deepcopy(model).to(_UPCAST[next(iter(dtypes))])
 
 
+def _nbytes(xs: Sequence[Any], widen: bool) -> int:
+    total = 0
+    for x in xs:
+        if isinstance(x, torch.Tensor):
+            size = x.element_size() * x.numel()
+            total += size * (_UPCAST[x.dtype].itemsize // x.element_size() if widen and x.dtype in _UPCAST else 1)
+    return total
+
+
+def wider_bytes(inputs: Sequence[Any], low: Sequence[Any], model: Any = None) -> int:
+    """Device memory the one-step-wider run needs at its peak: a clone of the inputs, their wider
+    copies, the wider weights and the wider outputs."""
+    params = list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+    return _nbytes(inputs, False) + _nbytes(inputs, True) + _nbytes(params, True) + _nbytes(low, True)
+
+
+def _room(device: torch.device) -> int | None:
+    """Free device memory (bytes) on a GPU; None on the CPU (host memory is not the limit)."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+#: memory the wider run must leave free for everything else this process does next
+ROOM_RESERVE = 2 << 30
+
+
 @torch.no_grad()
 def run_reference(model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(high, low) output lists for one call; ``inputs`` are left untouched. Where the model
-    cannot run one step wider (mixed-dtype weights, dtype-strict ops), ``high`` is ``low``."""
+    cannot run one step wider (mixed-dtype weights, dtype-strict ops), ``high`` is ``low``; so
+    too where the wider run would not fit in the GPU's free memory (KernelBench's default sizes
+    move several GB per call: a float64 copy of it all does not fit beside the arena), where the
+    tolerance then rests on the task's own precision alone."""
     lo_inputs = clone_inputs(inputs)
     low = collect_outputs(model(*lo_inputs), lo_inputs, mutated)
+    del lo_inputs
     hi_model = upcast_model(model)
     if hi_model is None:
+        return low, low
+    tensors = [x for x in list(inputs) + list(low) if isinstance(x, torch.Tensor)]
+    room = _room(tensors[0].device) if tensors else None
+    if room is not None and wider_bytes(inputs, low, model) + ROOM_RESERVE > room:
         return low, low
     hi_inputs = [upcast(x) for x in clone_inputs(inputs)]
     try:

@@ -1,0 +1,42 @@
+"""Whether a task fits the GPU at all, decided before any candidate runs.
+
+A call's inputs and outputs are held several times over while it is judged: the arena holds
+the inputs the reference worker wrote and the candidate's outputs (checked calls alternate two
+halves of it), the reference worker keeps a pristine copy of the inputs and its own answer, and
+snapshots the outputs it compares. A task whose largest call needs more than the GPU has, even
+with nothing else on it, gets a clear "task too large for this GPU" for the task, never a
+runtime error blamed on a candidate.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+#: copies of one call's inputs and of its outputs the judge holds at the least (no pipelining,
+#: the reference at the task's own precision)
+INPUT_COPIES = 4
+OUTPUT_COPIES = 4
+#: what the candidate's process and the two CUDA contexts take besides (bytes)
+OVERHEAD = 4 << 30
+
+
+def need_bytes(input_bytes: int, output_bytes: int) -> int:
+    return INPUT_COPIES * input_bytes + OUTPUT_COPIES * output_bytes + OVERHEAD
+
+
+def too_large(sizes: Mapping[Any, Mapping[str, Any]], labels: Mapping[Any, str], memory_bytes: int) -> str | None:
+    """Why the task cannot be judged on a GPU of ``memory_bytes``, or None. ``sizes``: per shape,
+    the bytes of one call's inputs and outputs (the reference worker's ``sizes``)."""
+    worst = max(sizes, key=lambda k: need_bytes(sizes[k]["input_bytes"], sizes[k]["output_bytes"]), default=None)
+    if worst is None:
+        return None
+    entry = sizes[worst]
+    need = need_bytes(entry["input_bytes"], entry["output_bytes"])
+    if need <= memory_bytes:
+        return None
+    gib = 1 << 30
+    return (f"task too large for this GPU: the shape {labels[worst]} moves {entry['input_bytes'] / gib:.1f} GiB of inputs "
+            f"and {entry['output_bytes'] / gib:.1f} GiB of outputs per call, and judging a call holds them "
+            f"{INPUT_COPIES} and {OUTPUT_COPIES} times over (the arena, the reference's copy and answer), "
+            f"{need / gib:.0f} GiB in all, more than this GPU's {memory_bytes / gib:.0f} GiB; choose smaller shapes "
+            "(a side file NAME.meta.py with PUBLIC_SHAPES and HIDDEN_SHAPES)")
