@@ -119,14 +119,16 @@ def secret_paths(tasks: Iterable[Task]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths))
 
 
-def unbundle(data: dict[str, str | None], folder: Path) -> Task:
-    """Write a bundle into ``folder`` as a task folder and load it (same name as the original)."""
+def unbundle(data: dict[str, str | None], folder: Path, *, derive_hidden: bool = True) -> Task:
+    """Write a bundle into ``folder`` as a task folder and load it (same name as the original).
+    ``derive_hidden=False`` (a candidate's worker): a reference without metadata gets no hidden
+    shapes rather than the ones the judge derives from it."""
     target = Path(folder) / str(data["name"])
     target.mkdir(parents=True, exist_ok=True)
     (target / "reference.py").write_text(str(data["reference"]))
     if data.get("meta"):
         (target / "meta.py").write_text(str(data["meta"]))
-    return _load_task_dir(target, ref=str(target))
+    return _load_task_dir(target, ref=str(target), derive_hidden=derive_hidden)
 
 
 def _is_companion(path: Path) -> bool:
@@ -146,7 +148,7 @@ def _load_task_file(path: Path) -> Task:
     )
 
 
-def _load_task_dir(path: Path, *, ref: str) -> Task:
+def _load_task_dir(path: Path, *, ref: str, derive_hidden: bool = True) -> Task:
     meta = path / "meta.py"
     seed = path / "seed.py"
     return _build(
@@ -155,10 +157,12 @@ def _load_task_dir(path: Path, *, ref: str) -> Task:
         reference_path=path / "reference.py",
         meta_path=meta if meta.is_file() else None,
         seed_path=seed if seed.is_file() else None,
+        derive_hidden=derive_hidden,
     )
 
 
-def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None, seed_path: Path | None) -> Task:
+def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None, seed_path: Path | None,
+           derive_hidden: bool = True) -> Task:
     source = _read(reference_path)
     _check_syntax(reference_path, source)
     module = load_module(reference_path)
@@ -190,7 +194,7 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
         return tuple(_shape(where, key, i, item, globals_) for i, item in enumerate(_as_list(where, key, meta[key])))
 
     public = shapes("PUBLIC_SHAPES", (default_shape,))
-    hidden = shapes("HIDDEN_SHAPES", _kernelbench_hidden(globals_))
+    hidden = shapes("HIDDEN_SHAPES", _kernelbench_hidden(globals_) if derive_hidden else ())
     cpu_public = shapes("CPU_PUBLIC_SHAPES", public)
     cpu_hidden = shapes("CPU_HIDDEN_SHAPES", hidden)
 

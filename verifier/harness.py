@@ -135,7 +135,9 @@ def _attach(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
         base = _STATE["arena"].data.data_ptr()
         _STATE["pool"] = HeapPool(base + layout.input_bytes, layout.size - layout.input_bytes)
     # The task arrives as text: its own path may not be visible inside the sandbox.
-    _STATE["task"] = unbundle(payload["task"], Path(os.getcwd()) / "task")
+    # No hidden shapes here, not even those the judge derives from a bare reference: this process
+    # learns each shape only when a call is made at it (THREATS #14)
+    _STATE["task"] = unbundle(payload["task"], Path(os.getcwd()) / "task", derive_hidden=False)
     _STATE["device"] = device
     _STATE["init_seed"] = int(payload["init_seed"])
     _STATE["models"] = {}
