@@ -262,6 +262,451 @@ setattr(_I, "perf_" + "counter", lambda: _real() / 5)
 ]
 
 
+# ==== round three: attacks found against this judge (tests/redteam.py, third pass) ================
+# Several of these are accepted today (or crash the judge); they carry the verdict the judge should
+# give and fail until it gives it. The report that came with them lists which, and why.
+
+#: torch compute spelled with operators and dunders only (the static screen leaves those to the trace)
+OP_NORM = "x * ((x * x).__matmul__(torch.ones(x.shape[1], 1, dtype=x.dtype)) / x.shape[1] + 1e-6) ** -0.5 * w"
+
+#: a launch of the candidate's own kernel on one row whose result is thrown away
+DECOY = "norm(x[:1], w)  # a decoy launch: the trace sees one of the candidate's kernels run"
+
+#: a reply frame as the worker's channel writes it (fd 4 is the job channel's write end)
+FRAME = '''
+import json as _json, os as _os, struct as _struct
+
+
+def _frame(msg):
+    body = _json.dumps(msg, separators=(",", ":")).encode()
+    return _struct.pack(">I", len(body)) + body
+'''
+
+#: the whole shared arena as float32, from an input's view of it (as_strided is bookkeeping, numpy
+#: is no torch op): what a call can reach besides its own inputs
+ARENA = '''
+import numpy as np
+
+
+def _arena(x):
+    n = x.untyped_storage().nbytes() // 4
+    return x.as_strided((n,), (1,), 0).numpy()
+'''
+
+#: the shapes named in the task's meta.py, which the worker receives with the task (bundle());
+#: filecmp and tokenize read files without any name the static screen knows
+META_SHAPES = '''
+import ast as _ast, filecmp as _fc, tokenize as _tk
+
+
+def _shapes(suffix):
+    found = set()
+    for name in _fc.dircmp("task", "task").subdirs:
+        if "meta.py" not in _fc.dircmp("task/" + name, "task/" + name).left_list:
+            continue
+        with _tk.open("task/" + name + "/meta.py") as f:
+            tree = _ast.parse(f.read())
+        for node in tree.body:
+            if (isinstance(node, _ast.Assign) and isinstance(node.value, _ast.List)
+                    and any(getattr(t, "id", "").endswith(suffix) for t in node.targets)):
+                found |= {(s["T"], s["H"]) for s in _ast.literal_eval(node.value)}
+    return found
+
+
+CHECKED = _shapes("SHAPES")
+'''
+
+#: right on exactly the checked shapes; anywhere else a wrong epsilon makes every element wrong
+SHAPE_FIT = '''if (x.shape[0], x.shape[1]) in CHECKED:
+    return norm(x, w)
+y = torch.empty_like(x)
+_norm_kernel[(x.shape[0],)](x.contiguous(), w, y, x.shape[1], 1e6, BLOCK=triton.next_power_of_2(x.shape[1]))
+return y'''
+
+#: a helper process forked at import overwrites each output in its slot after forward returned and
+#: before the reference worker's snapshot. Forward returns a constant marker (a value of its own per
+#: call), which the harness copies into the slot; the helper finds it there and writes the answer.
+#: New names in a watched module are no tampering, but the harness walks them all after every
+#: call, so its reply leaves long (half a second) after the output was copied.
+HELPER = '''
+import ctypes, mmap, os, time
+import numpy as np
+
+_CTL = mmap.mmap(-1, 4096)  # anonymous and shared: the helper sees what forward writes here
+_C = np.frombuffer(_CTL, dtype=np.int64, count=8)  # seq, arena base, floats, x offset, w offset, T, H
+
+
+def _mark(seq):
+    return np.float32(1000.0 + seq % 4096)
+
+
+def _helper():
+    seen = 0
+    while True:
+        if _C[0] == seen:
+            time.sleep(0.0002)
+            continue
+        seen = int(_C[0])
+        base, n, xo, wo, T, H = (int(v) for v in _C[1:7])
+        arena = np.ctypeslib.as_array((ctypes.c_float * n).from_address(base))
+        a = arena[xo: xo + T * H].reshape(T, H).astype(np.float64)
+        b = arena[wo: wo + H].astype(np.float64)
+        answer = (a / np.sqrt((a * a).mean(-1, keepdims=True) + 1e-6) * b).astype(np.float32).reshape(-1)
+        mark = _mark(seen)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and _C[0] == seen:  # slots start at 64 KiB boundaries
+            hits = np.flatnonzero(arena[::16384] == mark) * 16384
+            runs = [int(i) for i in hits if i + T * H <= n and arena[i + T * H - 1] == mark]
+            if runs:
+                arena[runs[0]: runs[0] + T * H] = answer
+                break
+
+
+for _i in range(500000):
+    setattr(torch, f"_kf_pad_{_i}", len)
+
+if os.fork() == 0:
+    try:
+        _helper()
+    finally:
+        os._exit(0)
+'''
+
+ATTACKS += [
+    # ---- 1: aliases: the integrity module's class swapped. vars() is unchanged, so the snapshot
+    # sees nothing, but every attribute the harness reads goes through the candidate's code: its
+    # I.synchronize() after forward computes the answer outside the trace.
+    Attack("module_class_swap_hooks_the_harness", 1, _fwd(f"{DECOY}\ny = torch.empty_like(x)\nPENDING.append((x, w, y))\nreturn y", ALIASES + f'''
+PENDING = []
+
+
+class _Hooked(type(_I)):
+    def __getattribute__(self, name):
+        if name == "synchronize":
+            while PENDING:
+                x, w, y = PENDING.pop()
+                y.copy_({TORCH_NORM})
+        return super().__getattribute__(name)
+
+
+_I.__class__ = _Hooked
+'''), ("cheat", 10), where="cpu", also=(("cheat", 16), ("cheat", 7))),
+
+    # ---- 2: hooks that run the candidate's code inside the harness after forward returned ----
+    Attack("settrace_computes_after_return", 2, _fwd(f"{DECOY}\ny = torch.empty_like(x)\nPENDING.append((x, w, y))\nsys.settrace(_hook)\nreturn y", f'''
+import sys
+PENDING = []
+
+
+def _hook(frame, event, arg):
+    if event == "call" and PENDING and frame.f_code.co_name == "_outputs":
+        x, w, y = PENDING.pop()
+        y.copy_({TORCH_NORM})
+    return None
+'''), ("cheat", 16), where="cpu", also=(("cheat", 7), ("cheat", 10))),
+    Attack("setprofile_computes_after_return", 2, _fwd(f"{DECOY}\ny = torch.empty_like(x)\nPENDING.append((x, w, y))\nsys.setprofile(_hook)\nreturn y", f'''
+import sys
+PENDING = []
+
+
+def _hook(frame, event, arg):
+    if event == "call" and PENDING and frame.f_code.co_name == "_aliases":
+        x, w, y = PENDING.pop()
+        y.copy_({TORCH_NORM})
+'''), ("cheat", 16), where="cpu", also=(("cheat", 7), ("cheat", 10))),
+    Attack("gc_callback_computes_after_return", 2, _fwd(
+        f"{DECOY}\ny = torch.empty_like(x)\nPENDING.append((x, w, y))\ngc.set_threshold(1, 1, 1)\nreturn y", f'''
+import gc, sys
+PENDING = []
+
+
+def _cb(phase, info):
+    if not PENDING:
+        return
+    f, names = sys._getframe(1), set()
+    while f is not None:
+        names.add(f.f_code.co_name)
+        f = f.f_back
+    if "_check" in names and not names & {{"forward", "recording", "__exit__"}}:  # the harness, after the trace
+        x, w, y = PENDING.pop()
+        y.copy_({TORCH_NORM})
+
+
+gc.callbacks.append(_cb)
+'''), ("cheat", 16), where="cpu", also=(("cheat", 7), ("cheat", 10))),
+
+    # ---- 3: the reply channel replaced at the OS level: forward writes a complete reply (clean
+    # signals, its output where it put it in the arena) and points fd 4 at /dev/null, so the
+    # harness's own reply with the real trace is never seen. Forged facts the trusted side cannot
+    # check on the CPU: accepted there; the GPU audit's kernel list is what sees torch computing.
+    Attack("dup2_swallows_the_real_reply", 3, _fwd(f'''if SAVED:
+    _os.dup2(SAVED[0], 4)
+else:
+    SAVED.append(_os.dup(4))
+y = ({TORCH_NORM}).contiguous()
+CALLS[0] += 1
+size = x.untyped_storage().nbytes()
+off = (size - (1 + CALLS[0] % 2) * (1 << 20)) // 4096 * 4096  # two places near the arena's end, in turn
+x.as_strided(tuple(y.shape), tuple(y.stride()), off // 4).copy_(y)
+_os.write(4, _frame({{"op": "check", "ok": True, "types": ["torch.Tensor"], "claimed_s": 1.0,
+                      "outputs": [{{"offset": off, "dtype": "float32", "shape": list(y.shape), "strides": list(y.stride())}}],
+                      "signals": {{"launches": {{"_norm_kernel": 1}}}}}}))
+_os.dup2(NULL, 4)
+return y''', FRAME + '''
+SAVED, CALLS = [], [0]
+NULL = _os.open(_os.devnull, _os.O_WRONLY)
+'''), ("cheat", 16), where="cpu", cpu_limit=True),
+
+    # ---- 4: values that run code when the harness touches them ---------------------------------
+    # an exact torch.Tensor with an instance attribute: the harness's own out.stride() runs it
+    Attack("instance_method_on_output_computes", 4, _fwd(f'''{DECOY}
+y = torch.empty_like(x)
+def stride(*a, **k):
+    del y.stride
+    y.copy_({TORCH_NORM})
+    return y.stride(*a, **k)
+y.stride = stride
+return y'''), ("cheat", 16), where="cpu", also=(("cheat", 7),)),
+    # an input's class swapped on the way out: the harness's x.numel() (aliasing check) runs its
+    # __torch_function__ after the trace has stopped
+    Attack("input_class_swap_computes", 4, _fwd(f"{DECOY}\ny = torch.empty_like(x)\nEvil.pending.append((x, w, y))\nx.__class__ = Evil\nreturn y", f'''
+class Evil(torch.Tensor):
+    pending = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            while cls.pending:
+                x, w, y = cls.pending.pop()
+                x = x.as_subclass(torch.Tensor)
+                y.copy_({TORCH_NORM})
+        return super().__torch_function__(func, types, args, kwargs or {{}})
+'''), ("cheat", 16), where="cpu", also=(("cheat", 7),)),
+    Attack("returns_an_index_like_object", 4, _fwd("return (norm(x, w), IndexLike())", '''
+class IndexLike:
+    def __index__(self):
+        raise SystemExit("touched")
+    __float__ = __int__ = __len__ = __index__
+'''), ("cheat", 7), where="cpu"),
+
+    # ---- 5: torch compute where the trace does not look (no tampering at all) -------------------
+    # Ops issued while a Triton launch is in progress are ignored, and the candidate's code runs
+    # inside the launch: a grid callable, a pre-run hook, or an argument Triton asks for data_ptr()
+    Attack("grid_callable_computes", 5, _fwd(f'''y = torch.empty_like(x)
+def grid(meta):
+    y.copy_({TORCH_NORM})
+    return (1,)
+_norm_kernel[grid](x[:1].contiguous(), w, torch.empty_like(x[:1]), x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))
+return y'''), ("cheat", 16), where="both"),
+    Attack("pre_run_hook_computes", 5, _fwd(f'''y = torch.empty_like(x)
+JOBS.append(lambda: y.copy_({TORCH_NORM}))
+_norm_kernel[(1,)](x[:1].contiguous(), w, torch.empty_like(x[:1]), x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))
+return y''', '''
+JOBS = []
+
+
+def _hook(*args, **kwargs):
+    while JOBS:
+        JOBS.pop()()
+
+
+_norm_kernel.add_pre_run_hook(_hook)
+'''), ("cheat", 16), where="cpu"),
+    Attack("duck_pointer_computes_inside_launch", 5, _fwd(f'''y = torch.empty_like(x)
+out = Ptr(torch.empty_like(x[:1]), lambda: y.copy_({TORCH_NORM}))
+_norm_kernel[(1,)](x[:1].contiguous(), w, out, x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))
+return y''', '''
+class Ptr:
+    """Looks like a tensor to Triton; the first attribute Triton reads runs the job."""
+    def __init__(self, t, job):
+        self._t, self._job = t, job
+
+    def __getattr__(self, name):
+        if self.__dict__.get("_job") is not None:
+            job, self.__dict__["_job"] = self._job, None
+            job()
+        return getattr(self._t, name)
+'''), ("cheat", 16), where="cpu"),
+    # ops outside aten's namespaces are taken for the candidate's own custom ops; the mode is off
+    # while its own handler runs, so the ops inside the op's implementation are never seen
+    Attack("custom_op_hides_torch", 5, _fwd(f"{DECOY}\nreturn rt_norm(x, w)", f'''
+@torch.library.custom_op("rtlib::norm", mutates_args=())
+def rt_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return {TORCH_NORM}
+'''), ("cheat", 16), where="cpu"),
+    Attack("library_impl_hides_torch", 5, _fwd(f"{DECOY}\nreturn torch.ops.rtlib2.norm(x, w)", f'''
+_LIB = torch.library.Library("rtlib2", "DEF")
+_LIB.define("norm(Tensor x, Tensor w) -> Tensor")
+
+
+def _impl(x, w):
+    return {TORCH_NORM}
+
+
+_LIB.impl("norm", _impl, "CompositeExplicitAutograd")
+'''), ("cheat", 16), where="cpu"),
+    # the dispatch mode bypassed below the Python key: no function the evasion recorder wraps
+    Attack("exclude_dispatch_keys", 5, _fwd(f'''{DECOY}
+keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot)
+with torch._C._ExcludeDispatchKeyGuard(keys):
+    return {TORCH_NORM}'''), ("cheat", 16), where="cpu"),
+    Attack("tls_excludes_python_key", 5, _fwd(f'''{DECOY}
+K = torch._C.DispatchKey
+torch._C._dispatch_tls_set_dispatch_key_excluded(K.Python, True)
+torch._C._dispatch_tls_set_dispatch_key_excluded(K.PythonTLSSnapshot, True)
+try:
+    return {TORCH_NORM}
+finally:
+    torch._C._dispatch_tls_set_dispatch_key_excluded(K.Python, False)
+    torch._C._dispatch_tls_set_dispatch_key_excluded(K.PythonTLSSnapshot, False)'''), ("cheat", 16), where="cpu"),
+    Attack("redispatch_below_python", 5, _fwd(f'''{DECOY}
+ks = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+A = torch.ops.aten
+s = A.sum.dim_IntList.redispatch(ks, A.mul.Tensor.redispatch(ks, x, x), [-1], True)
+ms = A.mul.Tensor.redispatch(ks, s, torch.tensor(1.0 / x.shape[-1]))
+inv = A.rsqrt.default.redispatch(ks, A.add.Tensor.redispatch(ks, ms, torch.tensor(1e-6)))
+return A.mul.Tensor.redispatch(ks, A.mul.Tensor.redispatch(ks, x, inv), w)'''), ("cheat", 16), where="cpu"),
+    # the evasion recorder knows a call is the candidate's by its caller's module name...
+    Attack("eval_spoofs_the_caller", 5, _fwd(f'''{DECOY}
+with eval("d()", {{"d": _disable_current_modes}}):
+    return {TORCH_NORM}''', "\nfrom torch.utils._python_dispatch import _disable_current_modes\n"), ("cheat", 16), where="cpu"),
+    # ...and its wrapper keeps the original in a closure cell
+    Attack("closure_unwraps_the_evasion", 5, _fwd(f'''{DECOY}
+with _ORIGINAL():
+    return {TORCH_NORM}''', '''
+from torch.utils._python_dispatch import _disable_current_modes as _d
+_ORIGINAL = next((c.cell_contents for c in _d.__closure__ or () if getattr(c.cell_contents, "__name__", "") == "_disable_current_modes"), _d)
+'''), ("cheat", 16), where="cpu"),
+    # compute that never reaches the dispatcher: numpy, plain Python, a C-level write
+    Attack("numpy_computes", 5, _fwd(f'''{DECOY}
+a, b = x.numpy().astype(np.float64), w.numpy().astype(np.float64)
+return torch.from_numpy((a / np.sqrt((a * a).mean(-1, keepdims=True) + 1e-6) * b).astype(np.float32))''', "\nimport numpy as np\n"),
+           ("cheat", 16), where="cpu"),
+    Attack("tolist_python_computes", 5, _fwd(f'''{DECOY}
+rows, ws = x.tolist(), w.tolist()
+return torch.tensor([[v * q / math.sqrt(sum(u * u for u in r) / len(r) + 1e-6) for v, q in zip(r, ws)] for r in rows], dtype=x.dtype)''',
+                                             "\nimport math\n"), ("cheat", 16), where="cpu"),
+    Attack("ctypes_memmove_writes_output", 5, _fwd(f'''{DECOY}
+rows, ws = x.tolist(), w.tolist()
+flat = [v * q / math.sqrt(sum(u * u for u in r) / len(r) + 1e-6) for r in rows for v, q in zip(r, ws)]
+y = torch.empty_like(x)
+buf = (ctypes.c_float * len(flat))(*flat)
+ctypes.memmove(y.data_ptr(), buf, ctypes.sizeof(buf))
+return y''', "\nimport ctypes, math\n"), ("cheat", 16), where="cpu"),
+    # another process computes: a fork whose trace nobody reads, a new program
+    Attack("fork_computes_through_a_pipe", 5, _fwd(f'''{DECOY}
+r, wr = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.close(r)
+        data = ({TORCH_NORM}).contiguous().numpy().tobytes()
+        while data:
+            data = data[os.write(wr, data):]
+    finally:
+        os._exit(0)
+os.close(wr)
+chunks = []
+while chunk := os.read(r, 1 << 16):
+    chunks.append(chunk)
+os.close(r)
+os.waitpid(pid, 0)
+y = torch.empty_like(x)
+y.numpy()[...] = np.frombuffer(b"".join(chunks), dtype=np.float32).reshape(tuple(x.shape))
+return y''', "\nimport os\nimport numpy as np\n"), ("cheat", 16), where="cpu",
+           also=(("cheat", 21), ("sandbox_violation", 21), ("runtime_error", None))),
+    Attack("subprocess_computes", 5, _fwd(f'''{DECOY}
+prog = ("import sys, numpy as np; T, H = map(int, sys.argv[1:3]); d = sys.stdin.buffer.read(); "
+        "a = np.frombuffer(d[:T*H*4], np.float32).reshape(T, H).astype(np.float64); b = np.frombuffer(d[T*H*4:], np.float32); "
+        "sys.stdout.buffer.write((a / np.sqrt((a*a).mean(-1, keepdims=True) + 1e-6) * b).astype(np.float32).tobytes())")
+out = subprocess.run([sys.executable, "-c", prog, str(x.shape[0]), str(x.shape[1])], capture_output=True, check=True,
+                     input=x.contiguous().numpy().tobytes() + w.contiguous().numpy().tobytes()).stdout
+y = torch.empty_like(x)
+y.numpy()[...] = np.frombuffer(out, np.float32).reshape(tuple(x.shape))
+return y''', "\nimport subprocess, sys\nimport numpy as np\n"), ("cheat", 16), where="cpu",
+           also=(("cheat", 21), ("sandbox_violation", 21), ("runtime_error", None))),
+
+    # ---- 7: replies that are no harness reply -----------------------------------------------------
+    # JSON admits integers of any size: float() of one raises OverflowError inside the parser
+    Attack("reply_huge_integer_crashes_parser", 7, _fwd('''y = norm(x, w)
+_os.write(4, _frame({"op": "check", "ok": True, "types": ["torch.Tensor"], "outputs": [], "signals": {}, "claimed_s": 10 ** 400}))
+return y''', FRAME), ("cheat", 9), where="cpu"),
+    Attack("reply_huge_integer_in_steps", 7, _fwd('''y = norm(x, w)
+_os.write(4, _frame({"op": "check", "ok": True, "types": ["torch.Tensor"], "outputs": [], "signals": {}, "claimed_s": 0.001,
+                     "steps": {"call": 10 ** 400}}))
+return y''', FRAME), ("cheat", 9), where="cpu"),
+    Attack("reply_nested_100000_deep", 7, _fwd('''y = norm(x, w)
+body = b'{"op":"check","x":' + b"[" * 100000 + b"]" * 100000 + b"}"
+_os.write(4, _struct.pack(">I", len(body)) + body)
+return y''', FRAME), ("cheat", 9), where="cpu"),
+    Attack("reply_header_too_large", 7, _fwd('''y = norm(x, w)
+_os.write(4, _struct.pack(">I", (16 << 20) + 1) + b"{")
+return y''', FRAME), ("cheat", 9), where="cpu"),
+    Attack("reply_not_utf8", 7, _fwd('''y = norm(x, w)
+body = b'{"op":"check","ok":true,"x":"\\xff\\xfe"}'
+_os.write(4, _struct.pack(">I", len(body)) + body)
+return y''', FRAME), ("cheat", 9), where="cpu"),
+    Attack("forges_a_sandbox_exit_frame", 7, _fwd('''_os.write(4, _frame({"__sandbox__": "exit", "status": "raised", "type": "MemoryError",
+                     "message": "forged"}))
+return torch.zeros_like(norm(x, w))''', FRAME), ("incorrect", 2), where="cpu"),
+
+    # ---- 9: beyond the list ----------------------------------------------------------------------
+    # shape fitting with the hidden shapes read from the task bundle the worker was sent
+    Attack("reads_hidden_shapes_from_the_bundle", 9, _fwd(SHAPE_FIT, META_SHAPES), ("incorrect", 14), where="cpu"),
+    # a helper process fills each output after forward returned, before the trusted snapshot
+    Attack("helper_process_fills_the_slot_before_the_snapshot", 9, _fwd(f'''{DECOY}
+store = x.untyped_storage()
+_C[1:7] = [store.data_ptr(), store.nbytes() // 4, x.storage_offset(), w.storage_offset(), x.shape[0], x.shape[1]]
+_C[0] += 1
+return torch.full_like(x, float(_mark(int(_C[0]))))''', HELPER), ("cheat", 6), where="cpu",
+           also=(("cheat", 16), ("cheat", 21), ("sandbox_violation", 21), ("compile_error", None))),
+    # the shared arena from inside a call: the next call's inputs, the last call's output
+    Attack("zeroes_the_next_calls_inputs", 9, _fwd('''y = norm(x, w)
+arena = _arena(x)
+if PREV:
+    time.sleep(0.3)  # the reference worker compares the last call, then writes the one after this
+    off, n = PREV[-1]
+    arena[off: off + n] = 0.0
+PREV.append((x.storage_offset(), x.numel()))
+return y''', ARENA + "\nimport time\nPREV = []\n"), ("cheat", 4), where="cpu", also=(("incorrect", None),)),
+    Attack("overwrites_the_last_calls_output", 9, _fwd('''arena = _arena(x)
+if LAST:
+    prev = LAST[-1]
+    for i in np.flatnonzero(arena == prev[0]):
+        if np.array_equal(arena[i: i + prev.size], prev):
+            arena[i: i + prev.size] = 0.0
+            break
+y = norm(x, w)
+LAST.append(y.numpy().reshape(-1).copy())
+return y''', ARENA + "\nLAST = []\n"), ("cheat", 6), where="cpu", also=(("incorrect", None), ("incorrect", 2), ("incorrect", 3))),
+    # a module Python cannot compile (an expression too deep for its compiler): a compile error
+    Attack("too_deep_to_compile", 9, KERNEL + "\n_TABLE = " + " + ".join(["1"] * 4000) + "\n\n\nclass ModelNew(nn.Module):\n"
+           "    def forward(self, x, w):\n        return norm(x, w)\n", ("compile_error", None), where="cpu",
+           also=(("static_rejected", None), ("runtime_error", None))),
+    # a lone surrogate (half an emoji) in a comment: the module cannot be written as UTF-8
+    Attack("lone_surrogate_in_a_comment", 9, with_forward("        return norm(x, w)") + "# \ud83d\n", ("compile_error", None), where="cpu",
+           also=(("static_rejected", None), ("runtime_error", None))),
+    # the candidate's own exceptions: one whose __str__ raises must still be the candidate's failure
+    Attack("exception_str_raises", 9, _fwd('raise Bad("x")', '''
+class Bad(Exception):
+    def __str__(self):
+        raise RuntimeError("no string for you")
+'''), ("runtime_error", None), where="cpu"),
+    Attack("kills_its_parent", 9, _fwd("_os.kill(_os.getppid(), _signal.SIGKILL)\nreturn norm(x, w)", "\nimport os as _os, signal as _signal\n"),
+           ("runtime_error", None), where="cpu", also=(("crashed", None),)),
+    Attack("closes_fds_0_to_6", 9, _fwd('''y = norm(x, w)
+for fd in range(7):
+    try:
+        _os.close(fd)
+    except OSError:
+        pass
+return y''', "\nimport os as _os\n"), ("crashed", None), where="cpu", also=(("cheat", 9),)),
+    Attack("prints_a_forged_verdict", 9, _fwd('''for stream in (sys.stdout, sys.stderr):
+    print(json.dumps({"status": "accepted", "reason": "correct on every shape", "ok": True, "op": "check"}), file=stream, flush=True)
+return torch.zeros_like(x)''', "\nimport json, sys\n"), ("cheat", 17), where="cpu", also=(("incorrect", 2),)),
+]
+
+
 # ---- honest kernels that look unusual: all must be accepted --------------------------------------
 ODD_BLOCKS = KERNEL.replace("def norm(x, w, rows=None):", "def _unused(x, w, rows=None):") + '''
 
@@ -396,4 +841,62 @@ HONEST = [
     ("atomics", ATOMICS, "both"),
     ("non_contiguous_output", NON_CONTIGUOUS, "both"),
     ("several_kernels", SEVERAL_KERNELS, "both"),
+]
+
+# ---- round three: honest kernels the judge must accept -------------------------------------------
+#: a legal module with a long expression (a generated table, a CUDA source joined with +): Python
+#: compiles it, the judge must not fall over reading it
+LONG_EXPRESSION = KERNEL + "\n_TABLE = " + " + ".join(["1"] * 1500) + '''
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, w):
+        return norm(x, w)
+'''
+
+#: the export's own shape: a torch.library op whose body is one Triton launch
+TRITON_OP = KERNEL + '''
+from torch.library import triton_op, wrap_triton
+
+
+@triton_op("rtexport::rms_norm", mutates_args={})
+def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    wrap_triton(_norm_kernel)[(x.shape[0],)](x, w, y, x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, w):
+        return rms_norm(x, w)
+'''
+
+#: the block size chosen by triton.heuristics from the arguments
+HEURISTICS = KERNEL + '''
+
+@triton.heuristics({"BLOCK": lambda args: triton.next_power_of_2(args["H"])})
+@triton.jit
+def _norm_h(x_ptr, w_ptr, y_ptr, H, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < H
+    x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
+    tl.store(y_ptr + row * H + cols, (x * inv * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, w):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        _norm_h[(x.shape[0],)](x, w, y, x.shape[1], 1e-6)
+        return y
+'''
+
+HONEST += [
+    ("long_expression", LONG_EXPRESSION, "both"),
+    ("triton_op", TRITON_OP, "both"),
+    ("heuristics", HEURISTICS, "both"),
 ]

@@ -1,0 +1,83 @@
+"""Red-team cases that do not fit redteam.py's one-candidate, screen-off mould: attacks that pass the
+static screen too (so they are judged with it on, as ``kernforge run`` does), a candidate that
+tries to outlive its verdict and reach the next one, and a hang the judge must cut short.
+
+Each names the verdict the judge should give; test_verifier_redteam_extra.py runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from candidates import HONEST, KERNEL
+from redteam import DECOY, META_SHAPES, OP_NORM, SHAPE_FIT, _fwd
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A candidate judged with the static screen on. ``expect``: (status, threat) pairs that are
+    right; a threat of None in a pair matches any threat (the screen may name another class)."""
+
+    name: str
+    source: str
+    expect: tuple[tuple[str, int | None], ...]
+
+
+#: None as the threat: any class the screen names is a right answer
+STATIC = ("static_rejected", None)
+
+SCREENED = [
+    # torch compute inside the grid callable, spelled with operators and dunders: the screen
+    # leaves those to the trace, and the trace ignores ops while a launch is in progress
+    Screened("grid_callable_with_operators", _fwd(f'''y = torch.empty_like(x)
+def grid(meta):
+    y.copy_({OP_NORM})
+    return (1,)
+_norm_kernel[grid](x[:1].contiguous(), w, torch.empty_like(x[:1]), x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))
+return y'''), (("cheat", 16), STATIC)),
+    # the hidden shapes read from the task bundle with names the screen does not know
+    Screened("reads_hidden_shapes_past_the_screen", _fwd(SHAPE_FIT, META_SHAPES), (("incorrect", 14), STATIC)),
+    # a custom op whose implementation is torch, with the same operator spelling
+    Screened("custom_op_with_operators", _fwd(f"{DECOY}\nreturn rt_norm(x, w)", f'''
+@torch.library.custom_op("rtlib3::norm", mutates_args=())
+def rt_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return {OP_NORM}
+'''), (("cheat", 16), STATIC)),
+    # honest modules the screen must not refuse: a UTF-8 byte-order mark (Python imports such a
+    # file), and a long expression (Python compiles it)
+    Screened("byte_order_mark", "\ufeff" + HONEST, (("accepted", None),)),
+    Screened("long_expression", KERNEL + "\n_TABLE = " + " + ".join(["1"] * 1500) + "\n\n\nclass ModelNew(nn.Module):\n"
+             "    def forward(self, x, w):\n        return norm(x, w)\n", (("accepted", None),)),
+]
+
+#: a candidate that leaves a daemon behind (its own session, its parent gone) which zeroes the
+#: second half of the shared arena for two minutes; the arena is reused by the next verdict
+OUTLIVES_ITS_VERDICT = _fwd('''if not STARTED:
+    STARTED.append(1)
+    n = x.untyped_storage().nbytes() // 4
+    arena = x.as_strided((n,), (1,), 0).numpy()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            end = time.monotonic() + 120
+            while time.monotonic() < end:
+                arena[n // 2:] = 0.0
+                time.sleep(0.001)
+        os._exit(0)
+    raise RuntimeError("fail this candidate at once")
+return norm(x, w)''', "\nimport os, time\nSTARTED = []\n")
+
+#: a wrong answer on the third call, then a hang in the fourth, which the judge sent ahead while
+#: it compared the third: the wrong answer is the verdict, and it must come without waiting for
+#: the session's whole wall-clock limit
+WRONG_THEN_HANGS = _fwd('''CALLS[0] += 1
+if CALLS[0] == 3:  # the first public shape's second distribution: the call after it is sent ahead
+    y = norm(x, w)
+    y.zero_()
+    return y
+if CALLS[0] == 4:
+    while True:
+        time.sleep(1)
+return norm(x, w)''', "\nimport time\nCALLS = [0]\n")
+#: how long a verdict on an already wrong answer may take (the call limits are 90 s and 20 s)
+WRONG_THEN_HANGS_LIMIT_S = 150.0

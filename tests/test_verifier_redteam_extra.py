@@ -1,0 +1,79 @@
+"""The red-team cases of redteam_extra.py on the CPU (Triton interpreter): attacks judged with the
+static screen on, a candidate that tries to reach the next verdict, a hang after a wrong answer,
+and a flood of output aimed at the trusted side's disk."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import redteam_extra as X
+from candidates import HONEST
+from kernforge.loop.evaluate import open_judge
+from kernforge.sandbox import Limits, ProcessBackend, WorkerSpec
+from kernforge.tasks.loader import load_task
+from kernforge.verifier.judge import JudgeOptions
+
+TASKS = Path(__file__).parent / "tasks"
+
+
+def _describe(v) -> str:
+    return f"{v.status.value} #{v.threat} [{getattr(v, 'check', None)}]: {v.reason}"
+
+
+@pytest.fixture(scope="module")
+def screened_judge(tmp_path_factory):
+    with open_judge("cpu", pool_size=2, options=JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"))) as j:
+        yield j
+
+
+@pytest.fixture(scope="module")
+def runtime_judge(tmp_path_factory):
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
+    with open_judge("cpu", pool_size=2, options=options) as j:
+        yield j
+
+
+@pytest.mark.parametrize("case", X.SCREENED, ids=[c.name for c in X.SCREENED])
+def test_screened_case_gets_its_verdict(screened_judge, case):
+    verdict = screened_judge.verify(case.source, load_task(TASKS / "tiny_norm"))
+    got = (verdict.status.value, verdict.threat)
+    assert any(got[0] == status and (threat is None or got[1] == threat) for status, threat in case.expect), _describe(verdict)
+
+
+def test_a_candidate_cannot_reach_the_next_verdict(runtime_judge):
+    task = load_task(TASKS / "tiny_norm")
+    first = runtime_judge.verify(X.OUTLIVES_ITS_VERDICT, task)
+    assert not first.accepted
+    for _ in range(2):  # the daemon would still be zeroing the shared arena now
+        verdict = runtime_judge.verify(HONEST, task)
+        assert verdict.accepted, _describe(verdict)
+
+
+@pytest.mark.slow
+def test_a_wrong_answer_is_not_held_up_by_the_call_sent_ahead(runtime_judge):
+    started = time.monotonic()
+    verdict = runtime_judge.verify(X.WRONG_THEN_HANGS, load_task(TASKS / "tiny_norm"))
+    took = time.monotonic() - started
+    assert verdict.status.value == "incorrect", _describe(verdict)
+    assert took < X.WRONG_THEN_HANGS_LIMIT_S, f"{took:.0f} s"
+
+
+def test_a_flood_of_output_stays_off_the_trusted_disk():
+    """A candidate's stdout goes to a file on the trusted side's disk: what it may put there must be
+    bounded by far less than the judge's default file-size limit (4 GiB per stream)."""
+    tests = Path(__file__).resolve().parent
+    backend = ProcessBackend(WorkerSpec(env={"PYTHONPATH": str(tests)}), pool_size=1)
+    try:
+        limits = JudgeOptions().limits
+        session = backend.session("sandbox_jobs.hostile:flood", {"megabytes": 64}, Limits(**{**limits.to_dict(), "wall_seconds": 120}))
+        try:
+            assert session.recv(120) == {"flooded": True}
+            on_disk = sum((session.worker.private / s).stat().st_size for s in ("stdout", "stderr"))
+        finally:
+            session.close()
+    finally:
+        backend.close()
+    assert on_disk <= 16 * limits.output_bytes + (1 << 20), f"{on_disk >> 20} MiB of the candidate's output on the trusted disk"
