@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class Worker:
         self.chan_r = self.chan_w = -1
         self.ctl: socket.socket | None = None
         self.fds_sock: socket.socket | None = None
+        self.outputs: OutputRings | None = None
         self._cleaned = False
         try:
             self._start(drop_uid)
@@ -89,15 +91,21 @@ class Worker:
         else:
             prefix = []
         cmd = list(self.spec.profiler) + prefix + [sys.executable, "-m", "kernforge.sandbox.worker", json.dumps(config)]
-        with open(self.private / "stdout", "wb") as out, open(self.private / "stderr", "wb") as err:
-            try:
-                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                             cwd=self.workdir, pass_fds=child_fds, start_new_session=True)
-            finally:
-                for fd in (to_worker_r, from_worker_w):
-                    os.close(fd)
-                ctl_child.close()
-                fds_child.close()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, env=env,
+                                         cwd=self.workdir, pass_fds=child_fds, start_new_session=True)
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (to_worker_r, from_worker_w, out_w, err_w):
+                os.close(fd)
+            ctl_child.close()
+            fds_child.close()
+        self.outputs = OutputRings({"stdout": out_r, "stderr": err_r})
         os.set_blocking(self.chan_w, False)
         self.fds_sock.setblocking(False)
 
@@ -140,15 +148,7 @@ class Worker:
 
     # ---- teardown --------------------------------------------------------------------------------
     def tail(self, stream: str, limit: int) -> str:
-        try:
-            with open(self.private / stream, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - limit))
-                data = f.read(limit)
-        except OSError:
-            return ""
-        text = data.decode("utf-8", errors="replace")
-        return f"[... {size - limit} earlier bytes dropped ...]\n{text}" if size > limit else text
+        return self.outputs.tail(stream, limit) if self.outputs is not None else ""
 
     def wait_exit(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the worker (and a profiler above it) to exit."""
@@ -191,10 +191,70 @@ class Worker:
             if sock is not None:
                 sock.close()
         self.ctl = self.fds_sock = None
+        if self.outputs is not None:
+            self.outputs.close()
         if self.lease is not None:
             uids.release(self.lease, clean=procs.sweep_uid(self.lease.uid))
             self.lease = None
         remove_tree(self.private)
+
+
+#: bytes of each of a worker's output streams kept (the newest); the rest is read and dropped
+RING_BYTES = 1 << 20
+
+
+class OutputRings:
+    """A worker's stdout and stderr, read from pipes as they come and kept in memory, the newest
+    ``RING_BYTES`` of each: what the worker prints never lands on the trusted side's disk, and a
+    flood of it costs the parent one read loop, not gigabytes (diagnostics only, never evidence)."""
+
+    def __init__(self, fds: dict[str, int]):
+        self._fds = dict(fds)
+        self._kept = {name: bytearray() for name in fds}
+        self._total = {name: 0 for name in fds}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, name="kernforge-worker-output", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        open_fds = {fd: name for name, fd in self._fds.items()}
+        while open_fds:
+            try:
+                ready, _, _ = select.select(list(open_fds), [], [], 1.0)
+            except (OSError, ValueError):
+                return  # closed under us (cleanup)
+            for fd in ready:
+                try:
+                    data = os.read(fd, 1 << 16)
+                except OSError:
+                    data = b""
+                name = open_fds[fd]
+                if not data:
+                    del open_fds[fd]
+                    continue
+                with self._lock:
+                    kept = self._kept[name]
+                    kept += data
+                    self._total[name] += len(data)
+                    if len(kept) > RING_BYTES:
+                        del kept[:len(kept) - RING_BYTES]
+
+    def tail(self, stream: str, limit: int) -> str:
+        """The last ``limit`` bytes of ``stream`` as text, saying how much came before."""
+        self._thread.join(0.05)  # a worker that just ended: let the reader take its last bytes
+        with self._lock:
+            data, total = bytes(self._kept.get(stream, b"")[-limit:]), self._total.get(stream, 0)
+        text = data.decode("utf-8", errors="replace")
+        return f"[... {total - len(data)} earlier bytes dropped ...]\n{text}" if total > len(data) else text
+
+    def close(self) -> None:
+        self._thread.join(2.0)  # the worker is gone: its pipes end, and the reader with them
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = {}
 
 
 def remove_stale_private_dirs(prefix: str = PRIVATE_PREFIX) -> list[Path]:

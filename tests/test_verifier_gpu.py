@@ -146,8 +146,8 @@ def test_kernel_list_sees_torch_compute_behind_a_decoy_launch(runtime_judge):
 #: The attack on the difference: forward reads, from the harness's frame, how many calls the batch
 #: being captured holds, and pads the short batch with wasted launches, so that the short window
 #: grows and the difference between the two shrinks.
-PADS_THE_SHORT_BATCH = C.with_forward('''        import sys
-        frame, sets = sys._getframe(1), None
+PADS_THE_SHORT_BATCH = C.with_forward('''        import inspect
+        frame, sets = inspect.currentframe().f_back, None
         while frame is not None and sets is None:
             sets = frame.f_locals.get("sets") if frame.f_code.co_name == "_prepare_batch" else None
             frame = frame.f_back

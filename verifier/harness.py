@@ -34,6 +34,10 @@ from typing import Any
 from .trace import CANDIDATE_MODULE as MODULE_NAME  # the name the trace tells the candidate's calls by
 
 _STATE: dict[str, Any] = {}
+#: a tensor's instance dictionary, read through the type's own descriptor (bound before any
+#: candidate code runs; never an attribute lookup on the instance)
+I_TENSOR_DICT: Any = None
+MODULE_TYPE = type(sys)
 #: how long a calibration round waits for the trusted side's go
 CALIBRATION_WAIT_S = 15.0
 POISON_BYTE = 0xFF  # all-ones: a NaN in every float format, and no kernel's canonical NaN
@@ -52,13 +56,21 @@ def warm_up() -> None:
         _first_triton_launch()
     from . import arena, heap, integrity, messages, timing, trace  # noqa: F401  (bind originals)
 
+    global I_TENSOR_DICT
+    I_TENSOR_DICT = torch.Tensor.__dict__["__dict__"].__get__
+
     trace.install_launch_hooks()
     trace.follow_threads()
     trace.watch_evasions()
     _watch_capture_queries()
     _record_thread_starts()
     _STATE["snapshot"] = integrity.snapshot()
+    _STATE["modules"] = [(name, owner) for name, owner in integrity.watched() if type(owner) is MODULE_TYPE]
     _STATE["threads"] = {t.ident for t in threading.enumerate()}
+    import gc
+
+    _STATE["gc_callbacks"] = {id(cb) for cb in gc.callbacks}
+    trace.install_audit_hook()
 
 
 def _first_triton_launch() -> None:
@@ -234,12 +246,15 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
         _poison(int(msg.get("poison_bytes", 0)))
         _l2().reset_persisting()  # the limit is device-wide: clear what an earlier process left
     kernels: list[str] = []
+    census: dict[str, int] = {}
     with trace.recording() as rec, _pool():
         if on_gpu:
             with trace.gpu_kernels() as kernels:
                 result = model(*inputs)
         else:
-            result = model(*inputs)
+            with trace.dispatched() as census:
+                result = model(*inputs)
+    hooked = _clear_hooks()  # first: a hook left set would run the candidate's code inside what follows
     modes = _active_modes()
     steps.mark("call")
     # Types first, by type() and before anything touches the values: a container or tensor
@@ -252,8 +267,14 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
         types = [_type_name(I.type_(r)) for r in returned]
     else:
         returned, types = [result], [_type_name(container)]
-    if any(I.type_(r) is not I.Tensor for r in returned):
-        return {"ok": True, "types": types, "outputs": [], "signals": _signals(rec=rec, modes=modes)}
+    # An exact tensor can still carry code: attributes of its own (``y.stride = f``), or an input
+    # whose class forward swapped; touched, they would run the candidate's code (#7).
+    dressed = [f"output {j}" for j, r in enumerate(returned) if I.type_(r) is I.Tensor and _own_attributes(r)]
+    dressed += [f"input {i}" for i, x in enumerate(inputs) if I.isinstance_(x, I.Tensor) and
+                (I.type_(x) is not I.Tensor or _own_attributes(x))]
+    if any(I.type_(r) is not I.Tensor for r in returned) or dressed:
+        types += [f"{d} carries attributes or a class of its own" for d in dressed]
+        return {"ok": True, "types": types, "outputs": [], "signals": _signals(rec=rec, modes=modes, census=census, hooked=hooked)}
     I.synchronize()
     steps.mark("sync")
     aliases = _aliases(returned, inputs)
@@ -262,7 +283,8 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     _STATE["keep"].append((result, inputs))
     pinned = _l2().persisting_limit() if on_gpu else None
     return {"ok": True, "types": types, "outputs": refs, "steps": steps.seconds,
-            "signals": _signals(rec=rec, kernels=kernels, aliases=aliases, modes=modes, pinned=pinned)}
+            "signals": _signals(rec=rec, kernels=kernels, aliases=aliases, modes=modes, pinned=pinned, census=census,
+                                hooked=hooked)}
 
 
 def _outputs(returned: list[Any], args: list[dict[str, Any]], slots: list[dict[str, Any]],
@@ -494,15 +516,21 @@ def _itemsizes() -> Any:
 
 
 def _signals(*, rec: Any = None, kernels: list[str] | None = None, aliases: list[list[int]] | None = None,
-             modes: list[str] | None = None, pinned: int | None = None) -> dict[str, Any]:
-    from . import integrity as I
+             modes: list[str] | None = None, pinned: int | None = None, census: dict[str, int] | None = None,
+             hooked: list[str] | None = None) -> dict[str, Any]:
+    from . import integrity as I, trace
 
+    # A watched module given a class of its own runs the candidate's code on every attribute read,
+    # the integrity check's own included: looked at first, by type() alone.
+    swapped = [f"{name}.__class__ (a class of the candidate's)" for name, module in _STATE.get("modules", ())
+               if type(module) is not MODULE_TYPE]
     return {
-        "tampered": I.tampered(_STATE["snapshot"])[:300],
+        "tampered": ((hooked or []) + swapped + trace.hooks_set() + (swapped or I.tampered(_STATE["snapshot"])))[:300],
         "new_threads": _new_threads()[:300],
         "task_globals": _changed_task_globals(),
         "torch_ops": dict(rec.ops) if rec is not None else {},
-        "trace_evasions": sorted(rec.evasions) if rec is not None else [],
+        "dispatched_ops": dict(list((census or {}).items())[:4096]),
+        "trace_evasions": sorted(set(rec.evasions if rec is not None else ()) | set(trace.audited()))[:100],
         "launches": dict(rec.launches) if rec is not None else {},
         "gpu_kernels": sorted(set(kernels or []))[:1000],
         "aliases": aliases or [],
@@ -510,6 +538,35 @@ def _signals(*, rec: Any = None, kernels: list[str] | None = None, aliases: list
         "capture_queries": _STATE.get("capture_queries", 0),
         "l2_persisting_limit": pinned,
     }
+
+
+def _clear_hooks() -> list[str]:
+    """Trace and profile hooks the candidate left set, and garbage-collector callbacks it added:
+    removed at once (they would run its code inside the harness's own work) and named."""
+    import gc
+    import sys
+    import threading
+
+    found = []
+    for name, get, put in (("sys.settrace", sys.gettrace, sys.settrace), ("sys.setprofile", sys.getprofile, sys.setprofile),
+                           ("threading.settrace", getattr(threading, "gettrace", lambda: None), threading.settrace),
+                           ("threading.setprofile", getattr(threading, "getprofile", lambda: None), threading.setprofile)):
+        if get() is not None:
+            put(None)
+            found.append(f"{name} (a hook left set after forward)")
+    known = _STATE.get("gc_callbacks", ())
+    if any(id(cb) not in known for cb in gc.callbacks):
+        gc.callbacks[:] = [cb for cb in gc.callbacks if id(cb) in known]
+        found.append("gc.callbacks (a callback added by the candidate)")
+    return found
+
+
+def _own_attributes(t: Any) -> bool:
+    """Whether a tensor object carries attributes of its own (its instance dictionary)."""
+    try:
+        return bool(I_TENSOR_DICT(t))
+    except (AttributeError, TypeError):
+        return False
 
 
 def _l2() -> Any:
@@ -670,9 +727,18 @@ def _new_threads() -> list[str]:
     return sorted(alive | set(_STATE.get("started", [])))
 
 
+def _text(err: BaseException) -> str:
+    """``str(err)``, which runs the candidate's ``__str__``: whatever it raises, a text."""
+    try:
+        text = str(err)
+        return text if type(text) is str else "(an error whose text is not text)"
+    except BaseException as inner:  # noqa: BLE001 - the candidate's __str__ may raise anything
+        return f"(an error whose __str__ raised {type(inner).__name__})"
+
+
 def _stage_of(err: BaseException) -> str:
     name = type(err).__name__
-    text = str(err)
+    text = _text(err)
     if name in ("CompilationError", "CompileTimeAssertionFailure", "PTXASError") or "Error building extension" in text:
         return "compile"
     if isinstance(err, MemoryError) or "out of memory" in text.lower():
@@ -681,5 +747,8 @@ def _stage_of(err: BaseException) -> str:
 
 
 def _format_error(err: BaseException, limit: int = 4000) -> str:
-    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    try:
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    except BaseException:  # noqa: BLE001 - a candidate's exception whose text cannot be formatted
+        text = f"{type(err).__name__}: {_text(err)}"
     return text if len(text) <= limit else "...\n" + text[-limit:]

@@ -57,7 +57,8 @@ else:  # the interpreter path never times on a device
         return None
 
 
-def _watched() -> list[tuple[str, Any]]:
+def watched() -> list[tuple[str, Any]]:
+    """The namespaces whose callables the snapshot records, by name."""
     import triton
 
     owners: list[tuple[str, Any]] = [
@@ -102,7 +103,7 @@ def _watched() -> list[tuple[str, Any]]:
 def snapshot() -> dict[str, int]:
     """Identity of every callable or class attribute of the watched namespaces."""
     ids: dict[str, int] = {}
-    for owner_name, owner in _watched():
+    for owner_name, owner in watched():
         names = vars(owner).keys() if isinstance(owner, (type, ModuleType)) else dir(owner)
         for name in list(names):
             try:

@@ -298,6 +298,10 @@ class Judge:
             raise TaskTooLarge(f"{task.name}: {why}")
 
     def _verify(self, source: str, task: Task) -> Verdict:
+        rejection = static.unreadable(source)
+        if rejection is not None:
+            return rejection
+        source = source.removeprefix("\ufeff")  # a byte-order mark, as Python's import reads past it
         found = screen(source, allow_torch_ops=task.allow_torch_ops)
         if self.options.static_screen:
             rejection = static.findings(found)
@@ -574,7 +578,8 @@ class Judge:
         failed = bool(compared.late_writes) or not all(r.ok for r in compared.results)
         ahead = None
         if failed and nxt is not None and nxt.sent_at:  # the call sent ahead tells why, and must be read anyway
-            ahead = self._reply(session, M.Checked, "check", f"checking the {nxt.ctx}")
+            # bounded like any checked call: a hang there must not hold up the verdict this call has
+            ahead = self._reply(session, M.Checked, "check", f"checking the {nxt.ctx}", timeout=self._call_timeout(nxt.shape))
             ahead = ahead if isinstance(ahead, M.Checked) else None
             clash = _same_memory(reply.outputs, ahead.outputs if ahead else [])
             if clash is not None:
@@ -607,8 +612,8 @@ class Judge:
             probe = _Call(failed.shape, failed.dist, failed.hidden, uuid.uuid4().hex, half=failed.half)
             self._prepare(task, probe, init_seed)
             self._send_check(session, probe)
-            reply = self._reply(session, M.Checked, "check", "diagnosing a stale result")
-        except WorkerFailure:
+            reply = self._reply(session, M.Checked, "check", "diagnosing a stale result", timeout=self._call_timeout(probe.shape))
+        except (WorkerFailure, SandboxError):
             return first
         if isinstance(reply, Rejected) or memory.matches(reply.outputs, probe.prepared.outputs, "") is not None:
             return first
@@ -896,7 +901,8 @@ def _signals_rules(s: M.Signals, ctx: str, task: Task, own: list[str], on_gpu: b
                  or threads.started(s.new_threads, ctx) or output_type.modes(s.modes, ctx)
                  or capture.queried(s.capture_queries, ctx) or l2.pinned(s.l2_persisting_limit, ctx))
     if rejection is None and call:
-        rejection = ghost.aliased(s.aliases, ctx) or ghost.launched(s.launches, s.gpu_kernels, own, ctx, on_gpu)
+        rejection = (reference_call.dispatched(s.dispatched_ops, ctx, task.allow_torch_ops)
+                     or ghost.aliased(s.aliases, ctx) or ghost.launched(s.launches, s.gpu_kernels, own, ctx, on_gpu))
     return rejection
 
 

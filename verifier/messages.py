@@ -95,6 +95,8 @@ class Signals:
     new_threads: list[str] = _meta_default(factory=list, max_len=300)
     task_globals: list[str] = _meta_default(factory=list, max_len=300)
     torch_ops: dict[str, int] = _meta_default(factory=dict, min=0, max_len=300)
+    #: ops the dispatcher ran (the profiler's count, below the dispatch modes; CPU checks)
+    dispatched_ops: dict[str, int] = _meta_default(factory=dict, min=0, max_len=300, max_items=4096)
     trace_evasions: list[str] = _meta_default(factory=list, max_len=100)
     launches: dict[str, int] = _meta_default(factory=dict, min=0, max_len=300)
     gpu_kernels: list[str] = _meta_default(factory=list, max_len=1000)
@@ -287,8 +289,15 @@ T = TypeVar("T")
 
 # ---- the parser ---------------------------------------------------------------------------------
 def parse(cls: type[T], data: Any) -> T:
-    """``data`` as a ``cls`` record; raises Malformed with the path of the first bad field."""
-    return _record(cls, data, cls.__name__)
+    """``data`` as a ``cls`` record; raises Malformed with the path of the first bad field, and
+    for anything else the reply makes the reading raise (an integer too large for a float, data
+    nested past the interpreter's depth): a malformed reply is a rejection, never a crash."""
+    try:
+        return _record(cls, data, cls.__name__)
+    except Malformed:
+        raise
+    except (OverflowError, RecursionError, ValueError, TypeError, KeyError, AttributeError) as err:
+        raise Malformed(f"{cls.__name__} cannot be read: {type(err).__name__}: {str(err)[:200]}") from None
 
 
 def _record(cls: type, data: Any, path: str) -> Any:
@@ -349,6 +358,8 @@ def _value(tp: Any, v: Any, path: str, meta: Mapping[str, Any]) -> Any:
     elif tp is float:
         if type(v) not in (int, float):
             raise Malformed(f"{path} is a {type(v).__name__}, not a number")
+        if type(v) is int and abs(v) > MAX_INT:
+            raise Malformed(f"{path} is an integer of {len(str(abs(v)))} digits, not a measurement")
         v = float(v)
         if not math.isfinite(v):
             if not meta.get("nonfinite"):

@@ -159,7 +159,14 @@ def screen(source: str, *, allow_torch_ops: bool) -> ScreenResult:
         return ScreenResult.of([_finding(line, (e.offset or 1), "syntax", f"syntax error: {e.msg}{where}")])
     except ValueError as e:  # source with NUL bytes
         return ScreenResult.of([_finding(1, 1, "syntax", f"the source cannot be parsed: {e}")])
-    return ScreenResult.of(_Screen(tree, allow_torch_ops).run())
+    except (RecursionError, MemoryError):  # nested past the parser: the import fails and says so
+        return ScreenResult(True, "not screened: the source nests too deeply to read")
+    try:
+        return ScreenResult.of(_Screen(tree, allow_torch_ops).run())
+    except (RecursionError, MemoryError):
+        # A module CPython compiles but too deep for this walk (a 2,000-term expression): the
+        # screen is early feedback only, so it passes nothing and rejects nothing here.
+        return ScreenResult(True, "not screened: the source nests too deeply to read")
 
 
 def _finding(line: int, col: int, rule: str, text: str) -> Finding:

@@ -122,16 +122,56 @@ def follow_threads() -> None:
         _thread.start_new = _thread.start_new_thread
 
 
-def watch_evasions() -> None:
-    """Note the candidate's own calls that would hide its torch ops from the trace."""
+#: folders whose code is not the candidate's (set at warm-up): torch, triton, numpy, kernforge
+_LIBRARIES: tuple[str, ...] = ()
+#: the standard library: transparent (a call through it is made by whoever called into it)
+_STDLIB: tuple[str, ...] = ()
+
+
+def _library_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    import os
+    import sysconfig
+
+    import numpy
+    import triton
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the kernforge package
+    libs = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch, triton, numpy)) + (here + os.sep,)
+    std = tuple(dict.fromkeys(os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")))
+    return libs, std
+
+
+def from_candidate(depth: int) -> bool:
+    """Whether the call made ``depth`` frames above the caller of this function comes from the
+    candidate's code: the nearest frame that is neither the standard library (transparent: a
+    thread's ``run`` or ``functools`` calls on behalf of whoever set them up) nor torch, triton,
+    numpy or kernforge decides; code from ``eval`` or ``exec`` has no library file and counts as
+    the candidate's, and a stack with no deciding frame at all was set up by no library either."""
     import sys
+
+    frame = sys._getframe(depth + 2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(_LIBRARIES):
+            return False
+        if not path.startswith(_STDLIB):
+            return True
+        frame = frame.f_back
+    return True
+
+
+def watch_evasions() -> None:
+    """Note the candidate's own calls that would hide its work from the trace: switching the
+    dispatch modes off, redispatching below the Python key, moving tensors to numpy."""
+    global _LIBRARIES, _STDLIB
+    _LIBRARIES, _STDLIB = _library_dirs()
 
     from torch.utils import _python_dispatch
 
     def noted(name: str, original: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             rec = _active()
-            if rec is not None and sys._getframe(1).f_globals.get("__name__") == CANDIDATE_MODULE:
+            if rec is not None and from_candidate(0):
                 rec.evasions[name] += 1
             return original(*args, **kwargs)
 
@@ -141,9 +181,94 @@ def watch_evasions() -> None:
         if hasattr(_python_dispatch, name):
             setattr(_python_dispatch, name, noted(name, getattr(_python_dispatch, name)))
     for name in ("_pop_torch_dispatch_stack", "_pop_torch_function_stack", "_DisableTorchDispatch", "DisableTorchFunction",
-                 "DisableTorchFunctionSubclass", "_set_dispatch_mode", "_unset_dispatch_mode"):
+                 "DisableTorchFunctionSubclass", "_set_dispatch_mode", "_unset_dispatch_mode", "_ExcludeDispatchKeyGuard",
+                 "_dispatch_tls_set_dispatch_key_excluded", "_dispatch_tls_set_dispatch_key_included", "_EnablePythonDispatcher",
+                 "_DisablePythonDispatcher"):
         if hasattr(torch._C, name):
             setattr(torch._C, name, noted(name, getattr(torch._C, name)))
+    # below the Python key, or out of torch altogether (host compute in numpy, in Python lists,
+    # bytes written through ctypes)
+    import ctypes
+
+    owners = ((torch._ops.OpOverload, "redispatch"), (torch._C._DispatchOperatorHandle, "redispatch_boxed"),
+              (torch.Tensor, "numpy"), (torch.Tensor, "__array__"), (torch.Tensor, "__dlpack__"), (torch.Tensor, "tolist"),
+              (ctypes, "memmove"), (ctypes, "memset"))
+    for owner, name in owners:
+        if hasattr(owner, name):
+            setattr(owner, name, noted(f"{owner.__name__}.{name}", getattr(owner, name)))
+
+
+#: audit events the candidate's own code raised, by name (sys.addaudithook: a hook cannot be
+#: removed, though what it records lives in this process like everything else here)
+_AUDITED: collections.Counter[str] = collections.Counter()
+#: events that mean work or hooks out of the trace's sight, whenever the candidate raises them
+_WATCHED_EVENTS = frozenset({"sys.settrace", "sys.setprofile", "ctypes.cdata", "ctypes.cdata/buffer", "subprocess.Popen",
+                             "os.system", "os.exec", "os.posix_spawn", "os.spawn", "gc.get_referents", "gc.get_referrers",
+                             "gc.get_objects", "os.fork", "os.forkpty"})
+#: programs started: counted only during a call (a module may build its extension at import)
+_RUN_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"})
+#: events refused outright when the candidate raises them: another process of its own could
+#: write its outputs after it answered (fork alone has no honest use in a worker)
+_REFUSED_EVENTS = frozenset({"os.fork", "os.forkpty"})
+#: events whose stack is read only one frame deep (the standard library raises them for
+#: everyone: ``warnings`` and ``logging`` read frames)
+_DIRECT_EVENTS = frozenset({"sys._getframe"})
+
+
+def install_audit_hook() -> None:
+    """An audit hook (PEP 578) that notes the events above when the candidate's code raises
+    them, and refuses fork. Installed once at warm-up, before any candidate code; it cannot be
+    removed."""
+    import sys
+
+    if getattr(install_audit_hook, "done", False):
+        return
+
+    inside = threading.local()  # the hook's own frame reads raise events too: not re-entered
+
+    def hook(event: str, args: tuple) -> None:
+        if (event not in _WATCHED_EVENTS and event not in _DIRECT_EVENTS) or getattr(inside, "busy", False):
+            return
+        inside.busy = True
+        try:
+            if event in _DIRECT_EVENTS:
+                if _direct_caller_is_candidate():
+                    _AUDITED[event] += 1
+                return
+            if event in _RUN_EVENTS and _active() is None:
+                return  # a build at import (nvcc, ninja) starts programs; during a call nothing may
+            if from_candidate(0):
+                _AUDITED[event] += 1
+                if event in _REFUSED_EVENTS:
+                    raise PermissionError(f"{event}: a candidate may not start copies of its own process")
+        finally:
+            inside.busy = False
+
+    sys.addaudithook(hook)
+    install_audit_hook.done = True  # type: ignore[attr-defined]
+
+
+def _direct_caller_is_candidate() -> bool:
+    import sys
+
+    frame = sys._getframe(2)  # this function, the hook, the frame that raised the event
+    return frame is not None and not frame.f_code.co_filename.startswith(_LIBRARIES + _STDLIB)
+
+
+#: events that reach into the harness: its frames, its objects, interpreter hooks (THREATS #10)
+_REACHING_EVENTS = {"sys.settrace": "a trace hook", "sys.setprofile": "a profile hook", "sys._getframe": "the interpreter's frames",
+                    "gc.get_referents": "objects through the garbage collector", "gc.get_referrers": "objects through the garbage collector",
+                    "gc.get_objects": "every object through the garbage collector"}
+
+
+def audited() -> list[str]:
+    """Events the candidate raised that do work out of the trace's sight (THREATS #16)."""
+    return sorted(e for e in _AUDITED if e not in _REACHING_EVENTS)
+
+
+def hooks_set() -> list[str]:
+    """What the candidate's code reached into at any time: hooks, frames, objects (THREATS #10)."""
+    return [f"{e} ({what}, by the candidate)" for e, what in _REACHING_EVENTS.items() if _AUDITED.get(e)]
 
 
 @contextlib.contextmanager
@@ -156,6 +281,23 @@ def recording() -> Iterator[_Recorder]:
             yield rec
     finally:
         _state.recorder = None
+
+
+@contextlib.contextmanager
+def dispatched() -> Iterator[collections.Counter[str]]:
+    """Every op the dispatcher ran in this thread inside the block, counted by name (filled in on
+    exit). Counted by the profiler's RecordFunction hooks, inside the dispatcher and below its
+    Python key, so ops the dispatch mode never sees count too: under a guard that excludes the
+    Python key, with the modes disabled or popped, in the body of a custom op, in code a Triton
+    launch runs (a grid callable, a pre-run hook, an argument's attribute)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    counts: collections.Counter[str] = collections.Counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield counts
+    for event in prof.events():
+        if "::" in event.name:
+            counts[event.name] += 1
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ def replaced(names: Sequence[str], ctx: str) -> Rejected | None:
     timer = [n for n in names if any(t in n for t in TIMER_NAMES)]
     threat = 8 if timer else 10
     shown = ", ".join((timer or list(names))[:6])
-    what = "timer functions were replaced" if timer else "harness or library functions were replaced"
+    what = "timer functions were replaced" if timer else "the candidate replaced or reached into the harness or its libraries"
     return REPLACED.reject(Status.CHEAT, f"{what} {ctx}: {shown}", threat=threat, evidence={"replaced": list(names)[:50]})
 
 

@@ -1,6 +1,7 @@
 """Torch doing the work (THREATS #16): the work must be the candidate's own kernels.
 
-Two sources: the worker's trace of aten ops during a checked call (early, forgeable), and, when
+Three sources: the worker's trace of aten ops during a checked call and the dispatcher's own count
+of them (early, forgeable: both in the candidate's process), and, when
 a winner is audited, the list of kernels Nsight Compute saw the driver run (trusted): an ATen or
 cuBLAS kernel there is torch compute whatever the worker's trace said.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..checks import Check
-from ..torch_ops import is_allowed_aten
+from ..torch_ops import is_allowed_aten, parse_op_name
 from ..verdict import Rejected, Status
 from . import Defence, register
 
@@ -34,12 +35,32 @@ def traced(ops: Mapping[str, int], ctx: str, allow: bool, evasions: Sequence[str
     if allow:
         return None
     if evasions:
-        return DEFENCE.reject(Status.CHEAT, f"forward switched off the op trace ({', '.join(evasions[:3])}) ({ctx}): its torch ops "
-                              "would go unseen", threat=16, evidence={"evasions": list(evasions)[:20]})
+        return DEFENCE.reject(Status.CHEAT, f"the candidate worked where the op trace cannot see ({', '.join(evasions[:3])}) ({ctx}): "
+                              "trace switched off, below the dispatcher's Python key, in numpy or plain Python, through "
+                              "ctypes or in another process", threat=16, evidence={"evasions": list(evasions)[:20]})
     used = sorted(op for op in ops if not is_allowed_aten(op))
     if used:
         return DEFENCE.reject(Status.CHEAT, f"forward ran torch compute ops {used[:5]} ({ctx}); this task requires the work "
                               "to be done by the candidate's own kernels", threat=16, evidence={"torch_ops": used[:50]})
+    return None
+
+
+#: ops the Triton interpreter's own launch machinery dispatches (it re-points tensors at host
+#: copies), and the no-op views the dispatcher counts where the trace sees nothing; bookkeeping
+LAUNCH_BOOKKEEPING = frozenset({"set_", "resolve_conj", "resolve_neg"})
+
+
+def dispatched(ops: Mapping[str, int], ctx: str, allow: bool) -> Rejected | None:
+    """The dispatcher's own count of the ops a checked call ran (the profiler's hooks, below the
+    dispatch modes): compute there that the op trace did not report was hidden from it (a guard
+    excluding the Python key, disabled modes, a custom op's body, code run inside a launch)."""
+    if allow:
+        return None
+    used = sorted(op for op in ops if not is_allowed_aten(op) and parse_op_name(op)[1] not in LAUNCH_BOOKKEEPING)
+    if used:
+        return DEFENCE.reject(Status.CHEAT, f"forward ran torch compute ops {used[:5]} where the op trace does not look "
+                              f"(counted by the dispatcher itself) ({ctx}); this task requires the work to be done by the "
+                              "candidate's own kernels", threat=16, evidence={"dispatched_ops": used[:50]})
     return None
 
 

@@ -24,3 +24,14 @@ def findings(found: Any) -> Rejected | None:
     first = found.findings[0]
     return Rejected(Status.STATIC_REJECTED, found.reason, threat=first.threat, check=Check.STATIC_SCREEN,
                     evidence={"findings": [f.to_dict() for f in found.findings[:20]]})
+
+
+def unreadable(source: str) -> Rejected | None:
+    """A source no interpreter could read as a module: not text that encodes as UTF-8 (a lone
+    surrogate), or nested past what the parser can hold. A compile error, before anything runs."""
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return Rejected(Status.COMPILE_ERROR, f"the source is not valid UTF-8 text: {err.reason} at character {err.start}",
+                        check=Check.STATIC_SCREEN, evidence={"position": err.start})
+    return None
