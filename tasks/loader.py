@@ -16,6 +16,8 @@ is an error, so a typo cannot silently drop the hidden shapes.
 
 Every integer global of a reference module is a size (KernelBench reads sizes from globals), so
 a shape is an assignment to them; keep other constants (a rope base, an epsilon) as floats.
+Without ``HIDDEN_SHAPES``, the hidden shapes vary the globals that probing the file on the meta
+device shows to be sizes (``shapes.py``); the interpreter's vary only ``batch_size``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import ast
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import shapes as kb_shapes
 from .errors import TaskError
 from .runtime import load_module
+from .shapes import int_globals as _int_globals
 from .spec import DISTRIBUTIONS, Shape, Task, Tolerance
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
@@ -121,8 +125,10 @@ def secret_paths(tasks: Iterable[Task]) -> tuple[str, ...]:
 
 def unbundle(data: dict[str, str | None], folder: Path, *, derive_hidden: bool = True) -> Task:
     """Write a bundle into ``folder`` as a task folder and load it (same name as the original).
-    ``derive_hidden=False`` (a candidate's worker): a reference without metadata gets no hidden
-    shapes rather than the ones the judge derives from it."""
+    ``derive_hidden=False`` (a candidate's worker, which needs the reference and the names of
+    the sizes): no hidden shapes at all, neither the metadata's (the bundle has none) nor those
+    the judge derives by probing a bare KernelBench file; that process learns each shape only
+    when a call is made at it, and its start stays fast."""
     target = Path(folder) / str(data["name"])
     target.mkdir(parents=True, exist_ok=True)
     (target / "reference.py").write_text(str(data["reference"]))
@@ -194,9 +200,17 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
         return tuple(_shape(where, key, i, item, globals_) for i, item in enumerate(_as_list(where, key, meta[key])))
 
     public = shapes("PUBLIC_SHAPES", (default_shape,))
-    hidden = shapes("HIDDEN_SHAPES", _kernelbench_hidden(globals_) if derive_hidden else ())
+    if "HIDDEN_SHAPES" in meta:
+        hidden = shapes("HIDDEN_SHAPES", ())
+        cpu_hidden = shapes("CPU_HIDDEN_SHAPES", hidden)
+    elif not derive_hidden:
+        hidden = cpu_hidden = ()
+    else:
+        # A plain KernelBench file: every size varied, found by probing the file on meta (see
+        # shapes.py). The interpreter keeps the batch-only shapes: it is too slow for more.
+        hidden = kb_shapes.plan(reference_path, public).shapes
+        cpu_hidden = shapes("CPU_HIDDEN_SHAPES", kb_shapes.batch_only(globals_))
     cpu_public = shapes("CPU_PUBLIC_SHAPES", public)
-    cpu_hidden = shapes("CPU_HIDDEN_SHAPES", hidden)
 
     where = meta_path or reference_path
     distributions = tuple(meta.get("DISTRIBUTIONS", ("default",)))
@@ -254,14 +268,6 @@ def _check_syntax(path: Path, source: str) -> None:
         raise TaskError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
 
 
-def _int_globals(module: Any) -> dict[str, int]:
-    return {
-        k: v
-        for k, v in vars(module).items()
-        if not k.startswith("_") and isinstance(v, int) and not isinstance(v, bool)
-    }
-
-
 def _as_list(where: Path, key: str, value: Any) -> Iterable[Any]:
     if not isinstance(value, (list, tuple)) or not value:
         raise TaskError(f"{where}: {key} must be a non-empty list of shape dicts")
@@ -282,13 +288,3 @@ def _shape(where: Path, key: str, index: int, item: Any, globals_: dict[str, int
         raise TaskError(f"{where}: {key}[{index}] has non-integer or negative sizes for {bad}")
     # Globals a shape leaves out keep the reference's default value.
     return Shape.of({**globals_, **item})
-
-
-def _kernelbench_hidden(globals_: dict[str, int]) -> tuple[Shape, ...]:
-    """Hidden shapes for a plain KernelBench file: vary the batch, the one size always safe to vary."""
-    batch = globals_.get("batch_size")
-    if not batch:
-        return (Shape.of(globals_),)
-    odd = batch + 1 if batch % 2 == 0 else batch + 2
-    sizes = sorted({1, odd, max(1, batch // 2 - 1)})
-    return tuple(Shape.of({**globals_, "batch_size": b}) for b in sizes)

@@ -52,9 +52,11 @@ def test_kernelbench_file_defaults(tmp_path):
     task = load_task(write(tmp_path / "19_ReLU.py", KB_RELU))
     assert task.name == "19_ReLU"
     assert task.public_shapes[0].as_dict() == {"batch_size": 16, "dim": 1024}
-    # hidden shapes vary the batch: 1, an odd size, and a smaller one
-    batches = sorted(s.as_dict()["batch_size"] for s in task.hidden_shapes)
-    assert batches == [1, 7, 17]
+    # hidden shapes vary every size (tests/test_tasks_shapes.py); the interpreter's vary the
+    # batch: 1, an odd size, and a smaller one
+    default = task.public_shapes[0].as_dict()
+    assert {k for s in task.hidden_shapes for k, v in s.params if v != default[k]} == {"batch_size", "dim"}
+    assert sorted(s.as_dict()["batch_size"] for s in task.cpu_hidden_shapes) == [1, 7, 17]
     assert task.distributions == ("default",)
 
 
