@@ -547,6 +547,26 @@ def _impl(x, w):
 _LIB.impl("norm", _impl, "CompositeExplicitAutograd")
 '''), ("cheat", 16), where="cpu"),
     # the dispatch mode bypassed below the Python key: no function the evasion recorder wraps
+    # the dispatcher's own count (the profiler the harness reads) stopped, then torch computes
+    # under a guard that also hides it from the dispatch mode
+    Attack("stops_the_dispatcher_count", 5, _fwd(f'''{DECOY}
+torch.autograd._disable_profiler()
+keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot)
+with torch._C._ExcludeDispatchKeyGuard(keys):
+    return {TORCH_NORM}'''), ("cheat", 16), where="cpu"),
+    # the same through the originals the harness's wrappers keep in their closures: nothing notes
+    # the calls, but the count finds itself stopped
+    Attack("stops_the_count_through_the_originals", 5, _fwd(f'''{DECOY}
+keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot)
+_original(torch.autograd._disable_profiler)()
+with _original(torch._C._ExcludeDispatchKeyGuard)(keys):
+    return {TORCH_NORM}''', '''
+def _original(f):
+    for cell in getattr(f, "__closure__", None) or ():
+        if callable(cell.cell_contents):
+            return cell.cell_contents
+    return f
+'''), ("cheat", 16), where="cpu"),
     Attack("exclude_dispatch_keys", 5, _fwd(f'''{DECOY}
 keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot)
 with torch._C._ExcludeDispatchKeyGuard(keys):

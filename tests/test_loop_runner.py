@@ -266,6 +266,39 @@ class StandInJudge:
     def ceilings(self):
         return {}
 
+    def check_fits(self, task):
+        """Every task fits (the CPU interpreter has no GPU memory to run out of)."""
+
+
+def test_a_task_too_large_for_the_gpu_is_left_out_and_said():
+    """Before anything runs, a task whose largest call cannot fit the GPU is named and left out;
+    a run with no task left is a clear error (verifier/fits.py)."""
+    import asyncio
+
+    from kernforge.loop.errors import LoopError
+    from kernforge.loop.runner import Runner
+    from kernforge.tasks.loader import load_task
+
+    small, big = load_task("rms_norm"), load_task("softmax")
+
+    class Devices:
+        async def too_large(self, task):
+            return f"{task.name}: task too large for this GPU: ..." if task.name == "softmax" else None
+
+    class Display:
+        notes: list[str] = []
+
+        def note(self, text):
+            self.notes.append(text)
+
+    runner = object.__new__(Runner)
+    runner.devices, runner.display = Devices(), Display()
+    kept = asyncio.run(runner._fitting([small, big], [1, 2]))
+    assert kept == ([small], [1])
+    assert any("left out: softmax: task too large for this GPU" in n for n in runner.display.notes)
+    with pytest.raises(LoopError, match="no task of this run fits this GPU"):
+        asyncio.run(runner._fitting([big], [2]))
+
 
 def test_a_cpu_run_keeps_verdicts_typed_learns_by_check_and_never_ranks_interpreter_times(tmp_path, monkeypatch):
     import contextlib

@@ -186,6 +186,14 @@ def watch_evasions() -> None:
                  "_DisablePythonDispatcher"):
         if hasattr(torch._C, name):
             setattr(torch._C, name, noted(name, getattr(torch._C, name)))
+    # the dispatcher's own count stopped or restarted (dispatched() reads the profiler)
+    import torch.autograd.profiler as autograd_profiler
+
+    for owner in (torch.autograd, torch._C._autograd, autograd_profiler):
+        for name in ("_disable_profiler", "_disable_profiler_legacy", "_enable_profiler", "_enable_profiler_legacy",
+                     "_prepare_profiler"):
+            if hasattr(owner, name):
+                setattr(owner, name, noted(f"profiler.{name}", getattr(owner, name)))
     # below the Python key, or out of torch altogether (host compute in numpy, in Python lists,
     # bytes written through ctypes)
     import ctypes
@@ -283,6 +291,10 @@ def recording() -> Iterator[_Recorder]:
         _state.recorder = None
 
 
+#: the name dispatched() counts when the count itself was stopped during the block
+STOPPED = "kernforge::profiler_stopped"
+
+
 @contextlib.contextmanager
 def dispatched() -> Iterator[collections.Counter[str]]:
     """Every op the dispatcher ran in this thread inside the block, counted by name (filled in on
@@ -295,6 +307,8 @@ def dispatched() -> Iterator[collections.Counter[str]]:
     counts: collections.Counter[str] = collections.Counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         yield counts
+        if not torch.autograd._profiler_enabled():  # stopped inside the block: what it counted says nothing
+            counts[STOPPED] += 1
     for event in prof.events():
         if "::" in event.name:
             counts[event.name] += 1

@@ -45,6 +45,8 @@ def traced(ops: Mapping[str, int], ctx: str, allow: bool, evasions: Sequence[str
     return None
 
 
+#: what the dispatcher's count holds when the candidate stopped it (trace.STOPPED)
+STOPPED = "kernforge::profiler_stopped"
 #: ops the Triton interpreter's own launch machinery dispatches (it re-points tensors at host
 #: copies), and the no-op views the dispatcher counts where the trace sees nothing; bookkeeping
 LAUNCH_BOOKKEEPING = frozenset({"set_", "resolve_conj", "resolve_neg"})
@@ -54,6 +56,9 @@ def dispatched(ops: Mapping[str, int], ctx: str, allow: bool) -> Rejected | None
     """The dispatcher's own count of the ops a checked call ran (the profiler's hooks, below the
     dispatch modes): compute there that the op trace did not report was hidden from it (a guard
     excluding the Python key, disabled modes, a custom op's body, code run inside a launch)."""
+    if STOPPED in ops:  # whatever the task allows: the count itself was switched off
+        return DEFENCE.reject(Status.CHEAT, f"the dispatcher's count of the call's ops was stopped during the call ({ctx})",
+                              threat=16, evidence={"dispatched_ops": [STOPPED]})
     if allow:
         return None
     used = sorted(op for op in ops if not is_allowed_aten(op) and parse_op_name(op)[1] not in LAUNCH_BOOKKEEPING)
