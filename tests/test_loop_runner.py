@@ -581,6 +581,9 @@ def test_a_time_budget_starts_nothing_once_it_is_spent(tmp_path, monkeypatch):
         def environment(self):
             return StandInJudge([]).environment()
 
+        def check_fits(self, task):
+            pass
+
     import contextlib
 
     @contextlib.contextmanager
