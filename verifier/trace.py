@@ -122,49 +122,70 @@ def follow_threads() -> None:
         _thread.start_new = _thread.start_new_thread
 
 
-#: folders whose code is not the candidate's (set at warm-up): torch, triton, numpy, kernforge
-_LIBRARIES: tuple[str, ...] = ()
+#: where the candidate's own code lives (set at warm-up): the worker's folder, where its module is
+#: written, and the temporary folders, the only places it can write further modules to...
+_CANDIDATE_DIRS: tuple[str, ...] = ()
+#: ...except the import paths found there at warm-up (a virtual environment under /tmp is bound
+#: into the worker's private /tmp at its own path): those hold libraries
+_LIBRARY_ROOTS: tuple[str, ...] = ()
+#: the file name Python gives code compiled from a string (eval, exec)
+_FROM_STRING = "<string>"
 #: the standard library: transparent (a call through it is made by whoever called into it)
 _STDLIB: tuple[str, ...] = ()
 
 
-def _library_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _folders(paths: set[str]) -> set[str]:
     import os
+
+    return {os.path.abspath(p).rstrip(os.sep) + os.sep for p in paths} | {os.path.realpath(p).rstrip(os.sep) + os.sep for p in paths}
+
+
+def _candidate_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    import os
+    import sys
     import sysconfig
+    import tempfile
 
-    import numpy
-    import triton
+    writable = _folders({os.getcwd(), tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"})
+    roots = _folders({p for p in sys.path if p and os.path.isdir(p)})
+    # an import path that is a writable folder, or holds one, is not a library's
+    roots = {r for r in roots if not any(w.startswith(r) for w in writable)}
+    std = _folders({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})
+    return tuple(sorted(writable)), tuple(sorted(roots)), tuple(sorted(std))
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the kernforge package
-    libs = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch, triton, numpy)) + (here + os.sep,)
-    std = tuple(dict.fromkeys(os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")))
-    return libs, std
+
+def _is_candidates(path: str) -> bool:
+    return path == _FROM_STRING or (path.startswith(_CANDIDATE_DIRS) and not path.startswith(_LIBRARY_ROOTS))
+
+
+def _is_stdlib(path: str) -> bool:
+    return path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path
 
 
 def from_candidate(depth: int) -> bool:
-    """Whether the call made ``depth`` frames above the caller of this function comes from the
-    candidate's code: the nearest frame that is neither the standard library (transparent: a
-    thread's ``run`` or ``functools`` calls on behalf of whoever set them up) nor torch, triton,
-    numpy or kernforge decides; code from ``eval`` or ``exec`` has no library file and counts as
-    the candidate's, and a stack with no deciding frame at all was set up by no library either."""
+    """Whether the call made ``depth`` frames above the caller of this function is made by the
+    candidate's code. Identified, never guessed: its module and any it wrote (the worker's own
+    and temporary folders) or compiled from a string. The standard library is transparent (a
+    thread's ``run`` or ``functools`` calls on behalf of whoever set them up); any other code
+    (torch, triton, numpy, every installed package) is a library, and what it does is its own."""
     import sys
 
     frame = sys._getframe(depth + 2)
     while frame is not None:
         path = frame.f_code.co_filename
-        if path.startswith(_LIBRARIES):
-            return False
-        if not path.startswith(_STDLIB):
+        if _is_candidates(path):
             return True
+        if not _is_stdlib(path):
+            return False
         frame = frame.f_back
-    return True
+    return False
 
 
 def watch_evasions() -> None:
     """Note the candidate's own calls that would hide its work from the trace: switching the
     dispatch modes off, redispatching below the Python key, moving tensors to numpy."""
-    global _LIBRARIES, _STDLIB
-    _LIBRARIES, _STDLIB = _library_dirs()
+    global _CANDIDATE_DIRS, _LIBRARY_ROOTS, _STDLIB
+    _CANDIDATE_DIRS, _LIBRARY_ROOTS, _STDLIB = _candidate_dirs()
 
     from torch.utils import _python_dispatch
 
@@ -260,7 +281,7 @@ def _direct_caller_is_candidate() -> bool:
     import sys
 
     frame = sys._getframe(2)  # this function, the hook, the frame that raised the event
-    return frame is not None and not frame.f_code.co_filename.startswith(_LIBRARIES + _STDLIB)
+    return frame is not None and _is_candidates(frame.f_code.co_filename)
 
 
 #: events that reach into the harness: its frames, its objects, interpreter hooks (THREATS #10)
