@@ -185,7 +185,7 @@ def test_endless_output_is_bounded(pool):
     memory the parent bounds (the newest of it kept) and the job ends when its time does; a
     container's goes to files its file-size limit stops."""
     outcome = run_job(pool, "flood_forever", limits=Limits(wall_seconds=5, file_bytes=8 << 20))
-    if isinstance(pool, ProcessBackend):
+    if type(pool) is ProcessBackend:
         assert outcome.failure.kind is FailureKind.TIMEOUT, outcome.failure
     else:
         assert outcome.failure.kind is FailureKind.RESOURCE_LIMIT and "file size limit" in outcome.failure.reason
