@@ -274,7 +274,8 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
                 (I.type_(x) is not I.Tensor or _own_attributes(x))]
     if any(I.type_(r) is not I.Tensor for r in returned) or dressed:
         types += [f"{d} carries attributes or a class of its own" for d in dressed]
-        return {"ok": True, "types": types, "outputs": [], "signals": _signals(rec=rec, modes=modes, census=census, hooked=hooked)}
+        return {"ok": True, "types": types, "outputs": [],
+                "signals": _signals(rec=rec, modes=modes, census=census, hooked=hooked, inputs=_elements(inputs))}
     I.synchronize()
     steps.mark("sync")
     aliases = _aliases(returned, inputs)
@@ -284,7 +285,7 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     pinned = _l2().persisting_limit() if on_gpu else None
     return {"ok": True, "types": types, "outputs": refs, "steps": steps.seconds,
             "signals": _signals(rec=rec, kernels=kernels, aliases=aliases, modes=modes, pinned=pinned, census=census,
-                                hooked=hooked)}
+                                hooked=hooked, inputs=_elements(inputs))}
 
 
 def _outputs(returned: list[Any], args: list[dict[str, Any]], slots: list[dict[str, Any]],
@@ -517,7 +518,9 @@ def _itemsizes() -> Any:
 
 def _signals(*, rec: Any = None, kernels: list[str] | None = None, aliases: list[list[int]] | None = None,
              modes: list[str] | None = None, pinned: int | None = None, census: dict[str, int] | None = None,
-             hooked: list[str] | None = None) -> dict[str, Any]:
+             hooked: list[str] | None = None, inputs: int | None = None) -> dict[str, Any]:
+    """``inputs``: how many elements the call's tensor inputs hold (what its host copies are
+    measured against)."""
     from . import integrity as I, trace
 
     # A watched module given a class of its own runs the candidate's code on every attribute read,
@@ -530,7 +533,8 @@ def _signals(*, rec: Any = None, kernels: list[str] | None = None, aliases: list
         "task_globals": _changed_task_globals(),
         "torch_ops": dict(rec.ops) if rec is not None else {},
         "dispatched_ops": dict(list((census or {}).items())[:4096]),
-        "trace_evasions": sorted(set(rec.evasions if rec is not None else ()) | set(trace.audited()))[:100],
+        "trace_evasions": sorted(set(rec.evasions if rec is not None else ()) | set(trace.audited())
+                                 | set(trace.host_compute(rec, inputs) if rec is not None and inputs is not None else ()))[:100],
         "launches": dict(rec.launches) if rec is not None else {},
         "gpu_kernels": sorted(set(kernels or []))[:1000],
         "aliases": aliases or [],
@@ -559,6 +563,12 @@ def _clear_hooks() -> list[str]:
         gc.callbacks[:] = [cb for cb in gc.callbacks if id(cb) in known]
         found.append("gc.callbacks (a callback added by the candidate)")
     return found
+
+
+def _elements(inputs: list[Any]) -> int:
+    from . import integrity as I
+
+    return sum(int(x.numel()) for x in inputs if I.type_(x) is I.Tensor)
 
 
 def _own_attributes(t: Any) -> bool:

@@ -34,6 +34,8 @@ class _Recorder:
         self.launches: collections.Counter[str] = collections.Counter()
         #: calls by the candidate's module that switch the trace off (modes disabled, stack popped)
         self.evasions: collections.Counter[str] = collections.Counter()
+        #: elements the candidate's code copied out of torch to the host (numpy, Python lists)
+        self.host_elements = 0
         self.in_launch = 0
 
 
@@ -215,16 +217,41 @@ def watch_evasions() -> None:
                      "_prepare_profiler"):
             if hasattr(owner, name):
                 setattr(owner, name, noted(f"profiler.{name}", getattr(owner, name)))
-    # below the Python key, or out of torch altogether (host compute in numpy, in Python lists,
-    # bytes written through ctypes)
+    # below the Python key, or bytes written through ctypes
     import ctypes
 
     owners = ((torch._ops.OpOverload, "redispatch"), (torch._C._DispatchOperatorHandle, "redispatch_boxed"),
-              (torch.Tensor, "numpy"), (torch.Tensor, "__array__"), (torch.Tensor, "__dlpack__"), (torch.Tensor, "tolist"),
               (ctypes, "memmove"), (ctypes, "memset"))
     for owner, name in owners:
         if hasattr(owner, name):
             setattr(owner, name, noted(f"{owner.__name__}.{name}", getattr(owner, name)))
+
+    # out of torch to the host (numpy, Python lists): counted by elements, since reading a few
+    # values of metadata (sequence lengths, expert counts) to size a launch is honest
+    def counted(original: Any) -> Any:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            rec = _active()
+            if rec is not None and from_candidate(0):
+                rec.host_elements += int(self.numel())
+            return original(self, *args, **kwargs)
+
+        return call
+
+    for name in ("numpy", "__array__", "__dlpack__", "tolist"):
+        if hasattr(torch.Tensor, name):
+            setattr(torch.Tensor, name, counted(getattr(torch.Tensor, name)))
+
+
+#: a call whose candidate code copies to the host this share of the call's input elements, or
+#: more, computes out of torch and its kernels (THREATS #16)
+HOST_SHARE = 0.25
+
+
+def host_compute(rec: _Recorder, input_elements: int) -> list[str]:
+    """The evasion a call's host copies amount to, if they cover a large share of its inputs."""
+    if rec.host_elements and rec.host_elements >= HOST_SHARE * max(input_elements, 1):
+        return [f"host copies of {rec.host_elements} elements (of {input_elements} in the call's inputs)"]
+    return []
 
 
 #: audit events the candidate's own code raised, by name (sys.addaudithook: a hook cannot be
