@@ -111,23 +111,19 @@ def audit_archive(db: str | Path, *, task: str | None = None, gpu: int | None = 
         if device == "cpu":
             raise LoopError(f"auditing needs the GPU the times were measured on ({', '.join(pending)}); "
                             "no GPU is visible here")
-        refs = archive.task_refs()
-        secret = []  # the tasks' metadata stays out of the candidates' sight (what loads today)
-        for v in versions:
-            try:
-                secret.append(load_task(refs.get(v.name, v.name)))
-            except TaskError:
-                pass  # _load says why it is not audited
-        with open_judge(device, sandbox=sandbox, pool_size=1, tasks=secret) as judge:
+        notes: list[str] = []
+        # each task as it loads today (its metadata then stays out of the candidates' sight)
+        loaded = {v: _load(archive, v, notes) for v in versions if any(v is w for w, _ in work)}
+        tasks = [t for t in loaded.values() if t is not None]
+        with open_judge(device, sandbox=sandbox, pool_size=1, tasks=tasks) as judge:
             model = gpu_label(judge.environment())
             if model not in pending:
                 raise LoopError(f"auditing needs the GPU the times were measured on: the attempts to audit were timed "
                                 f"on {', '.join(pending)}, and {device} is {'a CPU' if model == 'cpu' else model}")
             outcomes: list[AuditOutcome] = []
-            notes: list[str] = []
             for version in versions:
-                if (version, model) in work:
-                    _audit_task(archive, judge, version, model, limit, outcomes, notes)
+                if (version, model) in work and loaded.get(version) is not None:
+                    _audit_task(archive, judge, version, loaded[version], model, limit, outcomes, notes)
     return AuditReport(db, device, model, tuple(outcomes), tuple(notes))
 
 
@@ -136,11 +132,8 @@ def _open(candidates: list[AttemptRecord]) -> bool:
     return bool(candidates) and candidates[0].audit_passed is None
 
 
-def _audit_task(archive: Archive, judge: Any, version: TaskVersion, model: str, limit: int,
+def _audit_task(archive: Archive, judge: Any, version: TaskVersion, task: Task, model: str, limit: int,
                 outcomes: list[AuditOutcome], notes: list[str]) -> None:
-    task = _load(archive, version, notes)
-    if task is None:
-        return
     made = 0
     for record in archive.audit_candidates(version.id, model, limit + 1):
         if record.audit_passed:

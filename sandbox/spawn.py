@@ -1,8 +1,8 @@
 """Starting one worker process and tearing it down again (the parent's side).
 
 A worker owns a private folder ``kf-sbx-*`` (mode 0711, the parent's) holding ``work/`` (the
-worker's cwd, HOME and TMPDIR, owned by its uid) and the ``stdout``/``stderr`` files, which the
-worker cannot see or change. Four descriptors join it to the parent: the job channel (two
+worker's cwd, HOME and TMPDIR, owned by its uid). Its stdout and stderr are pipes the parent
+reads into bounded memory (``OutputRings``). Four descriptors join it to the parent: the job channel (two
 pipes, fds 3 and 4 in the worker), a control socket to its supervisor (fd 5), which carries
 the job process's exact wait status and whose closing tells the supervisor to kill everything,
 and the descriptor channel (a Unix socket pair, fd 6 in the job process).

@@ -97,15 +97,6 @@ def load_tasks(name_or_path: str | Path) -> tuple[list[Task], list[TaskError]]:
     return tasks, errors
 
 
-def bundle(task: Task) -> dict[str, str | None]:
-    """The task's files as text, to rebuild it where its path is not visible (a sandbox)."""
-    return {
-        "name": task.name,
-        "reference": task.reference_source,
-        "meta": task.meta_path.read_text() if task.meta_path else None,
-    }
-
-
 def candidate_bundle(task: Task) -> dict[str, str | None]:
     """What a candidate's worker is given to rebuild the task: the reference (``ModelNew`` is
     built from its ``get_init_inputs``, and its globals are watched) and the in-place inputs.

@@ -294,7 +294,7 @@ def _arena(x):
     return x.as_strided((n,), (1,), 0).numpy()
 '''
 
-#: the shapes named in the task's meta.py, which the worker receives with the task (bundle());
+#: the shapes named in the task's meta.py, which the worker was once sent with the task;
 #: filecmp and tokenize read files without any name the static screen knows
 META_SHAPES = '''
 import ast as _ast, filecmp as _fc, tokenize as _tk

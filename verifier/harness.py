@@ -324,8 +324,6 @@ def _prepare_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, An
     eager calls, flagged). A shape is timed by two batches of different sizes (``id``), both
     kept until ``release_batches``; their outputs come from the batch pool, a fresh pool over
     the arena's heap that the release hands back whole (the next shape needs the room)."""
-    import torch
-
     from kernforge.tasks.runtime import collect_outputs
     from kernforge.tasks.spec import Shape
 
@@ -386,8 +384,6 @@ def _end_capture_allocation(pool: Any) -> None:
 
 def _release_batches(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     """Drop every batch of the shape just timed, and hand its pool's memory back to the heap."""
-    import torch
-
     from . import integrity as I
 
     _STATE.pop("batches", None)
@@ -395,8 +391,6 @@ def _release_batches(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, 
     I.synchronize()
     if pool is not None:
         pool.release()
-    del pool
-    torch.cuda.empty_cache()
     return {"ok": True}
 
 
@@ -528,7 +522,7 @@ def _signals(*, rec: Any = None, kernels: list[str] | None = None, aliases: list
     swapped = [f"{name}.__class__ (a class of the candidate's)" for name, module in _STATE.get("modules", ())
                if type(module) is not MODULE_TYPE]
     return {
-        "tampered": ((hooked or []) + swapped + trace.hooks_set() + (swapped or I.tampered(_STATE["snapshot"])))[:300],
+        "tampered": ((hooked or []) + trace.hooks_set() + (swapped or I.tampered(_STATE["snapshot"])))[:300],
         "new_threads": _new_threads()[:300],
         "task_globals": _changed_task_globals(),
         "torch_ops": dict(rec.ops) if rec is not None else {},

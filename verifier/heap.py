@@ -119,10 +119,11 @@ class HeapPool:
         """Another pool over the same region, whose memory ``release`` hands back whole: torch
         keeps the blocks a pool freed cached in that pool, so memory one timed shape's batches
         used would otherwise stay out of reach of the next shape's (a different size)."""
-        other = object.__new__(HeapPool)
-        other.region, other._alloc_cb, other._free_cb, other.allocator = self.region, self._alloc_cb, self._free_cb, self.allocator
+        import copy
+
         import torch
 
+        other = copy.copy(self)  # the same region, allocator and callbacks
         other.pool = torch.cuda.MemPool(self.allocator)
         return other
 

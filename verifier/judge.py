@@ -293,7 +293,7 @@ class Judge:
         checked = list(task.shapes("cuda", hidden=False)) + list(task.shapes("cuda", hidden=True))
         sizes = self._shape_sizes(task, checked, secrets.randbits(31))
         memory = float(self.environment().get("memory_gib") or 0) * (1 << 30)
-        why = fits.too_large(sizes, {s.params: " ".join(f"{k}={v}" for k, v in s.params) for s in checked}, int(memory)) if memory else None
+        why = fits.too_large(sizes, {s.params: s.label for s in checked}, int(memory)) if memory else None
         if why:
             raise TaskTooLarge(f"{task.name}: {why}")
 

@@ -25,6 +25,8 @@ from typing import Any, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .defences import reference_call
+
 _state = threading.local()
 
 
@@ -339,10 +341,6 @@ def recording() -> Iterator[_Recorder]:
         _state.recorder = None
 
 
-#: the name dispatched() counts when the count itself was stopped during the block
-STOPPED = "kernforge::profiler_stopped"
-
-
 @contextlib.contextmanager
 def dispatched() -> Iterator[collections.Counter[str]]:
     """Every op the dispatcher ran in this thread inside the block, counted by name (filled in on
@@ -356,7 +354,7 @@ def dispatched() -> Iterator[collections.Counter[str]]:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         yield counts
         if not torch.autograd._profiler_enabled():  # stopped inside the block: what it counted says nothing
-            counts[STOPPED] += 1
+            counts[reference_call.STOPPED] += 1
     for event in prof.events():
         if "::" in event.name:
             counts[event.name] += 1

@@ -45,7 +45,7 @@ def traced(ops: Mapping[str, int], ctx: str, allow: bool, evasions: Sequence[str
     return None
 
 
-#: what the dispatcher's count holds when the candidate stopped it (trace.STOPPED)
+#: what the dispatcher's count (trace.dispatched) holds when the candidate stopped it
 STOPPED = "kernforge::profiler_stopped"
 #: ops the Triton interpreter's own launch machinery dispatches (it re-points tensors at host
 #: copies), and the no-op views the dispatcher counts where the trace sees nothing; bookkeeping
