@@ -40,6 +40,9 @@ def test_a_defence_refuses_a_class_it_does_not_guard():
     ([(0.009, 0.020)], False),                  # one sample: needs less than 30% to accuse
     ([(0.005, 0.020)], True),
     ([(0.0001, 0.004), (0.0001, 0.004)], False),  # below the absolute margin
+    ([(0.001, 0.020), (0.0089, 0.009)], True),    # a sample too short to tell a lie from latency does not count
+    ([(0.001, 0.020), (0.0001, 0.009)], True),
+    ([(0.0001, 0.009)], False),
     ([], False),
 ])
 def test_the_clock_rule_accuses_only_consistent_lies(samples, fires):
@@ -113,6 +116,32 @@ def test_ghost_rules():
     assert ghost.launched({}, ["void _k_0d1d2"], ["_k"], "c", on_gpu=True) is None
     assert ghost.aliased([[], [1]], "c").evidence["output"] == 1
     assert ghost.profiled(["at::native::vectorized_elementwise_kernel"], ["_k"], "c").threat == 17
+
+
+#: kernel names as the profiler reports them (the shapes of ATen's templates, shortened)
+FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
+CAST = ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+        "{lambda()#3}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int> >")
+MUL = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >"
+SUM = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()> > >"
+
+
+@pytest.mark.parametrize("names, fires", [
+    ([FILL, CAST, "_norm_kernel"], False),   # zeroed accumulators, casts and copies are bookkeeping
+    ([FILL, MUL, "_norm_kernel"], True),
+    ([SUM], True),
+    (["void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>"], True),
+    (["_norm_kernel", "triton_red_fused_pow_mean_0"], True),  # an Inductor kernel is torch.compile's work
+])
+def test_the_kernel_list_tells_torch_compute_from_bookkeeping(names, fires):
+    from kernforge.verifier.defences import reference_call
+
+    verdict = reference_call.ran(names, "c", allow=False)
+    assert (verdict is not None) == fires
+    assert reference_call.ran(names, "c", allow=True) is None
+    if fires:
+        assert (verdict.status.value, verdict.threat) == ("cheat", 16)
+    assert (reference_call.profiled(names, "c", allow=False) is not None) == fires
 
 
 @pytest.mark.parametrize("kernel, name, own", [

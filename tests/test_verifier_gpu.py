@@ -5,6 +5,7 @@ timings and baselines measured side by side."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,17 @@ def _describe(verdict) -> str:
     return f"{verdict.status.value} #{verdict.threat}: {verdict.reason}"
 
 
+def _options(tmp_path_factory, **kw) -> JudgeOptions:
+    """Each judge's share of the GPU's memory: a night gives one judge a GPU; here pytest-xdist
+    workers share one, two judges each, and each judge's reference holds about as much again."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = JudgeOptions().arena_share / (2 * workers) if workers > 1 else JudgeOptions().arena_share
+    return JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), time_shapes="largest", batches=2, arena_share=share, **kw)
+
+
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), baselines=True, time_shapes="largest", batches=2)
+    options = _options(tmp_path_factory, baselines=True)
     with open_judge("cuda:0", pool_size=2, options=options) as j:
         yield j
 
@@ -33,8 +42,7 @@ def judge(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runtime_judge(tmp_path_factory):
     # one timed shape, two batches: every defence of the timed batch runs, in seconds per verdict
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), baselines=False, static_screen=False,
-                           time_shapes="largest", batches=2)
+    options = _options(tmp_path_factory, baselines=False, static_screen=False)
     with open_judge("cuda:0", pool_size=2, options=options) as j:
         yield j
 

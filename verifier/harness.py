@@ -245,15 +245,9 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     if on_gpu:
         _poison(int(msg.get("poison_bytes", 0)))
         _l2().reset_persisting()  # the limit is device-wide: clear what an earlier process left
-    kernels: list[str] = []
-    census: dict[str, int] = {}
     with trace.recording() as rec, _pool():
-        if on_gpu:
-            with trace.gpu_kernels() as kernels:
-                result = model(*inputs)
-        else:
-            with trace.dispatched() as census:
-                result = model(*inputs)
+        with trace.dispatched(cuda=on_gpu) as (census, kernels):
+            result = model(*inputs)
     hooked = _clear_hooks()  # first: a hook left set would run the candidate's code inside what follows
     modes = _active_modes()
     steps.mark("call")

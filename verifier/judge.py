@@ -727,9 +727,11 @@ class Judge:
             window = max(timed_ms.window_ms - clock.write_allowance(timed_ms.write_ms, timed_ms.write_floor_ms), 0.0)
             windows[key].append(window)
             claimed.append(claimed_s * 1e6 / n)
-            samples.append((claimed_s, max(timed_ms.window_ms - timed_ms.write_ms, 0.0) / 1e3))
+            # like with like: the reference worker's host clock from its go to the done it received
+            # (an eager batch's window stays open past done, through the judge's relay and the probe)
+            samples.append((claimed_s, float(timed_ms.steps.get("go_to_done", 0.0))))
             worst = (max(worst[0], verified.max_abs_err), max(worst[1], verified.max_rel_err))
-        rejection = clock.lied(samples, 2e-4, ctx)
+        rejection = clock.lied(samples, clock.BATCH_MARGIN_S, ctx)
         if rejection is not None:
             return rejection
         record = clock.per_call(windows[batches[0][0]], windows[batches[1][0]] if short else [], calls, short,
@@ -902,6 +904,7 @@ def _signals_rules(s: M.Signals, ctx: str, task: Task, own: list[str], on_gpu: b
                  or capture.queried(s.capture_queries, ctx) or l2.pinned(s.l2_persisting_limit, ctx))
     if rejection is None and call:
         rejection = (reference_call.dispatched(s.dispatched_ops, ctx, task.allow_torch_ops)
+                     or reference_call.ran(s.gpu_kernels, ctx, task.allow_torch_ops)
                      or ghost.aliased(s.aliases, ctx) or ghost.launched(s.launches, s.gpu_kernels, own, ctx, on_gpu))
     return rejection
 

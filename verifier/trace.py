@@ -342,33 +342,28 @@ def recording() -> Iterator[_Recorder]:
 
 
 @contextlib.contextmanager
-def dispatched() -> Iterator[collections.Counter[str]]:
-    """Every op the dispatcher ran in this thread inside the block, counted by name (filled in on
-    exit). Counted by the profiler's RecordFunction hooks, inside the dispatcher and below its
-    Python key, so ops the dispatch mode never sees count too: under a guard that excludes the
-    Python key, with the modes disabled or popped, in the body of a custom op, in code a Triton
-    launch runs (a grid callable, a pre-run hook, an argument's attribute)."""
+def dispatched(cuda: bool = False) -> Iterator[tuple[collections.Counter[str], list[str]]]:
+    """Every op the dispatcher ran in this thread inside the block, counted by name, and with
+    ``cuda`` the names of the CUDA kernels that ran (both filled in on exit). Ops are counted by
+    the profiler's RecordFunction hooks, inside the dispatcher and below its Python key, so ops
+    the dispatch mode never sees count too: under a guard that excludes the Python key, with the
+    modes disabled or popped, in the body of a custom op, in code a Triton launch runs (a grid
+    callable, a pre-run hook, an argument's attribute)."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     counts: collections.Counter[str] = collections.Counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        yield counts
+    names: list[str] = []
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        yield counts, names
         if not torch.autograd._profiler_enabled():  # stopped inside the block: what it counted says nothing
             counts[reference_call.STOPPED] += 1
+        if cuda:
+            torch.cuda.synchronize()
     for event in prof.events():
-        if "::" in event.name:
-            counts[event.name] += 1
-
-
-@contextlib.contextmanager
-def gpu_kernels() -> Iterator[list[str]]:
-    """Names of the CUDA kernels that ran inside the block (filled in on exit)."""
-    names: list[str] = []
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        yield names
-        torch.cuda.synchronize()
-    for event in prof.events():
-        if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA:
+        kind = getattr(event, "device_type", None)
+        if kind == DeviceType.CUDA:
             names.append(event.name)
+        elif "::" in event.name:
+            counts[event.name] += 1

@@ -32,11 +32,16 @@ DEFENCE = register(Defence(
 
 #: ...or this fraction when there is only one sample
 RATIO_ONE = 0.3
+#: how much less than the trusted host clock over a batch (go sent to done received) an honest
+#: worker may report: two wake-ups of processes on a loaded machine
+BATCH_MARGIN_S = 1e-3
 
 
 def lied(samples: Sequence[tuple[float, float]], margin_s: float, ctx: str) -> Rejected | None:
     """``samples``: (the worker's seconds, the trusted seconds) of requests timed both ways;
-    ``margin_s``: how much less than the trusted time an honest worker may report (latency)."""
+    ``margin_s``: how much less than the trusted time an honest worker may report (latency).
+    Only samples long enough to tell a lie from that latency count (twice the margin or more)."""
+    samples = [(c, t) for c, t in samples if t >= 2 * margin_s]
     if not samples:
         return None
     ratio = RATIO if len(samples) > 1 else RATIO_ONE

@@ -69,8 +69,28 @@ def dispatched(ops: Mapping[str, int], ctx: str, allow: bool) -> Rejected | None
     return None
 
 
+#: substrings of the kernels that PyTorch's bookkeeping ops launch (allowed ops: fills, copies and
+#: casts, random and index-valued allocations), excepted from TORCH_KERNELS
+BOOKKEEPING_KERNELS = ("FillFunctor", "fill_kernel", "copy_kernel", "copy_device_to_device", "distribution_",
+                       "randperm", "elementwise_kernel_with_index")
+
+
 def torch_kernels(names: Sequence[str]) -> list[str]:
-    return [n for n in names if any(t in n for t in TORCH_KERNELS)]
+    """Kernels only PyTorch's libraries launch, less those of its bookkeeping ops."""
+    return [n for n in names if any(t in n for t in TORCH_KERNELS) and not any(b in n for b in BOOKKEEPING_KERNELS)]
+
+
+def ran(names: Sequence[str], ctx: str, allow: bool) -> Rejected | None:
+    """The worker's own list of the CUDA kernels a checked call ran (early, forgeable): PyTorch's
+    compute kernels there are torch doing the work, whatever the op counts said."""
+    if allow:
+        return None
+    found = torch_kernels(names)
+    if found:
+        return DEFENCE.reject(Status.CHEAT, f"PyTorch's own kernels ran during the call ({ctx}): {found[0][:120]}; this task "
+                              "requires the work to be done by the candidate's own kernels", threat=16,
+                              evidence={"gpu_kernels": found[:20]})
+    return None
 
 
 def profiled(names: Sequence[str], ctx: str, allow: bool) -> Rejected | None:
