@@ -26,9 +26,9 @@ def _describe(verdict) -> str:
 
 def _options(tmp_path_factory, **kw) -> JudgeOptions:
     """Each judge's share of the GPU's memory: a night gives one judge a GPU; here pytest-xdist
-    workers share one, two judges each, and each judge's reference holds about as much again."""
+    workers share one (two judges each, one of them judging at a time)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    share = JudgeOptions().arena_share / (2 * workers) if workers > 1 else JudgeOptions().arena_share
+    share = JudgeOptions().arena_share / workers
     return JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), time_shapes="largest", batches=2, arena_share=share, **kw)
 
 

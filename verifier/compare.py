@@ -69,44 +69,65 @@ class Mismatch:
         return "; ".join(parts)
 
 
+#: elements compared at once: the float64 temporaries of a multi-GB output (KernelBench's
+#: default sizes) would otherwise need several times its size in device memory
+CHUNK_ELEMENTS = 1 << 25
+
+
 def compare(
     candidate: torch.Tensor,
     high: torch.Tensor,
     tolerance: Tolerance,
     low: torch.Tensor | None = None,
 ) -> Mismatch:
-    """Compare ``candidate`` with the reference ``high`` (same shape), in float64."""
+    """Compare ``candidate`` with the reference ``high`` (same shape), in float64, a block of
+    leading rows at a time (the rms scale first, over everything)."""
     if candidate.shape != high.shape:
         raise ValueError(f"shape {tuple(candidate.shape)} != reference shape {tuple(high.shape)}")
     numel = high.numel()
     if numel == 0:
         return Mismatch(ok=True, numel=0)
     work = _work_dtype(candidate, high)
-    c = candidate.detach().to(work)
-    h = high.detach().to(device=c.device, dtype=work)
+    device = candidate.device
+    blocks = _blocks(high)
 
-    lo = low.detach().to(device=c.device, dtype=work) if low is not None else None
-    err, allowed, nonfinite_bad, hf, both = _errors(c, h, lo, tolerance, scale_dims=None)
-    c_finite = torch.isfinite(c)
-    scale = float(hf.pow(2).mean().sqrt())
-    finite_bad = both & (err > allowed)
-    bad_mask = finite_bad | nonfinite_bad
-    bad = int(bad_mask.sum())
+    def part(t: torch.Tensor, sl: slice) -> torch.Tensor:
+        return (t.detach()[sl] if t.dim() else t.detach()).to(device=device, dtype=work)
 
-    max_abs = float(err.max()) if bool(both.any()) else 0.0
-    rel = err / hf.abs().clamp_min(max(scale, 1e-30))
-    max_rel = float(rel.max()) if bool(both.any()) else 0.0
-
-    constant = False
-    if bad and numel > 1 and c_finite.all():
-        constant = bool((c == c.reshape(-1)[0]).all()) and bool((hf != hf.reshape(-1)[0]).any())
-
+    squares = torch.zeros((), dtype=torch.float64, device=device)
+    for sl in blocks:
+        h = part(high, sl)
+        squares += torch.where(torch.isfinite(h), h, torch.zeros_like(h)).double().pow(2).sum()
+    scale = float((squares / numel).sqrt())
+    scale_t = torch.tensor(scale, dtype=work, device=device)
+    first_c, first_h = _first(candidate).to(work), _first(high).to(device=device, dtype=work)
+    bad = nonfinite = 0
+    max_abs = max_rel = 0.0
+    worst: tuple[float, int] = (-1.0, 0)
+    all_finite, same_as_first, h_varies = True, True, False
+    row = max(1, numel // max(high.shape[0], 1)) if high.dim() else 1
+    for sl in blocks:
+        c, h = part(candidate, sl), part(high, sl)
+        lo = part(low, sl) if low is not None else None
+        err, allowed, nonfinite_bad, hf, both = _errors(c, h, lo, tolerance, scale_t)
+        finite_bad = both & (err > allowed)
+        bad_mask = finite_bad | nonfinite_bad
+        bad += int(bad_mask.sum())
+        nonfinite += int(nonfinite_bad.sum())
+        max_abs = max(max_abs, float(err.max()))
+        max_rel = max(max_rel, float((err / hf.abs().clamp_min(max(scale, 1e-30))).max()))
+        all_finite = all_finite and bool(torch.isfinite(c).all())
+        same_as_first = same_as_first and bool((c == first_c).all())
+        h_varies = h_varies or bool((hf != torch.where(torch.isfinite(first_h), first_h, torch.zeros_like(first_h))).any())
+        if bool(bad_mask.any()):  # the worst element: non-finite mismatches first, else error over allowance
+            ratio = torch.where(finite_bad, err / allowed, torch.zeros_like(err))
+            ratio = torch.where(nonfinite_bad, torch.full_like(ratio, float("inf")), ratio).reshape(-1)
+            at = int(torch.argmax(ratio))
+            if float(ratio[at]) > worst[0]:
+                worst = (float(ratio[at]), (sl.start or 0) * row + at)
     if not bad:
         return Mismatch(ok=True, numel=numel, max_abs_err=max_abs, max_rel_err=max_rel)
-    # Worst element: non-finite mismatches first, else the largest error over allowance.
-    ratio = torch.where(finite_bad, err / allowed, torch.zeros_like(err))
-    ratio = torch.where(nonfinite_bad, torch.full_like(ratio, float("inf")), ratio)
-    flat = int(torch.argmax(ratio.reshape(-1)))
+    flat = worst[1]
     index = tuple(int(i) for i in _unravel(flat, tuple(high.shape)))
     return Mismatch(
         ok=False,
@@ -115,11 +136,24 @@ def compare(
         max_abs_err=max_abs,
         max_rel_err=max_rel,
         worst_index=index,
-        worst_value=float(c.reshape(-1)[flat]),
-        worst_expected=float(h.reshape(-1)[flat]),
-        nonfinite_mismatch=int(nonfinite_bad.sum()),
-        constant=constant,
+        worst_value=float(candidate.detach()[index] if index else candidate.detach()),
+        worst_expected=float(high.detach()[index] if index else high.detach()),
+        nonfinite_mismatch=nonfinite,
+        constant=bool(numel > 1 and all_finite and same_as_first and h_varies),
     )
+
+
+def _blocks(t: torch.Tensor) -> list[slice]:
+    """Slices of the leading dimension of about CHUNK_ELEMENTS each (one slice for a scalar)."""
+    if t.dim() == 0 or t.shape[0] == 0:
+        return [slice(None)]
+    rows = max(1, CHUNK_ELEMENTS // max(t.numel() // t.shape[0], 1))
+    return [slice(i, i + rows) for i in range(0, t.shape[0], rows)]
+
+
+def _first(t: torch.Tensor) -> torch.Tensor:
+    """The first element (row-major), without copying the tensor."""
+    return t.detach()[(0,) * t.dim()] if t.dim() else t.detach()
 
 
 def _work_dtype(candidate: torch.Tensor, high: torch.Tensor) -> torch.dtype:
@@ -135,23 +169,23 @@ def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: T
     c = candidates.detach().to(work).reshape(n, -1)
     h = highs.detach().to(device=c.device, dtype=work).reshape(n, -1)
     lo = lows.detach().to(device=c.device, dtype=work).reshape(n, -1) if lows is not None else None
-    err, allowed, nonfinite_bad, _, both = _errors(c, h, lo, tolerance, scale_dims=1)
+    hf = torch.where(torch.isfinite(h), h, torch.zeros_like(h))
+    scale = hf.pow(2).mean(dim=1, keepdim=True).sqrt()
+    err, allowed, nonfinite_bad, _, both = _errors(c, h, lo, tolerance, scale)
     return ~((both & (err > allowed)) | nonfinite_bad).any(dim=1)
 
 
 def _errors(c: torch.Tensor, h: torch.Tensor, lo: torch.Tensor | None, tolerance: Tolerance,
-            scale_dims: int | None) -> tuple[torch.Tensor, ...]:
+            scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The rule of the module docstring: (|c - h|, what each element is allowed, non-finite
-    mismatches, h with non-finite values zeroed, where both are finite). The rms scale is taken
-    over everything, or per row (``scale_dims=1``: one call per row)."""
+    mismatches, h with non-finite values zeroed, where both are finite). ``scale``: the rms of
+    the whole reference, or one per row (one call per row), broadcast against ``h``."""
     c_finite, h_finite = torch.isfinite(c), torch.isfinite(h)
     # Non-finite values must agree exactly: NaN with NaN, +Inf with +Inf.
     same_nonfinite = (~c_finite & ~h_finite) & ((torch.isnan(c) & torch.isnan(h)) | (c == h))
     nonfinite_bad = (~c_finite | ~h_finite) & ~same_nonfinite
     both = c_finite & h_finite
     hf = torch.where(h_finite, h, torch.zeros_like(h))
-    squares = hf.pow(2)
-    scale = (squares.mean() if scale_dims is None else squares.mean(dim=scale_dims, keepdim=True)).sqrt()
     allowed = tolerance.rtol * hf.abs() + tolerance.atol * scale
     if lo is not None:
         allowed = allowed + 2 * torch.where(torch.isfinite(lo) & h_finite, (lo - hf).abs(), torch.zeros_like(hf))
