@@ -108,17 +108,6 @@ class JudgeOptions:
     static_screen: bool = True
 
 
-#: a checked call moving more than this (inputs and outputs) is prepared only one call ahead
-BIG_CALL_BYTES = 2 << 30
-
-
-def _call_bytes(prepared: M.Prepared | None) -> int:
-    if prepared is None:
-        return 0
-    outputs = sum(M.ITEMSIZE[o.dtype] * math.prod(o.shape) for o in prepared.outputs)
-    return outputs + sum(max(b - a, 0) for a, b in prepared.input_regions)
-
-
 @dataclass
 class _Call:
     """One checked call: where it is in the sequence, and what the reference worker prepared."""
@@ -534,17 +523,15 @@ class Judge:
             return None
         self._prepare(task, items[0], init_seed)
         self._send_check(session, items[0])
-        # calls of several GB: the reference holds its copies of two calls at once, not three
-        ahead = 2 if _call_bytes(items[0].prepared) <= BIG_CALL_BYTES else 1
+        if len(items) > 1:
+            self._prepare(task, items[1], init_seed)
         public_passed = hidden
         for n, call in enumerate(items):
-            nxt = items[n + 1] if n + 1 < len(items) else None
-            if nxt is not None and nxt.prepared is None:
-                self._prepare(task, nxt, init_seed)
-            rejection = self._finish_check(session, task, call, nxt, own, arena_size, public_passed, init_seed)
+            rejection = self._finish_check(session, task, call, items[n + 1] if n + 1 < len(items) else None, own,
+                                           arena_size, public_passed, init_seed)
             if rejection is not None:
                 return _with_shape(rejection, call.shape, call.hidden, call.dist)
-            if ahead == 2 and n + 2 < len(items):
+            if n + 2 < len(items):
                 self._prepare(task, items[n + 2], init_seed)
         return None
 

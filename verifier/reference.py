@@ -72,7 +72,8 @@ def _room(device: torch.device) -> int | None:
     return int(free)
 
 
-#: memory the wider run must leave free for everything else this process does next
+#: memory the wider run must leave free for everything else this process does next, besides
+#: twice the call's own inputs and outputs (the next call's copies, this one's snapshot)
 ROOM_RESERVE = 2 << 30
 
 
@@ -91,7 +92,9 @@ def run_reference(model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> 
         return low, low
     tensors = [x for x in list(inputs) + list(low) if isinstance(x, torch.Tensor)]
     room = _room(tensors[0].device) if tensors else None
-    if room is not None and wider_bytes(inputs, low, model) + ROOM_RESERVE > room:
+    # room left after it for the next call's copies and a snapshot of this one's outputs
+    after = ROOM_RESERVE + 2 * (_nbytes(inputs, False) + _nbytes(low, False))
+    if room is not None and wider_bytes(inputs, low, model) + after > room:
         return low, low
     hi_inputs = [upcast(x) for x in clone_inputs(inputs)]
     try:
