@@ -163,16 +163,31 @@ def _work_dtype(candidate: torch.Tensor, high: torch.Tensor) -> torch.dtype:
 
 def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: Tolerance, lows: torch.Tensor | None = None) -> torch.Tensor:
     """Per call (the first dimension), whether every element passes: the rule of ``compare``
-    (each call's own rms scale), for many calls at once. A bool tensor on the device."""
+    (each call's own rms scale), for many calls at once, a block of columns at a time. A bool
+    tensor on the device."""
     work = _work_dtype(candidates, highs)
     n = candidates.shape[0]
-    c = candidates.detach().to(work).reshape(n, -1)
-    h = highs.detach().to(device=c.device, dtype=work).reshape(n, -1)
-    lo = lows.detach().to(device=c.device, dtype=work).reshape(n, -1) if lows is not None else None
-    hf = torch.where(torch.isfinite(h), h, torch.zeros_like(h))
-    scale = hf.pow(2).mean(dim=1, keepdim=True).sqrt()
-    err, allowed, nonfinite_bad, _, both = _errors(c, h, lo, tolerance, scale)
-    return ~((both & (err > allowed)) | nonfinite_bad).any(dim=1)
+    c_all, h_all = candidates.detach().reshape(n, -1), highs.detach().reshape(n, -1)
+    lo_all = lows.detach().reshape(n, -1) if lows is not None else None
+    width = c_all.shape[1]
+    step = max(1, CHUNK_ELEMENTS // max(n, 1))
+    blocks = [slice(i, i + step) for i in range(0, width, step)] or [slice(None)]
+    device = c_all.device
+
+    def part(t: torch.Tensor, sl: slice) -> torch.Tensor:
+        return t[:, sl].to(device=device, dtype=work)
+
+    squares = torch.zeros((n, 1), dtype=work, device=device)
+    for sl in blocks:
+        h = part(h_all, sl)
+        squares += torch.where(torch.isfinite(h), h, torch.zeros_like(h)).pow(2).sum(dim=1, keepdim=True)
+    scale = (squares / max(width, 1)).sqrt()
+    ok = torch.ones(n, dtype=torch.bool, device=device)
+    for sl in blocks:
+        lo = part(lo_all, sl) if lo_all is not None else None
+        err, allowed, nonfinite_bad, _, both = _errors(part(c_all, sl), part(h_all, sl), lo, tolerance, scale)
+        ok &= ~((both & (err > allowed)) | nonfinite_bad).any(dim=1)
+    return ok
 
 
 def _errors(c: torch.Tensor, h: torch.Tensor, lo: torch.Tensor | None, tolerance: Tolerance,

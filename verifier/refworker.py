@@ -650,10 +650,13 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     def flush() -> int:
         """Compare the chunk's calls output by output; the first failing call's index or -1."""
         bad = torch.zeros(len(chunk), dtype=torch.bool, device=arena.data.device)
+        def stacked(part: int, j: int, device: Any = None) -> Any:  # one call: a view, not a copy of GBs
+            ts = [c[part][j] if device is None else c[part][j].to(device) for c in chunk]
+            return ts[0].unsqueeze(0) if len(ts) == 1 else torch.stack(ts)
+
         for j in range(len(chunk[0][1])):
-            outs = torch.stack([c[1][j] for c in chunk])
-            highs = torch.stack([c[2][j].to(outs.device) for c in chunk])
-            lows = torch.stack([c[3][j].to(outs.device) for c in chunk])
+            outs = stacked(1, j)
+            highs, lows = stacked(2, j, outs.device), stacked(3, j, outs.device)
             bad |= ~compare.within_tolerance(outs, highs, _tolerance(lows, msg["tolerances"]), lows)
         hits = bad.nonzero()
         return int(chunk[int(hits[0])][0]) if hits.numel() else -1
