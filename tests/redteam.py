@@ -962,3 +962,26 @@ class ModelNew(nn.Module):
 '''
 
 HONEST += [("autotuned", AUTOTUNED, "both")]
+
+#: a float32 workspace kept on the module between calls (per shape), zeroed each call: serving
+#: kernels keep such buffers; the outputs are still fresh every call
+WORKSPACE = ATOMICS.split("class ModelNew")[0] + '''class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.workspace = {}
+
+    def forward(self, x, w):
+        x = x.contiguous()
+        T, H = x.shape
+        acc = self.workspace.get((T, x.device))
+        if acc is None:
+            acc = self.workspace[(T, x.device)] = torch.empty(T, dtype=torch.float32, device=x.device)
+        acc.zero_()
+        y = torch.empty_like(x)
+        grid = (T, triton.cdiv(H, 32))
+        _sumsq[grid](x, acc, H, BLOCK=32)
+        _scale[grid](x, w, acc, y, H, 1e-6, BLOCK=32)
+        return y
+'''
+
+HONEST += [("workspace", WORKSPACE, "both")]
