@@ -29,7 +29,7 @@ def _no_key(clean_config_env):
     """No API key: the offline tuner proposes."""
 
 
-def level(tmp_path: Path, seeded=("19_ReLU", "23_Softmax"), bare=("21_Sigmoid",)) -> Path:
+def level(tmp_path: Path, seeded=("19_ReLU", "20_LeakyReLU"), bare=("21_Sigmoid",)) -> Path:
     """A level folder of CPU-sized copies; ``seeded`` ones get an honest kernel as their seed (the
     offline tuner re-tunes an existing kernel; a bare problem gives it nothing to start from)."""
     folder = tmp_path / "level1"
@@ -64,7 +64,7 @@ def test_a_level_without_a_key_gives_accepted_attempts_and_kernelbench_metrics(t
     assert (data["run"]["benchmark"], data["run"]["label"]) == ("kernelbench", "offline")
     problems = {p["name"]: p for p in data["problems"]}
     assert [(p["name"], p["attempts"], p["correct"]) for p in data["problems"]] == [
-        ("19_ReLU", 2, True), ("21_Sigmoid", 0, False), ("23_Softmax", 2, True)]
+        ("19_ReLU", 2, True), ("20_LeakyReLU", 2, True), ("21_Sigmoid", 0, False)]
     assert problems["19_ReLU"]["gpu"] == "cpu" and problems["19_ReLU"]["speedup_compile"] is None
     overall = data["metrics"][-1]
     assert (overall["group"], overall["problems"], overall["correct"]) == ("all", 3, 2)
@@ -80,7 +80,7 @@ def test_a_level_without_a_key_gives_accepted_attempts_and_kernelbench_metrics(t
     shown = invoke("bench", "report", "1", "--db", str(db))
     assert shown.exit_code == 0, shown.output
     assert max(len(line) for line in shown.output.splitlines()) <= 80 and "…" not in shown.output, shown.output
-    for name in ("19_ReLU", "21_Sigmoid", "23_Softmax"):
+    for name in ("19_ReLU", "20_LeakyReLU", "21_Sigmoid"):
         assert name in shown.output
     assert "not measured" in shown.output and "2 (67%)" in shown.output and "not tried" in shown.output
     listed = invoke("bench", "report", "--db", str(db), "--json")
@@ -90,7 +90,7 @@ def test_a_level_without_a_key_gives_accepted_attempts_and_kernelbench_metrics(t
 
 def test_resume_continues_the_run_and_a_second_run_compares_side_by_side(tmp_path):
     folder, db = level(tmp_path, bare=()), tmp_path / "k.db"
-    files = [str(folder / "19_ReLU.py"), str(folder / "23_Softmax.py")]
+    files = [str(folder / "19_ReLU.py"), str(folder / "20_LeakyReLU.py")]
     first = invoke("bench", "kernelbench", *files, "--db", str(db), "--max-attempts", "1")
     assert first.exit_code == 0, first.output
     assert "not measured" in first.output and "bench report 1" in first.output
