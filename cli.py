@@ -485,7 +485,7 @@ def run_cmd(
 # ---- bench ------------------------------------------------------------------------------------
 @command(bench_app, "kernelbench")
 def bench_kernelbench(
-    problems: Annotated[Optional[list[str]], typer.Argument(metavar="PATH...", help="KernelBench problem files, or level folders of them (e.g. bench/kernelbench/problems/level1).")] = None,
+    problems: Annotated[Optional[list[str]], typer.Argument(metavar="PATH", help="KernelBench problem files, or level folders of them (e.g. bench/kernelbench/problems/level1).")] = None,
     db: DbOpt = DEFAULT_DB,
     provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="LLM preset, as for `kernforge run`.")] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="Any OpenAI-compatible endpoint; the key from KERNFORGE_API_KEY.")] = None,
@@ -531,7 +531,7 @@ def bench_kernelbench(
 
 @command(bench_app, "report")
 def bench_report_cmd(
-    runs: Annotated[Optional[list[int]], typer.Argument(metavar="RUN_ID...", help="Benchmark runs: one to show, several to compare; every benchmark run is listed if omitted.")] = None,
+    runs: Annotated[Optional[list[int]], typer.Argument(metavar="RUN_ID", help="Benchmark runs: one to show, several to compare; every benchmark run is listed if omitted.")] = None,
     db: DbOpt = DEFAULT_DB,
     as_json: JsonOpt = False,
 ) -> None:

@@ -15,6 +15,7 @@ at once, instead of a run that stops at the first.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -119,7 +120,7 @@ def _stored_problems(settings: BenchSettings) -> int:
 def run_benchmark(settings: BenchSettings, display: Display | None = None) -> BenchResult:
     """Run (or resume) the benchmark to the end of its budget, then read its results back."""
     for value, flag in ((settings.max_attempts, "--max-attempts"), (settings.minutes, "--minutes")):
-        if value is not None and value <= 0:
+        if value is not None and not (math.isfinite(value) and value > 0):
             raise LoopError(f"{flag} must be a positive number, not {value:g}")
     if settings.resume is not None:
         refs: tuple[str, ...] = ()
