@@ -107,11 +107,12 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
-def metrics(results: Sequence[ProblemResult], group: str = OVERALL) -> Metrics:
-    """KernelBench's metrics over ``results`` (see the module docstring)."""
+def metrics(results: Sequence[ProblemResult], group: str = OVERALL, *, measured: bool | None = None) -> Metrics:
+    """KernelBench's metrics over ``results`` (see the module docstring). ``measured``: whether the
+    run timed on a GPU; by default, whether any of these problems was judged on one."""
     n = len(results)
     correct = [r for r in results if r.correct]
-    measured = any(r.on_gpu for r in results)
+    measured = any(r.on_gpu for r in results) if measured is None else measured
     fast: dict[str, dict[float, float]] | None = None
     geo: dict[str, float | None] = {b: None for b in BASELINES}
     untimed = {b: 0 for b in BASELINES}
@@ -132,7 +133,9 @@ def natural_key(text: str) -> tuple:
 
 
 def by_level(results: Sequence[ProblemResult]) -> list[Metrics]:
-    """The metrics of each level (in natural order), then of every problem together."""
+    """The metrics of each level (in natural order), then of every problem together. A level the
+    run judged nothing of on its GPU is measured too (its fast_p are 0), not "not measured"."""
+    measured = any(r.on_gpu for r in results)
     levels = sorted({r.level for r in results}, key=natural_key)
-    groups = [metrics([r for r in results if r.level == level], level) for level in levels]
-    return groups + [metrics(results, OVERALL)]
+    groups = [metrics([r for r in results if r.level == level], level, measured=measured) for level in levels]
+    return groups + [metrics(results, OVERALL, measured=measured)]

@@ -93,7 +93,8 @@ def problem_refs(paths: Sequence[str]) -> tuple[str, ...]:
             refs[task.name] = task.ref
     if broken:
         listed = "\n  ".join(broken)
-        raise LoopError(f"{len(broken)} file(s) are not KernelBench problems that load; fix or leave them out:\n  {listed}")
+        raise LoopError(f"{len(broken)} file(s) are not KernelBench problems that load; "
+                        f"fix or leave them out:\n  {listed}")
     return tuple(refs.values())
 
 

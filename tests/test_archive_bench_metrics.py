@@ -73,6 +73,14 @@ def test_by_level_in_natural_order_then_all():
     assert overall.geomean["eager"] == pytest.approx((2.5 * 1.1) ** 0.5)
 
 
+def test_a_level_with_nothing_judged_on_a_gpu_run_is_measured_and_not_fast():
+    results = [problem("x", level="level1", eager=2.0, compile=1.1), problem("y", level="level2", correct=False,
+                                                                            gpu=None, attempts=0)]
+    level1, level2, overall = by_level(results)
+    assert level2.measured and level2.fast["compile"] == {0.0: 0.0, 1.0: 0.0, 1.5: 0.0, 2.0: 0.0}
+    assert not metrics(results[1:]).measured  # alone, nothing says it was a GPU run
+
+
 def test_json_names_thresholds_as_kernelbench_does():
     data = metrics(GPU_RUN).to_dict()
     assert list(data["fast_p"]["compile"]) == ["0", "1", "1.5", "2"]
