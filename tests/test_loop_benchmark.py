@@ -1,6 +1,7 @@
 """``kernforge bench kernelbench`` and ``bench report`` end to end on the CPU: CPU-sized copies of
-KernelBench problems (tests/kernelbench/, side files of small shapes), no API key (the offline
-tuner), the Triton interpreter (correctness only: no time-based metric may appear)."""
+KernelBench problems (tests/kernelbench/, side files of small shapes), with no API key (the offline
+tuner) or a scripted local OpenAI-compatible server, under the Triton interpreter (correctness
+only: no time-based metric may appear)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from typer.testing import CliRunner
 from kernforge import cli as cli_module
 from kernforge.archive.store import Archive
 from kernforge.cli import app
+
+from fake_llm import fake_llm, fenced, reply
+
+__all__ = ["fake_llm"]
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_COPIES = ROOT / "tests" / "kernelbench"
@@ -113,6 +118,24 @@ def test_resume_continues_the_run_and_a_second_run_compares_side_by_side(tmp_pat
     as_json = json.loads(invoke("bench", "report", "1", "2", "--db", str(db), "--json").output)
     assert [r["run"]["run_id"] for r in as_json["runs"]] == [1, 2]
     assert [r["metrics"][-1]["correct"] for r in as_json["runs"]] == [2, 2]
+
+
+def test_an_llm_endpoint_writes_the_kernels_and_names_the_run(fake_llm, tmp_path):
+    """The LLM path against a local OpenAI-compatible server: a bare problem (no seed), a reply that
+    holds no module, then the honest kernel."""
+    (tmp_path / "config" / "kernforge").mkdir(parents=True)
+    (tmp_path / "config" / "kernforge" / "config.toml").write_text("[llm]\nconcurrency = 1\nmax_retries = 0\n")
+    folder, db = level(tmp_path, seeded=(), bare=("19_ReLU",)), tmp_path / "k.db"
+    fake_llm.script = [reply("I would fuse the ReLU into the load."),
+                       reply(fenced((CANDIDATES / "19_ReLU.py").read_text()))]
+    result = invoke("bench", "kernelbench", str(folder), "--db", str(db), "--base-url", fake_llm.base_url,
+                    "--model", "fake-model", "--max-attempts", "2", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output.strip().splitlines()[-1])
+    assert data["run"]["label"] == "fake-model" and data["proposer"].startswith("LLM fake-model")
+    assert [(p["name"], p["attempts"], p["correct"]) for p in data["problems"]] == [("19_ReLU", 2, True)]
+    assert [r[3] for r in attempts(db)] == ["compile_error", "accepted"]
+    assert len(fake_llm.completions) == 2
 
 
 def test_bad_input_is_a_message_not_a_traceback(tmp_path):
