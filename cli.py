@@ -59,6 +59,8 @@ tasks_app = _typer("List and inspect tasks (what to optimise).")
 app.add_typer(tasks_app, name="tasks")
 archive_app = _typer("Query the archive of every attempt (SQLite).")
 app.add_typer(archive_app, name="archive")
+bench_app = _typer("Benchmarks: KernelBench problems through the loop, scored with KernelBench's metrics.")
+app.add_typer(bench_app, name="bench")
 sandbox_app = _typer("The docker sandbox (`--sandbox docker`): its worker image.")
 app.add_typer(sandbox_app, name="sandbox")
 
@@ -478,6 +480,82 @@ def run_cmd(
     else:
         show(display.summary(result.to_dict()), highlight=False)
     raise typer.Exit(0 if result.status == "finished" else 130)
+
+
+# ---- bench ------------------------------------------------------------------------------------
+@command(bench_app, "kernelbench")
+def bench_kernelbench(
+    problems: Annotated[Optional[list[str]], typer.Argument(metavar="PATH", help="KernelBench problem files, or level folders of them (e.g. bench/kernelbench/problems/level1).")] = None,
+    db: DbOpt = DEFAULT_DB,
+    provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="LLM preset, as for `kernforge run`.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="Any OpenAI-compatible endpoint; the key from KERNFORGE_API_KEY.")] = None,
+    model: Annotated[Optional[list[str]], typer.Option("--model", metavar="NAME", help="Model name (repeatable).")] = None,
+    max_attempts: Annotated[Optional[int], typer.Option("--max-attempts", metavar="N", help="Attempts per problem (10 when neither this nor --minutes is given).")] = None,
+    minutes: Annotated[Optional[float], typer.Option("--minutes", metavar="M", help="Wall time per problem; the run gets M times the number of problems, spent while problems take turns.")] = None,
+    gpu: GpusOpt = None,
+    sandbox: SandboxOpt = "process",
+    resume: Annotated[Optional[int], typer.Option("--resume", metavar="RUN_ID", help="Continue this benchmark run (killed or stopped) with its own problems and proposer.")] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Use the offline tuner even when an API key is configured.")] = False,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the search's random choices.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run KernelBench problems through the loop, then print KernelBench's metrics.
+
+    Each problem gets the configured proposer (the LLM, or with no API key the offline tuner)
+    and the budget per problem; every attempt is archived in one run tagged as a KernelBench
+    run, so `--resume` continues it and `kernforge bench report` shows it beside another model's.
+
+    Metrics per level and overall: the correctness rate (problems with an accepted kernel),
+    fast_p for p = 0, 1, 1.5 and 2 over PyTorch eager and over torch.compile (the share of ALL
+    problems whose kernel is correct and more than p times faster), the share faster than
+    torch.compile, and the geometric-mean speedup over each baseline, taken over the correct
+    problems. Speedups are the fastest audited kernel's, at the problem's own sizes. On the CPU
+    (Triton interpreter) verdicts check correctness only: the time-based metrics then read
+    "not measured". Exit code 0 when the budget is used up, 130 when interrupted, 2 for bad input."""
+    from kernforge.archive.bench_report import report_view
+    from kernforge.loop import display
+    from kernforge.loop.benchmark import BenchSettings, run_benchmark
+
+    settings = BenchSettings(
+        problems=tuple(problems or ()), db=db, provider=provider, base_url=base_url, models=tuple(model or ()),
+        offline=offline, max_attempts=max_attempts, minutes=minutes, gpus=tuple(gpu or ()), sandbox=sandbox,
+        resume=resume, seed=seed,
+    )
+    result = run_benchmark(settings, display.make_display(out, quiet=as_json))
+    if as_json:
+        show_line(json.dumps(result.to_dict(), default=str))
+    else:
+        show(report_view(result.report))
+    raise typer.Exit(0 if result.run.status == "finished" else 130)
+
+
+@command(bench_app, "report")
+def bench_report_cmd(
+    runs: Annotated[Optional[list[int]], typer.Argument(metavar="RUN_ID", help="Benchmark runs: one to show, several to compare; every benchmark run is listed if omitted.")] = None,
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a benchmark run's metrics and problems, or several runs side by side.
+
+    Two models' runs compare metric by metric, per level, and problem by problem. With no run
+    given, every benchmark run in the archive is listed."""
+    from kernforge.archive import bench_report
+    from kernforge.loop.benchmark import list_runs, read_reports
+
+    if not runs:
+        found = list_runs(db)
+        if as_json:
+            show_json({"runs": [r.to_dict() for r in found]})
+        else:
+            show(bench_report.runs_table(found))
+        return
+    reports = read_reports(db, runs)
+    if as_json:
+        show_json({"runs": [r.to_dict() for r in reports]})
+    elif len(reports) == 1:
+        show(bench_report.report_view(reports[0]))
+    else:
+        show(bench_report.compare_view(reports))
 
 
 # ---- doctor -----------------------------------------------------------------------------------

@@ -48,11 +48,16 @@ class RunSettings:
     seed: int = 0
     #: warm candidate workers per device; None: 2 on a GPU (one judged, one warming), 1 on the CPU
     pool_size: int | None = None
+    #: the benchmark this run measures (``kernforge bench kernelbench``: "kernelbench"), None for a plain run
+    benchmark: str | None = None
 
     def stored(self) -> dict[str, Any]:
-        return {"tasks": list(self.tasks), "provider": self.provider, "base_url": self.base_url,
-                "models": list(self.models), "offline": self.offline, "budget": self.budget.to_dict(),
-                "gpus": list(self.gpus), "sandbox": self.sandbox, "seed": self.seed}
+        stored = {"tasks": list(self.tasks), "provider": self.provider, "base_url": self.base_url,
+                  "models": list(self.models), "offline": self.offline, "budget": self.budget.to_dict(),
+                  "gpus": list(self.gpus), "sandbox": self.sandbox, "seed": self.seed}
+        if self.benchmark is not None:
+            stored["benchmark"] = self.benchmark
+        return stored
 
 
 @dataclass
@@ -148,7 +153,7 @@ def settings_for_resume(archive: Archive, given: RunSettings) -> RunSettings:
     settings = replace(
         given, tasks=tuple(stored["tasks"]), provider=stored.get("provider"), base_url=stored.get("base_url"),
         models=tuple(stored.get("models") or ()), offline=bool(stored.get("offline")), seed=int(stored.get("seed", 0)),
-        budget=Budget.from_dict(stored.get("budget") or {}).merged(given.budget),
+        budget=Budget.from_dict(stored.get("budget") or {}).merged(given.budget), benchmark=stored.get("benchmark"),
     )
     return settings
 
