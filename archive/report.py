@@ -18,7 +18,7 @@ from kernforge.verifier.verdict import THREATS, ShapeResult, Verdict, describe
 
 from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, ShapeBest, StatRow, Stats,
                       TaskBaselines)
-from .score import BASELINES, SlowBaseline, is_gpu_timed, roofline_pct, slow_baselines
+from .score import BASELINES, SlowBaseline, is_gpu_timed, library_summary, roofline_pct, slow_baselines
 from .tables import Col, FitTable, fmt_num, fmt_us, fmt_x
 
 
@@ -55,19 +55,25 @@ def _flagged(value: str, baseline: str, slow: Sequence[SlowBaseline]) -> str:
 
 def best_table(entries: Sequence[BestEntry], awaiting: Sequence[AwaitingAudit] = ()) -> FitTable:
     table = FitTable([Col("task"), Col("gpu", wrap=True, drop=4), Col("best time per shape"),
-                      Col("x eager", "right", drop=2), Col("x compile", "right"), Col("% roofline", "right", drop=3),
-                      Col("attempt", "right"), Col("model", drop=5), Col("audit", wrap=True, drop=1)],
+                      Col("x eager", "right", drop=2), Col("x compile", "right"), Col("x library", "right", drop=6),
+                      Col("% roofline", "right", drop=3), Col("attempt", "right"), Col("model", drop=5),
+                      Col("audit", wrap=True, drop=1)],
                      title=f"best per task and GPU ({len(entries)})",
                      caption="x compile (the score) and x eager: geometric-mean speedups; every best passed its audit")
     _caption(table, not entries, awaiting)
-    flags = []
+    flags, libraries = [], set()
     for e in entries:
         slow = slow_baselines(e.shapes)
+        x_library, library = library_summary(e.shapes)
+        libraries |= {library} if library else set()
         flags += [f"{e.task} on {e.gpu}: {s.line()}" for s in slow]
         audit = f"passed: {fmt_us(e.audit.audit.measured_us)} again" if e.audit else "-"
         table.add_row(e.task, e.gpu, _shape_lines(e.shapes), _flagged(fmt_x(e.speedup_eager), "eager", slow),
-                      _flagged(fmt_x(e.score), "compile", slow), fmt_num(e.pct_roofline, ".1f"), str(e.attempt_id),
+                      _flagged(fmt_x(e.score), "compile", slow), _flagged(fmt_x(x_library), "library", slow),
+                      fmt_num(e.pct_roofline, ".1f"), str(e.attempt_id),
                       e.model or "-", audit)
+    if libraries:
+        flags.insert(0, f"x library: over {', '.join(sorted(libraries))}, where it covers the op and is installed")
     if flags:
         table.caption = "\n".join([table.caption or "", *flags]).strip()
     return table

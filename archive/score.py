@@ -47,6 +47,26 @@ def speedup_vs_eager(shape: ShapeResult) -> float | None:
     return None
 
 
+def speedup_vs_library(shape: ShapeResult) -> float | None:
+    """Speedup over the production kernel library, where it was measured (verifier/library.py)."""
+    if shape.speedup_library is not None:
+        return shape.speedup_library if shape.speedup_library > 0 else None
+    if shape.library_us and shape.time_us:
+        return shape.library_us / shape.time_us
+    return None
+
+
+def library_summary(shapes: Iterable[ShapeResult]) -> tuple[float | None, str | None]:
+    """(geometric-mean speedup over the library, which library) over the GPU-timed shapes where
+    it was measured; (None, None) where it never was. Not part of the score: a library covers
+    only some ops."""
+    timed = [s for s in shapes if is_gpu_timed(s) and speedup_vs_library(s) is not None]
+    if not timed:
+        return None, None
+    names = sorted({s.library for s in timed if s.library})
+    return geomean(speedup_vs_library(s) for s in timed), ", ".join(names) or None
+
+
 def roofline_pct(shape: ShapeResult) -> float | None:
     """Percent of the hardware floor: floor time / measured time, else the binding ceiling's %."""
     if shape.floor_us and shape.time_us:
