@@ -320,8 +320,7 @@ def summary(result: Mapping[str, Any]) -> Group:
         )
     interpreter = any(t["interpreter"] for t in result["tasks"])
     table.caption = ("best time: geometric mean over the shapes of the audited best (as `kernforge archive best`); "
-                     "* new best this run; x eager / x compile / x library (a production kernel library, where it covers the op "
-                     "and is installed): geometric-mean speedups; vs seed: the seed's time / "
+                     "* new best this run; x eager / x compile / x library: geometric-mean speedups; vs seed: the seed's time / "
                      "the best's" + (f"; {INTERPRETER_NOTE}" if interpreter else ""))
     busy = "-" if result["busy"] is None else f"{100 * result['busy']:.0f}%"
     lines: list[Any] = [

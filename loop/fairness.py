@@ -29,9 +29,11 @@ from kernforge.tasks.spec import Task
 
 #: a GPU verdict's allowance before any shape: a worker's start, the candidate's import (a CUDA
 #: C++ extension builds there) and the first Triton compiles and autotuning
-VERDICT_BASE_S = 90.0
-#: and per shape checked or timed (the checks, the batches, a first call's compile)
-VERDICT_PER_SHAPE_S = 6.0
+VERDICT_BASE_S = 120.0
+#: and per shape checked or timed: the checks, the batches, a first call's compile, and (the
+#: task's first verdict on a GPU, inside the same worker's wall time) the baselines' static
+#: torch.compile at that shape. Guesses from the H200's 11-33 s first verdicts: to be checked there.
+VERDICT_PER_SHAPE_S = 10.0
 
 
 def verdict_limit_s(task: Task, *, cap_s: float | None = Limits().wall_seconds) -> float:
