@@ -18,6 +18,8 @@
 #   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, one step at a time, and the audit's profiled worker)
 #   sweep      bench/clock_sweep.py (the batch window against its number of calls: fixed cost or per-call excess)
 #   kb         bench/kernelbench.py on six KernelBench problems (those issue #14 names) at their default sizes
+#   kbbig      the same, the three whose calls move 6-8 GB (ReLU, softmax, RMSNorm), alone in one call
+#   kball      bench/kernelbench.py on every problem with a candidate (32; one whole call, partial log if cut)
 #   hostsync   the verifier's GPU tests of an eagerly timed honest kernel, stale device memory and an early done
 #   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
@@ -48,6 +50,8 @@ for p in "$@"; do
     ncusbx) phase ncusbx 200 python3 bench/ncu_sandbox.py --timeout 25 ;;
     sweep) phase sweep 240 python3 bench/clock_sweep.py --json "$OUT/sweep.json" ;;
     kb) phase kb 240 python3 bench/kernelbench.py --problems 19_ReLU 88_MinGPTNewGelu 23_Softmax 47_Sum_reduction_over_a_dimension 36_RMSNorm_ 40_LayerNorm --json "$OUT/kb.json" ;;
+    kbbig) phase kb 540 python3 bench/kernelbench.py --problems 19_ReLU 23_Softmax 36_RMSNorm_ --json "$OUT/kb.json" ;;
+    kball) phase kb 580 python3 bench/kernelbench.py --json "$OUT/kb.json" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;

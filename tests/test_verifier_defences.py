@@ -115,7 +115,6 @@ def test_ghost_rules():
     assert ghost.launched({}, [], ["_k"], "c", on_gpu=False).threat == 17
     assert ghost.launched({}, ["void _k_0d1d2"], ["_k"], "c", on_gpu=True) is None
     assert ghost.aliased([[], [1]], "c").evidence["output"] == 1
-    assert ghost.profiled(["at::native::vectorized_elementwise_kernel"], ["_k"], "c").threat == 17
 
 
 #: kernel names as the profiler reports them (the shapes of ATen's templates, shortened)
@@ -141,7 +140,6 @@ def test_the_kernel_list_tells_torch_compute_from_bookkeeping(names, fires):
     assert reference_call.ran(names, "c", allow=True) is None
     if fires:
         assert (verdict.status.value, verdict.threat) == ("cheat", 16)
-    assert (reference_call.profiled(names, "c", allow=False) is not None) == fires
 
 
 @pytest.mark.parametrize("kernel, name, own", [

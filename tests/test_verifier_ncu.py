@@ -124,3 +124,18 @@ def test_docker_refuses_a_profiler():
 
     with pytest.raises(SandboxError, match="process sandbox only"):
         DockerBackend(WorkerSpec(profiler=(sys.executable,)))
+
+
+def test_one_nsight_compute_session_per_host_at_a_time(tmp_path, monkeypatch):
+    """While one judge holds the profiler, another's attempt to take it does not succeed."""
+    import fcntl
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with ncu.exclusive():
+        lock = next(tmp_path.glob("kernforge-ncu-*.lock"))
+        with open(lock, "a") as other:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(lock, "a") as other:  # released on exit
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)

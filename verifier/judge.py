@@ -109,6 +109,10 @@ class JudgeOptions:
     static_screen: bool = True
 
 
+#: profiled workers started per audit before it says there is no Nsight Compute record
+PROFILE_ATTEMPTS = 2
+
+
 @dataclass
 class _Call:
     """One checked call: where it is in the sequence, and what the reference worker prepared."""
@@ -365,19 +369,24 @@ class Judge:
         init_seed = secrets.randbits(31)
         sizes = self._shape_sizes(task, [shape], init_seed)
         layout = self._arena_layout(sizes, [shape], {})
-        with tempfile.TemporaryDirectory(prefix="kf-ncu-") as folder:
-            log = Path(folder) / "ncu.csv"
-            try:
-                backend = self.profiled(ncu.command(exe, log))
-            except SandboxError as err:
-                return ncu.Profile(False, f"no Nsight Compute record: {err}"[:300])
-            try:
-                failed = self._profiled_calls(backend, source, task, shape, init_seed, layout)
-            finally:
-                backend.close()
-            text = log.read_text(errors="replace") if log.exists() else ""
+        failed, text = "", ""
+        for _ in range(PROFILE_ATTEMPTS):  # a record that could not be made is made again, once
+            with ncu.exclusive(), tempfile.TemporaryDirectory(prefix="kf-ncu-") as folder:
+                log = Path(folder) / "ncu.csv"
+                try:
+                    backend = self.profiled(ncu.command(exe, log))
+                except SandboxError as err:
+                    return ncu.Profile(False, f"no Nsight Compute record: {err}"[:300])
+                try:
+                    failed = self._profiled_calls(backend, source, task, shape, init_seed, layout)
+                finally:
+                    backend.close()
+                text = log.read_text(errors="replace") if log.exists() else ""
+            if not failed:
+                break
         if failed:
-            return ncu.Profile(False, f"no Nsight Compute record: {failed}"[:800], calls=ncu.CALLS, shape=shape.as_dict())
+            return ncu.Profile(False, f"no Nsight Compute record ({PROFILE_ATTEMPTS} tries): {failed}"[:800], calls=ncu.CALLS,
+                               shape=shape.as_dict())
         launches = ncu.parse(text)
         if not launches:  # a profiler that failed to attach looks the same as no kernel: no evidence either way
             note = " ".join(line for line in text.splitlines() if "==ERROR==" in line or "==WARNING==" in line)[:300]

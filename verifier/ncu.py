@@ -20,16 +20,20 @@ this list adds to the judge's verdict and never replaces it.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import io
+import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from .checks import Check
-from .defences import Defence, register
+from .defences import Defence, reference_call, register
 
 #: the NVTX range the harness wraps each profiled call in
 RANGE = "kernforge-profile"
@@ -38,9 +42,6 @@ CALLS = 5
 #: ncu's device time per call may be this many times the trusted time of record (it flushes
 #: the caches before every kernel; the trusted clock flushes once per batch)
 TIME_RATIO = 1.5
-#: torch kernels that only allocate, fill, copy or draw random numbers (bookkeeping)
-BOOKKEEPING = ("FillFunctor", "fill_kernel", "copy_kernel", "CopyFunctor", "direct_copy", "arange",
-               "distribution_", "memset", "_to_copy", "cast_kernel")
 
 DEFENCE = register(Defence(
     Check.NCU, (16, 17), facts="Nsight Compute's list of the kernels the GPU ran inside the profiled calls, with their durations",
@@ -49,6 +50,20 @@ DEFENCE = register(Defence(
               "there is torch compute, a candidate whose kernels never appear did its work elsewhere, and kernels "
               "that took longer than the trusted clock's time of record mean the clock missed work.",
     remedy="Do the work in your own kernels, launched from forward, and let the timed calls do all of it."))
+
+
+@contextlib.contextmanager
+def exclusive() -> Iterator[None]:
+    """One Nsight Compute session of ours per host at a time (a lock file in the temp folder): two
+    judges profiling at once, on one GPU or two, would wait on each other inside ncu, where
+    neither can tell that from a worker that died."""
+    path = Path(tempfile.gettempdir()) / f"kernforge-ncu-{os.getuid()}.lock"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def available() -> str | None:
@@ -94,10 +109,6 @@ def is_own(kernel: str, own: Sequence[str]) -> bool:
     return any(re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", kernel) for n in own)
 
 
-def is_bookkeeping(kernel: str) -> bool:
-    return any(mark in kernel for mark in BOOKKEEPING)
-
-
 @dataclass(frozen=True)
 class Profile:
     """What ncu recorded for the profiled calls, and the audit's reading of it."""
@@ -136,7 +147,7 @@ def judge(profile: Profile, own: Sequence[str], allow_torch_ops: bool, trusted_u
         return (f"none of the candidate's kernels ({', '.join(own[:4])}) ran in the profiled calls; the GPU ran "
                 f"{', '.join(names)} (THREATS #17)")
     if not allow_torch_ops:
-        other = sorted({x.name[:100] for x in profile.launches if not is_own(x.name, own) and not is_bookkeeping(x.name)})
+        other = sorted({x.name[:100] for x in profile.launches if not is_own(x.name, own) and not reference_call.is_bookkeeping_kernel(x.name)})
         if other:
             return f"torch or library kernels computed inside the profiled calls: {'; '.join(other[:3])} (THREATS #16)"
     per_call = profile.per_call_us

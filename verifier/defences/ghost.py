@@ -52,14 +52,6 @@ def launched(launches: Mapping[str, int], gpu_kernels: Sequence[str], own: Seque
                       evidence={"launches": sorted(ran)[:20], "own_kernels": list(own)})
 
 
-def profiled(names: Sequence[str], own: Sequence[str], ctx: str) -> Rejected | None:
-    """The audit's rule over the kernels Nsight Compute saw during the candidate's calls."""
-    if not own or any(is_own(n, o) for n in names for o in own):
-        return None
-    return OWN.reject(Status.CHEAT, f"Nsight Compute saw none of the candidate's kernels ({', '.join(own)}) run during its calls "
-                      f"({ctx})", threat=17, evidence={"kernels": list(names)[:20], "own_kernels": list(own), "source": "ncu"})
-
-
 def aliased(aliases: Sequence[Sequence[int]], ctx: str) -> Rejected | None:
     for j, hits in enumerate(aliases):
         if hits:

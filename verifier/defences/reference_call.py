@@ -70,14 +70,19 @@ def dispatched(ops: Mapping[str, int], ctx: str, allow: bool) -> Rejected | None
 
 
 #: substrings of the kernels that PyTorch's bookkeeping ops launch (allowed ops: fills, copies and
-#: casts, random and index-valued allocations), excepted from TORCH_KERNELS
-BOOKKEEPING_KERNELS = ("FillFunctor", "fill_kernel", "copy_kernel", "copy_device_to_device", "distribution_",
-                       "randperm", "elementwise_kernel_with_index")
+#: casts, random and index-valued allocations): never torch compute, here or in the audit's list
+BOOKKEEPING_KERNELS = ("FillFunctor", "fill_kernel", "copy_kernel", "CopyFunctor", "direct_copy", "copy_device_to_device",
+                       "_to_copy", "cast_kernel", "memset", "arange", "elementwise_kernel_with_index", "distribution_",
+                       "randperm")
+
+
+def is_bookkeeping_kernel(name: str) -> bool:
+    return any(mark in name for mark in BOOKKEEPING_KERNELS)
 
 
 def torch_kernels(names: Sequence[str]) -> list[str]:
     """Kernels only PyTorch's libraries launch, less those of its bookkeeping ops."""
-    return [n for n in names if any(t in n for t in TORCH_KERNELS) and not any(b in n for b in BOOKKEEPING_KERNELS)]
+    return [n for n in names if any(t in n for t in TORCH_KERNELS) and not is_bookkeeping_kernel(n)]
 
 
 def ran(names: Sequence[str], ctx: str, allow: bool) -> Rejected | None:
@@ -90,15 +95,4 @@ def ran(names: Sequence[str], ctx: str, allow: bool) -> Rejected | None:
         return DEFENCE.reject(Status.CHEAT, f"PyTorch's own kernels ran during the call ({ctx}): {found[0][:120]}; this task "
                               "requires the work to be done by the candidate's own kernels", threat=16,
                               evidence={"gpu_kernels": found[:20]})
-    return None
-
-
-def profiled(names: Sequence[str], ctx: str, allow: bool) -> Rejected | None:
-    """The audit's rule over the kernels Nsight Compute saw during the candidate's calls."""
-    if allow:
-        return None
-    found = torch_kernels(names)
-    if found:
-        return DEFENCE.reject(Status.CHEAT, f"Nsight Compute saw PyTorch's own kernels run during the candidate's calls ({ctx}): "
-                              f"{found[0][:120]}", threat=16, evidence={"kernels": found[:20], "source": "ncu"})
     return None
