@@ -174,21 +174,32 @@ def tasks_list(
 def tasks_show(
     task: TaskArg,
     device: Annotated[str, typer.Option(metavar="KIND", help="Show the spec for `cuda` (GPU) or `cpu` (Triton interpreter).")] = "cuda",
+    db: DbOpt = DEFAULT_DB,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show exactly what the model is shown about a task (never the hidden shapes)."""
+    """Show exactly what the model is shown about a task (never the hidden shapes), then the
+    baselines measured in the archive, flagged where one is far slower than the roofline."""
+    from kernforge.archive import report as archive_report
+    from kernforge.archive.records import TaskRecord
+    from kernforge.archive.score import slow_baselines
+    from kernforge.archive.store import Archive
     from kernforge.tasks import report
     from kernforge.tasks.loader import load_task
 
     if device not in ("cuda", "cpu"):
         raise UsageFailure(f"--device must be 'cuda' or 'cpu', not {device!r}")
     loaded = load_task(task)
+    found = []
+    if db.exists():
+        with Archive.open(db, readonly=True) as archive:
+            found = archive.baselines(loaded.name, TaskRecord.from_task(loaded).source_hash)
     if as_json:
         spec = loaded.public_spec()
         spec["roofline"] = report.roofline_rows(loaded, device)
+        spec["baselines"] = [b.to_dict() | {"slow": [s.line() for s in slow_baselines(b.shapes)]} for b in found]
         show_json(spec)
     else:
-        show_line(report.show_text(loaded, device).rstrip("\n"))
+        show_line(report.show_text(loaded, device).rstrip("\n") + "\n\n" + archive_report.baselines_text(found))
 
 
 # ---- archive ----------------------------------------------------------------------------------

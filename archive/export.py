@@ -54,7 +54,7 @@ from .export_queries import (
     task_versions,
 )
 from .records import AttemptRecord, AuditRecord, TaskRecord
-from .score import roofline_pct, speedup_vs_compile, speedup_vs_eager
+from .score import roofline_pct, speedup_vs_compile, speedup_vs_eager, speedup_vs_library
 from .store import Archive
 
 BASELINES = ("eager", "compile")
@@ -363,6 +363,7 @@ def _evidence(m: Measured) -> dict[str, Any]:
         "attempt_id": m.attempt_id,
         "speedup_eager": speedup_vs_eager(s),
         "speedup_compile": speedup_vs_compile(s),
+        "speedup_library": speedup_vs_library(s),
         "pct_roofline": roofline_pct(s),
         "environment": dict(m.environment),
     }

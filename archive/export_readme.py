@@ -28,8 +28,9 @@ def _signature(name: str, spec: dict[str, Any]) -> str:
 
 
 def _table(op: str, spec: dict[str, Any]) -> list[str]:
-    rows = ["| arch | measured on | dtype | shape | runs | time (us) | x eager | x compile | % roofline | max abs err |",
-            "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+    rows = ["| arch | measured on | dtype | shape | runs | time (us) | x eager | x compile | x library | % roofline "
+            "| max abs err |",
+            "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     entries = spec["_entries"]
     for e in entries:
         for b in e["buckets"]:
@@ -41,9 +42,15 @@ def _table(op: str, spec: dict[str, Any]) -> list[str]:
                 f"| {e['arch']} | {e['gpu']} | {e['dtype']} | {_label(b['shape'])}{hidden} "
                 f"| {runs} | {_num(ev.get('time_us'), '.2f')} "
                 f"| {_num(ev.get('speedup_eager'), '.2f')} | {_num(ev.get('speedup_compile'), '.2f')} "
-                f"| {_num(ev.get('pct_roofline'), '.0f')} | {_num(ev.get('max_abs_err'), '.2g')} |"
+                f"| {_library_x(ev)} | {_num(ev.get('pct_roofline'), '.0f')} | {_num(ev.get('max_abs_err'), '.2g')} |"
             )
     return rows
+
+
+def _library_x(ev: dict[str, Any]) -> str:
+    """The speedup over the production library, and which one, where it was measured."""
+    x = ev.get("speedup_library")
+    return "-" if x is None else f"{x:.2f} ({ev.get('library') or 'library'})"
 
 
 def readme(plan: ExportPlan, manifest: dict[str, Any]) -> str:
@@ -99,7 +106,8 @@ def readme(plan: ExportPlan, manifest: dict[str, Any]) -> str:
         "Times are the median device time per call on the GPU named, from CUDA-graph replay "
         "(flagged `eager` in manifest.json where the verifier fell back to eager timing); "
         "`x eager` and `x compile` are speedups over the PyTorch reference and over `torch.compile` of it, "
-        "measured side by side; `% roofline` is the share of the hardware floor for the shape.",
+        "measured side by side; `x library` over a production kernel library (named, with its version) where one "
+        "covers the op and was installed; `% roofline` is the share of the hardware floor for the shape.",
         "",
         "## Dispatch",
         "",

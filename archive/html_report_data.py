@@ -46,8 +46,9 @@ class Baseline(_Record):
 BASELINES = (
     Baseline("eager", "PyTorch eager", "eager_us"),
     Baseline("compile", "torch.compile", "compile_us"),
-    # a production kernel library (Liger-Kernel, FlashInfer, vLLM) where one covers the op; the
-    # archive has no column for it yet, and the page says so until a migration adds one
+    # a production kernel library (Liger-Kernel, FlashInfer, vLLM) where one covers the op and was
+    # installed (verifier/library.py); an archive from before schema v4 has no column for it, and
+    # the page says so until a writer migrates it
     Baseline("library", "kernel library", "library_us"),
 )
 GPU_BUSY_NOT_RECORDED = (

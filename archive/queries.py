@@ -25,7 +25,7 @@ from kernforge.verifier.verdict import ShapeResult, Verdict, verdict_from_dict
 
 from .content import code_hash, environment_key
 from .errors import ArchiveError, ReadOnlyError
-from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, Population, ShapeBest,
+from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, Population, ShapeBest, TaskBaselines,
                       StatRow, Stats)
 from .schema import RANKED_SHAPE
 
@@ -244,6 +244,23 @@ class Queries:
                         speedup_compile=m["speedup_compile"], pct_roofline=m["pct_roofline"],
                     ))
         return out
+
+    @guarded
+    def baselines(self, task: str, source_hash: str | None = None) -> list[TaskBaselines]:
+        """Per GPU model, the baselines of ``task`` (the version with ``source_hash``, else its
+        newest) from its newest accepted GPU-timed attempt; none when it has none."""
+        versions = [r for r in self.db.query("SELECT id, source_hash FROM tasks WHERE name = ? ORDER BY id DESC", [task])
+                    if source_hash is None or r["source_hash"] == source_hash]
+        if not versions:
+            return []
+        task_id = versions[0]["id"]
+        newest = self.conn.execute(
+            "SELECT gpu, max(id) FROM attempts a WHERE task_id = ? AND accepted = 1 AND reuse_of IS NULL AND EXISTS"
+            " (SELECT 1 FROM measurements m WHERE m.attempt_id = a.id AND m.timing IN ('graph', 'eager'))"
+            " GROUP BY gpu ORDER BY gpu", (task_id,)).fetchall()
+        records = {r.id: r for r in self._records(f"a.id IN ({','.join('?' * len(newest))})", [i for _, i in newest])} \
+            if newest else {}
+        return [TaskBaselines(task=task, gpu=gpu, attempt_id=i, shapes=tuple(records[i].verdict.shapes)) for gpu, i in newest]
 
     # ---- audits ----------------------------------------------------------------------------
     def _audits_by_id(self, ids: list[int]) -> dict[int, AuditRecord]:

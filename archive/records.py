@@ -251,6 +251,18 @@ class BestEntry(_Record):
 
 
 @dataclass(frozen=True)
+class TaskBaselines(_Record):
+    """The baselines of one task version on one GPU model, as its newest GPU-timed accepted
+    attempt measured them beside it (eager, torch.compile, a library), with each shape's floor."""
+
+    task: str
+    gpu: str
+    attempt_id: int
+    shapes: tuple[ShapeResult, ...] = ()
+    _rebuild = {"shapes": _shapes}
+
+
+@dataclass(frozen=True)
 class ShapeBest(_Record):
     """The fastest accepted GPU time for one shape of one task on one GPU model."""
 

@@ -16,8 +16,9 @@ from rich.text import Text
 
 from kernforge.verifier.verdict import THREATS, ShapeResult, Verdict, describe
 
-from .records import AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, ShapeBest, StatRow, Stats
-from .score import is_gpu_timed, roofline_pct
+from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, ShapeBest, StatRow, Stats,
+                      TaskBaselines)
+from .score import BASELINES, SlowBaseline, is_gpu_timed, library_summary, roofline_pct, slow_baselines
 from .tables import Col, FitTable, fmt_num, fmt_us, fmt_x
 
 
@@ -47,18 +48,54 @@ def _caption(table: FitTable, empty: bool, awaiting: Sequence[AwaitingAudit]) ->
         table.caption = "no accepted attempt with GPU timings yet (interpreter runs are never ranked)"
 
 
+def _flagged(value: str, baseline: str, slow: Sequence[SlowBaseline]) -> str:
+    """A speedup cell, marked ``!`` when its baseline is far slower than the roofline floor."""
+    return value + " !" if any(s.baseline == baseline for s in slow) else value
+
+
 def best_table(entries: Sequence[BestEntry], awaiting: Sequence[AwaitingAudit] = ()) -> FitTable:
     table = FitTable([Col("task"), Col("gpu", wrap=True, drop=4), Col("best time per shape"),
-                      Col("x eager", "right", drop=2), Col("x compile", "right"), Col("% roofline", "right", drop=3),
-                      Col("attempt", "right"), Col("model", drop=5), Col("audit", wrap=True, drop=1)],
+                      Col("x eager", "right", drop=2), Col("x compile", "right"), Col("x library", "right", drop=6),
+                      Col("% roofline", "right", drop=3), Col("attempt", "right"), Col("model", drop=5),
+                      Col("audit", wrap=True, drop=1)],
                      title=f"best per task and GPU ({len(entries)})",
                      caption="x compile (the score) and x eager: geometric-mean speedups; every best passed its audit")
     _caption(table, not entries, awaiting)
+    flags, libraries = [], set()
     for e in entries:
+        slow = slow_baselines(e.shapes)
+        x_library, library = library_summary(e.shapes)
+        libraries |= {library} if library else set()
+        flags += [f"{e.task} on {e.gpu}: {s.line()}" for s in slow]
         audit = f"passed: {fmt_us(e.audit.audit.measured_us)} again" if e.audit else "-"
-        table.add_row(e.task, e.gpu, _shape_lines(e.shapes), fmt_x(e.speedup_eager), fmt_x(e.score),
-                      fmt_num(e.pct_roofline, ".1f"), str(e.attempt_id), e.model or "-", audit)
+        table.add_row(e.task, e.gpu, _shape_lines(e.shapes), _flagged(fmt_x(e.speedup_eager), "eager", slow),
+                      _flagged(fmt_x(e.score), "compile", slow), _flagged(fmt_x(x_library), "library", slow),
+                      fmt_num(e.pct_roofline, ".1f"), str(e.attempt_id),
+                      e.model or "-", audit)
+    if libraries:
+        flags.insert(0, f"x library: over {', '.join(sorted(libraries))}, where it covers the op and is installed")
+    if flags:
+        table.caption = "\n".join([table.caption or "", *flags]).strip()
     return table
+
+
+def baselines_text(found: Sequence[TaskBaselines]) -> str:
+    """``tasks show``'s section on the measured baselines: per GPU, each baseline against the
+    roofline floor at the largest timed shape, a ``!`` line for each one far slower."""
+    if not found:
+        return "## Baselines: none measured in this archive yet (a GPU run records them beside each candidate)"
+    lines = ["## Baselines measured (newest accepted GPU attempt), at the largest timed shape"]
+    for b in found:
+        timed = [s for s in b.shapes if is_gpu_timed(s) and s.floor_us]
+        if not timed:
+            continue
+        largest = max(timed, key=lambda s: s.floor_us)
+        parts = [f"{name} {fmt_us(getattr(largest, field, None))}" for name, field in BASELINES
+                 if getattr(largest, field, None)]
+        lines.append(f"- {b.gpu}, {largest.label}: {', '.join(parts)}; roofline floor {fmt_us(largest.floor_us)} "
+                     f"(attempt {b.attempt_id})")
+        lines += [f"  {s.line()}" for s in slow_baselines(b.shapes)]
+    return "\n".join(lines)
 
 
 def shape_best_table(rows: Sequence[ShapeBest], awaiting: Sequence[AwaitingAudit] = ()) -> FitTable:

@@ -148,11 +148,21 @@ def _v3_run_owner(db: Database) -> None:
     db["runs"].add_column("heartbeat", str)
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits, _v3_run_owner)
+def _v4_library_baseline(db: Database) -> None:
+    """The third baseline per shape: a production kernel library's time (``library_us``), the
+    speedup over it, and which library and version (verifier/library.py). NULL where no library
+    covers the task or none was installed."""
+    db["measurements"].add_column("library_us", float)
+    db["measurements"].add_column("speedup_library", float)
+    db["measurements"].add_column("library", str)
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits, _v3_run_owner, _v4_library_baseline)
 LATEST = len(MIGRATIONS)
-#: Migrations a read-only reader can do without: they add nothing any query reads (an archive
-#: missing only these is read as it is; the next writer migrates it).
-READ_COMPATIBLE = frozenset({_v3_run_owner})
+#: Migrations a read-only reader can do without: they add nothing any query needs (an archive
+#: missing only these is read as it is, a missing measurement column as NULL; the next writer
+#: migrates it).
+READ_COMPATIBLE = frozenset({_v3_run_owner, _v4_library_baseline})
 
 
 def version(db: Database) -> int:

@@ -19,6 +19,7 @@ process (``compile_us / time_us``). Higher is better; 1.0 ties ``torch.compile``
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterable
 
 from kernforge.verifier.verdict import ShapeResult
@@ -46,6 +47,26 @@ def speedup_vs_eager(shape: ShapeResult) -> float | None:
     return None
 
 
+def speedup_vs_library(shape: ShapeResult) -> float | None:
+    """Speedup over the production kernel library, where it was measured (verifier/library.py)."""
+    if shape.speedup_library is not None:
+        return shape.speedup_library if shape.speedup_library > 0 else None
+    if shape.library_us and shape.time_us:
+        return shape.library_us / shape.time_us
+    return None
+
+
+def library_summary(shapes: Iterable[ShapeResult]) -> tuple[float | None, str | None]:
+    """(geometric-mean speedup over the library, which library) over the GPU-timed shapes where
+    it was measured; (None, None) where it never was. Not part of the score: a library covers
+    only some ops."""
+    timed = [s for s in shapes if is_gpu_timed(s) and speedup_vs_library(s) is not None]
+    if not timed:
+        return None, None
+    names = sorted({s.library for s in timed if s.library})
+    return geomean(speedup_vs_library(s) for s in timed), ", ".join(names) or None
+
+
 def roofline_pct(shape: ShapeResult) -> float | None:
     """Percent of the hardware floor: floor time / measured time, else the binding ceiling's %."""
     if shape.floor_us and shape.time_us:
@@ -68,3 +89,46 @@ def summarize(shapes: Iterable[ShapeResult]) -> dict[str, float | None]:
         "speedup_eager": geomean(speedup_vs_eager(s) for s in timed),
         "pct_roofline": sum(pcts) / len(pcts) if pcts else None,
     }
+
+
+#: A baseline slower than this many times the roofline floor at the task's largest timed shape is
+#: flagged: a sync, a Python loop or a needless copy in the reference, not a formulation a serving
+#: stack would run, so a speedup over it is not a result (compile and good libraries sit within
+#: 1-15x of the floor at large shapes on the H200: shared/BASELINES.md).
+SLOW_BASELINE_FACTOR = 20.0
+#: the baselines measured beside a candidate: (name shown, ShapeResult field)
+BASELINES = (("eager", "eager_us"), ("compile", "compile_us"), ("library", "library_us"))
+
+
+@dataclass(frozen=True)
+class SlowBaseline:
+    """A baseline more than ``SLOW_BASELINE_FACTOR`` times slower than the roofline floor."""
+
+    baseline: str
+    label: str
+    time_us: float
+    floor_us: float
+
+    @property
+    def factor(self) -> float:
+        return self.time_us / self.floor_us
+
+    def line(self) -> str:
+        return (f"! {self.baseline} baseline is {self.factor:.0f}x the roofline floor at {self.label} "
+                f"({self.time_us:.1f} us vs {self.floor_us:.1f} us; more than {SLOW_BASELINE_FACTOR:.0f}x): "
+                f"a speedup over it says little")
+
+
+def slow_baselines(shapes: Iterable[ShapeResult]) -> list[SlowBaseline]:
+    """The baselines far slower than the roofline at the GPU-timed shape with the largest floor
+    (small shapes are launch-bound: every baseline is many times their floor, rightly)."""
+    timed = [s for s in shapes if is_gpu_timed(s) and s.floor_us]
+    if not timed:
+        return []
+    largest = max(timed, key=lambda s: s.floor_us)
+    out = []
+    for name, field in BASELINES:
+        time_us = getattr(largest, field, None)
+        if time_us and time_us > SLOW_BASELINE_FACTOR * largest.floor_us:
+            out.append(SlowBaseline(name, largest.label, time_us, largest.floor_us))
+    return out

@@ -27,6 +27,7 @@ from kernforge.verifier.verdict import Verdict
 
 from .errors import LoopError
 from .evaluate import open_judge
+from .fairness import verdict_limit_s
 
 
 class Devices:
@@ -55,7 +56,10 @@ class Devices:
 
         def open_one(device: str) -> tuple[Any, Judge]:
             pool = self.pool_size or (1 if device == "cpu" else 2)
-            cm = open_judge(device, sandbox=self.sandbox, pool_size=pool, options=self.options, tasks=self.tasks)
+            # a GPU verdict is time-boxed per task (fairness.py); the interpreter keeps its own timeouts
+            box = None if device == "cpu" else {t.name: verdict_limit_s(t) for t in self.tasks}
+            cm = open_judge(device, sandbox=self.sandbox, pool_size=pool, options=self.options, tasks=self.tasks,
+                            time_box=box)
             return cm, cm.__enter__()
 
         opened = await asyncio.gather(*(asyncio.to_thread(open_one, d) for d in self.names), return_exceptions=True)

@@ -47,6 +47,8 @@ class TaskStats:
     best_time_us: float | None = None
     best_speedup_eager: float | None = None
     best_score: float | None = None  # geomean speedup vs torch.compile (GPU only)
+    #: geomean speedup vs the production kernel library, where it was measured (GPU only)
+    best_speedup_library: float | None = None
     best_is_new: bool = False  # found in this run
     seed_time_us: float | None = None
     #: audits of would-be bests made in this run, and how many failed (those kernels were demoted)
@@ -237,7 +239,7 @@ class PlainDisplay:
 RUN_COLUMNS = (
     Col("task"), Col("attempts", "right"), Col("accepted", "right"), Col("cheats caught", "right", drop=3),
     Col("rejected", wrap=True, drop=5), Col("best time", "right"), Col("x eager", "right", drop=2),
-    Col("x compile", "right", drop=1), Col("vs seed", "right", drop=4),
+    Col("x compile", "right", drop=1), Col("x library", "right", drop=8), Col("vs seed", "right", drop=4),
 )
 
 
@@ -249,7 +251,7 @@ def progress_table(v: RunView) -> FitTable:
         table.add_row(
             t.name + (f"\n[dim]{escape(t.note)}[/]" if t.note else ""), str(t.attempts), str(t.accepted),
             str(t.cheats), rejected, _best(t.best_time_us, t.interpreter, t.best_is_new), fmt_x(t.best_speedup_eager),
-            fmt_x(t.best_score), fmt_x(t.vs_seed), f"{t.tokens:,}", f"${t.cost:.3f}" + ("" if t.cost_known else "+?"),
+            fmt_x(t.best_score), fmt_x(t.best_speedup_library), fmt_x(t.vs_seed), f"{t.tokens:,}", f"${t.cost:.3f}" + ("" if t.cost_known else "+?"),
         )
     busy = "-" if v.busy is None else f"{100 * v.busy:.0f}%"
     footer = (f"{v.elapsed_s:.0f}s on {', '.join(v.devices)}  busy verifying {busy}  "
@@ -314,11 +316,11 @@ def summary(result: Mapping[str, Any]) -> Group:
         table.add_row(
             t["name"], str(t["attempts"]), str(t["accepted"]), str(t["cheats"]), rejected,
             _best(t["best_time_us"], t["interpreter"], t["best_is_new"]), fmt_x(t["best_speedup_eager"]),
-            fmt_x(t["best_score"]), fmt_x(t["vs_seed"]), str(t["best_attempt"] or "-"),
+            fmt_x(t["best_score"]), fmt_x(t.get("best_speedup_library")), fmt_x(t["vs_seed"]), str(t["best_attempt"] or "-"),
         )
     interpreter = any(t["interpreter"] for t in result["tasks"])
     table.caption = ("best time: geometric mean over the shapes of the audited best (as `kernforge archive best`); "
-                     "* new best this run; x eager / x compile: geometric-mean speedups; vs seed: the seed's time / "
+                     "* new best this run; x eager / x compile / x library: geometric-mean speedups; vs seed: the seed's time / "
                      "the best's" + (f"; {INTERPRETER_NOTE}" if interpreter else ""))
     busy = "-" if result["busy"] is None else f"{100 * result['busy']:.0f}%"
     lines: list[Any] = [

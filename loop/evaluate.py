@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from kernforge.sandbox.isolation import for_profiler, mechanism as choose_mechanism
 from kernforge.sandbox.pool import ProcessBackend
@@ -20,6 +20,8 @@ from kernforge.verifier.judge import (
     HARNESS_PRELOAD, HARNESS_WARMUP, REFERENCE_PRELOAD, REFERENCE_WARMUP, Judge, JudgeOptions,
 )
 from kernforge.verifier.verdict import Verdict
+
+from .fairness import TimeBoxed
 
 
 #: how long the audit waits for a worker under Nsight Compute to start before it goes without
@@ -78,15 +80,19 @@ def evaluate_file(path: Path, task_name: str, *, gpu: int | None = None, sandbox
 
 @contextlib.contextmanager
 def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
-               options: JudgeOptions | None = None, tasks: Sequence[Task] = ()) -> Iterator[Judge]:
+               options: JudgeOptions | None = None, tasks: Sequence[Task] = (),
+               time_box: Mapping[str, float] | None = None) -> Iterator[Judge]:
     """A judge for one device with a warm candidate pool and a trusted reference worker. The
     candidates' workers never see the built-in tasks' files nor the metadata of ``tasks`` (the
-    hidden shapes of the tasks it will judge); their reference reaches them as text."""
+    hidden shapes of the tasks it will judge); their reference reaches them as text. ``time_box``:
+    a wall limit in seconds per task name for each candidate's worker (fairness.py)."""
     slot = "cpu" if device == "cpu" else device.split(":", 1)[1]
     candidate_spec = WorkerSpec(device=slot, preload=HARNESS_PRELOAD, warmup=HARNESS_WARMUP, isolation="strict",
                                 hidden_paths=secret_paths(tasks))
     reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none")
     candidates = make_backend(sandbox, candidate_spec, pool_size)
+    if time_box:
+        candidates = TimeBoxed(candidates, time_box)
     try:
         # The reference worker is trusted and long-lived: one process, no twin warming behind it.
         references = ProcessBackend(reference_spec, pool_size=1, refill=False)

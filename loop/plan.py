@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kernforge.archive.history import HistoryRow, run_history, task_history
+from kernforge.archive.score import library_summary
 from kernforge.archive.store import Archive, gpu_label
 from kernforge.tasks.loader import load_tasks
 from kernforge.tasks.spec import Task
@@ -123,6 +124,7 @@ class TaskState:
         st.best_time_us = geomean_us(best.verdict)
         st.best_score = summary["score"]
         st.best_speedup_eager = summary["speedup_eager"]
+        st.best_speedup_library = library_summary(best.verdict.shapes)[0]
         st.best_is_new = new
 
 

@@ -61,6 +61,7 @@ from .display import AttemptEvent, Display, GuardedDisplay, QuietDisplay, RunVie
 from .errors import LoopError
 from .devices import Devices
 from .evaluate import resolve_devices
+from .fairness import FairShare
 from .lessons import Failure
 from .liveness import Heartbeat, holder_alive, this_process
 from .llm import LLMError
@@ -108,6 +109,7 @@ class Runner:
         self._producers: list[asyncio.Task] = []
         self._consumers: list[asyncio.Task] = []
         self._turn = 0
+        self.fair = FairShare(())
         self._interrupts = 0
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
@@ -155,6 +157,7 @@ class Runner:
             await self.devices.open()
             tasks, task_ids = await self._fitting(tasks, task_ids)
             self._load_states(tasks, task_ids)
+            self.fair = FairShare(state.task.name for state in self.states)
             self.meter = Meter(s.budget, before)
             if config is None:
                 self.proposer = OfflineTuner(seed=s.seed)
@@ -346,14 +349,17 @@ class Runner:
         return state.done is not None or self.meter.task_done(state.task.name)
 
     def _pick(self) -> TaskState | None:
-        """The next task to ask a proposal for (round robin), with an attempt reserved for it."""
+        """The next task to ask a proposal for, with an attempt reserved for it: first verdicts
+        first, then the task charged the least device time, round robin on ties (fairness.py)."""
         assert self.meter is not None
-        for k in range(len(self.states)):
-            state = self.states[(self._turn + k) % len(self.states)]
-            if self._finished(state) or state.waiting:
-                continue
-            if self.meter.reserve(state.task.name):
-                self._turn = (self._turn + k + 1) % len(self.states)
+        n = len(self.states)
+        rotated = [self.states[(self._turn + k) % n] for k in range(n)]
+        open_ = [s for s in rotated if not self._finished(s) and not s.waiting]
+        by_name = {s.task.name: s for s in open_}
+        for name in self.fair.order([(s.task.name, s.pending) for s in open_]):
+            state = by_name[name]
+            if self.meter.reserve(name):
+                self._turn = (self.states.index(state) + 1) % n
                 state.pending += 1
                 return state
         return None
@@ -508,7 +514,8 @@ class Runner:
         mine = self._auditing[member.attempt_id] = asyncio.get_running_loop().create_future()
         audit: Audit | None = None
         try:
-            audit, _ = await self.devices.audit(index, member.code, state.task, member.verdict)
+            audit, spent = await self.devices.audit(index, member.code, state.task, member.verdict)
+            self.fair.charge(state.task.name, spent)
             if self.abandon:
                 raise asyncio.CancelledError
             await self._db(self.archive.record_audit, member.attempt_id, audit, self.run_id)
@@ -568,6 +575,7 @@ class Runner:
         truer = audit.verdict if member.demoted and audit is not None and audit.verdict is not None else verdict
         self.proposer.observe(state.task, p.code, truer)
         self.meter.record(state.task.name, p.tokens_in + p.tokens_out, p.cost)
+        self.fair.judged(state.task.name, verify_s or 0.0)
         st = state.stats
         st.attempts += 1
         st.tokens += p.tokens_in + p.tokens_out

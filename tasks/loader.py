@@ -30,7 +30,7 @@ from . import shapes as kb_shapes
 from .errors import TaskError
 from .runtime import load_module
 from .shapes import int_globals as _int_globals
-from .spec import DISTRIBUTIONS, Shape, Task, Tolerance
+from .spec import DISTRIBUTIONS, LibraryBaseline, Shape, Task, Tolerance
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 
@@ -46,6 +46,8 @@ META_FIELDS = {
     "ALLOW_TORCH_OPS": "whether a candidate may call torch compute ops (default False)",
     "MUTATED_INPUTS": "indices of inputs the op writes in place",
     "INTERPRETER_UNSUPPORTED": "why the seed cannot run under the Triton interpreter",
+    "LIBRARY_BASELINE": "{'package': pip name, 'call': name of a meta.py function taking the forward's inputs}: "
+                        "a production kernel library's op, timed beside eager and torch.compile",
 }
 META_FUNCTIONS = {
     "make_inputs": "make_inputs(shape, dist, dtype, device, generator) -> list",
@@ -223,6 +225,7 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
         tolerances[str(dtype)] = Tolerance(atol=atol, rtol=rtol)
     mutated = tuple(int(i) for i in meta.get("MUTATED_INPUTS", ()))
     unsupported = meta.get("INTERPRETER_UNSUPPORTED")
+    library = _library(where, meta)
 
     return Task(
         name=name,
@@ -242,7 +245,20 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
         mutated_inputs=mutated,
         seed_path=seed_path,
         interpreter_unsupported=str(unsupported) if unsupported else None,
+        library=library,
     )
+
+
+def _library(where: Path, meta: dict[str, Any]) -> LibraryBaseline | None:
+    entry = meta.get("LIBRARY_BASELINE")
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry[k] for k in ("package", "call")):
+        raise TaskError(f"{where}: LIBRARY_BASELINE must be {{'package': 'liger-kernel', 'call': 'a_function_in_meta'}}, "
+                        f"got {entry!r}")
+    if not callable(meta.get(entry["call"])):
+        raise TaskError(f"{where}: LIBRARY_BASELINE names {entry['call']!r}, which is not a function of this meta.py")
+    return LibraryBaseline(package=entry["package"], call=entry["call"])
 
 
 def _read(path: Path) -> str:

@@ -90,6 +90,16 @@ class Roofline:
 
 
 @dataclass(frozen=True)
+class LibraryBaseline:
+    """A production kernel library's op timed beside eager and torch.compile (meta.py's
+    ``LIBRARY_BASELINE``): ``package`` is the pip distribution (its version is reported),
+    ``call`` the name of a function in meta.py called with the reference's forward inputs."""
+
+    package: str
+    call: str
+
+
+@dataclass(frozen=True)
 class Task:
     """A loaded task. Plain data; the modules behind it are loaded on demand (see runtime.py)."""
 
@@ -113,6 +123,8 @@ class Task:
     seed_path: Path | None = None
     #: None when the seed runs under the Triton interpreter, else why it cannot
     interpreter_unsupported: str | None = None
+    #: the library baseline, where a production kernel library covers the op
+    library: LibraryBaseline | None = None
 
     def shapes(self, device_kind: str, *, hidden: bool) -> tuple[Shape, ...]:
         """Shapes to check on this kind of device. The interpreter gets the small CPU lists."""

@@ -45,6 +45,7 @@ from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
 from .kernels import own_kernel_names
+from .library import library_baseline
 from .screen import screen
 from .verdict import Accepted, Rejected, ShapeResult, Status, Verdict
 
@@ -771,6 +772,11 @@ class Judge:
                           speedup_compile=comp / median if comp and median else None)
             if base.get("compile_error"):
                 flags.append(f"torch.compile baseline unavailable: {base['compile_error'][:120]}")
+            lib = base.get("library_us")
+            result.update(library_us=lib, library=base.get("library") if lib else None,
+                          speedup_library=lib / median if lib and median else None)
+            if base.get("library_note"):
+                flags.append(f"library baseline unavailable: {base['library_note'][:120]}")
         return ShapeResult(**result), flags
 
     def _one_batch(self, session: Session, task: Task, key: str, ready: M.BatchReady, calls: int, expected: list[M.OutputMeta],
@@ -831,7 +837,7 @@ class Judge:
     def _baseline(self, task: Task, shape: Shape, calls: int, dist: str, init_seed: int) -> dict[str, Any]:
         env = self.environment()
         source = task.reference_source + (task.meta_path.read_text() if task.meta_path else "")
-        key = key_of("baseline", 2, source, shape.as_dict(), task.dtype("cuda"), calls, env.get("gpu"), env.get("driver"),
+        key = key_of("baseline", 3, source, shape.as_dict(), task.dtype("cuda"), calls, env.get("gpu"), env.get("driver"),
                      env.get("torch"), env.get("triton"), env.get("cuda"))
         cached = self.baseline_cache.get(key)
         if cached is not None:
@@ -846,6 +852,7 @@ class Judge:
             out["compile_error"] = comp["error"]
         else:
             out.update(compile_us=comp.get("median_us"), compile_spread_pct=comp.get("spread_pct"), compile_mode=comp.get("mode_note"))
+        out.update(library_baseline(got.get("library")))
         self.baseline_cache.put(key, out)
         return out
 

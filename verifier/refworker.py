@@ -759,7 +759,7 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     symbolic-size kernels, which are slower than what a user gets for this shape."""
     import torch
 
-    from . import timing
+    from . import library, timing
     from .arena import ALIGN
 
     task = load_task(msg["task_ref"])
@@ -799,6 +799,11 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         out["compile"]["mode_note"] = "torch.compile(dynamic=False), default mode, compiled for this shape alone"
     except Exception as err:  # a reference torch.compile cannot handle: report, do not fail
         out["compile"] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+    # a production kernel library where the task names one and it is installed, timed the same way
+    lib = library.measure(task, lambda fn: timing.time_batch(fn, region, pristine, views, task.mutated_inputs, l2,
+                                                             int(msg["batches"])))
+    if lib is not None:
+        out["library"] = lib
     return out
 
 

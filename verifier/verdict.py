@@ -75,6 +75,11 @@ class ShapeResult:
     pct_bandwidth: float | None = None
     pct_flops: float | None = None
     floor_us: float | None = None
+    #: the production kernel library's time at this shape, where the task names one and it is
+    #: installed (verifier/library.py), the speedup over it, and which library ("liger-kernel 0.8.5")
+    library_us: float | None = None
+    speedup_library: float | None = None
+    library: str | None = None
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     #: calls in each trusted batch, and what the candidate's own process said one call took

@@ -65,3 +65,16 @@ def roofline(shape, dtype):
     nbytes = (4 * t * h + h) * elem
     flops = 5 * t * h  # add, square, sum, scale, weight
     return nbytes, flops
+
+
+# The production library to beat (verifier/library.py), timed beside eager and torch.compile where
+# installed: Liger-Kernel's fused add + RMSNorm ("gemma" casting: float32 throughout, as the
+# reference). It writes the sum and the normalised rows to new tensors instead of into residual
+# and x: the same bytes moved as the task's in-place writes, so its time is comparable.
+LIBRARY_BASELINE = {"package": "liger-kernel", "call": "liger_fused_add_rms_norm"}
+
+
+def liger_fused_add_rms_norm(x, residual, weight):
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+    return LigerFusedAddRMSNormFunction.apply(x, residual, weight, 1e-6, 0.0, "gemma", False)  # eps as EPS

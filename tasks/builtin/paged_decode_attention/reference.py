@@ -44,17 +44,21 @@ class Model(nn.Module):
         block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
         group = num_q_heads // num_kv_heads
         scale = head_dim**-0.5
-        out = torch.empty((batch, num_q_heads, head_dim), dtype=torch.float32, device=query.device)
-        for b, length in enumerate(seq_lens.tolist()):
-            blocks = block_tables[b, : (length + block_size - 1) // block_size].long()
-            k = key_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:length].float()
-            v = value_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:length].float()
-            q = query[b].float().reshape(num_kv_heads, group, head_dim)
-            scores = torch.einsum("hgd,lhd->hgl", q, k) * scale
-            scores = scores - scores.amax(dim=-1, keepdim=True)
-            p = scores.exp()
-            p = p / p.sum(dim=-1, keepdim=True)
-            out[b] = torch.einsum("hgl,lhd->hgd", p, v).reshape(num_q_heads, head_dim)
+        # Every sequence at once, without a host sync (a loop over seq_lens would read each length
+        # on the host): all MAX_BLOCKS blocks of a sequence are gathered and the tokens at or past
+        # its length get a score of -inf, so their softmax weight is exactly 0 (those blocks hold
+        # other sequences' finite data, never read into the answer).
+        blocks = block_tables.long()  # [B, MAX_BLOCKS]
+        k = key_cache[blocks].reshape(batch, -1, num_kv_heads, head_dim).float()  # [B, L, NKV, D]
+        v = value_cache[blocks].reshape(batch, -1, num_kv_heads, head_dim).float()
+        q = query.float().reshape(batch, num_kv_heads, group, head_dim)
+        scores = torch.einsum("bhgd,blhd->bhgl", q, k) * scale
+        past = torch.arange(k.shape[1], device=query.device) >= seq_lens[:, None]  # [B, L]
+        scores = scores.masked_fill(past[:, None, None, :], float("-inf"))
+        scores = scores - scores.amax(dim=-1, keepdim=True)
+        p = scores.exp()
+        p = p / p.sum(dim=-1, keepdim=True)
+        out = torch.einsum("bhgl,blhd->bhgd", p, v).reshape(batch, num_q_heads, head_dim)
         return out.to(query.dtype)
 
 

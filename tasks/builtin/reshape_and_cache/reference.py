@@ -30,13 +30,23 @@ class Model(nn.Module):
         value_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
+        # No host sync (a boolean-mask index would wait for the GPU to learn how many tokens are
+        # real): every token writes one row. A padding token writes the row of the first real
+        # token with that token's values, the very bits it gets anyway, so the repeated index
+        # writes one value whatever the order; with no real token at all it writes row 0 back
+        # with row 0's own values. Either way no other entry changes.
         valid = slot_mapping >= 0
-        slots = slot_mapping[valid]
-        # [NUM_BLOCKS * BLOCK_SIZE, NKV, D] views: slot s is row s, written through to the caches.
-        key_rows = key_cache.view(-1, key_cache.shape[2], key_cache.shape[3])
-        value_rows = value_cache.view(-1, value_cache.shape[2], value_cache.shape[3])
-        key_rows[slots] = key[valid].to(key_cache.dtype)
-        value_rows[slots] = value[valid].to(value_cache.dtype)
+        # the first real token (0 when none is), as a 1-element index: a 0-d tensor index is read
+        # on the host
+        first = torch.argmax(valid.to(torch.int32)).view(1)
+        any_valid = valid[first]
+        target = torch.where(any_valid, slot_mapping[first], 0)
+        slots = torch.where(valid, slot_mapping, target)
+        for new, cache in ((key, key_cache), (value, value_cache)):
+            # [NUM_BLOCKS * BLOCK_SIZE, NKV, D] view: slot s is row s, written through to the cache.
+            rows = cache.view(-1, cache.shape[2], cache.shape[3])
+            pad_row = torch.where(any_valid, new[first].to(cache.dtype), rows[target])
+            rows.index_copy_(0, slots, torch.where(valid[:, None, None], new.to(cache.dtype), pad_row))
         return None
 
 

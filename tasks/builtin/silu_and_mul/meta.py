@@ -59,3 +59,16 @@ def roofline(shape, dtype):
     nbytes = 3 * t * i * elem  # read gate and up, write out
     flops = 5 * t * i  # negate, exp, add, divide, multiply
     return nbytes, flops
+
+
+# The production library to beat (verifier/library.py), timed beside eager and torch.compile where
+# installed: Liger-Kernel's SiLU-and-mul on one [T, 2I] tensor, gate first (its
+# LigerFusedGateUpSiLUMulFunction: no contiguous copies of the two halves, which its two-tensor
+# LigerSiLUMulFunction would need here).
+LIBRARY_BASELINE = {"package": "liger-kernel", "call": "liger_silu_and_mul"}
+
+
+def liger_silu_and_mul(x):
+    from liger_kernel.ops.swiglu import LigerFusedGateUpSiLUMulFunction
+
+    return LigerFusedGateUpSiLUMulFunction.apply(x)

@@ -1,0 +1,209 @@
+"""The library baseline (verifier/library.py): a task names a production kernel library's op in its
+meta.py; the reference worker times it beside eager and torch.compile where it is installed, and
+the judge reports ``library_us`` with the library's name and version. Liger-Kernel needs a GPU,
+so here a test task names a fake library function (under the ``torch`` distribution, which is
+installed) and the timer is a stand-in that counts calls: the plumbing, not the numbers."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import io
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kernforge.archive import synthetic
+from kernforge.archive.export_readme import _library_x
+from kernforge.archive.records import NewAttempt, TaskRecord
+from kernforge.archive.score import library_summary
+from kernforge.archive.store import Archive
+from kernforge.cli import app
+from kernforge.tasks import runtime
+from kernforge.tasks.errors import TaskError
+from kernforge.tasks.loader import load_task
+from kernforge.verifier import library
+from kernforge.verifier.judge import Judge
+from kernforge.verifier.verdict import Accepted, ShapeResult
+
+TASKS = Path(__file__).resolve().parent / "tasks"
+cli = CliRunner()
+
+FAKE_LIBRARY = '''
+
+LIBRARY_BASELINE = {"package": "PACKAGE", "call": "fast_norm"}
+calls = []
+
+
+def fast_norm(x, weight):
+    calls.append(x.shape)
+    return x * weight
+'''
+
+
+def task_with_library(tmp_path: Path, package: str = "torch", extra: str = FAKE_LIBRARY):
+    folder = tmp_path / "normed"
+    folder.mkdir()
+    (folder / "reference.py").write_text((TASKS / "tiny_norm" / "reference.py").read_text())
+    (folder / "meta.py").write_text((TASKS / "tiny_norm" / "meta.py").read_text() + extra.replace("PACKAGE", package))
+    return load_task(str(folder))
+
+
+def test_a_task_names_its_library_in_its_metadata(tmp_path):
+    task = task_with_library(tmp_path)
+    assert task.library is not None and (task.library.package, task.library.call) == ("torch", "fast_norm")
+    assert load_task(str(TASKS / "tiny_norm")).library is None
+
+
+@pytest.mark.parametrize("entry, words", [
+    ('LIBRARY_BASELINE = "liger-kernel"', "must be {'package'"),
+    ('LIBRARY_BASELINE = {"package": "liger-kernel"}', "must be {'package'"),
+    ('LIBRARY_BASELINE = {"package": "liger-kernel", "call": "nowhere"}', "names 'nowhere', which is not a function"),
+])
+def test_a_malformed_library_entry_is_a_clear_error(tmp_path, entry, words):
+    with pytest.raises(TaskError, match=words.replace("{", r"\{").replace("(", r"\(")):
+        task_with_library(tmp_path, extra="\n" + entry + "\n")
+
+
+def _timer(calls: list):
+    """A stand-in for timing.time_batch: calls ``fn`` once on real inputs, reports a fixed median."""
+    def time_fn(fn):
+        calls.append(fn)
+        task_inputs = [x for x in runtime.make_inputs(TIMED_TASK[0], TIMED_TASK[0].public_shapes[0], "normal", 0, "cpu")]
+        fn(*task_inputs)
+        return {"median_us": 12.5, "spread_pct": 0.4}
+    return time_fn
+
+
+TIMED_TASK: list = []
+
+
+def test_an_installed_library_is_timed_and_named_with_its_version(tmp_path):
+    task = task_with_library(tmp_path)
+    TIMED_TASK[:] = [task]
+    calls: list = []
+    entry = library.measure(task, _timer(calls))
+    assert len(calls) == 1 and runtime.meta_module(task).calls == [(4, 64)]
+    assert entry == {"library": "torch", "version": importlib.metadata.version("torch"), "median_us": 12.5,
+                     "spread_pct": 0.4}
+    assert library.library_baseline(entry) == {"library": f"torch {importlib.metadata.version('torch')}",
+                                               "library_us": 12.5, "library_spread_pct": 0.4}
+
+
+def test_a_library_not_installed_is_said_and_never_called(tmp_path):
+    task = task_with_library(tmp_path, package="kernforge-no-such-library")
+    calls: list = []
+    entry = library.measure(task, _timer(calls))
+    assert calls == [] and entry == {"library": "kernforge-no-such-library",
+                                     "missing": "kernforge-no-such-library is not installed"}
+    assert library.library_baseline(entry) == {"library": "kernforge-no-such-library",
+                                               "library_note": "kernforge-no-such-library is not installed"}
+
+
+def test_a_task_no_library_covers_has_no_entry():
+    assert library.measure(load_task(str(TASKS / "tiny_norm")), _timer([])) is None
+    assert library.library_baseline(None) == {}
+
+
+def test_a_library_that_fails_is_reported_not_fatal(tmp_path):
+    task = task_with_library(tmp_path)
+
+    def broken(fn):
+        raise RuntimeError("no kernel for this GPU")
+
+    entry = library.measure(task, broken)
+    assert entry["error"] == "RuntimeError: no kernel for this GPU" and entry["version"]
+    assert library.library_baseline(entry)["library_note"] == "RuntimeError: no kernel for this GPU"
+
+
+def test_the_judge_reads_the_library_entry_of_a_baseline(tmp_path):
+    """Judge._baseline: the reference worker's reply becomes ``library_us`` and ``library``."""
+    task = task_with_library(tmp_path)
+    judge = object.__new__(Judge)
+
+    class Cache:
+        def get(self, key):
+            return None
+
+        def put(self, key, value):
+            self.value = value
+
+    judge.baseline_cache = Cache()
+    judge.options = type("O", (), {"batches": 3})()
+    judge._env = {"gpu": "NVIDIA H200"}
+    reply = {"eager": {"median_us": 30.0, "mode": "graph"}, "compile": {"median_us": 20.0},
+             "library": {"library": "liger-kernel", "version": "0.8.5", "median_us": 10.0, "spread_pct": 0.2}}
+    judge._ask_ref = lambda reply_type, msg, **kw: reply
+    out = judge._baseline(task, task.public_shapes[0], 8, "normal", 1)
+    assert (out["library"], out["library_us"], out["compile_us"]) == ("liger-kernel 0.8.5", 10.0, 20.0)
+    reply["library"] = {"library": "liger-kernel", "missing": "liger-kernel is not installed"}
+    out = judge._baseline(task, task.public_shapes[1], 8, "normal", 1)
+    assert "library_us" not in out and out["library_note"] == "liger-kernel is not installed"
+
+
+@pytest.mark.parametrize("name, call", [("rms_norm", "liger_rms_norm"), ("fused_add_rms_norm", "liger_fused_add_rms_norm"),
+                                        ("silu_and_mul", "liger_silu_and_mul")])
+def test_the_builtin_tasks_liger_covers_name_it(name, call):
+    spec = load_task(name).library
+    assert spec is not None and (spec.package, spec.call) == ("liger-kernel", call)
+
+
+def test_liger_names_resolve_where_it_is_installed():
+    pytest.importorskip("liger_kernel")
+    for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"):
+        lib = library.resolve(load_task(name))
+        assert lib.fn is not None and lib.version and lib.missing is None
+
+
+# ---- shown where measured ----------------------------------------------------------------------
+def shapes(library_us: float | None):
+    return tuple(ShapeResult({"T": t, "H": 4096}, False, "bfloat16", "graph", time_us=time_us, eager_us=3 * time_us,
+                             compile_us=2 * time_us, floor_us=time_us / 2, library_us=library_us and library_us * time_us,
+                             library="liger-kernel 0.8.5" if library_us else None)
+                 for t, time_us in ((64, 2.0), (16384, 120.0)))
+
+
+def test_the_library_speedup_is_a_geometric_mean_where_measured():
+    x, name = library_summary(shapes(1.5))
+    assert x == pytest.approx(1.5) and name == "liger-kernel 0.8.5"
+    assert library_summary(shapes(None)) == (None, None)
+    interpreter = [ShapeResult({"T": 1}, False, "float32", "interpreter", time_us=1.0, library_us=5.0)]
+    assert library_summary(interpreter) == (None, None)  # never from interpreter times
+
+
+@pytest.mark.parametrize("library_x", [1.5, None])
+def test_archive_best_shows_x_library_only_where_measured(tmp_path, monkeypatch, library_x):
+    monkeypatch.setenv("COLUMNS", "250")
+    verdict = Accepted(shapes=shapes(library_x), environment=dict(synthetic.H200))
+    db = tmp_path / "k.db"
+    with Archive.create(db) as archive:
+        task_id = archive.register_task(TaskRecord.from_task(load_task("rms_norm")))
+        run = archive.start_run({})
+        attempt = archive.record_attempt(NewAttempt(run_id=run, seq=0, task_id=task_id, code="# k\n", verdict=verdict,
+                                                    environment=dict(synthetic.H200)))
+        archive.record_audit(attempt, synthetic.audit(verdict), run_id=run)
+        archive.finish_run(run)
+    result = cli.invoke(app, ["archive", "best", "--db", str(db)])
+    assert result.exit_code == 0 and "x library" in result.output, result.output
+    row = next(line for line in result.output.splitlines() if "rms_norm" in line)
+    if library_x:
+        assert "1.50x" in row and "x library: over liger-kernel 0.8.5" in result.output
+    else:
+        assert "1.50x" not in row and "x library: over" not in result.output
+    best = json.loads(cli.invoke(app, ["archive", "best", "--db", str(db), "--json"]).output)["best"][0]
+    assert best["shapes"][1]["library_us"] == (180.0 if library_x else None)
+
+
+def test_the_live_display_and_the_export_readme_show_x_library():
+    from kernforge.loop.display import RunView, TaskStats, progress_table
+    from rich.console import Console
+
+    stats = TaskStats("rms_norm", best_time_us=10.0, best_speedup_library=1.25)
+    view = RunView(run_id=1, proposer="offline", devices=("cuda:0",), elapsed_s=1.0, busy=0.5, tokens=0, cost=0.0,
+                   stopping=None, tasks=(stats,))
+    out = io.StringIO()
+    Console(file=out, width=250).print(progress_table(view))
+    assert "x library" in out.getvalue() and "1.25x" in out.getvalue()
+    assert _library_x({"speedup_library": 1.25, "library": "liger-kernel 0.8.5"}) == "1.25 (liger-kernel 0.8.5)"
+    assert _library_x({"speedup_library": None}) == "-"
