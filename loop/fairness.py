@@ -21,10 +21,12 @@ timeout, like any other. On the CPU the interpreter's own per-call timeouts appl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from kernforge.sandbox.protocol import Backend, Limits, Session
+from kernforge.tasks import runtime
 from kernforge.tasks.spec import Task
 
 #: a GPU verdict's allowance before any shape: a worker's start, the candidate's import (a CUDA
@@ -34,13 +36,24 @@ VERDICT_BASE_S = 120.0
 #: task's first verdict on a GPU, inside the same worker's wall time) the baselines' static
 #: torch.compile at that shape. Guesses from the H200's 11-33 s first verdicts: to be checked there.
 VERDICT_PER_SHAPE_S = 10.0
+#: and per GB one call moves at each shape (inputs and outputs, from the task's roofline): at
+#: KernelBench's default sizes (6-8 GB per call) the H200 took 55-155 s before its verdicts' last
+#: step, the reference's float64 work and the compares of every checked call growing with the bytes
+VERDICT_PER_GB_S = 20.0
 
 
 def verdict_limit_s(task: Task, *, cap_s: float | None = Limits().wall_seconds) -> float:
     """The longest one GPU verdict of ``task`` may hold its device (the candidate worker's wall
-    limit): a base allowance and a few seconds per shape, never above the sandbox's ``cap_s``."""
-    shapes = len(task.shapes("cuda", hidden=False)) + len(task.shapes("cuda", hidden=True))
-    limit = VERDICT_BASE_S + VERDICT_PER_SHAPE_S * shapes
+    limit): a base allowance, a few seconds per shape and more per GB its calls move, never above
+    the sandbox's ``cap_s``. A task whose sizes are unknown (no roofline) gets the cap itself."""
+    shapes = task.shapes("cuda", hidden=False) + task.shapes("cuda", hidden=True)
+    dtype = task.dtype("cuda")
+    lines = [runtime.roofline(task, s, dtype) for s in shapes]
+    if any(line is None for line in lines):
+        limit = float("inf")
+    else:
+        gigabytes = sum(line.bytes for line in lines if line is not None) / 1e9
+        limit = VERDICT_BASE_S + VERDICT_PER_SHAPE_S * len(shapes) + VERDICT_PER_GB_S * gigabytes
     return min(limit, cap_s) if cap_s is not None else limit
 
 
@@ -58,7 +71,7 @@ class TimeBoxed:
     def session(self, entry: str, payload: Mapping[str, Any], limits: Limits) -> Session:
         task = payload.get("task")
         limit = self.limits_s.get(task.get("name")) if isinstance(task, Mapping) else None
-        if limit is not None and (limits.wall_seconds is None or limit < limits.wall_seconds):
+        if limit is not None and math.isfinite(limit) and (limits.wall_seconds is None or limit < limits.wall_seconds):
             limits = replace(limits, wall_seconds=limit)
         return self.inner.session(entry, payload, limits)
 
