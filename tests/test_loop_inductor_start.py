@@ -47,3 +47,23 @@ def test_reference_with_parameters_has_no_inductor_start_and_says_why():
     result = derive(load_task(COPIES / "12_Gemm_Multiply_LeakyReLU.py"), "cpu")
     assert isinstance(result, NoStart)
     assert "parameters or buffers" in result.reason
+
+
+def test_run_without_key_on_unseeded_kernelbench_problem_makes_accepted_attempts(tmp_path):
+    """`kernforge run` with no key on a KernelBench file with no seed: the Inductor start is judged
+    first and accepted, and the offline tuner goes on from it."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("KERNFORGE_")}
+    db = tmp_path / "run.db"
+    done = subprocess.run([sys.executable, "-m", "kernforge.cli", "run", "--task", str(COPIES / "19_ReLU.py"),
+                           "--max-attempts", "2", "--db", str(db)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT proposer, status FROM attempts ORDER BY id").fetchall()
+    assert rows[0] == ("inductor", "accepted"), rows
+    assert len(rows) == 2 and rows[1][0] == "offline", rows
