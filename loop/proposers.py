@@ -9,8 +9,9 @@ hear every verdict through ``observe``. The runner does not know which one it dr
   (prompts/), and one chat completion is asked of that model (llm.py). With no seed kernel and
   nothing archived, the only strategy is ``fresh``: the model starts from the reference alone.
 * ``OfflineTuner``: ``offline.OfflineProposer`` per task, asked around the best kernel, then the
-  other niches' elites, then the unjudged seed. A task without a kernel to tune gets a
-  ``NoProposal`` that says so plainly.
+  other niches' elites, then the unjudged seed. A task with no seed and nothing accepted first gets
+  the Inductor start (``inductor_start``: torch.compile's own Triton kernels as a ``ModelNew``),
+  once; where Inductor gives none, or it was rejected, a ``NoProposal`` says so plainly.
 
 ``llm_config`` decides: the LLM proposer when a key is configured or an endpoint is named that
 needs none (``--base-url``, the "local" preset), else the offline tuner; asking for a provider or
@@ -31,6 +32,7 @@ from kernforge.verifier.verdict import Verdict
 
 from .config import ConfigError, LLMConfig, load_config, needs_key
 from .errors import LoopError
+from .inductor_start import Start, derive_async
 from .lessons import Lessons
 from .llm import LLMClient
 from .offline import NoProposal, OfflineProposer
@@ -150,9 +152,12 @@ class LLMProposer:
 class OfflineTuner:
     kind = "offline"
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, device_kind: str = "cpu") -> None:
         self.seed = seed
+        self.device_kind = device_kind
         self._tuners: dict[str, OfflineProposer] = {}
+        #: per task: the Inductor start's code and its verdict once judged, or why there is none
+        self._starts: dict[str, tuple[str, Verdict | None] | str] = {}
 
     def describe(self) -> str:
         return "offline tuner (no LLM: block sizes, warps and stages of existing Triton kernels)"
@@ -176,6 +181,33 @@ class OfflineTuner:
 
     def observe(self, task: Task, code: str, verdict: Verdict) -> None:
         self._tuner(task).record(code, verdict)
+        start = self._starts.get(task.name)
+        if isinstance(start, tuple) and start[0] == code:
+            self._starts[task.name] = (code, verdict)
+
+    async def _inductor_start(self, task: Task) -> Proposal | NoProposal:
+        """The Inductor start, the first time; afterwards why there is nothing to start from."""
+        if task.name not in self._starts:
+            result = await derive_async(task, self.device_kind)
+            if isinstance(result, Start):
+                self._starts[task.name] = (result.source, None)
+                return Proposal(code=result.source, proposer="inductor", model="offline",
+                                description=result.description, response=result.description)
+            self._starts[task.name] = result.reason
+        start = self._starts[task.name]
+        if isinstance(start, str):
+            why = f"no offline start for {task.name}: it has no seed kernel, nothing accepted in the archive, and no " \
+                  f"TorchInductor start ({start.rstrip('.')})"
+        elif start[1] is None:
+            # in flight: "exhausted" lets the runner wait for its verdict, which opens the tuning
+            return NoProposal(f"{task.name}: waiting for the verdict on its TorchInductor start", "exhausted")
+        else:
+            verdict = start[1]
+            state = f"was rejected ({verdict.status.value}: {verdict.reason[:200]})" if verdict is not None and \
+                not verdict.accepted else "is not accepted yet"
+            why = f"nothing to tune: {task.name} has no seed kernel and its TorchInductor start {state}"
+        return NoProposal(why + "; set KERNFORGE_API_KEY (or MINIMAX_API_KEY) or give --base-url so an LLM can "
+                          "write the first kernel", "nothing_to_tune")
 
     async def propose(self, task: Task, population: Population, lessons: Lessons) -> Proposal | NoProposal:
         parents = population.tunable()
@@ -193,10 +225,7 @@ class OfflineTuner:
                 "for it. Run it on a GPU machine, or let an LLM write one the Triton interpreter can run "
                 "(set KERNFORGE_API_KEY or MINIMAX_API_KEY, or give --base-url)", "nothing_to_tune")
         if not parents:
-            return NoProposal(
-                f"nothing to tune: {task.name} has no seed kernel and the archive holds no accepted kernel for it. "
-                "The offline tuner only re-tunes existing Triton kernels; set KERNFORGE_API_KEY (or MINIMAX_API_KEY) "
-                "or give --base-url so an LLM can write the first one", "nothing_to_tune")
+            return await self._inductor_start(task)
         tuner = self._tuner(task)
         reasons: list[NoProposal] = []
         for parent in parents:

@@ -160,7 +160,7 @@ class Runner:
             self.fair = FairShare(state.task.name for state in self.states)
             self.meter = Meter(s.budget, before)
             if config is None:
-                self.proposer = OfflineTuner(seed=s.seed)
+                self.proposer = OfflineTuner(seed=s.seed, device_kind="cpu" if self.devices.on_cpu else "cuda")
                 self._prime_tuner()
             else:
                 hardware = dict(self.devices.env) | await self.devices.ceilings()

@@ -1,0 +1,293 @@
+"""A starting candidate for any task, offline: TorchInductor's own Triton kernels as a ``ModelNew``.
+
+``derive(task, device_kind)`` captures Inductor's wrapper for the reference (``inductor_code``, in a
+child process: the capture imports the reference and resets Dynamo) and rewrites it into a
+standalone candidate of the usual three layers:
+
+* the ``@triton.jit`` kernels as Inductor wrote them, less the ``triton_heuristics`` decorator (its
+  autotuner needs a driver and is Inductor's runtime, not the kernel);
+* one launcher per kernel that picks its block sizes and grid: ``XBLOCK`` (and ``YBLOCK``...) are
+  literals the offline tuner can move; a persistent reduction (``triton_per_*``: no loop over the
+  reduced axis) gets ``R0_BLOCK = next_power_of_2(r0_numel)``, which it needs to see a whole row;
+  a looped one a fixed ``R0_BLOCK``;
+* ``ModelNew.forward``: the body of Inductor's ``call(args)``, statement by statement: size
+  arithmetic is kept, ``empty_strided_*`` becomes ``torch.empty_strided`` on the inputs' device,
+  ``reinterpret_tensor`` ``torch.as_strided``, ``kernel.run(...)`` the launcher. Guards
+  (``assert_size_stride``), streams and ``del`` go. Anything else (``extern_kernels.mm``, an ATen
+  fallback, a C++ kernel) means Inductor did not write this reference in Triton: there is no
+  Inductor start, and ``NoStart`` says which call was in the way.
+
+The output code itself (``inductor_code_text``) is what a prompt can show as "what torch.compile
+does: beat it".
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from kernforge.tasks.spec import Task
+
+#: Launch block sizes by kernel axis; the offline tuner moves them from here.
+BLOCKS = {"cpu": {"X": 1024, "Y": 32, "Z": 16, "R": 64, "XR": 8},
+          "cuda": {"X": 1024, "Y": 32, "Z": 16, "R": 512, "XR": 1}}
+CAPTURE_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Start:
+    """A candidate derived from Inductor's kernels, and the output code it came from."""
+
+    source: str
+    kernels: tuple[str, ...]
+    output_code: str
+    description: str
+
+
+@dataclass(frozen=True)
+class NoStart:
+    """Why Inductor gives no start for this task (said to the user as it is)."""
+
+    reason: str
+
+
+def derive(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S) -> Start | NoStart:
+    """The Inductor start for ``task`` (see the module docstring); blocking, seconds."""
+    return _from_child(*_run_child(task, device_kind, timeout_s), device_kind)
+
+
+async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S) -> Start | NoStart:
+    """``derive`` without blocking the event loop (the capture runs in a child process)."""
+    return await asyncio.to_thread(derive, task, device_kind, timeout_s=timeout_s)
+
+
+def inductor_code_text(task: Task, device_kind: str = "cpu") -> str | None:
+    """Inductor's output code (wrapper and Triton kernels) for ``task``, or None when there is none."""
+    result = derive(task, device_kind)
+    return result.output_code if isinstance(result, Start) else None
+
+
+# ---- the child process ---------------------------------------------------------------------------
+def _run_child(task: Task, device_kind: str, timeout_s: float) -> tuple[dict | None, str]:
+    with tempfile.TemporaryDirectory(prefix="kernforge-inductor-") as tmp:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"), TRITON_CACHE_DIR=str(Path(tmp) / "triton"))
+        env.pop("TRITON_INTERPRET", None)
+        ref = str(task.reference_path.parent if task.ref.startswith("builtin:") else task.reference_path)
+        try:
+            done = subprocess.run([sys.executable, "-m", "kernforge.loop.inductor_start", ref, device_kind],
+                                  capture_output=True, text=True, env=env, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None, f"capturing Inductor's code took more than {timeout_s:.0f} s"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"the Inductor capture exited with status {done.returncode}: {tail[:300]}"
+    return json.loads(lines[-1]), ""
+
+
+def _from_child(reply: dict | None, problem: str, device_kind: str) -> Start | NoStart:
+    if reply is None:
+        return NoStart(problem)
+    if "error" in reply:
+        return NoStart(reply["error"])
+    try:
+        source, kernels = translate(reply["wrapper"], [tuple(b) for b in reply["bindings"]], reply["n_inputs"], device_kind)
+    except Untranslatable as why:
+        return NoStart(f"Inductor's code for this reference is not all Triton: {why}")
+    names = ", ".join(kernels)
+    return Start(source, kernels, reply["wrapper"],
+                 f"TorchInductor's Triton kernels for the reference ({names}), as torch.compile generates them")
+
+
+def _child_main(ref: str, device_kind: str) -> None:
+    from kernforge.tasks.loader import load_task
+
+    from .inductor_code import NoInductorCode, capture
+
+    try:
+        captured = capture(load_task(ref), device_kind)
+    except NoInductorCode as why:
+        print(json.dumps({"error": str(why)}))
+        return
+    print(json.dumps({"wrapper": captured.wrapper, "bindings": captured.bindings, "n_inputs": captured.n_inputs,
+                      "shape": captured.shape.as_dict()}))
+
+
+# ---- the rewrite ---------------------------------------------------------------------------------
+class Untranslatable(ValueError):
+    """A statement of Inductor's wrapper that is not allocation, a view, size arithmetic or a Triton launch."""
+
+
+_ALLOC = re.compile(r"^empty_strided_(cpu|cuda|xpu)$")
+_DROP_CALLS = {"assert_size_stride", "assert_alignment", "get_raw_stream"}
+_HEADER = '''"""Starting candidate: TorchInductor's Triton kernels for the reference, launched without Inductor.
+
+Generated by kernforge (loop/inductor_start.py) from torch.compile's output code; the kernels are
+Inductor's, the launchers and ModelNew are rewritten from its wrapper.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+from torch._inductor.runtime import triton_helpers
+from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
+'''
+
+
+def translate(wrapper: str, bindings: Sequence[tuple[str, str]], n_inputs: int, device_kind: str = "cpu") -> tuple[str, tuple[str, ...]]:
+    """The candidate module for Inductor's ``wrapper``, and its kernels' names."""
+    tree = ast.parse(wrapper)
+    kernels = _kernels(tree)
+    call = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"), None)
+    if call is None:
+        raise Untranslatable("the wrapper has no call()")
+    body = _forward_body(call.body, kernels, bindings)
+    if not kernels:
+        raise Untranslatable("Inductor emitted no Triton kernel")
+    parts = [_HEADER]
+    for name, (src, params) in kernels.items():
+        parts.append(f"\n# ---- {name}: Inductor's kernel ----\n{src.strip()}\n")
+        parts.append(_launcher(name, src, params, BLOCKS.get(device_kind, BLOCKS["cuda"])))
+    args = ", ".join(f"x{i}" for i in range(n_inputs))
+    parts.append(
+        "\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        super().__init__()\n\n"
+        f"    def forward(self, {args}):\n"
+        f"        inputs = ({args}{',' if n_inputs == 1 else ''})\n"
+        "        device = next(x.device for x in inputs if isinstance(x, torch.Tensor))\n"
+        + "".join(f"        {line}\n" for line in body)
+    )
+    return "\n".join(parts), tuple(kernels)
+
+
+def _kernels(tree: ast.Module) -> dict[str, tuple[str, list[str]]]:
+    """name -> (kernel source without Inductor's decorator and driver setup, parameter names)."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        func = node.value.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "async_compile"):
+            continue
+        name = node.targets[0].id if isinstance(node.targets[0], ast.Name) else "?"
+        if func.attr != "triton":
+            raise Untranslatable(f"{name} is a {func.attr} kernel, not Triton")
+        text = node.value.args[1].value
+        kernel = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef))
+        lines = text.splitlines()
+        # from the @triton.jit line on: the heuristics decorator above it goes
+        jit = next(d for d in kernel.decorator_list if ast.unparse(d) == "triton.jit")
+        src = _portable("@triton.jit\n" + "\n".join(lines[jit.end_lineno:]))
+        out[name] = (src, [a.arg for a in kernel.args.args])
+    return out
+
+
+def _portable(src: str) -> str:
+    """``libdevice.f(x)`` as ``tl.math.f(x)`` where Triton has that function: the same device call
+    on a GPU, and the Triton interpreter evaluates ``tl.math`` but not every ``libdevice`` name
+    (``libdevice.erf`` fails there, ``tl.math.erf`` runs)."""
+    import triton.language as tl
+
+    return re.sub(r"\blibdevice\.(\w+)\(",
+                  lambda m: f"tl.math.{m.group(1)}(" if hasattr(tl.math, m.group(1)) else m.group(0), src)
+
+
+def _launcher(name: str, src: str, params: list[str], blocks: dict[str, int]) -> str:
+    runtime = [p for p in params if not re.fullmatch(r"[XYZ]BLOCK|R\d_BLOCK", p)]
+    constexprs = [p for p in params if p not in runtime]
+    axes = {m.group(1): int(m.group(2)) for m in re.finditer(r"\b([xyz])offset = tl\.program_id\((\d)\) \* [XYZ]BLOCK\b", src)}
+    lines = [f"def _launch_{name}({', '.join(runtime)}):"]
+    persistent = name.startswith("triton_per_")
+    reduction = any(p.startswith("R") for p in constexprs)
+    for p in constexprs:
+        if p.startswith("R"):
+            numel = f"r{p[1]}_numel"
+            value = f"triton.next_power_of_2({numel})" if persistent else str(blocks["R"])
+            lines.append(f"    {p} = {value}")
+        else:
+            lines.append(f"    {p} = {blocks['XR'] if reduction and p == 'XBLOCK' else blocks[p[0]]}")
+    grid = [None, None, None]
+    for axis in "xyz":
+        if f"{axis.upper()}BLOCK" in constexprs:
+            if axis not in axes:
+                raise Untranslatable(f"{name}: the {axis} axis is not one program id per block")
+            grid[axes[axis]] = f"triton.cdiv({axis}numel, {axis.upper()}BLOCK)"
+        elif f"{axis}numel" in runtime:
+            one = re.search(rf"\b{axis}offset = tl\.program_id\((\d)\)\n", src)  # one element per program
+            if one is None:
+                raise Untranslatable(f"{name}: a {axis} axis without a block size or one program per element")
+            grid[int(one.group(1))] = f"{axis}numel"
+    used = [g for g in grid if g is not None]
+    if any(g is None for g in grid[:len(used)]):
+        raise Untranslatable(f"{name}: program ids that skip an axis")
+    grid_text = ", ".join(used or ["1"])
+    call = ", ".join(runtime + [f"{p}={p}" for p in constexprs])
+    lines.append(f"    {name}[({grid_text},)]({call})")
+    return "\n".join(lines) + "\n"
+
+
+def _forward_body(stmts: list[ast.stmt], kernels: dict, bindings: Sequence[tuple[str, str]]) -> list[str]:
+    out = [f"{name} = {expr}" for name, expr in bindings]
+    for stmt in stmts:
+        out += _statement(stmt, kernels, {name for name, _ in bindings})
+    return out
+
+
+def _statement(stmt: ast.stmt, kernels: dict, bound: set[str]) -> list[str]:
+    if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) and stmt.value.id == "args":
+        return []  # the arguments are bound from the inputs instead
+    if isinstance(stmt, ast.Delete):
+        return []
+    if isinstance(stmt, ast.With):
+        return [line for s in stmt.body for line in _statement(s, kernels, bound)]
+    if isinstance(stmt, ast.Return):
+        value = stmt.value
+        if isinstance(value, ast.Tuple):
+            items = [ast.unparse(e) for e in value.elts]
+            return [f"return {items[0]}" if len(items) == 1 else f"return ({', '.join(items)})"]
+        return [f"return {ast.unparse(value)}" if value is not None else "return None"]
+    value = stmt.value if isinstance(stmt, (ast.Assign, ast.Expr)) else None
+    if value is None:
+        raise Untranslatable(f"wrapper statement `{ast.unparse(stmt)[:120]}`")
+    if isinstance(value, ast.Call):
+        func = ast.unparse(value.func)
+        if func in _DROP_CALLS or func.endswith(".set_device") or func == "args.clear":
+            return []
+        if _ALLOC.match(func):
+            size, stride, dtype = (ast.unparse(a) for a in value.args[:3])
+            target = ast.unparse(stmt.targets[0])
+            return [f"{target} = torch.empty_strided({size}, {stride}, dtype={dtype}, device=device)"]
+        if func == "reinterpret_tensor":
+            target = ast.unparse(stmt.targets[0])
+            args = ", ".join(ast.unparse(a) for a in value.args)
+            return [f"{target} = torch.as_strided({args})"]
+        if func.endswith(".run") and func[:-4] in kernels:
+            args = ", ".join(ast.unparse(a) for a in value.args)
+            return [f"_launch_{func[:-4]}({args})"]
+        raise Untranslatable(f"`{ast.unparse(value)[:120]}`")
+    _check_arithmetic(value, stmt)
+    return [ast.unparse(stmt)]
+
+
+def _check_arithmetic(value: ast.expr, stmt: ast.stmt) -> None:
+    """Size arithmetic only: names, numbers and operators (``ps0 = s0*s53``)."""
+    for node in ast.walk(value):
+        if not isinstance(node, (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop,
+                                 ast.Load, ast.Tuple)):
+            raise Untranslatable(f"wrapper statement `{ast.unparse(stmt)[:120]}`")
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1], sys.argv[2])
