@@ -451,15 +451,21 @@ def eval_cmd(
 
 # ---- run ----------------------------------------------------------------------------------------
 GpusOpt = Annotated[Optional[list[int]], typer.Option("--gpu", metavar="N", help="GPU index (repeatable); every visible GPU by default, the CPU interpreter without one.")]
+# the proposer's options, shared by `run` and `bench kernelbench`
+ProviderOpt = Annotated[Optional[str], typer.Option(metavar="NAME", help="LLM preset: minimax (default, MiniMax M3), minimax-cn, together, openai, local, custom.")]
+BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="Any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; the key from KERNFORGE_API_KEY.")]
+ModelOpt = Annotated[Optional[list[str]], typer.Option("--model", metavar="NAME", help="Model name (repeatable: the run learns which pays off).")]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the offline tuner even when an API key is configured.")]
+SeedOpt = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the search's random choices.")]
 
 
 @command(app, "run")
 def run_cmd(
     task: Annotated[Optional[list[str]], typer.Option("--task", metavar="TASK", help="A built-in task name, a KernelBench-form .py file, or a folder of them (repeatable).")] = None,
     db: DbOpt = DEFAULT_DB,
-    provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="LLM preset: minimax (default, MiniMax M3), minimax-cn, together, openai, local, custom.")] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="Any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; the key from KERNFORGE_API_KEY.")] = None,
-    model: Annotated[Optional[list[str]], typer.Option("--model", metavar="NAME", help="Model name (repeatable: the run learns which pays off).")] = None,
+    provider: ProviderOpt = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
     max_attempts: Annotated[Optional[int], typer.Option("--max-attempts", metavar="N", help="Attempts per task.")] = None,
     hours: Annotated[Optional[float], typer.Option("--hours", metavar="H", help="Wall-clock budget of the run.")] = None,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", metavar="N", help="Token budget of the run (prompt + completion).")] = None,
@@ -467,8 +473,8 @@ def run_cmd(
     gpu: GpusOpt = None,
     sandbox: SandboxOpt = "process",
     resume: Annotated[Optional[int], typer.Option("--resume", metavar="RUN_ID", help="Continue this run (killed or stopped) without redoing or losing attempts; a run still going is refused.")] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Use the offline tuner even when an API key is configured.")] = False,
-    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the search's random choices.")] = 0,
+    offline: OfflineOpt = False,
+    seed: SeedOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Search for faster kernels, archiving every attempt.
@@ -498,16 +504,16 @@ def run_cmd(
 def bench_kernelbench(
     problems: Annotated[Optional[list[str]], typer.Argument(metavar="PATH", help="KernelBench problem files, or level folders of them (e.g. bench/kernelbench/problems/level1).")] = None,
     db: DbOpt = DEFAULT_DB,
-    provider: Annotated[Optional[str], typer.Option(metavar="NAME", help="LLM preset, as for `kernforge run`.")] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="Any OpenAI-compatible endpoint; the key from KERNFORGE_API_KEY.")] = None,
-    model: Annotated[Optional[list[str]], typer.Option("--model", metavar="NAME", help="Model name (repeatable).")] = None,
+    provider: ProviderOpt = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
     max_attempts: Annotated[Optional[int], typer.Option("--max-attempts", metavar="N", help="Attempts per problem (10 when neither this nor --minutes is given).")] = None,
     minutes: Annotated[Optional[float], typer.Option("--minutes", metavar="M", help="Wall time per problem; the run gets M times the number of problems, spent while problems take turns.")] = None,
     gpu: GpusOpt = None,
     sandbox: SandboxOpt = "process",
     resume: Annotated[Optional[int], typer.Option("--resume", metavar="RUN_ID", help="Continue this benchmark run (killed or stopped) with its own problems and proposer.")] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Use the offline tuner even when an API key is configured.")] = False,
-    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the search's random choices.")] = 0,
+    offline: OfflineOpt = False,
+    seed: SeedOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Run KernelBench problems through the loop, then print KernelBench's metrics.

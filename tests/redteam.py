@@ -940,17 +940,7 @@ HONEST += [("host_metadata", HOST_METADATA, "both")]
 #: (on a GPU: a scratch buffer zeroed between runs, CUDA events), none of it torch compute
 AUTOTUNED = KERNEL + '''
 
-
-@triton.autotune(configs=[triton.Config({}, num_warps=1), triton.Config({}, num_warps=2)], key=["H"])
-@triton.jit
-def _norm_tuned(x_ptr, w_ptr, y_ptr, H, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < H
-    x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
-    tl.store(y_ptr + row * H + cols, (x * inv * w).to(y_ptr.dtype.element_ty), mask=mask)
+_norm_tuned = triton.autotune(configs=[triton.Config({}, num_warps=1), triton.Config({}, num_warps=2)], key=["H"])(_norm_kernel)
 
 
 class ModelNew(nn.Module):
