@@ -16,6 +16,14 @@ from kernforge.tasks.loader import candidate_bundle, load_task, unbundle
 from kernforge.tasks.spec import Shape
 
 KB = Path(__file__).resolve().parent / "tasks" / "kernelbench"
+#: problems the GPU benchmark already holds verbatim (bench/kernelbench/problems) are read there
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "kernelbench" / "problems" / "level1"
+ELSEWHERE = {"matmul.py": BENCH / "2_Standard_matrix_multiplication_.py", "rms_norm.py": BENCH / "36_RMSNorm_.py"}
+
+
+def kb(name: str) -> Path:
+    """A bare KernelBench file (no side meta) by its short name."""
+    return ELSEWHERE.get(name, KB / name)
 
 # file: (sizes every one of which some hidden shape varies, settings no hidden shape varies)
 CASES = {
@@ -33,7 +41,7 @@ CASES = {
 
 
 def plan_of(name: str) -> shapes.Plan:
-    return shapes.plan(KB / name, load_task(KB / name).public_shapes)
+    return shapes.plan(kb(name), load_task(kb(name)).public_shapes)
 
 
 def plan_of_path(path: Path) -> shapes.Plan:
@@ -42,7 +50,7 @@ def plan_of_path(path: Path) -> shapes.Plan:
 
 def fresh_plan(name: str) -> shapes.Plan:
     """Planned from scratch, bypassing the per-process memo."""
-    module = runtime.load_module(KB / name, fresh=True)
+    module = runtime.load_module(kb(name), fresh=True)
     return shapes._Planner(module, shapes.int_globals(module)).run()
 
 
@@ -82,25 +90,25 @@ def test_every_size_is_varied_and_no_setting(name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_hidden_shapes_run_on_meta_and_never_outgrow_the_default(name):
-    task = load_task(KB / name)
-    limit = meta_bytes(KB / name, task.public_shapes[0])
+    task = load_task(kb(name))
+    limit = meta_bytes(kb(name), task.public_shapes[0])
     assert 1 <= len(task.hidden_shapes) <= shapes.MAX_HIDDEN
     assert len(set(task.hidden_shapes)) == len(task.hidden_shapes)
     assert not set(task.hidden_shapes) & set(task.public_shapes)
     for shape in task.hidden_shapes:
         assert all(isinstance(v, int) and v > 0 for _, v in shape.params)
-        assert meta_bytes(KB / name, shape) <= limit, f"{shape} moves more bytes than the public shape"
+        assert meta_bytes(kb(name), shape) <= limit, f"{shape} moves more bytes than the public shape"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_deterministic(name):
     first, second = fresh_plan(name), fresh_plan(name)
-    assert first.shapes == second.shapes == load_task(KB / name).hidden_shapes
+    assert first.shapes == second.shapes == load_task(kb(name)).hidden_shapes
     assert first.probes == second.probes and first.ops == second.ops
 
 
 def test_probing_leaves_the_shared_module_alone():
-    task = load_task(KB / "mamba2.py")
+    task = load_task(kb("mamba2.py"))
     module = runtime.reference_module(task)
     assert shapes.int_globals(module) == task.public_shapes[0].as_dict()
 
@@ -108,12 +116,12 @@ def test_probing_leaves_the_shared_module_alone():
 def test_a_module_left_at_another_shape_is_not_probed_again(monkeypatch):
     """The reference worker sets a shape on the shared module, then loads the task again: the
     plan is kept by the file's content, not by the globals it finds."""
-    task = load_task(KB / "matmul.py")
+    task = load_task(kb("matmul.py"))
     module = runtime.reference_module(task)
     runtime.set_shape(module, task.hidden_shapes[0])
     monkeypatch.setattr(shapes, "_Planner", lambda *a: pytest.fail("probed again"))
     try:
-        assert set(load_task(KB / "matmul.py").hidden_shapes) <= set(task.hidden_shapes)
+        assert set(load_task(kb("matmul.py")).hidden_shapes) <= set(task.hidden_shapes)
     finally:
         runtime.set_shape(module, task.public_shapes[0])
 
@@ -212,13 +220,13 @@ def test_tuple_sizes_are_left_alone(tmp_path):
 
 
 def test_interpreter_shapes_stay_batch_only():
-    task = load_task(KB / "rms_norm.py")
+    task = load_task(kb("rms_norm.py"))
     assert task.cpu_public_shapes == task.public_shapes
     assert task.cpu_hidden_shapes == shapes.batch_only(task.public_shapes[0].as_dict())
 
 
 def test_meta_hidden_shapes_are_not_probed(tmp_path, monkeypatch):
-    write(tmp_path / "matmul.py", (KB / "matmul.py").read_text())
+    write(tmp_path / "matmul.py", kb("matmul.py").read_text())
     write(tmp_path / "matmul.meta.py", "HIDDEN_SHAPES = [{'M': 3}]\n")
     monkeypatch.setattr(shapes, "plan", lambda *a, **k: pytest.fail("probed a task with HIDDEN_SHAPES"))
     task = load_task(tmp_path / "matmul.py")
@@ -228,7 +236,7 @@ def test_meta_hidden_shapes_are_not_probed(tmp_path, monkeypatch):
 def test_unbundled_task_is_not_probed(tmp_path, monkeypatch):
     """A bundle is unpacked in the candidate's own process: no hidden shapes are worked out there,
     not even the batch-only ones."""
-    data = candidate_bundle(load_task(KB / "matmul.py"))
+    data = candidate_bundle(load_task(kb("matmul.py")))
     monkeypatch.setattr(shapes, "plan", lambda *a, **k: pytest.fail("probed in the candidate's process"))
     task = unbundle(data, tmp_path, derive_hidden=False)
     assert task.hidden_shapes == () == task.cpu_hidden_shapes
