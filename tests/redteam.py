@@ -895,11 +895,8 @@ class ModelNew(nn.Module):
 '''
 
 #: the block size chosen by triton.heuristics from the arguments
-HEURISTICS = KERNEL + '''
-
-@triton.heuristics({"BLOCK": lambda args: triton.next_power_of_2(args["H"])})
-@triton.jit
-def _norm_h(x_ptr, w_ptr, y_ptr, H, eps, BLOCK: tl.constexpr):
+#: one row of the norm, as a kernel of its own under the decorators of the variants below
+ROW_KERNEL = '''def {name}(x_ptr, w_ptr, y_ptr, H, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < H
@@ -907,7 +904,13 @@ def _norm_h(x_ptr, w_ptr, y_ptr, H, eps, BLOCK: tl.constexpr):
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
     tl.store(y_ptr + row * H + cols, (x * inv * w).to(y_ptr.dtype.element_ty), mask=mask)
+'''
 
+HEURISTICS = KERNEL + '''
+
+@triton.heuristics({"BLOCK": lambda args: triton.next_power_of_2(args["H"])})
+@triton.jit
+''' + ROW_KERNEL.format(name="_norm_h") + '''
 
 class ModelNew(nn.Module):
     def forward(self, x, w):
@@ -940,8 +943,9 @@ HONEST += [("host_metadata", HOST_METADATA, "both")]
 #: (on a GPU: a scratch buffer zeroed between runs, CUDA events), none of it torch compute
 AUTOTUNED = KERNEL + '''
 
-_norm_tuned = triton.autotune(configs=[triton.Config({}, num_warps=1), triton.Config({}, num_warps=2)], key=["H"])(_norm_kernel)
-
+@triton.autotune(configs=[triton.Config({}, num_warps=1), triton.Config({}, num_warps=2)], key=["H"])
+@triton.jit
+''' + ROW_KERNEL.format(name="_norm_tuned") + '''
 
 class ModelNew(nn.Module):
     def forward(self, x, w):
