@@ -21,8 +21,6 @@ from kernforge.verifier.judge import (
 )
 from kernforge.verifier.verdict import Verdict
 
-from .fairness import TimeBoxed
-
 
 #: how long the audit waits for a worker under Nsight Compute to start before it goes without
 PROFILED_START_S = 120.0
@@ -91,8 +89,6 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
                                 hidden_paths=secret_paths(tasks))
     reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none")
     candidates = make_backend(sandbox, candidate_spec, pool_size)
-    if time_box:
-        candidates = TimeBoxed(candidates, time_box)
     try:
         # The reference worker is trusted and long-lived: one process, no twin warming behind it.
         references = ProcessBackend(reference_spec, pool_size=1, refill=False)
@@ -105,6 +101,7 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
 
     judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device),
                   profiled=profiled if sandbox == "process" else None)
+    judge.time_box.update(time_box or {})
     try:
         yield judge
     finally:

@@ -15,17 +15,17 @@ takes most of the device time, and tasks behind it may never get a verdict. Two 
 
 **One verdict is time-boxed** too (``verdict_limit_s``): a candidate's worker on a GPU is killed
 once it has run longer than its task can need (start, compile and autotune, then a few seconds
-per checked or timed shape), far below the sandbox's general limit; the judge reports that as a
-timeout, like any other. On the CPU the interpreter's own per-call timeouts apply unchanged.
+per checked or timed shape, more per GB its calls move), never above the sandbox's general limit:
+the judge caps its candidate sessions' limits by these (``Judge.time_box``) and reports a worker
+that ran out as a timeout, like any other. On the CPU the interpreter's own per-call timeouts apply unchanged.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Sequence
 
-from kernforge.sandbox.protocol import Backend, Limits, Session
+from kernforge.sandbox.protocol import Limits
 from kernforge.tasks import runtime
 from kernforge.tasks.spec import Task
 
@@ -55,31 +55,6 @@ def verdict_limit_s(task: Task, *, cap_s: float | None = Limits().wall_seconds) 
         gigabytes = sum(line.bytes for line in lines if line is not None) / 1e9
         limit = VERDICT_BASE_S + VERDICT_PER_SHAPE_S * len(shapes) + VERDICT_PER_GB_S * gigabytes
     return min(limit, cap_s) if cap_s is not None else limit
-
-
-class TimeBoxed:
-    """A candidate backend whose sessions end at their task's verdict limit (``verdict_limit_s``).
-
-    The judge names the task of a candidate's session in its payload (``payload["task"]["name"]``,
-    what the worker needs to rebuild the task); other sessions keep the limits they are given."""
-
-    def __init__(self, inner: Backend, limits_s: Mapping[str, float]) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.limits_s = dict(limits_s)
-
-    def session(self, entry: str, payload: Mapping[str, Any], limits: Limits) -> Session:
-        task = payload.get("task")
-        limit = self.limits_s.get(task.get("name")) if isinstance(task, Mapping) else None
-        if limit is not None and math.isfinite(limit) and (limits.wall_seconds is None or limit < limits.wall_seconds):
-            limits = replace(limits, wall_seconds=limit)
-        return self.inner.session(entry, payload, limits)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:  # anything else a backend offers (pool statistics...)
-        return getattr(self.inner, name)
 
 
 @dataclass

@@ -17,7 +17,7 @@ standalone candidate of the usual three layers:
   fallback, a C++ kernel) means Inductor did not write this reference in Triton: there is no
   Inductor start, and ``NoStart`` says which call was in the way.
 
-The output code itself (``inductor_code_text``) is what a prompt can show as "what torch.compile
+The output code itself (``Start.output_code``) is what a prompt can show as "what torch.compile
 does: beat it".
 """
 
@@ -68,12 +68,6 @@ def derive(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_T
 async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S) -> Start | NoStart:
     """``derive`` without blocking the event loop (the capture runs in a child process)."""
     return await asyncio.to_thread(derive, task, device_kind, timeout_s=timeout_s)
-
-
-def inductor_code_text(task: Task, device_kind: str = "cpu") -> str | None:
-    """Inductor's output code (wrapper and Triton kernels) for ``task``, or None when there is none."""
-    result = derive(task, device_kind)
-    return result.output_code if isinstance(result, Start) else None
 
 
 # ---- the child process ---------------------------------------------------------------------------

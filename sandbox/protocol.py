@@ -20,7 +20,9 @@ Only the standard library is imported here (and fdframes.py, which imports only 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import socket
 import struct
@@ -106,6 +108,14 @@ class Limits:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def capped(self, wall_seconds: float | None) -> "Limits":
+        """These limits with the wall deadline at most ``wall_seconds`` (None or inf: unchanged)."""
+        if wall_seconds is None or not math.isfinite(wall_seconds):
+            return self
+        if self.wall_seconds is not None and self.wall_seconds <= wall_seconds:
+            return self
+        return dataclasses.replace(self, wall_seconds=wall_seconds)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Limits":

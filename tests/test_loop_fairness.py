@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernforge.loop.fairness import VERDICT_BASE_S, VERDICT_PER_SHAPE_S, FairShare, TimeBoxed, verdict_limit_s
+from kernforge.loop.fairness import VERDICT_BASE_S, VERDICT_PER_SHAPE_S, FairShare, verdict_limit_s
 from kernforge.sandbox.protocol import Limits
 from kernforge.tasks.loader import load_task
 
@@ -135,30 +135,18 @@ def test_a_task_that_moves_gigabytes_or_has_no_roofline_gets_the_sandboxs_limit(
     assert verdict_limit_s(bare, cap_s=None) == float("inf")
 
 
-def test_a_time_boxed_backend_limits_a_candidates_session_by_its_task_only():
-    seen = []
-
-    class Backend:
-        name = "fake"
-        workers = 3
-
-        def session(self, entry, payload, limits):
-            seen.append((entry, limits.wall_seconds, limits.memory_bytes))
-            return "session"
-
-        def close(self):
-            seen.append("closed")
-
-    boxed = TimeBoxed(Backend(), {"slow": 100.0})
-    assert boxed.session("harness", {"task": {"name": "slow"}}, Limits()) == "session"
-    boxed.session("harness", {"task": {"name": "other"}}, Limits())  # no limit named: unchanged
-    boxed.session("harness", {"task": {"name": "slow"}}, Limits(wall_seconds=50.0))  # a tighter one stays
-    boxed.session("reference", {"device": "cpu"}, Limits(wall_seconds=None))  # no task: unchanged
-    boxed.close()
+def test_a_time_box_caps_a_candidates_session_by_its_task_only():
+    """The judge opens a candidate's session with ``options.limits.capped(time_box.get(task))``."""
+    time_box = {"slow": 100.0}
     mem = Limits().memory_bytes
-    assert seen == [("harness", 100.0, mem), ("harness", 300.0, mem), ("harness", 50.0, mem),
-                    ("reference", None, mem), "closed"]
-    assert boxed.name == "fake" and boxed.workers == 3
+    seen = [(limits.wall_seconds, limits.memory_bytes) for limits in (
+        Limits().capped(time_box.get("slow")),
+        Limits().capped(time_box.get("other")),  # no limit named: unchanged
+        Limits(wall_seconds=50.0).capped(time_box.get("slow")),  # a tighter one stays
+        Limits(wall_seconds=None).capped(None),  # no deadline and none named: unchanged
+        Limits(wall_seconds=None).capped(float("inf")),  # a task of unknown size: unchanged
+    )]
+    assert seen == [(100.0, mem), (300.0, mem), (50.0, mem), (None, mem), (None, mem)]
 
 
 def test_a_gpu_run_time_boxes_each_task(monkeypatch):

@@ -164,6 +164,8 @@ class Judge:
         self.profiled = profiled
         self.references = references
         self.options = options
+        #: a wall limit in seconds per task name for its candidates' workers (the loop's fairness.py)
+        self.time_box: dict[str, float] = {}
         self.on_gpu = options.device.startswith("cuda")
         self.worker_device = "cuda:0" if self.on_gpu else "cpu"  # pools pin one GPU each
         cache_dir = options.cache_dir or default_dir()
@@ -345,7 +347,8 @@ class Judge:
             self._ask_ref(None, {"op": "batch_socket"}, fds=((go_ours.fileno(),), "go"))
         try:
             t0 = time.perf_counter()
-            with backend.session(HARNESS_ENTRY, payload, self.options.limits) as session:
+            limits = self.options.limits.capped(self.time_box.get(task.name))
+            with backend.session(HARNESS_ENTRY, payload, limits) as session:
                 self._spent("worker.start", t0)
                 session.send_fds([arena_fd], "arena")
                 if go_theirs is not None:
