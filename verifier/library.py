@@ -29,10 +29,6 @@ class Library:
     #: why there is nothing to time (not covered, not installed)
     missing: str | None = None
 
-    @property
-    def label(self) -> str:
-        return f"{self.package} {self.version}" if self.version else str(self.package)
-
     def report(self, **measured: Any) -> dict[str, Any]:
         """The baseline message's ``library`` entry (what the judge reads)."""
         if self.missing is not None:

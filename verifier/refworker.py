@@ -650,6 +650,7 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     def flush() -> int:
         """Compare the chunk's calls output by output; the first failing call's index or -1."""
         bad = torch.zeros(len(chunk), dtype=torch.bool, device=arena.data.device)
+
         def stacked(part: int, j: int, device: Any = None) -> Any:  # one call: a view, not a copy of GBs
             ts = [c[part][j] if device is None else c[part][j].to(device) for c in chunk]
             return ts[0].unsqueeze(0) if len(ts) == 1 else torch.stack(ts)
