@@ -16,6 +16,7 @@
 #   probe      bench/overhead_probe.py (where a batch's time goes, one process, against the judge)
 #   gputestx   the verifier's GPU tests on three pytest-xdist workers sharing the GPU
 #   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, one step at a time, and the audit's profiled worker)
+#   footprint  bench/footprint_probe.py (per-call time against where the buffers live and how much memory a batch touches)
 #   sweep      bench/clock_sweep.py (the batch window against its number of calls: fixed cost or per-call excess)
 #   kb         bench/kernelbench.py on six KernelBench problems (those issue #14 names) at their default sizes
 #   kbbig      the same, the three whose calls move 6-8 GB (ReLU, softmax, RMSNorm), alone in one call
@@ -48,9 +49,10 @@ for p in "$@"; do
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
     gputestx) phase gputest 260 python3 -m pytest -m gpu -v -p no:cacheprovider --tb=line -rf --timeout 120 -n 3 --durations=12 tests/test_verifier_gpu.py ;;
     ncusbx) phase ncusbx 200 python3 bench/ncu_sandbox.py --timeout 25 ;;
+    footprint) phase footprint 60 python3 bench/footprint_probe.py ;;
     sweep) phase sweep 240 python3 bench/clock_sweep.py --json "$OUT/sweep.json" ;;
     kb) phase kb 240 python3 bench/kernelbench.py --problems 19_ReLU 88_MinGPTNewGelu 23_Softmax 47_Sum_reduction_over_a_dimension 36_RMSNorm_ 40_LayerNorm --json "$OUT/kb.json" ;;
-    kbbig) phase kb 540 python3 bench/kernelbench.py --problems 19_ReLU 23_Softmax 36_RMSNorm_ --json "$OUT/kb.json" ;;
+    kbbig) phase kb 230 python3 bench/kernelbench.py --problems 19_ReLU 23_Softmax 36_RMSNorm_ --json "$OUT/kb.json" ;;
     kball) phase kb 580 python3 bench/kernelbench.py --json "$OUT/kb.json" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;

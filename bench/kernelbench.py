@@ -74,10 +74,15 @@ def row_of(key: str, verdict: Verdict, seconds: float) -> dict:
                    speedup_compile=timed.speedup_compile, max_abs_err=timed.max_abs_err)
     if getattr(verdict, "flags", ()):
         row["flags"] = list(verdict.flags)
+    phases = (verdict.environment or {}).get("phase_seconds") or {}
+    if phases:  # where the verdict's time went, the longest steps first
+        row["phases"] = dict(list(phases.items())[:6])
     return row
 
 
-def judge_all(device: str, selected: list[tuple[str, Path, Path]], task_file) -> list[dict]:
+def judge_all(device: str, selected: list[tuple[str, Path, Path]], task_file, out: Path | None = None) -> list[dict]:
+    """Judge every selected problem in turn; the rows so far are written to ``out`` after each
+    one, so a run cut short still leaves them."""
     options = JudgeOptions(time_shapes="largest", baselines=device != "cpu",
                            cache_dir=Path(tempfile.mkdtemp(prefix="kf-kernelbench-cache-")))
     console = _console()
@@ -97,8 +102,16 @@ def judge_all(device: str, selected: list[tuple[str, Path, Path]], task_file) ->
             row = rows[-1]
             reason = f": {row['reason']}" if "reason" in row else ""
             figures = " ".join(f"{k}={row[k]:.4g}" for k in ("time_us", "eager_us", "compile_us") if row.get(k))
-            console.print(f"{key}: {row['status']} in {row['verdict_s']} s {figures}{reason}", soft_wrap=True)
+            phases = " ".join(f"{k} {v:.1f}s" for k, v in row.get("phases", {}).items())
+            console.print(f"{key}: {row['status']} in {row['verdict_s']} s {figures}{reason}"
+                          + (f" (steps: {phases})" if phases else ""), soft_wrap=True)
+            if out is not None:
+                write_rows(out, device, rows)
     return rows
+
+
+def write_rows(out: Path, device: str, rows: list[dict]) -> None:
+    out.write_text(json.dumps({"device": device, "rows": rows}, indent=1, default=str))
 
 
 def _console() -> Console:
@@ -144,16 +157,16 @@ def main() -> None:
     selected = problems_with_candidates(args.problems)
     if args.cpu:
         device = "cpu"
-        rows = judge_all(device, selected, lambda problem: CPU_COPIES / problem.name)
+        rows = judge_all(device, selected, lambda problem: CPU_COPIES / problem.name, args.json)
     else:
         if args.gpu not in visible_gpus():
             raise SystemExit(f"no GPU {args.gpu} here (visible: {visible_gpus() or 'none'}); this bench needs a CUDA "
                              "GPU, and --cpu judges the CPU-sized copies without one")
         device = f"cuda:{args.gpu}"
-        rows = judge_all(device, selected, lambda problem: problem)
+        rows = judge_all(device, selected, lambda problem: problem, args.json)
     print_table(rows, device)
     if args.json:
-        args.json.write_text(json.dumps({"device": device, "rows": rows}, indent=1, default=str))
+        write_rows(args.json, device, rows)
 
 
 if __name__ == "__main__":

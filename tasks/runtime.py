@@ -81,10 +81,26 @@ def make_inputs(task: Task, shape: Shape, dist: str, seed: int, device: str) -> 
         set_shape(module, shape)
         devices = [torch.device(device).index or 0] if device_kind == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            inputs = module.get_inputs()
+            inputs = _drawn_on(device, seed, module.get_inputs) if device_kind == "cuda" else None
+            if inputs is None:
+                torch.manual_seed(seed)
+                inputs = module.get_inputs()
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
     return list(inputs)
+
+
+def _drawn_on(device: str, seed: int, get_inputs: Any) -> list[Any] | None:
+    """``get_inputs()`` with the GPU as the default device, so that its ``torch.rand(...)`` draws
+    there (a KernelBench call of several GB drawn on the CPU and copied over took seconds, and a
+    verdict draws dozens); None when it cannot run that way (it is then drawn on the CPU)."""
+    import torch
+
+    torch.manual_seed(seed)
+    try:
+        with torch.device(device):
+            return list(get_inputs())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
 
 
 def collect_outputs(result: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[Any]:

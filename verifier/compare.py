@@ -152,6 +152,59 @@ def _constant(candidate: torch.Tensor, high: torch.Tensor, blocks: list[slice], 
     return h_varies
 
 
+def magnitude(high: torch.Tensor, device: torch.device) -> tuple[float, float]:
+    """The largest finite |value| of ``high`` and the rms of its finite values (non-finite ones
+    counted as zero), a block of rows at a time on ``device``."""
+    numel = high.numel()
+    if numel == 0 or not high.is_floating_point():
+        return 0.0, 0.0
+    largest, squares = 0.0, torch.zeros((), dtype=torch.float64, device=device)
+    for sl in _blocks(high):
+        h = (high.detach()[sl] if high.dim() else high.detach()).to(device=device, dtype=torch.float64)
+        h = torch.where(torch.isfinite(h), h, torch.zeros_like(h))
+        largest = max(largest, float(h.abs().max()))
+        squares += h.pow(2).sum()
+    return largest, float((squares / numel).sqrt())
+
+
+def max_abs_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest |a - b| (same shape), in float64 a block of rows at a time; inf where a NaN
+    (or an infinity against another value) makes the difference undefined."""
+    if a.numel() == 0 or not a.is_floating_point():
+        return float("inf")
+    worst = 0.0
+    for sl in _blocks(a):
+        x = (a.detach()[sl] if a.dim() else a.detach()).double()
+        y = (b.detach()[sl] if b.dim() else b.detach()).to(device=x.device, dtype=torch.float64)
+        d = float((x - y).abs().max())
+        if d != d:
+            return float("inf")
+        worst = max(worst, d)
+    return worst
+
+
+def untouched_counts(candidate: torch.Tensor, high: torch.Tensor) -> tuple[int, int]:
+    """(elements whose every byte is 0xFF, the poison of memory never written; floating zeros
+    where the reference is not zero), a block of rows at a time."""
+    never = zeros = 0
+    if candidate.numel() == 0:
+        return 0, 0
+    for sl in _blocks(candidate):
+        c = candidate.detach()[sl] if candidate.dim() else candidate.detach().reshape(1)
+        raw = c.contiguous().view(torch.uint8).reshape(c.numel(), -1)
+        never += int((raw == 0xFF).all(dim=1).sum())
+        if c.is_floating_point():
+            h = (high.detach()[sl] if high.dim() else high.detach().reshape(1)).to(c.device)
+            zeros += int(((c == 0) & (h != 0)).sum())
+    return never, zeros
+
+
+def leading(t: torch.Tensor) -> torch.Tensor:
+    """The first block of rows of ``t`` (about CHUNK_ELEMENTS elements): a sample for statistics
+    that need no more, without a copy of a multi-GB tensor."""
+    return t.detach()[_blocks(t)[0]] if t.dim() else t.detach()
+
+
 def _blocks(t: torch.Tensor) -> list[slice]:
     """Slices of the leading dimension of about CHUNK_ELEMENTS each (one slice for a scalar)."""
     if t.dim() == 0 or t.shape[0] == 0:

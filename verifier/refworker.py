@@ -311,8 +311,6 @@ def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
 def _judge_output(j: int, cand: Any, high: Any, low: Any, tolerances: dict[str, Any], *, bound: bool = False) -> dict[str, Any]:
     """One output against its reference; ``bound`` adds the largest error the tolerance allows
     anywhere (what a repeated call may drift by)."""
-    import torch
-
     from . import compare
 
     tol = _tolerance(low, tolerances)
@@ -320,14 +318,11 @@ def _judge_output(j: int, cand: Any, high: Any, low: Any, tolerances: dict[str, 
     details = mism.to_dict()
     details.pop("ok", None)
     if bound and high.is_floating_point() and high.numel():
-        hf = high.to(cand.device).float()
-        finite = torch.where(torch.isfinite(hf), hf, torch.zeros_like(hf))
-        details["allowed_abs"] = float(tol.rtol * finite.abs().max() + tol.atol * finite.double().pow(2).mean().sqrt())
-    if not mism.ok:
-        raw = cand.contiguous().view(torch.uint8).reshape(cand.numel(), -1) if cand.numel() else None
-        details["never_written"] = int((raw == 0xFF).all(dim=1).sum()) if raw is not None else 0
-        details["zeros_where_ref_nonzero"] = int(((cand == 0) & (high.to(cand.device) != 0)).sum()) if cand.is_floating_point() else 0
-        details["lowered_precision"] = _lowered_precision(cand, high)
+        largest, rms = compare.magnitude(high, cand.device)
+        details["allowed_abs"] = float(tol.rtol * largest + tol.atol * rms)
+    if not mism.ok:  # every statistic a block at a time: a multi-GB output has no room for copies
+        details["never_written"], details["zeros_where_ref_nonzero"] = compare.untouched_counts(cand, high)
+        details["lowered_precision"] = _lowered_precision(compare.leading(cand), compare.leading(high))
     return {"output": j, "ok": mism.ok, "details": details}
 
 
@@ -337,13 +332,12 @@ def _tolerance(low: Any, tolerances: dict[str, Any]) -> Tolerance:
 
 
 def _repeat(first: list[Any], again: list[Any], results: list[dict[str, Any]]) -> dict[str, Any]:
-    from . import integrity
+    from . import compare, integrity
 
     for j, (a, b) in enumerate(zip(first, again)):
         if integrity.bits_equal(a, b):
             continue
-        diff = float((a.double() - b.double()).abs().max()) if a.numel() and a.is_floating_point() else float("inf")
-        diff = diff if diff == diff else float("inf")  # NaN in different places: a difference
+        diff = compare.max_abs_difference(a, b)  # NaN in different places: inf, a difference
         allowed = results[j]["details"].get("allowed_abs", 0.0) if j < len(results) else 0.0
         if diff > allowed:
             return {"same": False, "output": j, "max_diff": diff, "allowed": allowed}

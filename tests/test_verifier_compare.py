@@ -1,0 +1,84 @@
+"""The comparison works a block of rows at a time (a KernelBench output of several GB leaves no
+room for float64 copies of it): with tiny blocks, every figure is the one the whole tensor gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernforge.verifier import compare
+from kernforge.verifier.compare import Tolerance
+
+
+@pytest.fixture
+def tiny_blocks(monkeypatch):
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 7)
+
+
+def _pair(shape=(9, 5, 3)):
+    g = torch.Generator().manual_seed(0)
+    high = torch.randn(shape, generator=g)
+    return high.clone(), high
+
+
+def test_a_wrong_element_is_found_in_a_late_block(tiny_blocks):
+    cand, high = _pair()
+    cand[8, 4, 2] += 1.0
+    mism = compare.compare(cand, high, Tolerance(rtol=1e-3, atol=1e-3))
+    assert not mism.ok and mism.bad == 1
+    assert mism.worst_index == (8, 4, 2)
+    assert mism.max_abs_err == pytest.approx(1.0, rel=1e-6)
+
+
+def test_the_scale_is_the_whole_reference(tiny_blocks):
+    """atol scales with the rms of the whole reference: a block of small values gets no stricter."""
+    cand, high = _pair((8, 4))
+    high[:4] *= 1e-6
+    cand = high.clone()
+    rms = float(high.double().pow(2).mean().sqrt())
+    cand[1, 0] += 0.5 * 1e-2 * rms  # within atol * rms, far beyond rtol of that small element
+    assert compare.compare(cand, high, Tolerance(rtol=1e-5, atol=1e-2)).ok
+    cand[1, 0] += 1e-2 * rms
+    assert not compare.compare(cand, high, Tolerance(rtol=1e-5, atol=1e-2)).ok
+
+
+def test_within_tolerance_per_call_in_column_blocks(tiny_blocks):
+    cand, high = _pair((4, 6, 5))
+    cand[2, 5, 4] = float("nan")
+    ok = compare.within_tolerance(cand, high, Tolerance(rtol=1e-3, atol=1e-3))
+    assert ok.tolist() == [True, True, False, True]
+
+
+def test_magnitude_skips_non_finite(tiny_blocks):
+    _, high = _pair()
+    whole = high.clone()
+    high[3, 1, 1] = float("inf")
+    largest, rms = compare.magnitude(high, torch.device("cpu"))
+    finite = torch.where(torch.isfinite(high), high, torch.zeros_like(high)).double()
+    assert largest == pytest.approx(float(finite.abs().max()))
+    assert rms == pytest.approx(float(finite.pow(2).mean().sqrt()))
+    assert largest <= float(whole.abs().max())
+
+
+def test_max_abs_difference_and_nan(tiny_blocks):
+    a, b = _pair()
+    b = b.clone()
+    b[7, 2, 0] += 0.25
+    assert compare.max_abs_difference(a, b) == pytest.approx(0.25, rel=1e-6)
+    b[0, 0, 0] = float("nan")
+    assert compare.max_abs_difference(a, b) == float("inf")
+    assert compare.max_abs_difference(torch.zeros(3, dtype=torch.int32), torch.zeros(3, dtype=torch.int32)) == float("inf")
+
+
+def test_untouched_counts(tiny_blocks):
+    cand, high = _pair()
+    cand.view(-1).view(torch.uint8)[:8] = 0xFF  # two float32 elements of poison, never written
+    cand[5, 0, 0] = 0.0
+    never, zeros = compare.untouched_counts(cand, high)
+    assert (never, zeros) == (2, 1)
+
+
+def test_leading_is_a_view_of_the_first_block(tiny_blocks):
+    _, high = _pair()
+    first = compare.leading(high)
+    assert first.shape[0] == 1 and first.data_ptr() == high.data_ptr()
