@@ -123,16 +123,19 @@ def _ncu_or_skip(judge):
 
 
 def test_audit_of_a_seed_reads_the_nsight_compute_record(runtime_judge):
-    from kernforge.verifier.audit import audit
+    from kernforge.verifier.audit import TOLERANCE, audit
 
     _ncu_or_skip(runtime_judge)
     task = load_task("rms_norm")
     recorded = runtime_judge.verify(task.seed_source, task)
     assert recorded.accepted, _describe(recorded)
-    result = audit(runtime_judge, task.seed_source, task, recorded)
+    # the audit's time check holds on a GPU of its own; pytest-xdist workers time-slice it (one
+    # such audit came out more than 15% slower than its verdict), and this test is about ncu's record
+    shared = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
+    result = audit(runtime_judge, task.seed_source, task, recorded, tolerance=1.0 if shared else TOLERANCE)
+    assert result.passed, result.reason
     record = result.details["ncu"]
     assert record["ran"], record["note"]
-    assert result.passed, result.reason
     assert record["per_call_us"] > 0 and any("rms" in k for k in record["kernels"]), record
 
 

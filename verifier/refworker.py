@@ -748,14 +748,13 @@ def _l2(device: str) -> Any:
 
 # ---- baselines and the machine ----------------------------------------------------------------
 def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
-    """Eager and torch.compile of the reference, timed like a candidate's batch (same number of
-    calls, inputs of their own per call, written inside the window). torch.compile is compiled
+    """Eager and torch.compile of the reference, timed like a candidate's batch (as many of its
+    calls as fit beside the arena, inputs of their own per call, written inside the window). torch.compile is compiled
     afresh per shape with static sizes: after compiles at other shapes dynamo would reuse
     symbolic-size kernels, which are slower than what a user gets for this shape."""
     import torch
 
     from . import library, timing
-    from .arena import ALIGN
 
     task = load_task(msg["task_ref"])
     shape = Shape.of(msg["shape"])
@@ -766,23 +765,8 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         model(*inputs)
         return {"eager": {"median_us": (time.perf_counter() - t0) * 1e6, "mode": "interpreter"}}
-    sets = [runtime.make_inputs(task, shape, msg["dist"], s, device) for s in seeds]
-    sizes = [[-(-(x.numel() * x.element_size()) // ALIGN) * ALIGN if isinstance(x, torch.Tensor) else 0 for x in s] for s in sets]
-    total = sum(map(sum, sizes))
-    region = torch.empty(max(total, ALIGN), dtype=torch.uint8, device=device)
-    pristine = torch.empty_like(region)
-    views, at = [], 0
-    for s, sz in zip(sets, sizes):
-        call = []
-        for x, n in zip(s, sz):
-            if isinstance(x, torch.Tensor):
-                call.append(region[at: at + x.numel() * x.element_size()].view(x.dtype).view(x.shape))
-                pristine[at: at + x.numel() * x.element_size()].view(x.dtype).view(x.shape).copy_(x)
-                at += n
-            else:
-                call.append(x)
-        views.append(call)
-    del sets
+    seeds = seeds[:_baseline_calls(model, task, shape, msg["dist"], seeds, device)]
+    region, pristine, views = _baseline_layout(task, shape, msg["dist"], seeds, device)
     l2 = _l2(device)
     out: dict[str, Any] = {"eager": timing.time_batch(model, region, pristine, views, task.mutated_inputs, l2, int(msg["batches"]))}
     try:
@@ -799,7 +783,65 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
                                                              int(msg["batches"])))
     if lib is not None:
         out["library"] = lib
+    for figures in out.values():
+        if isinstance(figures, dict) and "error" not in figures:
+            figures["calls"] = len(views)
     return out
+
+
+def _baseline_layout(task: Any, shape: Shape, dist: str, seeds: list[int], device: str) -> tuple[Any, Any, list[list[Any]]]:
+    """The baselines' batch: a region for every call's inputs, its pristine bytes (fresh inputs,
+    one call's drawn at a time: a multi-GB call leaves no room for them all twice) and each
+    call's arguments as views of the region."""
+    import torch
+
+    from .arena import ALIGN
+
+    def aligned(x: Any) -> int:
+        return -(-(x.numel() * x.element_size()) // ALIGN) * ALIGN if isinstance(x, torch.Tensor) else 0
+
+    first = sum(map(aligned, runtime.make_inputs(task, shape, dist, seeds[0], device)))
+    region = torch.empty(max(first * len(seeds), ALIGN), dtype=torch.uint8, device=device)
+    pristine = torch.empty_like(region)
+    views: list[list[Any]] = []
+    at = 0
+    for seed in seeds:
+        inputs = runtime.make_inputs(task, shape, dist, seed, device)
+        if views and at + sum(map(aligned, inputs)) > region.numel():
+            break  # inputs whose sizes vary with the seed: fewer calls, all of them in the region
+        call = []
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                nbytes = x.numel() * x.element_size()
+                call.append(region[at: at + nbytes].view(x.dtype).view(x.shape))
+                pristine[at: at + nbytes].view(x.dtype).view(x.shape).copy_(x)
+                at += aligned(x)
+            else:
+                call.append(x)
+        views.append(call)
+    return region, pristine, views
+
+
+#: device memory the baselines leave free beside their batch (the compiler's own work, the library's)
+BASELINE_RESERVE = 4 << 30
+
+
+def _baseline_calls(model: Any, task: Any, shape: Shape, dist: str, seeds: list[int], device: str) -> int:
+    """How many of the candidate's calls per batch the baselines can time here: each call needs
+    its inputs twice (the region and its pristine copy) and its outputs, the batch holds them
+    all at once, and the reference worker's arena is already taken. At least one: a call that
+    does not fit once is the task's problem (fits.py), not the baseline's."""
+    import torch
+
+    inputs = runtime.make_inputs(task, shape, dist, seeds[0], device)
+    with torch.no_grad():
+        outputs = runtime.collect_outputs(model(*inputs), inputs, task.mutated_inputs)
+    per_call = sum(2 * x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    per_call += sum(x.numel() * x.element_size() for x in outputs if isinstance(x, torch.Tensor))
+    del inputs, outputs
+    torch.cuda.empty_cache()  # blocks cached by earlier steps count as room
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return max(1, min(len(seeds), (int(free) - BASELINE_RESERVE) // max(per_call, 1)))
 
 
 def _ceilings(device: str, msg: dict[str, Any]) -> dict[str, Any]:

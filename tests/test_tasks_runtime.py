@@ -1,0 +1,36 @@
+"""Inputs of a task without distributions are drawn by its own ``get_inputs``, on the device the
+call runs on (a KernelBench call of several GB drawn on the CPU took seconds)."""
+
+from __future__ import annotations
+
+import torch
+
+from kernforge.tasks import runtime
+
+
+def test_get_inputs_draws_on_the_device_given():
+    """The meta device stands in for a GPU here: factory calls land where the context says."""
+    drawn = runtime._drawn_on("meta", 0, lambda: [torch.rand(4, 5), 3])
+    assert drawn is not None and drawn[0].device.type == "meta" and drawn[1] == 3
+
+
+def test_an_explicit_cpu_tensor_stays_where_it_was_asked_for():
+    drawn = runtime._drawn_on("meta", 0, lambda: [torch.rand(2, device="cpu")])
+    assert drawn is not None and drawn[0].device.type == "cpu"
+
+
+def test_inputs_that_cannot_be_drawn_there_fall_back():
+    def numpy_inputs():
+        return [torch.from_numpy(torch.rand(3).numpy())]
+
+    assert runtime._drawn_on("meta", 0, numpy_inputs) is None
+
+
+def test_the_same_seed_draws_the_same_inputs():
+    def get():
+        return [torch.rand(6)]
+
+    a = runtime._drawn_on("cpu", 7, get)
+    b = runtime._drawn_on("cpu", 7, get)
+    c = runtime._drawn_on("cpu", 8, get)
+    assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
