@@ -111,3 +111,27 @@ def test_baseline_calls_shrink_to_the_free_memory(monkeypatch):
     for free, want in ((W.BASELINE_RESERVE + 10 * per_call, 6), (W.BASELINE_RESERVE + 2 * per_call + 1, 2), (0, 1)):
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, free=free: (free, 1 << 40))
         assert W._baseline_calls(model, task, shape, "normal", [1, 2, 3, 4, 5, 6], "cpu") == want
+
+
+@pytest.mark.parametrize("keep", [W.DRAWN_KEEP_BYTES, 0], ids=["drawn_once", "drawn_again"])
+def test_pristine_bytes_are_each_seeds_inputs(monkeypatch, keep):
+    """The layout's own draw fills the pristine bytes of a small batch; a large one draws again:
+    either way each call's bytes are exactly its seed's inputs."""
+    from kernforge.tasks import runtime
+
+    monkeypatch.setattr(W, "DRAWN_KEEP_BYTES", keep)
+    W._STATE.clear()
+    arena = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
+    W._STATE.update(arena=arena, calls={}, history={}, batches={})
+    try:
+        seeds = [31, 32, 33]
+        planned = W._plan_batch("cpu", {"key": "p", "task_ref": TASK, "shape": SHAPE, "dist": "normal",
+                                        "seeds": seeds, "init_seed": 3})
+        b = W._STATE["batches"]["p"]
+        task = load_task(TASK)
+        for seed, args in zip(seeds, planned["sets"]):
+            for a, want in zip(args, runtime.make_inputs(task, Shape.of(SHAPE), "normal", seed, "cpu")):
+                assert torch.equal(W._pristine_view(b, a), want)
+    finally:
+        arena.close()
+        W._STATE.clear()

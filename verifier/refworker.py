@@ -411,8 +411,8 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     if batch is None:
         batch = _Batch(shape, msg["task_ref"], int(msg["init_seed"]), msg["dist"])
         slots = Slots(0, arena.layout.input_bytes)
-        layout = []
-        for k, seed in enumerate(seeds):
+        layout, drawn = [], []
+        for seed in seeds:
             inputs = runtime.make_inputs(task, shape, batch.dist, seed, device)
             args = []
             for x in inputs:
@@ -422,28 +422,39 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
                 else:
                     args.append({"value": x})
             layout.append(args)
+            # small calls keep what they drew for the pristine bytes (drawn once, not twice)
+            drawn.append(inputs if slots.next <= DRAWN_KEEP_BYTES else None)
             del inputs
         end = -(-slots.next // 512) * 512
         batch.region = arena.data[:end]
         batch.pristine = torch.empty(end, dtype=torch.uint8, device=batch.region.device)
         batch.sets = layout
         _STATE["batches"][key] = batch
+        if all(d is not None for d in drawn):
+            _fill(batch, task, seeds, device, drawn)
+            return {"sets": batch.sets}
     elif len(seeds) != len(batch.sets):
         raise RuntimeError("a planned batch keeps its number of calls")
     _fill(batch, task, seeds, device)
     return {"sets": batch.sets}
 
 
-def _fill(batch: _Batch, task: Any, seeds: list[int], device: str) -> None:
-    """Fresh inputs for every call, into the batch's pristine bytes at its layout."""
+#: a batch whose inputs take at most this many bytes keeps the inputs its layout drew, to write
+#: them into its pristine bytes (a larger one draws them again, one call at a time)
+DRAWN_KEEP_BYTES = 256 << 20
+
+
+def _fill(batch: _Batch, task: Any, seeds: list[int], device: str, drawn: list[list[Any]] | None = None) -> None:
+    """Fresh inputs for every call, into the batch's pristine bytes at its layout (``drawn``:
+    each seed's inputs, already drawn)."""
     import torch
 
     from .messages import TensorRef
 
     batch.inputs = []
     batch.pristine.fill_(0)
-    for seed, args in zip(seeds, batch.sets):
-        inputs = runtime.make_inputs(task, batch.shape, batch.dist, seed, device)
+    for k, (seed, args) in enumerate(zip(seeds, batch.sets)):
+        inputs = drawn[k] if drawn is not None else runtime.make_inputs(task, batch.shape, batch.dist, seed, device)
         for x, a in zip(inputs, args):
             if a.get("ref"):
                 ref = TensorRef(**a["ref"])
