@@ -59,18 +59,25 @@ def capture(model: Any, calls: Sequence[Sequence[Any]], values: Sequence[Sequenc
     plain values) captured in one graph, or None where it would not give the eager answer."""
     if len(calls) < MIN_CALLS or not torch.cuda.is_available():
         return None
-    try:  # the eager call decides the wider run and warms every kernel; a host sync rules a graph out
-        with _no_host_sync():
+    # The eager call decides the wider run and warms every kernel up on the stream the capture
+    # then uses (cuBLAS and its kin set up per stream, and must not do it mid-capture); a host
+    # sync in it rules a graph out.
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(stream), _no_host_sync():
             high, low = reference.run_reference(model, calls[0], mutated)
     except RuntimeError:
         return None
+    finally:
+        torch.cuda.current_stream().wait_stream(stream)
     hi_model = reference.upcast_model(model) if high is not low else None
     per_call = _nbytes(low) + (_nbytes(high) + 2 * _nbytes(calls[0]) if hi_model is not None else 0) + _nbytes(calls[0])
     if per_call * len(calls) > GRAPH_BYTES:
         return None
     graph, outputs = torch.cuda.CUDAGraph(), []
     try:
-        with torch.no_grad(), torch.cuda.graph(graph):
+        with torch.no_grad(), torch.cuda.graph(graph, stream=stream):
             for args in calls:
                 outputs.append(_run(model, hi_model, args, mutated))
     except (RuntimeError, TypeError):
