@@ -1,6 +1,7 @@
 """The offline proposer: knob analysis of every built-in seed, text rewriting that keeps everything
-else, variants that still compute the right thing (Triton interpreter), and a seeded search that
-never repeats itself, follows the measurements, runs out and says so.
+else (launch knobs and tl.load eviction hints), variants that still compute the right thing
+(Triton interpreter), a seeded search that never repeats itself, follows the measurements, runs
+out and says so, and how far it can reach from a kernel.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from kernforge.archive.content import code_hash
-from kernforge.loop.knobs import OPTION_DEFAULTS, KnobError, analyse, rewrite, template_key
+from kernforge.loop.knobs import (EVICTION_DOMAIN, MAX_BLOCK, OPTION_DEFAULTS, KnobError, analyse, clusters_in, rewrite,
+                                  template_key)
 from kernforge.loop.offline import NoProposal, OfflineProposer, Proposal
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
@@ -26,12 +28,16 @@ BUILTIN = Path(__file__).resolve().parents[1] / "tasks" / "builtin"
 SEEDS = sorted(p.parent.name for p in BUILTIN.glob("*/seed.py"))
 
 #: What the analysis must find in seeds whose knobs are known (other seeds: generic checks only).
+#: Every tl.load of a launched kernel has an eviction hint, absent ("") in every seed.
 EXPECTED = {
-    "rms_norm": {"num_warps": 8},
-    "silu_and_mul": {"BLOCK": 1024, "num_warps": 4},
-    "softmax": {"BLOCK": 4096, "num_warps": 8, "num_stages": 3},
-    "gemm_small_m": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
-    "fp8_quant_per_token": {"BLOCK": 1024, "num_warps": 4, "num_stages": 3},
+    "rms_norm": {"x_ptr.eviction_policy": "", "w_ptr.eviction_policy": "", "num_warps": 8},
+    "silu_and_mul": {"x_ptr.eviction_policy@18": "", "x_ptr.eviction_policy@19": "", "BLOCK": 1024, "num_warps": 4},
+    "softmax": {"x_row.eviction_policy@29": "", "x_row.eviction_policy@39": "", "BLOCK": 4096, "num_warps": 8,
+                "num_stages": 3},
+    "gemm_small_m": {"x_ptr.eviction_policy": "", "w_ptr.eviction_policy": "", "BLOCK_M": 64, "BLOCK_N": 64,
+                     "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
+    "fp8_quant_per_token": {"x_row.eviction_policy@25": "", "x_row.eviction_policy@36": "", "BLOCK": 1024,
+                            "num_warps": 4, "num_stages": 3},
 }
 
 
@@ -42,6 +48,11 @@ def _seed(name: str) -> str:
 def _comments(source: str) -> list[str]:
     tokens = tokenize.generate_tokens(io.StringIO(source).readline)
     return [t.string for t in tokens if t.type == tokenize.COMMENT]
+
+
+def _launch_values(analysis) -> dict:
+    """The knobs of the launches: eviction hints left out."""
+    return {k.label: k.value for k in analysis.knobs if k.kind != "eviction"}
 
 
 def _neighbours(analysis):
@@ -67,7 +78,9 @@ def test_seed_knobs(name):
     for knob in analysis.knobs:
         domain = knob.domain()
         assert knob.value in domain and len(domain) >= 3, knob
-        if knob.kind == "option":
+        if knob.kind == "eviction":
+            assert domain == EVICTION_DOMAIN and knob.label.split("@")[0].endswith(".eviction_policy"), knob
+        elif knob.kind == "option":
             assert set(domain) >= {1, 2, 4, 8} if knob.param == "num_warps" else set(domain) >= {1, 2, 3, 4}
         else:
             assert all(v & (v - 1) == 0 for v in domain if v != knob.value), f"{knob.label}: {domain}"
@@ -93,7 +106,7 @@ def test_seed_variants_differ_compile_and_read_back(name):
 
 def test_computed_block_sizes_are_left_alone_with_a_reason():
     analysis = analyse(_seed("rms_norm"))
-    assert [k.label for k in analysis.knobs] == ["num_warps"]
+    assert [k.label for k in analysis.knobs] == ["x_ptr.eviction_policy", "w_ptr.eviction_policy", "num_warps"]
     assert any("BLOCK is computed at run time (`triton.next_power_of_2(hidden)`)" in n for n in analysis.notes)
     assert any("num_stages would change nothing" in n for n in analysis.notes)
 
@@ -166,7 +179,7 @@ def _kernel_module(body: str) -> str:
 ])
 def test_analysis_cases(body, values, note):
     analysis = analyse(_kernel_module(body))
-    assert analysis.values() == values, analysis.notes
+    assert _launch_values(analysis) == values, analysis.notes
     assert any(note in n for n in analysis.notes), analysis.notes
 
 
@@ -275,13 +288,19 @@ def _verdict(time_us: float | None, shapes=(("T", 1), ("T", 64)), timing: str = 
 
 
 def _silu_time(config) -> float | None:
-    """A made-up cost with its minimum at BLOCK=4096, num_warps=8; BLOCK=16384 fails to compile."""
+    """A made-up cost with its minimum at BLOCK=4096, num_warps=8 and both loads evict_first (each
+    is read once); BLOCK=16384 fails to compile."""
     if config["BLOCK"] >= 16384:
         return None
-    return 10 + 3 * abs(math.log2(config["BLOCK"]) - 12) + 2 * abs(math.log2(config["num_warps"]) - 3)
+    hints = sum(EVICTION_DOMAIN.index(v) for k, v in config.items() if ".eviction_policy" in k)
+    return 10 + 3 * abs(math.log2(config["BLOCK"]) - 12) + 2 * abs(math.log2(config["num_warps"]) - 3) + 0.5 * hints
 
 
-def _run(name, seed=0, limit=200, cost=_silu_time):
+SILU_BEST = {"x_ptr.eviction_policy@18": "evict_first", "x_ptr.eviction_policy@19": "evict_first", "BLOCK": 4096,
+             "num_warps": 8}
+
+
+def _run(name, seed=0, limit=1000, cost=_silu_time):
     source = _seed(name)
     proposer = OfflineProposer(seed=seed)
     feedback = _verdict(cost(analyse(source).values()))
@@ -302,31 +321,42 @@ def test_search_never_repeats_and_runs_out():
     assert len({p.code_hash for p in proposals}) == len(proposals)
     assert isinstance(last, NoProposal) and last.kind == "exhausted"
     # every configuration within reach was proposed once, the parent's excepted
-    assert f"all {len(proposals) + 1} configurations of BLOCK, num_warps" in last.reason
-    assert "best: BLOCK=4096 num_warps=8 at" in last.reason
+    labels = "x_ptr.eviction_policy@18, x_ptr.eviction_policy@19, BLOCK, num_warps"
+    assert f"all {len(proposals) + 1} configurations of {labels}" in last.reason
+    assert "best: x_ptr.eviction_policy@18=evict_first x_ptr.eviction_policy@19=evict_first BLOCK=4096 num_warps=8 at" \
+        in last.reason
 
 
 def test_search_follows_the_measurements():
     proposals, _ = _run("silu_and_mul")
-    found = next(i for i, p in enumerate(proposals) if p.config == {"BLOCK": 4096, "num_warps": 8})
-    assert found < 8, [p.description for p in proposals[:found + 1]]
+    found = next(i for i, p in enumerate(proposals) if p.config == SILU_BEST)
+    assert found < 20, [p.description for p in proposals[:found + 1]]
     # the base of a proposal is never a rejected configuration
     assert all(_silu_time(p.base) is not None for p in proposals)
     assert proposals[1].description.startswith("offline tuning of _silu_and_mul_kernel: ")
 
 
-def test_tiny_space_is_exhausted_and_says_so():
+def test_small_space_is_exhausted_and_says_so():
     proposer = OfflineProposer(seed=0)
-    source = _seed("rms_norm")  # num_warps only: 5 configurations, the parent's is one of them
-    warps = []
-    for _ in range(4):
+    source = _seed("rms_norm")  # 5 num_warps x 3 hints x 3 hints: 45 configurations, the parent's one of them
+    configs = []
+    for _ in range(44):
         result = proposer.propose(source)
         assert isinstance(result, Proposal)
-        warps.append(result.config["num_warps"])
-    assert sorted(warps) == [1, 2, 4, 16]
+        configs.append(tuple(result.config.values()))
+    hints = [(x, w) for x in EVICTION_DOMAIN for w in EVICTION_DOMAIN]
+    everything = {(x, w, n) for x, w in hints for n in (1, 2, 4, 8, 16)}
+    assert sorted(configs, key=repr) == sorted(everything - {("", "", 8)}, key=repr)
+    # nearest first: a step is one place along a domain, (evict_first, "", evict_last) for a hint,
+    # so the six configurations one step away (a hint either way, 4 or 16 warps) come first
+    def steps(c):
+        return abs(EVICTION_DOMAIN.index(c[0]) - 1) + abs(EVICTION_DOMAIN.index(c[1]) - 1) + abs(math.log2(c[2] / 8))
+    assert [steps(c) for c in configs[:6]] == [1] * 6, configs[:6]
+    assert all(steps(c) == 2 for c in configs[6:6 + 13]), configs[6:6 + 13]
     result = proposer.propose(source)
     assert isinstance(result, NoProposal) and result.kind == "exhausted"
-    assert "all 5 configurations of num_warps" in result.reason and "nothing measured" in result.reason
+    assert "all 45 configurations of x_ptr.eviction_policy, w_ptr.eviction_policy, num_warps" in result.reason
+    assert "nothing measured" in result.reason
 
 
 def test_search_is_deterministic_under_a_seed():
@@ -391,7 +421,7 @@ def test_a_new_best_within_noise_does_not_move_the_search():
     source = _seed("rms_norm")
     first = proposer.propose(source, _verdict(10.0))
     proposer.record(first.source, _verdict(9.95))  # 0.5% faster: noise
-    assert proposer.propose(source).base == {"num_warps": 8}
+    assert proposer.propose(source).base == analyse(source).values()
     third = proposer.propose(source)
     proposer.record(third.source, _verdict(9.0))  # 10% faster: a real improvement
     assert proposer.propose(source).base == third.config
