@@ -640,8 +640,9 @@ def _site(knob: Knob) -> tuple:
 
 
 def _labelled(knobs: list[Knob]) -> tuple[Knob, ...]:
-    """Short unique labels: the parameter, else kernel.parameter, else parameter@line, else
-    kernel.parameter@line (and .N after it, from 1, for two loads of one pointer on one line)."""
+    """Short unique labels: the parameter, else kernel.parameter, else parameter@line (kernel.
+    parameter@line where two kernels share the line number; .N after it, from 1, for two loads of
+    one pointer on one line)."""
     def count(f):
         return {key: sum(f(o) == key for o in knobs) for key in map(f, knobs)}
     by_param = count(lambda k: k.param)
@@ -655,12 +656,12 @@ def _labelled(knobs: list[Knob]) -> tuple[Knob, ...]:
             label = k.param
         elif by_kernel[(k.kernel, k.param)] == 1:
             label = f"{k.kernel}.{k.param}"
-        elif by_param_line[(k.param, k.line)] == 1:
-            label = f"{k.param}@{k.line}"
         else:
-            label = f"{k.kernel}.{k.param}@{k.line}"
-            if by_line[(k.kernel, k.param, k.line)] > 1:
-                seen[(k.kernel, k.param, k.line)] = n = seen.get((k.kernel, k.param, k.line), 0) + 1
+            key = (k.kernel, k.param, k.line)
+            # the kernel's name only where it tells apart two knobs of one parameter on one line number
+            label = f"{k.param}@{k.line}" if by_param_line[key[1:]] == by_line[key] else f"{k.kernel}.{k.param}@{k.line}"
+            if by_line[key] > 1:
+                seen[key] = n = seen.get(key, 0) + 1
                 label += f".{n}"
         out.append(Knob(label, *[getattr(k, f) for f in Knob.__dataclass_fields__ if f != "label"]))
     return tuple(out)

@@ -13,6 +13,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernforge.archive.content import code_hash
 from kernforge.loop.knobs import (EVICTION_DOMAIN, MAX_BLOCK, OPTION_DEFAULTS, KnobError, analyse, clusters_in, rewrite,
@@ -247,12 +248,188 @@ def test_rewrite_refuses_a_source_that_moved():
         rewrite(source.replace("BLOCK=4096", "BLOCK=2048"), analysis, {"BLOCK": 8192})
 
 
+# --- eviction hints and num_ctas ------------------------------------------------------------
+
+_HINTED = '''\
+import torch
+import triton
+import triton.language as tl
+{head}
+@triton.jit
+def _helper(p, offs, n):
+    return tl.load(p + offs, mask=offs < n, other=0.0)
+
+@triton.jit
+def _unused(p):
+    return tl.load(p)
+
+@triton.jit
+def _k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+{body}
+def f(x, y, n):
+    {launch}
+'''
+
+
+def _hinted(body: str, launch: str = "_k[(1,)](x, y, n, BLOCK=256)", head: str = "") -> str:
+    """A module with a kernel ``_k`` whose body is given, a helper it may call, one it never calls,
+    and one launch."""
+    return _HINTED.format(head=head, body=textwrap.indent(body, "    "), launch=launch)
+
+
+def _hints(analysis) -> dict:
+    return {k.label: k.value for k in analysis.knobs if k.kind == "eviction"}
+
+
+@pytest.mark.parametrize("body, hints, note", [
+    # absent: "" (Triton's evict_normal), inserted after the last argument whatever its keywords
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=0.0, cache_modifier='.cg'))\n",
+     {"x_ptr.eviction_policy": ""}, ""),
+    # already hinted: the literal is the knob's value, edited in place
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs, eviction_policy='evict_last', mask=offs < n))\n",
+     {"x_ptr.eviction_policy": "evict_last"}, ""),
+    # a hint the domain does not hold, or one the author computes: left alone
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs, eviction_policy='evict_normal'))\n",
+     {}, "eviction_policy `'evict_normal'` of the tl.load at line"),
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs, eviction_policy=POLICY))\n", {}, "eviction_policy `POLICY`"),
+    # a load in a @triton.jit helper the kernel calls is tuned there; an uncalled one is not
+    ("tl.store(y_ptr + offs, _helper(x_ptr, offs, n))\n", {"p.eviction_policy": ""}, ""),
+    # volatile loads, splatted arguments and Triton 3.0-3.4's positional hint are left alone
+    ("tl.store(y_ptr, tl.load(x_ptr, volatile=True))\n", {}, "is volatile"),
+    ("tl.store(y_ptr, tl.load(*(x_ptr,)))\n", {}, "passes *args/**kwargs"),
+    ("tl.store(y_ptr, tl.load(x_ptr, None, None, None, '', '', 'evict_last'))\n", {}, "by position"),
+    # two loads of one pointer on one line: each its own knob
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs) + tl.load(x_ptr + offs + 1))\n",
+     {"x_ptr.eviction_policy@16.1": "", "x_ptr.eviction_policy@16.2": ""}, ""),
+])
+def test_eviction_hint_cases(body, hints, note):
+    analysis = analyse(_hinted(body))
+    assert _hints(analysis) == hints, analysis.notes
+    assert _launch_values(analysis) == {"BLOCK": 256, "num_warps": 4}
+    assert not note or any(note in n for n in analysis.notes), analysis.notes
+
+
+@pytest.mark.parametrize("head, call", [
+    ("from triton.language import load as ld\n", "ld"),
+    ("import triton.language as language\n", "language.load"),
+    ("from triton import language\n", "language.load"),
+])
+def test_eviction_hints_follow_how_the_module_spells_load(head, call):
+    analysis = analyse(_hinted(f"tl.store(y_ptr + offs, {call}(x_ptr + offs))\n", head=head))
+    assert _hints(analysis) == {"x_ptr.eviction_policy": ""}, analysis.notes
+
+
+def test_an_autotuned_kernel_keeps_its_loads():
+    source = _hinted("tl.store(y_ptr + offs, _helper(x_ptr, offs, n))\n").replace(
+        "@triton.jit\ndef _k(", "@triton.autotune(configs=[], key=['n'])\n@triton.jit\ndef _k(")
+    analysis = analyse(source)
+    assert not analysis.knobs and "is under @triton.autotune" in analysis.reason
+
+
+def test_eviction_hint_rewrites_in_place_and_back():
+    source = _hinted("a = tl.load(x_ptr + offs, mask=offs < n, other=0.0)\n"
+                     "b = tl.load(y_ptr + offs, eviction_policy=\"evict_last\")  # read again by the next program\n"
+                     "tl.store(y_ptr + offs, a + b)\n")
+    analysis = analyse(source)
+    assert _hints(analysis) == {"x_ptr.eviction_policy": "", "y_ptr.eviction_policy": "evict_last"}
+    variant = rewrite(source, analysis, {"x_ptr.eviction_policy": "evict_first", "y_ptr.eviction_policy": ""})
+    assert 'a = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")\n' in variant
+    assert 'b = tl.load(y_ptr + offs, eviction_policy="")  # read again by the next program\n' in variant
+    compile(variant, "variant.py", "exec")
+    again = analyse(variant)
+    assert _hints(again) == {"x_ptr.eviction_policy": "evict_first", "y_ptr.eviction_policy": ""}
+    assert template_key(variant, again) == template_key(source, analysis)
+    # the analysed values again: the written hint is written back; the inserted one stays, as ""
+    back = rewrite(variant, again, {"x_ptr.eviction_policy": "", "y_ptr.eviction_policy": "evict_last"})
+    assert back == source.replace("a = tl.load(x_ptr + offs, mask=offs < n, other=0.0)",
+                                  'a = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="")')
+    assert rewrite(source, analysis, {"x_ptr.eviction_policy": ""}) == source
+
+
+@pytest.mark.parametrize("value", ["evict_normal", None, 1, ".cg"])
+def test_rewrite_refuses_a_hint_outside_the_domain(value):
+    source = _seed("rms_norm")
+    with pytest.raises(KnobError, match="is not one of"):
+        rewrite(source, analyse(source), {"x_ptr.eviction_policy": value})
+
+
+@pytest.mark.parametrize("env, clusters", [
+    ({"cuda": "12.8", "capability": "9.0"}, True),  # H100, H200
+    ({"cuda": "12.8", "capability": "10.0"}, True),  # B200
+    ({"cuda": "12.8", "capability": "8.0"}, False),  # A100: no thread-block clusters
+    ({"cuda": None, "capability": "9.4"}, False),  # MI300 under ROCm reports 9.4 too
+    ({"torch": "2.x"}, False),  # the CPU interpreter
+])
+def test_clusters_in(env, clusters):
+    assert clusters_in(env) is clusters
+
+
+def test_num_ctas_only_where_clusters_exist_and_the_kernel_calls_dot():
+    gemm = _seed("gemm_small_m")
+    assert "num_ctas" not in analyse(gemm).values()
+    analysis = analyse(gemm, clusters=True)
+    knob = analysis.knob("num_ctas")
+    assert knob.value == 1 and knob.domain() == (1, 2, 4, 8) and not knob.grows_shared_memory
+    variant = rewrite(gemm, analysis, {"num_ctas": 2})
+    assert variant.replace(", num_ctas=2", "", 1) == gemm
+    assert analyse(variant, clusters=True).values() == analysis.values() | {"num_ctas": 2}
+    assert template_key(variant, analyse(variant, clusters=True)) == template_key(gemm, analysis)
+    # a row kernel reduces within one CTA: nothing for a cluster to share
+    norm = analyse(_seed("rms_norm"), clusters=True)
+    assert "num_ctas" not in norm.values() and any("has no tl.dot" in n for n in norm.notes)
+    # written by the author for a target without clusters: left as it is
+    written = analyse(_hinted("tl.store(y_ptr + offs, tl.load(x_ptr + offs))\n",
+                              launch="_k[(1,)](x, y, n, BLOCK=256, num_ctas=2)"))
+    assert "num_ctas" not in written.values() and any("needs thread-block clusters" in n for n in written.notes)
+
+
+def test_only_tiles_and_stages_count_for_shared_memory():
+    analysis = analyse(_seed("gemm_small_m"), clusters=True)
+    grows = {k.label for k in analysis.knobs if k.grows_shared_memory}
+    assert grows == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages"}
+
+
+def test_reach_counts_what_the_search_can_propose():
+    source = _seed("silu_and_mul")
+    analysis = analyse(source)
+    proposer = OfflineProposer(seed=0)
+    total = math.prod(len(k.domain()) for k in analysis.knobs)
+    reach = proposer.reach(source)
+    assert (reach.total, reach.tried, reach.left) == (total, 0, total)
+    assert reach.labels == tuple(analysis.values())
+    # a GPU's times move the search: block sizes may widen to every power of two up to MAX_BLOCK
+    widest = proposer.reach(source, widening=True)
+    assert widest.total == 3 * 3 * MAX_BLOCK.bit_length() * 5 > total
+    proposer.record(source, None)
+    assert proposer.reach(source).tried == 1  # the parent: judged by the loop, it is tried
+    proposer.propose(source)
+    assert proposer.reach(source).tried == 2  # a proposal counts as soon as it is made
+    assert OfflineProposer().reach("import torch\n") is None
+
+
+def test_interpreter_runs_an_all_hinted_seed_bit_for_bit(tmp_path):
+    """Hints are cache policies: the same loads, the same arithmetic, the same bits."""
+    source = _seed("rms_norm")
+    analysis = analyse(source)
+    variant = rewrite(source, analysis, {"x_ptr.eviction_policy": "evict_first", "w_ptr.eviction_policy": "evict_last"})
+    assert variant.count("eviction_policy=") == 2
+    (tmp_path / "seed.py").write_text(source)
+    (tmp_path / "variant.py").write_text(variant)
+    x = torch.randn(3, 37, dtype=torch.float32)  # an odd row: masked lanes in the block
+    w = torch.randn(37, dtype=torch.float32)
+    outputs = [runtime.load_module(tmp_path / f"{n}.py").ModelNew()(x, w) for n in ("seed", "variant")]
+    assert torch.equal(outputs[0], outputs[1])
+
+
 # --- variants still compute the right thing (Triton interpreter on the CPU) --------------------
 
 @pytest.mark.parametrize("name, assignment", [
     ("silu_and_mul", {"BLOCK": 128, "num_warps": 2}),
     ("softmax", {"BLOCK": 1024, "num_warps": 4, "num_stages": 2}),
     ("rms_norm", {"num_warps": 2}),
+    ("rms_norm", {"x_ptr.eviction_policy": "evict_first", "w_ptr.eviction_policy": "evict_last", "num_warps": 4}),
+    ("softmax", {"x_row.eviction_policy@29": "evict_last", "x_row.eviction_policy@39": "evict_first"}),
 ])
 def test_variant_matches_reference_under_the_interpreter(name, assignment, tmp_path, device):
     task = load_task(name)
