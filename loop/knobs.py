@@ -659,7 +659,9 @@ def _labelled(knobs: list[Knob]) -> tuple[Knob, ...]:
         else:
             key = (k.kernel, k.param, k.line)
             # the kernel's name only where it tells apart two knobs of one parameter on one line number
-            label = f"{k.param}@{k.line}" if by_param_line[key[1:]] == by_line[key] else f"{k.kernel}.{k.param}@{k.line}"
+            label = f"{k.param}@{k.line}"
+            if by_param_line[key[1:]] != by_line[key]:
+                label = f"{k.kernel}.{label}"
             if by_line[key] > 1:
                 seen[key] = n = seen.get(key, 0) + 1
                 label += f".{n}"

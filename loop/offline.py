@@ -33,20 +33,21 @@ Interface (what the loop calls)::
   will move the search, so block sizes may widen as far as they can go.
 
 Every source whose kernels differ from another's only in knob values belongs to one *family*
-(``knobs.template_key``); the proposer keeps per family the configurations tried and their
-per-shape times. It proposes around the best measured configuration of the parent's family (the
-parent's own while nothing is measured): first the same single-knob move that led to the best (it
-paid off once), then untried configurations at distance 1, 2, ... (steps along the knobs' domains; a categorical knob, the eviction hint,
-has its values in a fixed order, so a step is one place along it)
-in an order drawn from the seed, skipping any whose block sizes and num_stages are all at least
-those of a configuration that ran out of shared memory (warps, clusters and hints do not count). A configuration becomes the best only when
-it is more than ``MARGIN`` (1%) faster, so timing noise does not move the search; a rejected one
-never does, and neither does one judged on the interpreter: its times are correctness runs' wall
-clock, never ranked, so on a CPU the search stays centred on the parent and walks its
-neighbourhood in the seeded order until it is exhausted. A knob's values are powers of two around
-its first value and around every later best, so a knob that keeps improving at the edge of its
-range gets a wider one. No configuration is proposed twice; ``NoProposal(kind="exhausted")`` comes
-once everything within reach was tried. The same seed and the same calls give the same proposals.
+(``knobs.template_key``); the proposer keeps per family the configurations tried and their per-shape
+times. It proposes around the best measured configuration of the parent's family (the parent's own
+while nothing is measured): first the same single-knob move that led to the best (it paid off once),
+then untried configurations at distance 1, 2, ... (steps along the knobs' domains; a categorical
+knob, the eviction hint, has its values in a fixed order, so a step is one place along it) in an
+order drawn from the seed, skipping any whose block sizes and num_stages are all at least those of a
+configuration that ran out of shared memory (warps, clusters and hints do not count). A
+configuration becomes the best only when it is more than ``MARGIN`` (1%) faster, so timing noise
+does not move the search; a rejected one never does, and neither does one judged on the interpreter:
+its times are correctness runs' wall clock, never ranked, so on a CPU the search stays centred on
+the parent and walks its neighbourhood in the seeded order until it is exhausted. A knob's values
+are powers of two around its first value and around every later best, so a knob that keeps improving
+at the edge of its range gets a wider one. No configuration is proposed twice;
+``NoProposal(kind="exhausted")`` comes once everything within reach was tried. The same seed and the
+same calls give the same proposals.
 Not thread-safe: one loop, one proposer.
 """
 

@@ -9,10 +9,11 @@ hear every verdict through ``observe``. The runner does not know which one it dr
   (prompts/), and one chat completion is asked of that model (llm.py). With no seed kernel and
   nothing archived, the only strategy is ``fresh``: the model starts from the reference alone.
 * ``OfflineTuner``: ``offline.OfflineProposer`` per task, asked around the best kernel, then the
-  other niches' elites, then the unjudged seed. ``reach`` says how many configurations that can
-  ever give, so a run can say up front when its attempt budget is out of reach. A task with no seed and nothing accepted first gets
+  other niches' elites, then the unjudged seed. A task with no seed and nothing accepted first gets
   the Inductor start (``inductor_start``: torch.compile's own Triton kernels as a ``ModelNew``),
   once; where Inductor gives none, or it was rejected, a ``NoProposal`` says so plainly.
+  ``reach`` counts the configurations its starting kernels can give, so a run can say up front
+  that an attempt budget is out of reach.
 
 ``llm_config`` decides: the LLM proposer when a key is configured or an endpoint is named that
 needs none (``--base-url``, the "local" preset), else the offline tuner; asking for a provider or
