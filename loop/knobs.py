@@ -1,12 +1,28 @@
 """Launch knobs of the Triton kernels in a candidate: find them with ``ast`` and rewrite them.
 
-A knob is one integer the offline tuner may change without changing what a kernel computes:
+A knob is one value the offline tuner may change without changing what a kernel computes:
 a block-size ``tl.constexpr`` argument of a launch ``kernel[grid](...)`` (BLOCK, BLOCK_M, TILE_N,
-GROUP_M, ...) or the launch options ``num_warps`` and ``num_stages``. Its value is edited where
-it is written: in the launch when it is a literal there, else at the single assignment of the
-local variable or module constant that feeds the launch, so that a grid computed from the same
+GROUP_M, ...), the launch options ``num_warps`` and ``num_stages``, ``num_ctas`` where thread-block
+clusters exist, or the cache eviction hint of one ``tl.load``. Its value is edited where it is
+written: in the launch when it is a literal there, else at the single assignment of the local
+variable or module constant that feeds the launch, so that a grid computed from the same
 variable (``triton.cdiv(n, block)``) stays consistent with it. ``min(<computed>, 1024)`` has a
 tunable cap: the author already wrote the kernel for values below and above it.
+
+Eviction hints are categorical: ``eviction_policy=`` of each ``tl.load`` in a launched kernel or
+in a ``@triton.jit`` helper it calls, one of "evict_first", "" (absent: Triton's evict_normal)
+and "evict_last", in that order of how long the loaded lines stay in cache, so one step along the
+domain is one step in priority. A hint is a PTX cache policy; the interpreter ignores it. Left
+alone: a hint that is not a string literal of the domain, loads with ``volatile=True`` (a value
+another program may change is no place for a cache hint), with ``*args``/``**kwargs``, or with
+the hint possibly given by position (seven positional arguments: Triton 3.0-3.4's signature).
+
+``num_ctas`` is the number of CTAs in a thread-block cluster that together run one program
+(Triton's ``CUDAOptions``: "number of blocks in a block cluster. SM90+ only"; the NVIDIA backend
+refuses num_ctas > 1 below compute capability 9.0 and the interpreter drops it). Triton splits
+tensors over the cluster's CTAs but reduces only within one CTA, so clusters pay off for tl.dot
+tiles: it is a knob only when the caller says the target has clusters (``clusters_in``) and the
+kernel calls tl.dot.
 
 Left alone, with a note saying why: values computed from the shape (``triton.next_power_of_2(H)``
 for a kernel that needs the whole row in one block), unless the kernel uses the parameter only as
@@ -25,16 +41,22 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from kernforge.archive.content import code_hash
 
 #: Constexpr names that are tiling parameters: any value computes the same result.
 TILING_NAME = re.compile(r"^(?!NUM_)(?:\w*BLOCK\w*|\w*TILE\w*|GROUP_(?:SIZE_)?[MNK])$", re.IGNORECASE)
-OPTIONS = ("num_warps", "num_stages")
+OPTIONS = ("num_warps", "num_stages", "num_ctas")
 #: Triton's NVIDIA backend defaults (``CUDAOptions``): what an absent launch option means.
-OPTION_DEFAULTS = {"num_warps": 4, "num_stages": 3}
-OPTION_DOMAINS = {"num_warps": (1, 2, 4, 8, 16), "num_stages": (1, 2, 3, 4, 5)}
+OPTION_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1}
+#: num_ctas: 8 is the largest cluster CUDA guarantees to launch (16 is non-portable).
+OPTION_DOMAINS = {"num_warps": (1, 2, 4, 8, 16), "num_stages": (1, 2, 3, 4, 5), "num_ctas": (1, 2, 4, 8)}
+EVICTION = "eviction_policy"
+#: Ordered by how long a loaded line stays in cache; "" is an absent hint (evict_normal).
+EVICTION_DOMAIN = ("evict_first", "", "evict_last")
+#: tl.load's keyword-only hint may be positional in Triton 3.0-3.4: the 7th argument.
+EVICTION_POSITION = 6
 #: Block sizes are powers of two within a factor of RADIUS of the value they start from.
 RADIUS = 4
 MAX_BLOCK = 1 << 16
@@ -50,15 +72,17 @@ class KnobError(ValueError):
 
 @dataclass(frozen=True)
 class Knob:
-    """One tunable integer, where it is written and the values it may take."""
+    """One tunable value, where it is written and the values it may take."""
 
     label: str  # unique in its source: the parameter name, else "kernel.param", else "...@line"
-    kernel: str
+    kernel: str  # the launched kernel, or for an eviction hint the @triton.jit function it is in
+    #: the constexpr or option; "<pointer>.eviction_policy" for a load's hint
     param: str
     #: "literal" (in the launch), "local" / "constant" (an assignment feeding it), "cap" (the
-    #: literal of min(..., N)), "option" (num_warps/num_stages), "new_cap" (min(expr, N) added)
+    #: literal of min(..., N)), "option" (num_warps/num_stages/num_ctas), "new_cap" (min(expr, N)
+    #: added), "eviction" (the eviction_policy string of one tl.load)
     kind: str
-    value: int | None
+    value: int | str | None
     line: int
     where: str
     start: int  # byte offsets of the text to replace (equal for an absent launch option)
@@ -67,8 +91,13 @@ class Knob:
     expr: str = ""  # new_cap: the expression being capped
     lo: int = 1
 
-    def domain(self, *anchors: int | None) -> tuple[int | None, ...]:
-        """Values to try: fixed sets for options and new caps, else powers of two near the anchors."""
+    def domain(self, *anchors: int | str | None) -> tuple[int | str | None, ...]:
+        """Values to try: fixed sets for options, new caps and hints, else powers of two near the anchors.
+
+        The order is the search's notion of distance: one step is one place along this tuple.
+        """
+        if self.kind == "eviction":
+            return EVICTION_DOMAIN
         anchors = tuple(a for a in anchors if a is not None or self.kind == "new_cap")
         values: set[int | None] = {self.value, *anchors}
         if self.kind == "option":
@@ -84,9 +113,36 @@ class Knob:
                     p *= 2
         return tuple(sorted(values, key=lambda v: (v is None, v or 0)))
 
+    def widest(self) -> tuple[int | str | None, ...]:
+        """Every value the domain can grow to as the search moves: a block size's powers of two
+        reach from its floor to MAX_BLOCK (each new best widens its range by RADIUS)."""
+        if self.kind in ("option", "new_cap", "eviction"):
+            return self.domain()
+        values = {self.value} | {1 << i for i in range(MAX_BLOCK.bit_length()) if (1 << i) >= self.lo}
+        return tuple(sorted(values))
+
+    @property
+    def grows_shared_memory(self) -> bool:
+        """Shared memory grows with every tile side and with num_stages, not with warps, clusters
+        (each CTA of a cluster holds a slice) or cache hints."""
+        return self.kind not in ("option", "eviction") or self.param == "num_stages"
+
+    def check(self, value: Any) -> None:
+        """Raise KnobError unless ``value`` is one this knob can be set to."""
+        if self.kind == "eviction":
+            if value not in EVICTION_DOMAIN:
+                raise KnobError(f"{self.label}: {value!r} is not one of {', '.join(map(repr, EVICTION_DOMAIN))}")
+        elif value is None:
+            if self.kind != "new_cap":
+                raise KnobError(f"{self.label}: only an introduced cap can be None")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise KnobError(f"{self.label}: {value!r} is not a positive integer")
+
     def render(self, value: int | str | None) -> str:
         if self.kind == "new_cap":
             return self.expr if value is None else f"min({self.expr}, {value})"
+        if self.kind == "eviction":
+            return f'"{value}"' if self.present else f', {EVICTION}="{value}"'
         return str(value) if self.present else f", {self.param}={value}"
 
 
@@ -98,7 +154,7 @@ class Analysis:
     #: why there is nothing to tune ("" when there are knobs)
     reason: str = ""
 
-    def values(self) -> dict[str, int | None]:
+    def values(self) -> dict[str, int | str | None]:
         return {k.label: k.value for k in self.knobs}
 
     def knob(self, label: str) -> Knob:
@@ -108,13 +164,24 @@ class Analysis:
         raise KnobError(f"no knob {label!r}; knobs: {', '.join(k.label for k in self.knobs) or 'none'}")
 
 
-def analyse(source: str) -> Analysis:
-    """Every knob of every launch in ``source``, with notes on what was left alone and why."""
+def clusters_in(env: Mapping[str, Any]) -> bool:
+    """Whether the device an environment describes (``verifier.environment``) launches thread-block
+    clusters: an NVIDIA GPU (CUDA, not ROCm) of compute capability 9.0 or above."""
+    capability = str(env.get("capability") or "")
+    return bool(env.get("cuda")) and capability.split(".")[0].isdigit() and int(capability.split(".")[0]) >= 9
+
+
+def analyse(source: str, *, clusters: bool = False) -> Analysis:
+    """Every knob of every launch in ``source``, with notes on what was left alone and why.
+
+    ``clusters``: the target launches thread-block clusters (``clusters_in``), so num_ctas is a
+    knob of launches of kernels that call tl.dot.
+    """
     try:
         tree = ast.parse(source)
     except SyntaxError as err:
         return Analysis((), (), f"nothing to tune: the source does not parse ({err.msg}, line {err.lineno})")
-    finder = _Finder(tree, source)
+    finder = _Finder(tree, source, clusters=clusters)
     knobs, notes = finder.run()
     if knobs:
         return Analysis(knobs, notes)
@@ -127,19 +194,17 @@ def analyse(source: str) -> Analysis:
     return Analysis((), notes, "nothing to tune: " + why + (": " + "; ".join(notes) if notes else ""))
 
 
-def rewrite(source: str, analysis: Analysis, assignment: Mapping[str, int | None]) -> str:
+def rewrite(source: str, analysis: Analysis, assignment: Mapping[str, int | str | None]) -> str:
     """``source`` with the knobs named in ``assignment`` set; every other byte is kept.
 
     A knob set to its current value is not touched (an absent launch option set to its default,
-    or a new cap set to None, stays absent). ``analysis`` must come from this very source.
+    an absent eviction hint set to "", or a new cap set to None, stays absent). ``analysis`` must
+    come from this very source.
     """
     texts = {}
     for label, value in assignment.items():
         knob = analysis.knob(label)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise KnobError(f"{label}: {value!r} is not a positive integer")
-        if value is None and knob.kind != "new_cap":
-            raise KnobError(f"{label}: only an introduced cap can be None")
+        knob.check(value)
         if value != knob.value:
             texts[label] = knob.render(value)
     return _apply(source, analysis, texts)
@@ -151,16 +216,21 @@ def template_key(source: str, analysis: Analysis) -> str:
     # can stand in another place in the text without making a different family.
     texts = {}
     for knob in analysis.knobs:
-        hole = "__knob_" + knob.label.replace(".", "_") + "__"
-        texts[knob.label] = f"min({knob.expr}, {hole})" if knob.kind == "new_cap" else knob.render(hole)
+        hole = "__knob_" + re.sub(r"\W", "_", knob.label) + "__"
+        if knob.kind == "new_cap":
+            texts[knob.label] = f"min({knob.expr}, {hole})"
+        elif knob.kind == "eviction":
+            texts[knob.label] = hole if knob.present else f", {EVICTION}={hole}"
+        else:
+            texts[knob.label] = knob.render(hole)
     rendered = _apply(source, analysis, texts)
-    # Launch options are dropped from the template altogether: whether one was written out, and
-    # in which order, is part of the configuration, not of the family.
+    # Launch options and eviction hints are dropped from the template altogether: whether one was
+    # written out, and in which order, is part of the configuration, not of the family.
     rendered = _OPTION_HOLE.sub("", rendered)
     return code_hash(rendered) + ":" + ",".join(sorted(k.label for k in analysis.knobs))
 
 
-_OPTION_HOLE = re.compile(r",?\s*\b(?:num_warps|num_stages)\s*=\s*__knob_\w+?__")
+_OPTION_HOLE = re.compile(r",?\s*\b(?:num_warps|num_stages|num_ctas|eviction_policy)\s*=\s*__knob_\w+?__")
 
 
 def _apply(source: str, analysis: Analysis, texts: Mapping[str, str]) -> str:
@@ -321,17 +391,21 @@ class _Site:
 
 
 class _Finder:
-    """Walks one module: its kernels, their launches and the knobs of each launch."""
+    """Walks one module: its kernels, their launches and the knobs of each launch and load."""
 
-    def __init__(self, tree: ast.Module, source: str) -> None:
+    def __init__(self, tree: ast.Module, source: str, *, clusters: bool = False) -> None:
         self.data = source.encode("utf-8", "surrogatepass")
+        self.clusters = clusters
         self.starts = [0]
         while (i := self.data.find(b"\n", self.starts[-1])) >= 0:
             self.starts.append(i + 1)
         self.kernels: dict[str, _Kernel] = {}
+        self.defs: dict[str, ast.FunctionDef] = {}  # every @triton.jit function: kernels and helpers
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and (kernel := _scan_kernel(node)):
                 self.kernels[node.name] = kernel
+                self.defs[node.name] = node
+        self.load_names = _load_names(tree)
         # Names a function declares global can be reassigned out of sight of the module body.
         self.globals = {name for n in ast.walk(tree) if isinstance(n, ast.Global) for name in n.names}
         self.launches: list[tuple[ast.Call, _Kernel, list[_Scope]]] = []
@@ -361,12 +435,12 @@ class _Finder:
     def run(self) -> tuple[tuple[Knob, ...], tuple[str, ...]]:
         knobs: list[Knob] = []
         notes: list[str] = []
-        for call, kernel, scopes in self.launches:
-            for item in self._launch(call, kernel, scopes):
-                if isinstance(item, str):
-                    notes.append(item)
-                elif all(_site(k) != _site(item) for k in knobs):
-                    knobs.append(item)  # one knob per edit site, however many launches it feeds
+        found = [item for call, kernel, scopes in self.launches for item in self._launch(call, kernel, scopes)]
+        for item in found + list(self._evictions()):
+            if isinstance(item, str):
+                notes.append(item)
+            elif all(_site(k) != _site(item) for k in knobs):
+                knobs.append(item)  # one knob per edit site, however many launches it feeds
         knobs.sort(key=lambda k: (k.start, OPTIONS.index(k.param) if k.kind == "option" else -1))
         return _labelled(knobs), tuple(dict.fromkeys(notes))
 
@@ -426,7 +500,11 @@ class _Finder:
                 pairs.append((kernel.params[i], arg))
         pairs += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
         grid_ints, grid_names = self._grid(call, scopes)
+        clusters = self.clusters and kernel.has_dot
         for param, expr in pairs:
+            if param == "num_ctas" and not clusters:
+                yield f"{name}: num_ctas of the launch at line {line} {self._no_clusters()}; left alone"
+                continue
             if param in OPTIONS:
                 site = self._resolve(expr, scopes)
                 if isinstance(site, str) or site.kind == "cap":
@@ -472,6 +550,10 @@ class _Finder:
         for option in OPTIONS:
             if option in given:
                 continue
+            if option == "num_ctas" and not clusters:
+                if self.clusters:
+                    yield f"{name}: {self._no_clusters()}; num_ctas not added"
+                continue
             if splat or not args:
                 yield f"{name}: the launch at line {line} passes *args/**kwargs or nothing; {option} not added"
             elif option == "num_stages" and not kernel.has_loop:
@@ -482,6 +564,54 @@ class _Finder:
                 yield Knob("", name, option, "option", OPTION_DEFAULTS[option], last.end_lineno,
                            f"{option} added to the launch at line {line}", at, at, present=False)
 
+    def _no_clusters(self) -> str:
+        if self.clusters:
+            return "has no tl.dot: Triton reduces only within one CTA, so a cluster has nothing to share"
+        return "needs thread-block clusters (an NVIDIA GPU of compute capability 9.0+), which this target lacks"
+
+    def _evictions(self):
+        """The eviction hint of every tl.load in a launched kernel or a @triton.jit function it calls."""
+        stack = [kernel.name for _, kernel, _ in self.launches if not kernel.autotuned]
+        reached: set[str] = set()
+        while stack:
+            name = stack.pop()
+            if name not in reached:
+                reached.add(name)
+                stack += [n.func.id for n in ast.walk(self.defs[name])
+                          if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.defs]
+        for name in reached:
+            for node in ast.walk(self.defs[name]):
+                if isinstance(node, ast.Call) and _dotted(node.func) in self.load_names:
+                    yield self._eviction(name, node)
+
+    def _eviction(self, function: str, call: ast.Call) -> Knob | str:
+        line = call.lineno
+        keywords = {k.arg: k.value for k in call.keywords if k.arg is not None}
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return f"{function}: the tl.load at line {line} passes *args/**kwargs; its eviction_policy left alone"
+        if len(call.args) > EVICTION_POSITION:
+            return f"{function}: the tl.load at line {line} may give eviction_policy by position; left alone"
+        volatile = keywords.get("volatile")
+        if volatile is not None and not (isinstance(volatile, ast.Constant) and volatile.value is False):
+            return f"{function}: the tl.load at line {line} is volatile; its eviction_policy left alone"
+        pointer = call.args[0] if call.args else keywords.get("pointer")
+        names = [n for n in ast.walk(pointer) if isinstance(n, ast.Name)] if pointer is not None else []
+        first = min(names, key=lambda n: (n.lineno, n.col_offset)).id if names else "load"
+        param, where = f"{first}.{EVICTION}", f"eviction_policy of the tl.load at line {line} in {function}"
+        if EVICTION in keywords:
+            node = keywords[EVICTION]
+            if not (isinstance(node, ast.Constant) and node.value in EVICTION_DOMAIN and isinstance(node.value, str)):
+                return (f"{function}: eviction_policy `{self.text(node)}` of the tl.load at line {line} is not one of "
+                        f"{', '.join(map(repr, EVICTION_DOMAIN))}; left alone")
+            return Knob("", function, param, "eviction", node.value, line, where,
+                        self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset))
+        args = call.args + [k.value for k in call.keywords]
+        if not args:
+            return f"{function}: the tl.load at line {line} has no arguments; left alone"
+        last = max(args, key=lambda a: (a.end_lineno, a.end_col_offset))
+        at = self.offset(last.end_lineno, last.end_col_offset)
+        return Knob("", function, param, "eviction", "", line, where, at, at, present=False)
+
     def _knob(self, kernel: _Kernel, param: str, kind: str, site: _Site, where: str, lo: int = 1) -> Knob:
         node = site.node
         if kind in ("local", "constant", "cap"):
@@ -491,17 +621,35 @@ class _Finder:
                     lo=lo)
 
 
+def _load_names(tree: ast.Module) -> set[str]:
+    """How this module spells ``triton.language.load``."""
+    names = {"tl.load", "triton.language.load"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {f"{a.asname}.load" for a in node.names if a.name == "triton.language" and a.asname}
+        elif isinstance(node, ast.ImportFrom) and node.module == "triton":
+            names |= {f"{a.asname or a.name}.load" for a in node.names if a.name == "language"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "triton.language":
+            names |= {a.asname or a.name for a in node.names if a.name == "load"}
+    return names
+
+
 def _site(knob: Knob) -> tuple:
     # Absent launch options share their insertion point: they differ by name.
     return knob.start, knob.end, knob.present or knob.param
 
 
 def _labelled(knobs: list[Knob]) -> tuple[Knob, ...]:
-    """Short unique labels: the parameter, else kernel.parameter, else kernel.parameter@line."""
+    """Short unique labels: the parameter, else kernel.parameter, else parameter@line (kernel.
+    parameter@line where two kernels share the line number; .N after it, from 1, for two loads of
+    one pointer on one line)."""
     def count(f):
         return {key: sum(f(o) == key for o in knobs) for key in map(f, knobs)}
     by_param = count(lambda k: k.param)
     by_kernel = count(lambda k: (k.kernel, k.param))
+    by_param_line = count(lambda k: (k.param, k.line))
+    by_line = count(lambda k: (k.kernel, k.param, k.line))
+    seen: dict[tuple, int] = {}
     out = []
     for k in knobs:
         if by_param[k.param] == 1:
@@ -509,6 +657,13 @@ def _labelled(knobs: list[Knob]) -> tuple[Knob, ...]:
         elif by_kernel[(k.kernel, k.param)] == 1:
             label = f"{k.kernel}.{k.param}"
         else:
-            label = f"{k.kernel}.{k.param}@{k.line}"
+            key = (k.kernel, k.param, k.line)
+            # the kernel's name only where it tells apart two knobs of one parameter on one line number
+            label = f"{k.param}@{k.line}"
+            if by_param_line[key[1:]] != by_line[key]:
+                label = f"{k.kernel}.{label}"
+            if by_line[key] > 1:
+                seen[key] = n = seen.get(key, 0) + 1
+                label += f".{n}"
         out.append(Knob(label, *[getattr(k, f) for f in Knob.__dataclass_fields__ if f != "label"]))
     return tuple(out)

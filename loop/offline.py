@@ -1,12 +1,13 @@
 """The offline proposer: tunes the launch knobs of Triton kernels. No LLM, no GPU, no tokens.
 
 ``kernforge run`` uses it when no API key is configured, so a run improves the task's seed kernel
-(and archived kernels) out of the box: block sizes, ``num_warps`` and ``num_stages`` (see
-``knobs.py`` for what counts as a knob and what is left alone, and why).
+(and archived kernels) out of the box: block sizes, ``num_warps``, ``num_stages``, ``num_ctas``
+(where the GPU has thread-block clusters) and each ``tl.load``'s eviction hint (see ``knobs.py``
+for what counts as a knob and what is left alone, and why).
 
 Interface (what the loop calls)::
 
-    proposer = OfflineProposer(seed=0)
+    proposer = OfflineProposer(seed=0, clusters=False)  # clusters: knobs.clusters_in(environment)
     result = proposer.propose(parent_source, parent_feedback, history)
     if isinstance(result, NoProposal):
         ...  # result.reason says why; result.kind is "nothing_to_tune" or "exhausted"
@@ -26,21 +27,27 @@ Interface (what the loop calls)::
   changed, from which configuration and its time), ``config`` and ``base`` (knob values of the
   candidate and of the configuration it moved from), ``code_hash`` (``archive.content.code_hash``
   of the source) and ``model`` ("offline"). It costs no tokens and no money.
+- ``proposer.reach(source, widening=...)``: how many configurations of ``source``'s knobs the
+  search can ever propose (the parent's own included) and how many of them were tried already, so
+  a run can say up front that its attempt budget will not be reached. ``widening``: GPU times
+  will move the search, so block sizes may widen as far as they can go.
 
 Every source whose kernels differ from another's only in knob values belongs to one *family*
-(``knobs.template_key``); the proposer keeps per family the configurations tried and their
-per-shape times. It proposes around the best measured configuration of the parent's family (the
-parent's own while nothing is measured): first the same single-knob move that led to the best (it
-paid off once), then untried configurations at distance 1, 2, ... (steps along the knobs' domains)
-in an order drawn from the seed, skipping any whose block sizes and num_stages are all at least
-those of a configuration that ran out of shared memory. A configuration becomes the best only when
-it is more than ``MARGIN`` (1%) faster, so timing noise does not move the search; a rejected one
-never does, and neither does one judged on the interpreter: its times are correctness runs' wall
-clock, never ranked, so on a CPU the search stays centred on the parent and walks its
-neighbourhood in the seeded order until it is exhausted. A knob's values are powers of two around
-its first value and around every later best, so a knob that keeps improving at the edge of its
-range gets a wider one. No configuration is proposed twice; ``NoProposal(kind="exhausted")`` comes
-once everything within reach was tried. The same seed and the same calls give the same proposals.
+(``knobs.template_key``); the proposer keeps per family the configurations tried and their per-shape
+times. It proposes around the best measured configuration of the parent's family (the parent's own
+while nothing is measured): first the same single-knob move that led to the best (it paid off once),
+then untried configurations at distance 1, 2, ... (steps along the knobs' domains; a categorical
+knob, the eviction hint, has its values in a fixed order, so a step is one place along it) in an
+order drawn from the seed, skipping any whose block sizes and num_stages are all at least those of a
+configuration that ran out of shared memory (warps, clusters and hints do not count). A
+configuration becomes the best only when it is more than ``MARGIN`` (1%) faster, so timing noise
+does not move the search; a rejected one never does, and neither does one judged on the interpreter:
+its times are correctness runs' wall clock, never ranked, so on a CPU the search stays centred on
+the parent and walks its neighbourhood in the seeded order until it is exhausted. A knob's values
+are powers of two around its first value and around every later best, so a knob that keeps improving
+at the edge of its range gets a wider one. No configuration is proposed twice;
+``NoProposal(kind="exhausted")`` comes once everything within reach was tried. The same seed and the
+same calls give the same proposals.
 Not thread-safe: one loop, one proposer.
 """
 
@@ -60,7 +67,7 @@ from kernforge.verifier.verdict import Verdict
 
 from .knobs import Analysis, analyse, rewrite, template_key
 
-Config = tuple  # one value per knob, in the family's knob order
+Config = tuple  # one value per knob (int, str or None), in the family's knob order
 #: A configuration displaces the best only when it is faster by more than this fraction.
 MARGIN = 0.01
 
@@ -72,9 +79,9 @@ class Proposal:
     source: str
     description: str
     #: every knob's value in ``source``, by label
-    config: Mapping[str, int | None]
+    config: Mapping[str, int | str | None]
     #: the configuration it was derived from (the best known, else the parent's)
-    base: Mapping[str, int | None]
+    base: Mapping[str, int | str | None]
     code_hash: str
     model: str = "offline"
 
@@ -89,6 +96,24 @@ class NoProposal:
 
     reason: str
     kind: str
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How far the search can go from one kernel's family of configurations."""
+
+    family: str  # knobs.template_key of the family
+    labels: tuple[str, ...]
+    #: configurations within reach, the parent's own included
+    total: int
+    #: how many of them were already tried (recorded, proposed or primed from the archive)
+    tried: int
+    #: how many families the counts add up (OfflineTuner.reach: one per kernel it starts from)
+    families: int = 1
+
+    @property
+    def left(self) -> int:
+        return self.total - self.tried
 
 
 @dataclass
@@ -108,15 +133,14 @@ class _Family:
     too_big: set[Config] = field(default_factory=set)
 
     def needs_more_memory(self, config: Config) -> bool:
-        """At least the block sizes and stages of one that ran out of shared memory.
-
-        Shared memory grows with every tile side and with num_stages, not with num_warps.
-        """
-        grows = [i for i, k in enumerate(self.analysis.knobs) if k.param != "num_warps"]
+        """At least the block sizes and stages of one that ran out of shared memory
+        (``Knob.grows_shared_memory``)."""
+        grows = [i for i, k in enumerate(self.analysis.knobs) if k.grows_shared_memory]
         return any(all(_ge(config[i], big[i]) for i in grows) for big in self.too_big)
 
-    def domains(self) -> list[tuple]:
-        return [k.domain(*(a[i] for a in self.anchors)) for i, k in enumerate(self.analysis.knobs)]
+    def domains(self, *extra: Config) -> list[tuple]:
+        anchors = [*self.anchors, *extra]
+        return [k.domain(*(a[i] for a in anchors)) for i, k in enumerate(self.analysis.knobs)]
 
     def best(self) -> tuple[Config, float, int] | None:
         """The fastest accepted configuration: (config, geometric-mean µs, shapes compared)."""
@@ -144,8 +168,9 @@ class OfflineProposer:
 
     name = "offline"
 
-    def __init__(self, *, seed: int = 0) -> None:
+    def __init__(self, *, seed: int = 0, clusters: bool = False) -> None:
         self.seed = seed
+        self.clusters = clusters
         self._families: dict[str, _Family] = {}
         self._located: dict[str, tuple[_Family, Config] | str] = {}
 
@@ -171,7 +196,7 @@ class OfflineProposer:
         base = dict(zip(fam.labels, centre))
         if config is None:
             size = math.prod(len(d) for d in domains)
-            skipped = sum(1 for c in itertools.product(*domains) if c not in fam.tried)
+            skipped = sum(1 for c in itertools.product(*domains) if c not in fam.tried) if fam.too_big else 0
             return NoProposal(
                 f"exhausted: all {size} configurations of {', '.join(fam.labels)} within reach have been "
                 f"tried" + (f" or skipped ({skipped} need more shared memory than one that ran out)" if skipped else "")
@@ -193,6 +218,21 @@ class OfflineProposer:
         return Proposal(source, f"offline tuning of {kernels}: {changes}, from {origin}",
                         values, base, code_hash(source))
 
+    def reach(self, source: str, *, widening: bool = False) -> Reach | None:
+        """Configurations of ``source``'s family within reach of it, and how many were tried; None
+        when it has no knobs. Without ``widening`` (interpreter times never move the search) the
+        domains stay where they are; with it, every knob's widest domain (an upper bound)."""
+        located = self._locate(source)
+        if isinstance(located, str):
+            return None
+        fam, config = located
+        if widening:
+            domains = [k.widest() for k in fam.analysis.knobs]
+        else:
+            domains = fam.domains(config)
+        tried = sum(1 for c in fam.tried if all(v in d for v, d in zip(c, domains)))
+        return Reach(fam.key, fam.labels, math.prod(len(d) for d in domains), tried)
+
     def record(self, source: str, feedback: Verdict | None) -> None:
         """Note that ``source`` was tried and, when ``feedback`` is given, how it fared."""
         located = self._locate(source)
@@ -209,7 +249,7 @@ class OfflineProposer:
         """The family and configuration of ``source``, or why it has no knobs."""
         h = text_hash(source)
         if h not in self._located:
-            analysis = analyse(source)
+            analysis = analyse(source, clusters=self.clusters)
             if not analysis.knobs:
                 self._located[h] = analysis.reason
             else:
@@ -284,9 +324,9 @@ def _ge(a: int | None, b: int | None) -> bool:
     return a is None or (b is not None and a >= b)  # None: uncapped, larger than any cap
 
 
-def _show(value: int | None) -> str:
-    return "uncapped" if value is None else str(value)
+def _show(value: int | str | None) -> str:
+    return "uncapped" if value is None else "default" if value == "" else str(value)
 
 
-def _describe(values: Mapping[str, int | None]) -> str:
+def _describe(values: Mapping[str, int | str | None]) -> str:
     return " ".join(f"{k}={_show(v)}" for k, v in values.items())

@@ -12,6 +12,8 @@ hear every verdict through ``observe``. The runner does not know which one it dr
   other niches' elites, then the unjudged seed. A task with no seed and nothing accepted first gets
   the Inductor start (``inductor_start``: torch.compile's own Triton kernels as a ``ModelNew``),
   once; where Inductor gives none, or it was rejected, a ``NoProposal`` says so plainly.
+  ``reach`` counts the configurations its starting kernels can give, so a run can say up front
+  that an attempt budget is out of reach.
 
 ``llm_config`` decides: the LLM proposer when a key is configured or an endpoint is named that
 needs none (``--base-url``, the "local" preset), else the offline tuner; asking for a provider or
@@ -35,7 +37,7 @@ from .errors import LoopError
 from .inductor_start import Start, derive_async
 from .lessons import Lessons
 from .llm import LLMClient
-from .offline import NoProposal, OfflineProposer
+from .offline import NoProposal, OfflineProposer, Reach
 from .search import Member, Population
 from .strategy import Arm, Bandit, proposer_name
 
@@ -152,15 +154,17 @@ class LLMProposer:
 class OfflineTuner:
     kind = "offline"
 
-    def __init__(self, seed: int = 0, device_kind: str = "cpu") -> None:
+    def __init__(self, seed: int = 0, device_kind: str = "cpu", *, clusters: bool = False) -> None:
         self.seed = seed
         self.device_kind = device_kind
+        #: the GPU launches thread-block clusters (knobs.clusters_in): num_ctas is a knob
+        self.clusters = clusters
         self._tuners: dict[str, OfflineProposer] = {}
         #: per task: the Inductor start's code and its verdict once judged, or why there is none
         self._starts: dict[str, tuple[str, Verdict | None] | str] = {}
 
     def describe(self) -> str:
-        return "offline tuner (no LLM: block sizes, warps and stages of existing Triton kernels)"
+        return "offline tuner (no LLM: block sizes, warps, stages and cache hints of existing Triton kernels)"
 
     async def start(self) -> None:
         return None
@@ -170,8 +174,24 @@ class OfflineTuner:
 
     def _tuner(self, task: Task) -> OfflineProposer:
         if task.name not in self._tuners:
-            self._tuners[task.name] = OfflineProposer(seed=self.seed)
+            self._tuners[task.name] = OfflineProposer(seed=self.seed, clusters=self.clusters)
         return self._tuners[task.name]
+
+    def reach(self, task: Task, population: Population) -> Reach | None:
+        """How many configurations the kernels this tuner would start from (``population.tunable()``)
+        can give, summed over their families, and how many were tried; None when none has knobs.
+        On a GPU it is an upper bound: measured times move the search and widen block sizes."""
+        tuner = self._tuner(task)
+        reaches: dict[str, Reach] = {}
+        for parent in population.tunable():
+            reach = tuner.reach(parent.code, widening=self.device_kind != "cpu")
+            if reach is not None:
+                reaches.setdefault(reach.family, reach)
+        if not reaches:
+            return None
+        first = next(iter(reaches.values()))
+        return Reach(",".join(reaches), first.labels, sum(r.total for r in reaches.values()),
+                     sum(r.tried for r in reaches.values()), len(reaches))
 
     def prime(self, task: Task, history: Iterable[tuple[str, Verdict | None]]) -> None:
         """Configurations already tried for ``task`` (archived attempts): never proposed again."""

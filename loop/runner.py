@@ -62,6 +62,7 @@ from .errors import LoopError
 from .devices import Devices
 from .evaluate import resolve_devices
 from .fairness import FairShare
+from .knobs import clusters_in
 from .lessons import Failure
 from .liveness import Heartbeat, holder_alive, this_process
 from .llm import LLMError
@@ -160,8 +161,10 @@ class Runner:
             self.fair = FairShare(state.task.name for state in self.states)
             self.meter = Meter(s.budget, before)
             if config is None:
-                self.proposer = OfflineTuner(seed=s.seed, device_kind="cpu" if self.devices.on_cpu else "cuda")
+                self.proposer = OfflineTuner(seed=s.seed, device_kind="cpu" if self.devices.on_cpu else "cuda",
+                                             clusters=not self.devices.on_cpu and clusters_in(self.devices.env))
                 self._prime_tuner()
+                self._note_reach()
             else:
                 hardware = dict(self.devices.env) | await self.devices.ceilings()
                 self.proposer = LLMProposer(config, s.models, self.bandit, hardware=hardware,
@@ -250,6 +253,22 @@ class Runner:
             ids = list(state.ids.values())[-2000:]
             judged = judged_code(self.archive, ids)
             self.proposer.prime(state.task, judged)
+
+    def _note_reach(self) -> None:
+        """Say up front, per task, when --max-attempts is more than the offline tuner can reach."""
+        assert isinstance(self.proposer, OfflineTuner) and self.meter is not None
+        limit = self.settings.budget.max_attempts
+        for state in self.states if limit is not None else ():
+            left = self.meter.attempts_left(state.task.name)
+            reach = self.proposer.reach(state.task, state.population)
+            if reach is None or left <= reach.left:
+                continue
+            whose = "the seed's" if state.task.seed_source is not None else "its kernel's"
+            what = (f"{whose} knobs ({', '.join(reach.labels)})" if reach.families == 1
+                    else f"the knobs of the {reach.families} kernels it starts from")
+            earlier = f", {reach.tried} of them tried already" if reach.tried else ""
+            self.display.note(f"[{state.task.name}] the offline tuner can reach only {reach.total} configurations of "
+                              f"{what}{earlier}; --max-attempts {limit} will not be reached")
 
     # ---- the pipeline --------------------------------------------------------------------------
     async def _pipeline(self) -> None:

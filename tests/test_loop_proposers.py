@@ -91,8 +91,10 @@ def test_offline_tuner_tunes_the_seed_and_never_repeats():
     pop = Population(rng=random.Random(0))
     pop.set_seed(HONEST)
     tuner = OfflineTuner(seed=1)
+    # num_warps 1, 2, 4 (the seed's), 8, 16 times an eviction hint for each of its two loads
+    assert (tuner.reach(task, pop).total, tuner.reach(task, pop).tried) == (5 * 3 * 3, 0)
     seen = {HONEST}
-    for _ in range(20):
+    for _ in range(60):
         p = asyncio.run(tuner.propose(task, pop, Lessons()))
         if isinstance(p, NoProposal):
             break
@@ -101,10 +103,19 @@ def test_offline_tuner_tunes_the_seed_and_never_repeats():
         seen.add(p.code)
     else:
         pytest.fail(f"the offline tuner never ran out: {len(seen)} kernels and still proposing")
-    assert p.kind == "exhausted" and len(seen) == 5  # num_warps 1, 2, 4 (the seed's), 8, 16
+    assert p.kind == "exhausted" and len(seen) == 45 == tuner.reach(task, pop).total
     primed = OfflineTuner(seed=1)
     primed.prime(task, [(code, None) for code in seen])  # archived attempts count as tried
     assert asyncio.run(primed.propose(task, pop, Lessons())).kind == "exhausted"
+    assert primed.reach(task, pop).left == 0
+
+
+def test_offline_tuner_reach_is_none_without_knobs():
+    task = load_task(TINY)
+    pop = Population(rng=random.Random(0))
+    assert OfflineTuner().reach(task, pop) is None  # nothing to start from
+    pop.set_seed("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    assert OfflineTuner().reach(task, pop) is None  # no Triton kernel: no knobs
 
 
 def trained(favourite: str) -> Bandit:

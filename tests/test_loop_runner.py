@@ -144,6 +144,29 @@ def test_readme_main_job_without_key_or_gpu(tmp_path, monkeypatch):
     assert "offline tuning of _rms_norm_kernel" in result.output and "kernforge archive sql" in result.output
 
 
+def test_offline_rms_norm_tunes_past_num_warps_and_says_what_it_cannot_reach(tmp_path, monkeypatch):
+    """rms_norm's BLOCK is the whole row: num_warps alone gave 5 configurations, so --max-attempts 20
+    stopped after 5. Each load's eviction hint multiplies that by 9 (45), and a budget beyond what
+    is left is said once, at the start."""
+    monkeypatch.chdir(tmp_path)
+    result = cli.invoke(app, ["run", "--task", "rms_norm", "--max-attempts", "7"])
+    assert result.exit_code == 0, result.output
+    rows = attempts(tmp_path / "kernforge.db")
+    assert [r["proposer"] for r in rows] == ["seed"] + ["offline"] * 6
+    assert all(r["status"] == "accepted" for r in rows), [r["reason"] for r in rows]
+    assert len({r["code_hash"] for r in rows}) == 7
+    assert "eviction_policy" in "".join(r["code"] for r in rows)
+    assert "will not be reached" not in result.output  # 7 of 45: within reach
+
+    # 7 of the 45 are archived now: 38 are left for the next run, not 40
+    result = cli.invoke(app, ["run", "--task", "rms_norm", "--max-attempts", "40", "--hours", "0.0001"])
+    assert result.exit_code == 0, result.output
+    note = ("[rms_norm] the offline tuner can reach only 45 configurations of the seed's knobs (x_ptr.eviction_policy, "
+            "w_ptr.eviction_policy, num_warps), 7 of them tried already; --max-attempts 40 will not be reached")
+    assert result.output.count(note) == 1, result.output
+    assert result.output.index(note) < result.output.index("stopping: the time budget")
+
+
 def test_ctrl_c_cancels_the_request_in_flight_and_marks_the_run_interrupted(fake_llm, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNFORGE_API_KEY", KEY)
     (tmp_path / "config" / "kernforge").mkdir(parents=True)

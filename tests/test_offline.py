@@ -1,6 +1,7 @@
 """The offline proposer: knob analysis of every built-in seed, text rewriting that keeps everything
-else, variants that still compute the right thing (Triton interpreter), and a seeded search that
-never repeats itself, follows the measurements, runs out and says so.
+else (launch knobs and tl.load eviction hints), variants that still compute the right thing
+(Triton interpreter), a seeded search that never repeats itself, follows the measurements, runs
+out and says so, and how far it can reach from a kernel.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import tokenize
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernforge.archive.content import code_hash
-from kernforge.loop.knobs import OPTION_DEFAULTS, KnobError, analyse, rewrite, template_key
+from kernforge.loop.knobs import (EVICTION_DOMAIN, MAX_BLOCK, OPTION_DEFAULTS, KnobError, analyse, clusters_in, rewrite,
+                                  template_key)
 from kernforge.loop.offline import NoProposal, OfflineProposer, Proposal
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
@@ -26,12 +29,16 @@ BUILTIN = Path(__file__).resolve().parents[1] / "tasks" / "builtin"
 SEEDS = sorted(p.parent.name for p in BUILTIN.glob("*/seed.py"))
 
 #: What the analysis must find in seeds whose knobs are known (other seeds: generic checks only).
+#: Every tl.load of a launched kernel has an eviction hint, absent ("") in every seed.
 EXPECTED = {
-    "rms_norm": {"num_warps": 8},
-    "silu_and_mul": {"BLOCK": 1024, "num_warps": 4},
-    "softmax": {"BLOCK": 4096, "num_warps": 8, "num_stages": 3},
-    "gemm_small_m": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
-    "fp8_quant_per_token": {"BLOCK": 1024, "num_warps": 4, "num_stages": 3},
+    "rms_norm": {"x_ptr.eviction_policy": "", "w_ptr.eviction_policy": "", "num_warps": 8},
+    "silu_and_mul": {"x_ptr.eviction_policy@18": "", "x_ptr.eviction_policy@19": "", "BLOCK": 1024, "num_warps": 4},
+    "softmax": {"x_row.eviction_policy@29": "", "x_row.eviction_policy@39": "", "BLOCK": 4096, "num_warps": 8,
+                "num_stages": 3},
+    "gemm_small_m": {"x_ptr.eviction_policy": "", "w_ptr.eviction_policy": "", "BLOCK_M": 64, "BLOCK_N": 64,
+                     "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
+    "fp8_quant_per_token": {"x_row.eviction_policy@25": "", "x_row.eviction_policy@36": "", "BLOCK": 1024,
+                            "num_warps": 4, "num_stages": 3},
 }
 
 
@@ -42,6 +49,11 @@ def _seed(name: str) -> str:
 def _comments(source: str) -> list[str]:
     tokens = tokenize.generate_tokens(io.StringIO(source).readline)
     return [t.string for t in tokens if t.type == tokenize.COMMENT]
+
+
+def _launch_values(analysis) -> dict:
+    """The knobs of the launches: eviction hints left out."""
+    return {k.label: k.value for k in analysis.knobs if k.kind != "eviction"}
 
 
 def _neighbours(analysis):
@@ -67,7 +79,9 @@ def test_seed_knobs(name):
     for knob in analysis.knobs:
         domain = knob.domain()
         assert knob.value in domain and len(domain) >= 3, knob
-        if knob.kind == "option":
+        if knob.kind == "eviction":
+            assert domain == EVICTION_DOMAIN and knob.label.split("@")[0].endswith(".eviction_policy"), knob
+        elif knob.kind == "option":
             assert set(domain) >= {1, 2, 4, 8} if knob.param == "num_warps" else set(domain) >= {1, 2, 3, 4}
         else:
             assert all(v & (v - 1) == 0 for v in domain if v != knob.value), f"{knob.label}: {domain}"
@@ -93,7 +107,7 @@ def test_seed_variants_differ_compile_and_read_back(name):
 
 def test_computed_block_sizes_are_left_alone_with_a_reason():
     analysis = analyse(_seed("rms_norm"))
-    assert [k.label for k in analysis.knobs] == ["num_warps"]
+    assert [k.label for k in analysis.knobs] == ["x_ptr.eviction_policy", "w_ptr.eviction_policy", "num_warps"]
     assert any("BLOCK is computed at run time (`triton.next_power_of_2(hidden)`)" in n for n in analysis.notes)
     assert any("num_stages would change nothing" in n for n in analysis.notes)
 
@@ -166,7 +180,7 @@ def _kernel_module(body: str) -> str:
 ])
 def test_analysis_cases(body, values, note):
     analysis = analyse(_kernel_module(body))
-    assert analysis.values() == values, analysis.notes
+    assert _launch_values(analysis) == values, analysis.notes
     assert any(note in n for n in analysis.notes), analysis.notes
 
 
@@ -234,12 +248,188 @@ def test_rewrite_refuses_a_source_that_moved():
         rewrite(source.replace("BLOCK=4096", "BLOCK=2048"), analysis, {"BLOCK": 8192})
 
 
+# --- eviction hints and num_ctas ------------------------------------------------------------
+
+_HINTED = '''\
+import torch
+import triton
+import triton.language as tl
+{head}
+@triton.jit
+def _helper(p, offs, n):
+    return tl.load(p + offs, mask=offs < n, other=0.0)
+
+@triton.jit
+def _unused(p):
+    return tl.load(p)
+
+@triton.jit
+def _k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+{body}
+def f(x, y, n):
+    {launch}
+'''
+
+
+def _hinted(body: str, launch: str = "_k[(1,)](x, y, n, BLOCK=256)", head: str = "") -> str:
+    """A module with a kernel ``_k`` whose body is given, a helper it may call, one it never calls,
+    and one launch."""
+    return _HINTED.format(head=head, body=textwrap.indent(body, "    "), launch=launch)
+
+
+def _hints(analysis) -> dict:
+    return {k.label: k.value for k in analysis.knobs if k.kind == "eviction"}
+
+
+@pytest.mark.parametrize("body, hints, note", [
+    # absent: "" (Triton's evict_normal), inserted after the last argument whatever its keywords
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=0.0, cache_modifier='.cg'))\n",
+     {"x_ptr.eviction_policy": ""}, ""),
+    # already hinted: the literal is the knob's value, edited in place
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs, eviction_policy='evict_last', mask=offs < n))\n",
+     {"x_ptr.eviction_policy": "evict_last"}, ""),
+    # a hint the domain does not hold, or one the author computes: left alone
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs, eviction_policy='evict_normal'))\n",
+     {}, "eviction_policy `'evict_normal'` of the tl.load at line"),
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs, eviction_policy=POLICY))\n", {}, "eviction_policy `POLICY`"),
+    # a load in a @triton.jit helper the kernel calls is tuned there; an uncalled one is not
+    ("tl.store(y_ptr + offs, _helper(x_ptr, offs, n))\n", {"p.eviction_policy": ""}, ""),
+    # volatile loads, splatted arguments and Triton 3.0-3.4's positional hint are left alone
+    ("tl.store(y_ptr, tl.load(x_ptr, volatile=True))\n", {}, "is volatile"),
+    ("tl.store(y_ptr, tl.load(*(x_ptr,)))\n", {}, "passes *args/**kwargs"),
+    ("tl.store(y_ptr, tl.load(x_ptr, None, None, None, '', '', 'evict_last'))\n", {}, "by position"),
+    # two loads of one pointer on one line: each its own knob
+    ("tl.store(y_ptr + offs, tl.load(x_ptr + offs) + tl.load(x_ptr + offs + 1))\n",
+     {"x_ptr.eviction_policy@16.1": "", "x_ptr.eviction_policy@16.2": ""}, ""),
+])
+def test_eviction_hint_cases(body, hints, note):
+    analysis = analyse(_hinted(body))
+    assert _hints(analysis) == hints, analysis.notes
+    assert _launch_values(analysis) == {"BLOCK": 256, "num_warps": 4}
+    assert not note or any(note in n for n in analysis.notes), analysis.notes
+
+
+@pytest.mark.parametrize("head, call", [
+    ("from triton.language import load as ld\n", "ld"),
+    ("import triton.language as language\n", "language.load"),
+    ("from triton import language\n", "language.load"),
+])
+def test_eviction_hints_follow_how_the_module_spells_load(head, call):
+    analysis = analyse(_hinted(f"tl.store(y_ptr + offs, {call}(x_ptr + offs))\n", head=head))
+    assert _hints(analysis) == {"x_ptr.eviction_policy": ""}, analysis.notes
+
+
+def test_an_autotuned_kernel_keeps_its_loads():
+    source = _hinted("tl.store(y_ptr + offs, _helper(x_ptr, offs, n))\n").replace(
+        "@triton.jit\ndef _k(", "@triton.autotune(configs=[], key=['n'])\n@triton.jit\ndef _k(")
+    analysis = analyse(source)
+    assert not analysis.knobs and "is under @triton.autotune" in analysis.reason
+
+
+def test_eviction_hint_rewrites_in_place_and_back():
+    source = _hinted("a = tl.load(x_ptr + offs, mask=offs < n, other=0.0)\n"
+                     "b = tl.load(y_ptr + offs, eviction_policy=\"evict_last\")  # read again by the next program\n"
+                     "tl.store(y_ptr + offs, a + b)\n")
+    analysis = analyse(source)
+    assert _hints(analysis) == {"x_ptr.eviction_policy": "", "y_ptr.eviction_policy": "evict_last"}
+    variant = rewrite(source, analysis, {"x_ptr.eviction_policy": "evict_first", "y_ptr.eviction_policy": ""})
+    assert 'a = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")\n' in variant
+    assert 'b = tl.load(y_ptr + offs, eviction_policy="")  # read again by the next program\n' in variant
+    compile(variant, "variant.py", "exec")
+    again = analyse(variant)
+    assert _hints(again) == {"x_ptr.eviction_policy": "evict_first", "y_ptr.eviction_policy": ""}
+    assert template_key(variant, again) == template_key(source, analysis)
+    # the analysed values again: the written hint is written back; the inserted one stays, as ""
+    back = rewrite(variant, again, {"x_ptr.eviction_policy": "", "y_ptr.eviction_policy": "evict_last"})
+    assert back == source.replace("a = tl.load(x_ptr + offs, mask=offs < n, other=0.0)",
+                                  'a = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="")')
+    assert rewrite(source, analysis, {"x_ptr.eviction_policy": ""}) == source
+
+
+@pytest.mark.parametrize("value", ["evict_normal", None, 1, ".cg"])
+def test_rewrite_refuses_a_hint_outside_the_domain(value):
+    source = _seed("rms_norm")
+    with pytest.raises(KnobError, match="is not one of"):
+        rewrite(source, analyse(source), {"x_ptr.eviction_policy": value})
+
+
+@pytest.mark.parametrize("env, clusters", [
+    ({"cuda": "12.8", "capability": "9.0"}, True),  # H100, H200
+    ({"cuda": "12.8", "capability": "10.0"}, True),  # B200
+    ({"cuda": "12.8", "capability": "8.0"}, False),  # A100: no thread-block clusters
+    ({"cuda": None, "capability": "9.4"}, False),  # MI300 under ROCm reports 9.4 too
+    ({"torch": "2.x"}, False),  # the CPU interpreter
+])
+def test_clusters_in(env, clusters):
+    assert clusters_in(env) is clusters
+
+
+def test_num_ctas_only_where_clusters_exist_and_the_kernel_calls_dot():
+    gemm = _seed("gemm_small_m")
+    assert "num_ctas" not in analyse(gemm).values()
+    analysis = analyse(gemm, clusters=True)
+    knob = analysis.knob("num_ctas")
+    assert knob.value == 1 and knob.domain() == (1, 2, 4, 8) and not knob.grows_shared_memory
+    variant = rewrite(gemm, analysis, {"num_ctas": 2})
+    assert variant.replace(", num_ctas=2", "", 1) == gemm
+    assert analyse(variant, clusters=True).values() == analysis.values() | {"num_ctas": 2}
+    assert template_key(variant, analyse(variant, clusters=True)) == template_key(gemm, analysis)
+    # a row kernel reduces within one CTA: nothing for a cluster to share
+    norm = analyse(_seed("rms_norm"), clusters=True)
+    assert "num_ctas" not in norm.values() and any("has no tl.dot" in n for n in norm.notes)
+    # written by the author for a target without clusters: left as it is
+    written = analyse(_hinted("tl.store(y_ptr + offs, tl.load(x_ptr + offs))\n",
+                              launch="_k[(1,)](x, y, n, BLOCK=256, num_ctas=2)"))
+    assert "num_ctas" not in written.values() and any("needs thread-block clusters" in n for n in written.notes)
+
+
+def test_only_tiles_and_stages_count_for_shared_memory():
+    analysis = analyse(_seed("gemm_small_m"), clusters=True)
+    grows = {k.label for k in analysis.knobs if k.grows_shared_memory}
+    assert grows == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages"}
+
+
+def test_reach_counts_what_the_search_can_propose():
+    source = _seed("silu_and_mul")
+    analysis = analyse(source)
+    proposer = OfflineProposer(seed=0)
+    total = math.prod(len(k.domain()) for k in analysis.knobs)
+    reach = proposer.reach(source)
+    assert (reach.total, reach.tried, reach.left) == (total, 0, total)
+    assert reach.labels == tuple(analysis.values())
+    # a GPU's times move the search: block sizes may widen to every power of two up to MAX_BLOCK
+    widest = proposer.reach(source, widening=True)
+    assert widest.total == 3 * 3 * MAX_BLOCK.bit_length() * 5 > total
+    proposer.record(source, None)
+    assert proposer.reach(source).tried == 1  # the parent: judged by the loop, it is tried
+    proposer.propose(source)
+    assert proposer.reach(source).tried == 2  # a proposal counts as soon as it is made
+    assert OfflineProposer().reach("import torch\n") is None
+
+
+def test_interpreter_runs_an_all_hinted_seed_bit_for_bit(tmp_path):
+    """Hints are cache policies: the same loads, the same arithmetic, the same bits."""
+    source = _seed("rms_norm")
+    analysis = analyse(source)
+    variant = rewrite(source, analysis, {"x_ptr.eviction_policy": "evict_first", "w_ptr.eviction_policy": "evict_last"})
+    assert variant.count("eviction_policy=") == 2
+    (tmp_path / "seed.py").write_text(source)
+    (tmp_path / "variant.py").write_text(variant)
+    x = torch.randn(3, 37, dtype=torch.float32)  # an odd row: masked lanes in the block
+    w = torch.randn(37, dtype=torch.float32)
+    outputs = [runtime.load_module(tmp_path / f"{n}.py").ModelNew()(x, w) for n in ("seed", "variant")]
+    assert torch.equal(outputs[0], outputs[1])
+
+
 # --- variants still compute the right thing (Triton interpreter on the CPU) --------------------
 
 @pytest.mark.parametrize("name, assignment", [
     ("silu_and_mul", {"BLOCK": 128, "num_warps": 2}),
     ("softmax", {"BLOCK": 1024, "num_warps": 4, "num_stages": 2}),
     ("rms_norm", {"num_warps": 2}),
+    ("rms_norm", {"x_ptr.eviction_policy": "evict_first", "w_ptr.eviction_policy": "evict_last", "num_warps": 4}),
+    ("softmax", {"x_row.eviction_policy@29": "evict_last", "x_row.eviction_policy@39": "evict_first"}),
 ])
 def test_variant_matches_reference_under_the_interpreter(name, assignment, tmp_path, device):
     task = load_task(name)
@@ -275,13 +465,19 @@ def _verdict(time_us: float | None, shapes=(("T", 1), ("T", 64)), timing: str = 
 
 
 def _silu_time(config) -> float | None:
-    """A made-up cost with its minimum at BLOCK=4096, num_warps=8; BLOCK=16384 fails to compile."""
+    """A made-up cost with its minimum at BLOCK=4096, num_warps=8 and both loads evict_first (each
+    is read once); BLOCK=16384 fails to compile."""
     if config["BLOCK"] >= 16384:
         return None
-    return 10 + 3 * abs(math.log2(config["BLOCK"]) - 12) + 2 * abs(math.log2(config["num_warps"]) - 3)
+    hints = sum(EVICTION_DOMAIN.index(v) for k, v in config.items() if ".eviction_policy" in k)
+    return 10 + 3 * abs(math.log2(config["BLOCK"]) - 12) + 2 * abs(math.log2(config["num_warps"]) - 3) + 0.5 * hints
 
 
-def _run(name, seed=0, limit=200, cost=_silu_time):
+SILU_BEST = {"x_ptr.eviction_policy@18": "evict_first", "x_ptr.eviction_policy@19": "evict_first", "BLOCK": 4096,
+             "num_warps": 8}
+
+
+def _run(name, seed=0, limit=1000, cost=_silu_time):
     source = _seed(name)
     proposer = OfflineProposer(seed=seed)
     feedback = _verdict(cost(analyse(source).values()))
@@ -302,31 +498,42 @@ def test_search_never_repeats_and_runs_out():
     assert len({p.code_hash for p in proposals}) == len(proposals)
     assert isinstance(last, NoProposal) and last.kind == "exhausted"
     # every configuration within reach was proposed once, the parent's excepted
-    assert f"all {len(proposals) + 1} configurations of BLOCK, num_warps" in last.reason
-    assert "best: BLOCK=4096 num_warps=8 at" in last.reason
+    labels = "x_ptr.eviction_policy@18, x_ptr.eviction_policy@19, BLOCK, num_warps"
+    assert f"all {len(proposals) + 1} configurations of {labels}" in last.reason
+    assert "best: x_ptr.eviction_policy@18=evict_first x_ptr.eviction_policy@19=evict_first BLOCK=4096 num_warps=8 at" \
+        in last.reason
 
 
 def test_search_follows_the_measurements():
     proposals, _ = _run("silu_and_mul")
-    found = next(i for i, p in enumerate(proposals) if p.config == {"BLOCK": 4096, "num_warps": 8})
-    assert found < 8, [p.description for p in proposals[:found + 1]]
+    found = next(i for i, p in enumerate(proposals) if p.config == SILU_BEST)
+    assert found < 20, [p.description for p in proposals[:found + 1]]
     # the base of a proposal is never a rejected configuration
     assert all(_silu_time(p.base) is not None for p in proposals)
     assert proposals[1].description.startswith("offline tuning of _silu_and_mul_kernel: ")
 
 
-def test_tiny_space_is_exhausted_and_says_so():
+def test_small_space_is_exhausted_and_says_so():
     proposer = OfflineProposer(seed=0)
-    source = _seed("rms_norm")  # num_warps only: 5 configurations, the parent's is one of them
-    warps = []
-    for _ in range(4):
+    source = _seed("rms_norm")  # 5 num_warps x 3 hints x 3 hints: 45 configurations, the parent's one of them
+    configs = []
+    for _ in range(44):
         result = proposer.propose(source)
         assert isinstance(result, Proposal)
-        warps.append(result.config["num_warps"])
-    assert sorted(warps) == [1, 2, 4, 16]
+        configs.append(tuple(result.config.values()))
+    hints = [(x, w) for x in EVICTION_DOMAIN for w in EVICTION_DOMAIN]
+    everything = {(x, w, n) for x, w in hints for n in (1, 2, 4, 8, 16)}
+    assert sorted(configs, key=repr) == sorted(everything - {("", "", 8)}, key=repr)
+    # nearest first: a step is one place along a domain, (evict_first, "", evict_last) for a hint,
+    # so the six configurations one step away (a hint either way, 4 or 16 warps) come first
+    def steps(c):
+        return abs(EVICTION_DOMAIN.index(c[0]) - 1) + abs(EVICTION_DOMAIN.index(c[1]) - 1) + abs(math.log2(c[2] / 8))
+    assert [steps(c) for c in configs[:6]] == [1] * 6, configs[:6]
+    assert all(steps(c) == 2 for c in configs[6:6 + 13]), configs[6:6 + 13]
     result = proposer.propose(source)
     assert isinstance(result, NoProposal) and result.kind == "exhausted"
-    assert "all 5 configurations of num_warps" in result.reason and "nothing measured" in result.reason
+    assert "all 45 configurations of x_ptr.eviction_policy, w_ptr.eviction_policy, num_warps" in result.reason
+    assert "nothing measured" in result.reason
 
 
 def test_search_is_deterministic_under_a_seed():
@@ -391,7 +598,7 @@ def test_a_new_best_within_noise_does_not_move_the_search():
     source = _seed("rms_norm")
     first = proposer.propose(source, _verdict(10.0))
     proposer.record(first.source, _verdict(9.95))  # 0.5% faster: noise
-    assert proposer.propose(source).base == {"num_warps": 8}
+    assert proposer.propose(source).base == analyse(source).values()
     third = proposer.propose(source)
     proposer.record(third.source, _verdict(9.0))  # 10% faster: a real improvement
     assert proposer.propose(source).base == third.config
