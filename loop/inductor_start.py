@@ -98,7 +98,9 @@ async def output_code_async(task: Task, device_kind: str = "cpu", *,
 
 # ---- the child process ---------------------------------------------------------------------------
 def _child_command(task: Task, device_kind: str, *, public_only: bool = False) -> list[str]:
-    ref = str(task.reference_path.parent if task.ref.startswith("builtin:") else task.reference_path)
+    # a task folder (built-in or not) is passed as the folder: its meta.py holds the shapes to compile on
+    path = task.reference_path
+    ref = str(path.parent if path.name == "reference.py" else path)
     return [sys.executable, "-m", "kernforge.loop.inductor_start", ref, device_kind, *(["public"] if public_only else [])]
 
 
