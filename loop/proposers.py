@@ -10,7 +10,7 @@ hear every verdict through ``observe``. The runner does not know which one it dr
   nothing archived, the only strategy is ``fresh``: the model starts from the reference alone.
   Every prompt of a task also shows torch.compile's own code for its reference, as the code to
   beat: captured once per task per run (``inductor_start.output_code_async``, a child process
-  compiling the reference on the CPU for seconds), in the background from the start of the run
+  that runs Inductor's code generation for seconds, on a public shape), in the background from the start of the run
   (``prepare``), a few at a time; a prompt waits only for its own task's capture. A reference
   Inductor writes no Triton for (or a capture that fails) just has no such section.
 * ``OfflineTuner``: ``offline.OfflineProposer`` per task, asked around the best kernel, then the
