@@ -48,24 +48,30 @@ class Captured:
     n_inputs: int
 
 
-def example_shape(task: Task, device_kind: str) -> Shape:
-    """The shape with the fewest sizes of 1 (Dynamo specialises those), then the smallest."""
-    shapes = task.shapes(device_kind, hidden=False) + task.shapes(device_kind, hidden=True)
+def example_shape(task: Task, device_kind: str, *, public_only: bool = False) -> Shape:
+    """The shape with the fewest sizes of 1 (Dynamo specialises those), then the smallest.
+
+    ``public_only``: from the public shapes alone. The code shown in a prompt is captured so: a
+    size Dynamo specialised is a literal in the kernels, and a hidden size must never be one."""
+    shapes = task.shapes(device_kind, hidden=False)
+    if not public_only:
+        shapes += task.shapes(device_kind, hidden=True)
     shapes = shapes or task.public_shapes
     if not shapes:
         raise NoInductorCode(f"{task.name} has no shapes to compile the reference on")
     return min(shapes, key=lambda s: (sum(v == 1 for _, v in s.params), sum(v for _, v in s.params)))
 
 
-def capture(task: Task, device_kind: str = "cpu") -> Captured:
-    """Inductor's wrapper code for ``task``'s reference on ``device_kind`` ("cpu" or "cuda")."""
+def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False) -> Captured:
+    """Inductor's wrapper code for ``task``'s reference on ``device_kind`` ("cpu" or "cuda"),
+    generated on ``example_shape`` (``public_only`` as there)."""
     import torch
     import torch._dynamo
     import torch._inductor.config as inductor_config
     from torch._inductor.graph import GraphLowering
 
     device = "cuda" if device_kind == "cuda" else "cpu"
-    shape = example_shape(task, device_kind)
+    shape = example_shape(task, device_kind, public_only=public_only)
     inputs = make_inputs(task, shape, "default", 0, device)
     dtype = torch_dtype(task.dtype(device_kind))
     inputs = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]

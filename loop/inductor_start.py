@@ -17,8 +17,10 @@ standalone candidate of the usual three layers:
   fallback, a C++ kernel) means Inductor did not write this reference in Triton: there is no
   Inductor start, and ``NoStart`` says which call was in the way.
 
-The output code itself (``Start.output_code``) is what a prompt can show as "what torch.compile
-does: beat it".
+The output code itself is what a prompt shows as "what torch.compile does: beat it": the LLM
+proposer captures it with ``output_code_async`` (on a public shape only, in a child process it can
+kill) and shows its ``listing``: the Triton kernels and ``call``, not Inductor's imports, autotuning
+decorators or benchmark harness (whose literal sizes are the example shape's).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -70,21 +73,62 @@ async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float
     return await asyncio.to_thread(derive, task, device_kind, timeout_s=timeout_s)
 
 
+async def output_code_async(task: Task, device_kind: str = "cpu", *,
+                            timeout_s: float = CAPTURE_TIMEOUT_S) -> str | NoStart:
+    """Inductor's output code for ``task``'s reference, for a prompt to show: generated on a public
+    shape only (``inductor_code.example_shape``), in a child process that is killed if this is
+    cancelled (a run stopped by Ctrl-C does not wait for a capture)."""
+    with tempfile.TemporaryDirectory(prefix="kernforge-inductor-") as tmp:
+        child = await asyncio.create_subprocess_exec(
+            *_child_command(task, device_kind, public_only=True), env=_child_env(tmp),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(child.communicate(), timeout_s)
+        except asyncio.TimeoutError:
+            return NoStart(_too_long(timeout_s))
+        finally:
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+    reply, problem = _reply(out.decode(errors="replace"), err.decode(errors="replace"), child.returncode)
+    if reply is None:
+        return NoStart(problem)
+    return NoStart(reply["error"]) if "error" in reply else reply["wrapper"]
+
+
 # ---- the child process ---------------------------------------------------------------------------
+def _child_command(task: Task, device_kind: str, *, public_only: bool = False) -> list[str]:
+    # a task folder (built-in or not) is passed as the folder: its meta.py holds the shapes to compile on
+    path = task.reference_path
+    ref = str(path.parent if path.name == "reference.py" else path)
+    return [sys.executable, "-m", "kernforge.loop.inductor_start", ref, device_kind, *(["public"] if public_only else [])]
+
+
+def _child_env(tmp: str) -> dict[str, str]:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"), TRITON_CACHE_DIR=str(Path(tmp) / "triton"))
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def _too_long(timeout_s: float) -> str:
+    return f"capturing Inductor's code took more than {timeout_s:.0f} s"
+
+
 def _run_child(task: Task, device_kind: str, timeout_s: float) -> tuple[dict | None, str]:
     with tempfile.TemporaryDirectory(prefix="kernforge-inductor-") as tmp:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"), TRITON_CACHE_DIR=str(Path(tmp) / "triton"))
-        env.pop("TRITON_INTERPRET", None)
-        ref = str(task.reference_path.parent if task.ref.startswith("builtin:") else task.reference_path)
         try:
-            done = subprocess.run([sys.executable, "-m", "kernforge.loop.inductor_start", ref, device_kind],
-                                  capture_output=True, text=True, env=env, timeout=timeout_s)
+            done = subprocess.run(_child_command(task, device_kind), capture_output=True, text=True,
+                                  env=_child_env(tmp), timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            return None, f"capturing Inductor's code took more than {timeout_s:.0f} s"
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            return None, _too_long(timeout_s)
+    return _reply(done.stdout, done.stderr, done.returncode)
+
+
+def _reply(stdout: str, stderr: str, returncode: int | None) -> tuple[dict | None, str]:
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"the Inductor capture exited with status {done.returncode}: {tail[:300]}"
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"the Inductor capture exited with status {returncode}: {tail[:300]}"
     return json.loads(lines[-1]), ""
 
 
@@ -102,18 +146,68 @@ def _from_child(reply: dict | None, problem: str, device_kind: str) -> Start | N
                  f"TorchInductor's Triton kernels for the reference ({names}), as torch.compile generates them")
 
 
-def _child_main(ref: str, device_kind: str) -> None:
+def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:
     from kernforge.tasks.loader import load_task
 
     from .inductor_code import NoInductorCode, capture
 
     try:
-        captured = capture(load_task(ref), device_kind)
+        captured = capture(load_task(ref), device_kind, public_only=public_only)
     except NoInductorCode as why:
         print(json.dumps({"error": str(why)}))
         return
     print(json.dumps({"wrapper": captured.wrapper, "bindings": captured.bindings, "n_inputs": captured.n_inputs,
                       "shape": captured.shape.as_dict()}))
+
+
+# ---- what a prompt shows -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Listing:
+    """The part of Inductor's output code a prompt shows: its Triton kernels and ``call``."""
+
+    text: str
+    kernels: tuple[str, ...]
+    #: lines of the whole output code the listing was taken from
+    total_lines: int
+
+
+def listing(output_code: str) -> Listing | None:
+    """Inductor's Triton kernels as it wrote them, from ``@triton.jit`` on (its autotuning decorator
+    goes: its size hints are the example shape's sizes), each under the comment naming the ops it
+    fuses, then the ``call`` function that allocates buffers and launches them (an ATen fallback
+    such as ``extern_kernels.mm`` shows there). None when there is no Triton kernel."""
+    tree = ast.parse(output_code)
+    lines = output_code.splitlines()
+    parts: list[str] = []
+    kernels: list[str] = []
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute) and ast.unparse(node.value.func.value) == "async_compile"):
+            continue
+        name = ast.unparse(node.targets[0])
+        args = node.value.args
+        text = args[1].value if len(args) > 1 and isinstance(args[1], ast.Constant) else None
+        jitted = _jit_source(text) if node.value.func.attr == "triton" and isinstance(text, str) else None
+        if jitted is None:
+            parts.append(f"# {name}: a {node.value.func.attr} kernel (not shown)")
+            continue
+        kernels.append(name)
+        parts.append("\n".join([*_fused_ops(lines, node.lineno), jitted[0].strip()]))
+    call = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"), None)
+    if not kernels or call is None:
+        return None
+    parts.append(textwrap.dedent("\n".join(lines[call.lineno - 1:call.end_lineno])))
+    return Listing("\n\n\n".join(parts), tuple(kernels), len(lines))
+
+
+def _fused_ops(lines: list[str], lineno: int) -> list[str]:
+    """Inductor's comment above a kernel that names the ops it fuses (``# Topologically Sorted ...``)."""
+    for line in reversed(lines[max(0, lineno - 60):lineno - 1]):
+        if not line.startswith("#"):
+            break
+        if line.startswith("# Topologically Sorted Source Nodes"):
+            return [line]
+    return []
 
 
 # ---- the rewrite ---------------------------------------------------------------------------------
@@ -178,14 +272,22 @@ def _kernels(tree: ast.Module) -> dict[str, tuple[str, list[str]]]:
         name = node.targets[0].id if isinstance(node.targets[0], ast.Name) else "?"
         if func.attr != "triton":
             raise Untranslatable(f"{name} is a {func.attr} kernel, not Triton")
-        text = node.value.args[1].value
-        kernel = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef))
-        lines = text.splitlines()
-        # from the @triton.jit line on: the heuristics decorator above it goes
-        jit = next(d for d in kernel.decorator_list if ast.unparse(d) == "triton.jit")
-        src = _portable("@triton.jit\n" + "\n".join(lines[jit.end_lineno:]))
-        out[name] = (src, [a.arg for a in kernel.args.args])
+        jitted = _jit_source(node.value.args[1].value)
+        if jitted is None:
+            raise Untranslatable(f"{name} has no @triton.jit function")
+        src, kernel = jitted
+        out[name] = (_portable(src), [a.arg for a in kernel.args.args])
     return out
+
+
+def _jit_source(text: str) -> tuple[str, ast.FunctionDef] | None:
+    """An Inductor kernel string from its ``@triton.jit`` line on (the heuristics decorator above
+    it goes, and the imports and driver setup above that), and the kernel's definition."""
+    kernel = next((n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)), None)
+    jit = next((d for d in kernel.decorator_list if ast.unparse(d) == "triton.jit"), None) if kernel else None
+    if jit is None:
+        return None
+    return "@triton.jit\n" + "\n".join(text.splitlines()[jit.end_lineno:]), kernel
 
 
 def _portable(src: str) -> str:
@@ -284,4 +386,4 @@ def _check_arithmetic(value: ast.expr, stmt: ast.stmt) -> None:
 
 
 if __name__ == "__main__":
-    _child_main(sys.argv[1], sys.argv[2])
+    _child_main(sys.argv[1], sys.argv[2], public_only=sys.argv[3:] == ["public"])

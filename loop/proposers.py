@@ -8,6 +8,11 @@ hear every verdict through ``observe``. The runner does not know which one it dr
   parent and inspirations for that strategy (search.py), the prompt is rendered from the templates
   (prompts/), and one chat completion is asked of that model (llm.py). With no seed kernel and
   nothing archived, the only strategy is ``fresh``: the model starts from the reference alone.
+  Every prompt of a task also shows torch.compile's own code for its reference, as the code to
+  beat: captured once per task per run (``inductor_start.output_code_async``, a child process
+  that runs Inductor's code generation for seconds, on a public shape), in the background from the start of the run
+  (``prepare``), a few at a time; a prompt waits only for its own task's capture. A reference
+  Inductor writes no Triton for (or a capture that fails) just has no such section.
 * ``OfflineTuner``: ``offline.OfflineProposer`` per task, asked around the best kernel, then the
   other niches' elites, then the unjudged seed. A task with no seed and nothing accepted first gets
   the Inductor start (``inductor_start``: torch.compile's own Triton kernels as a ``ModelNew``),
@@ -22,24 +27,28 @@ model without a key is an error, never a silent fall back.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from kernforge.prompts.render import Inspiration, Parent, PromptLeak, render
+from kernforge.prompts.render import Inspiration, Parent, PromptLeak, TorchCompile, render
 from kernforge.tasks.spec import Task
 from kernforge.verifier.verdict import Verdict
 
 from .config import ConfigError, LLMConfig, load_config, needs_key
 from .errors import LoopError
-from .inductor_start import Start, derive_async
+from .inductor_start import Listing, NoStart, Start, derive_async, listing, output_code_async
 from .lessons import Lessons
 from .llm import LLMClient
 from .offline import NoProposal, OfflineProposer, Reach
 from .search import Member, Population
 from .strategy import Arm, Bandit, proposer_name
+
+#: Inductor captures running at once (each a child process that compiles a reference for seconds)
+CAPTURE_SLOTS = 2
 
 
 @dataclass(frozen=True)
@@ -91,8 +100,13 @@ class LLMProposer:
     kind = "llm"
 
     def __init__(self, config: LLMConfig, models: Sequence[str], bandit: Bandit, *, hardware: Mapping[str, Any],
-                 device_kind: str) -> None:
+                 device_kind: str, note: Callable[[str], None] | None = None) -> None:
         self.config = config
+        #: says why a task's prompts show no torch.compile code (the run's display)
+        self.note = note or (lambda text: None)
+        #: per task name: its torch.compile listing, being captured or captured (None: nothing to show)
+        self._compiled: dict[str, asyncio.Task[Listing | None]] = {}
+        self._capture_slots = asyncio.Semaphore(CAPTURE_SLOTS)
         self.bandit = bandit
         self.hardware = dict(hardware)
         self.device_kind = device_kind
@@ -106,8 +120,43 @@ class LLMProposer:
         self.clients = dict(zip(self.models, self.clients.values()))
 
     async def aclose(self) -> None:
+        for capture in self._compiled.values():
+            capture.cancel()  # kills its child process
+        await asyncio.gather(*self._compiled.values(), return_exceptions=True)
         for client in self.clients.values():
             await client.aclose()
+
+    def prepare(self, tasks: Iterable[Task]) -> None:
+        """Start capturing torch.compile's code for ``tasks``, in their order, in the background."""
+        for task in tasks:
+            self._capture(task)
+
+    def _capture(self, task: Task) -> asyncio.Task[Listing | None]:
+        if task.name not in self._compiled:
+            self._compiled[task.name] = asyncio.create_task(self._listing(task), name=f"inductor {task.name}")
+        return self._compiled[task.name]
+
+    async def _listing(self, task: Task) -> Listing | None:
+        async with self._capture_slots:
+            try:
+                code = await output_code_async(task, self.device_kind)
+                shown = listing(code) if isinstance(code, str) else None
+            except (OSError, ValueError, SyntaxError) as error:  # the child could not start, or odd output
+                code = NoStart(f"{type(error).__name__}: {error}")
+                shown = None
+        if isinstance(code, NoStart):
+            self.note(f"[{task.name}] prompts show no torch.compile code: {code.reason}")
+        elif shown is None:
+            self.note(f"[{task.name}] prompts show no torch.compile code: Inductor writes no Triton kernel for it")
+        return shown
+
+    async def torch_compile(self, task: Task, population: Population) -> TorchCompile | None:
+        """torch.compile's code for ``task`` (captured once per run) and its measured times."""
+        # shielded: a producer cancelled while it waits must not cancel the capture another waits on
+        shown = await asyncio.shield(self._capture(task))
+        if shown is None:
+            return None
+        return TorchCompile(shown.text, shown.total_lines, population.compile_times())
 
     def describe(self) -> str:
         return f"LLM {', '.join(self.models or list(self.clients))} at {self.config.base_url}"
@@ -118,7 +167,8 @@ class LLMProposer:
         choice = population.choose(strategy)
         parent = Parent(choice.parent.code, choice.parent.verdict, choice.parent.summary) if choice.parent else None
         inspirations = [Inspiration(m.code, m.summary, m.verdict) for m in choice.inspirations]
-        prompt = self._render(task, parent, inspirations, lessons.current())
+        compiled = await self.torch_compile(task, population)
+        prompt = self._render(task, parent, inspirations, lessons.current(), compiled)
         completion = await self.clients[model].propose(prompt.messages())
         response = completion.text
         if completion.reasoning:
@@ -135,15 +185,16 @@ class LLMProposer:
             description=completion.summary or completion.note, unusable=unusable, note=completion.note,
         )
 
-    def _render(self, task: Task, parent: Parent | None, inspirations: list[Inspiration], lessons: list[str]):
+    def _render(self, task: Task, parent: Parent | None, inspirations: list[Inspiration], lessons: list[str],
+                compiled: TorchCompile | None):
         try:
             return render(task, self.hardware, parent=parent, inspirations=inspirations, lessons=lessons,
-                          device_kind=self.device_kind)
+                          device_kind=self.device_kind, torch_compile=compiled)
         except PromptLeak:
             # Lessons and inspirations quote verifier text; without them the prompt is the task,
             # the parent (redacted) and the hardware. If that still leaks, nothing is sent.
             try:
-                return render(task, self.hardware, parent=parent, device_kind=self.device_kind)
+                return render(task, self.hardware, parent=parent, device_kind=self.device_kind, torch_compile=compiled)
             except PromptLeak as leak:
                 raise LoopError(str(leak)) from None
 

@@ -168,7 +168,8 @@ class Runner:
             else:
                 hardware = dict(self.devices.env) | await self.devices.ceilings()
                 self.proposer = LLMProposer(config, s.models, self.bandit, hardware=hardware,
-                                            device_kind="cpu" if self.devices.on_cpu else "cuda")
+                                            device_kind="cpu" if self.devices.on_cpu else "cuda", note=self.display.note)
+                self.proposer.prepare(state.task for state in self.states)  # torch.compile's code, in the background
                 await self.proposer.start()
             self._t_devices = time.monotonic()
             self.display.start(self.view)

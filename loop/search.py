@@ -49,6 +49,7 @@ import ast
 import math
 import random
 import re
+import statistics
 from dataclasses import dataclass, field
 
 from kernforge.archive.history import HistoryRow
@@ -331,6 +332,16 @@ class Population:
             if (parent is None or m.code != parent.code) and all(m.code != o.code for o in out):
                 out.append(m)
         return tuple(out[:k])
+
+    def compile_times(self) -> tuple[tuple[str, float], ...]:
+        """torch.compile's time per public shape label, as the judge measured it beside the accepted
+        kernels known here (GPU timings only; the median where several measured one shape)."""
+        seen: dict[str, list[float]] = {}
+        for m in (*self.accepted, *self.demoted):
+            for s in m.verdict.shapes:
+                if not s.hidden and s.compile_us and is_gpu_timed(s):
+                    seen.setdefault(s.label, []).append(s.compile_us)
+        return tuple((label, statistics.median(times)) for label, times in seen.items())
 
     def tunable(self) -> list[Member]:
         """Parents for the offline tuner, in order: the best, the other elites, then the seed."""

@@ -1,7 +1,8 @@
 """Fill the prompt templates (prompts/templates/*.txt, ``string.Template`` placeholders).
 
 What the model is shown: the hardware; the task's public spec (reference code, public shapes,
-dtype, tolerance, roofline floor per public shape); the parent kernel with its measured feedback
+dtype, tolerance, roofline floor per public shape); torch.compile's own code for the reference
+(given as data: the loop captures it) with its measured times; the parent kernel with its measured feedback
 or its failure; inspirations from the archive; distilled lessons. Never the hidden shapes: the
 task section is built from public shapes only, verdict text is redacted (feedback.Redactor), and
 a final check refuses to return a prompt that still names a hidden shape.
@@ -54,6 +55,19 @@ class Inspiration:
 
 
 @dataclass(frozen=True)
+class TorchCompile:
+    """torch.compile's own code for the task's reference, shown as the code to beat: TorchInductor's
+    Triton kernels and the ``call`` that launches them (``code``, already without Inductor's imports,
+    decorators and harness when ``source_lines`` says the file was longer), and the judge's
+    torch.compile time per public shape label where the archive has measured one."""
+
+    code: str
+    #: lines of Inductor's whole output file, when ``code`` is a part of it
+    source_lines: int | None = None
+    times_us: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Limits:
     """Character budgets. A prompt over ``total_chars`` loses inspirations, then lessons, then code."""
 
@@ -61,6 +75,7 @@ class Limits:
     reference_chars: int = 12_000
     parent_code_chars: int = 20_000
     inspiration_code_chars: int = 6_000
+    torch_compile_chars: int = 8_000
     max_inspirations: int = 3
     max_lessons: int = 10
     lesson_chars: int = 300
@@ -162,6 +177,29 @@ def task_section(task: Task, hardware: Mapping[str, Any], device_kind: str, limi
                   else "Inputs are read-only: writing into one is rejected"),
         distributions=", ".join(task.distributions),
     )
+
+
+def torch_compile_section(compiled: TorchCompile | None, task: Task, device_kind: str, limits: Limits) -> str:
+    """torch.compile's code for the reference and its measured times (public shapes only); empty
+    without code: a reference Inductor writes no Triton for says nothing here."""
+    if compiled is None or not compiled.code.strip():
+        return ""
+    code = compiled.code.strip()
+    trimmed = []
+    if compiled.source_lines and compiled.source_lines > code.count("\n") + 1:
+        trimmed.append(f"Trimmed from Inductor's {compiled.source_lines}-line output file to its kernels and `call`: "
+                       "its imports, autotuning decorators and benchmark harness are left out.")
+    if len(code) > limits.torch_compile_chars:
+        trimmed.append(f"The listing is cut after {limits.torch_compile_chars} characters.")
+    public = {shape.label for shape in task.shapes(device_kind, hidden=False)}
+    times = [(label, us) for label, us in compiled.times_us if label in public and us]
+    table = ""
+    if times:
+        rows = "\n".join(f"| {label} | {us:.4g} |" for label, us in times)
+        table = ("\ntorch.compile's time per public shape, as the judge measured it beside accepted kernels:\n"
+                 f"| shape | torch.compile us |\n|---|---|\n{rows}\n")
+    return fill("torch_compile", code=clip(code, limits.torch_compile_chars, keep="head"),
+                trimmed=" ".join(trimmed), times=table)
 
 
 _DOCSTRING = re.compile(r"""\A\s*(?:#[^\n]*\n\s*)*[rRuU]?(\"\"\"|\'\'\'|"|')(.*?)\1""", re.DOTALL)
@@ -280,8 +318,10 @@ def render(
     lessons: Sequence[str] = (),
     device_kind: str = "cuda",
     limits: Limits = Limits(),
+    torch_compile: TorchCompile | None = None,
 ) -> Prompt:
-    """The system and user messages for one proposal."""
+    """The system and user messages for one proposal. ``torch_compile``: torch.compile's own code
+    for the reference (the loop captures it), shown as the code to beat."""
     redactor = Redactor(task)
     system = fill("system")
     fixed = {
@@ -296,9 +336,11 @@ def render(
     dropped: list[str] = [f"inspiration {i + 1}" for i in range(limits.max_inspirations, len(inspirations))]
     dropped += [f"{len(lessons) - len(kept_lessons)} older lesson(s)"] if len(lessons) > len(kept_lessons) else []
     parent_text = parent_section(parent, floors, redactor, limits, code_chars) if parent else ""
+    compiled_text = torch_compile_section(torch_compile, task, device_kind, limits)
     while True:
         user = fill(
             "user",
+            torch_compile=compiled_text,
             parent=parent_text,
             inspirations=inspirations_section(kept_inspirations, redactor, limits),
             lessons=lessons_section(kept_lessons, redactor, limits),
@@ -314,6 +356,9 @@ def render(
         elif kept_lessons:
             dropped.append("lessons")
             kept_lessons = []
+        elif compiled_text:
+            dropped.append("torch.compile's code")
+            compiled_text = ""
         elif parent is not None and code_chars > 2_000:
             code_chars //= 2
             dropped.append(f"parent code beyond {code_chars} characters")

@@ -3,17 +3,21 @@ judged by the real judge on the CPU (Triton interpreter) on every public and hid
 
 from __future__ import annotations
 
+import ast
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from kernforge.loop.evaluate import open_judge
-from kernforge.loop.inductor_start import NoStart, Start, derive
+from kernforge.loop.inductor_code import example_shape
+from kernforge.loop.inductor_start import NoStart, Start, derive, listing, output_code_async
 from kernforge.tasks.loader import load_task
 from kernforge.verifier.judge import JudgeOptions
 from kernforge.verifier.verdict import describe
 
 COPIES = Path(__file__).resolve().parent / "kernelbench"
+TASKS = Path(__file__).resolve().parent / "tasks"
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +71,55 @@ def test_run_without_key_on_unseeded_kernelbench_problem_makes_accepted_attempts
         rows = conn.execute("SELECT proposer, status FROM attempts ORDER BY id").fetchall()
     assert rows[0] == ("inductor", "accepted"), rows
     assert len(rows) == 2 and rows[1][0] == "offline", rows
+
+
+# ---- what a prompt shows -------------------------------------------------------------------------
+def test_listing_of_real_output_code_is_the_kernels_and_call():
+    """A row softmax: Inductor writes two kernels (a looped reduction, then the normalising pass)."""
+    code = asyncio.run(output_code_async(load_task(COPIES / "23_Softmax.py"), "cpu"))
+    assert isinstance(code, str), code
+    shown = listing(code)
+    assert shown is not None and len(shown.kernels) >= 1 and shown.total_lines == len(code.splitlines())
+    ast.parse(shown.text)  # still Python: kernels and call() as Inductor wrote them
+    for name in shown.kernels:
+        assert f"def {name}(" in shown.text and f"{name}.run(" in shown.text
+    assert shown.text.count("@triton.jit") == len(shown.kernels) and "def call(" in shown.text
+    assert "# Topologically Sorted Source Nodes" in shown.text  # which ops each kernel fuses
+    # the autotuning decorators, imports and benchmark harness are left out
+    for gone in ("triton_heuristics", "size_hints", "def get_args", "benchmark_compiled_module", "import "):
+        assert gone in code and gone not in shown.text
+
+
+def test_listing_is_none_where_inductor_writes_no_triton():
+    """A plain matmul is handed to ATen: there is output code, but no Triton kernel to show."""
+    code = asyncio.run(output_code_async(load_task(COPIES / "2_Standard_matrix_multiplication_.py"), "cpu"))
+    assert isinstance(code, str) and "extern_kernels.mm" in code
+    assert listing(code) is None
+
+
+def test_output_code_of_a_reference_with_parameters_says_why_there_is_none():
+    result = asyncio.run(output_code_async(load_task(COPIES / "12_Gemm_Multiply_LeakyReLU.py"), "cpu"))
+    assert isinstance(result, NoStart) and "parameters or buffers" in result.reason
+
+
+def test_output_code_is_captured_on_a_public_shape_only(tmp_path):
+    """The start may compile on a hidden shape (fewest 1s, then smallest); the code shown in a prompt
+    never is: Inductor's file holds its example shape's sizes (and a specialised size is a literal)."""
+    folder = tmp_path / "norm_small_hidden"
+    folder.mkdir()
+    (folder / "reference.py").write_text((TASKS / "tiny_norm" / "reference.py").read_text())
+    meta = (TASKS / "tiny_norm" / "meta.py").read_text()
+    meta = meta.replace('PUBLIC_SHAPES = [{"T": 4, "H": 64}, {"T": 8, "H": 128}]', 'PUBLIC_SHAPES = [{"T": 6, "H": 96}]')
+    meta = meta.replace('HIDDEN_SHAPES = [{"T": 3, "H": 96}, {"T": 5, "H": 200}]', 'HIDDEN_SHAPES = [{"T": 3, "H": 40}]')
+    (folder / "meta.py").write_text(meta)
+    task = load_task(folder)
+    assert example_shape(task, "cpu").as_dict() == {"T": 3, "H": 40}  # what the start compiles on
+    assert example_shape(task, "cpu", public_only=True).as_dict() == {"T": 6, "H": 96}
+    code = asyncio.run(output_code_async(task, "cpu"))
+    assert isinstance(code, str), code
+    assert "rand_strided((6, 96)" in code and "(3, 40)" not in code and "= 40\n" not in code
+
+
+def test_a_capture_past_its_time_is_killed_and_says_so():
+    result = asyncio.run(output_code_async(load_task(COPIES / "19_ReLU.py"), "cpu", timeout_s=0.01))
+    assert isinstance(result, NoStart) and "took more than" in result.reason

@@ -29,6 +29,39 @@ from fake_llm import BROKEN_KERNEL, GOOD_KERNEL, fake_llm, fenced, reply  # noqa
 __all__ = ["fake_llm"]
 TINY = Path(__file__).resolve().parent / "tasks" / "tiny_norm"
 KEY = "sk-proposer-test-0a1b2c"
+TORCH_COMPILE = "# What torch.compile does for this reference: beat it"
+
+
+@pytest.fixture(scope="module")
+def tiny_inductor_code():
+    """tiny_norm's reference compiled by Inductor on the CPU: captured once for this module."""
+    code = asyncio.run(proposers.output_code_async(load_task(TINY), "cpu"))
+    assert isinstance(code, str), code
+    return code
+
+
+class Captures:
+    """The LLM proposer's Inductor captures in these tests: the tasks asked for, and the answer."""
+
+    def __init__(self, answer):
+        self.asked: list[str] = []
+        self.answer = answer
+
+
+@pytest.fixture(autouse=True)
+def captures(monkeypatch, tiny_inductor_code):
+    """Each capture answered with the real code captured once (a capture is a child process that
+    compiles for seconds), or with ``captures.answer`` (raised if it is an exception)."""
+    fake = Captures(tiny_inductor_code)
+
+    async def capture(task, device_kind):
+        fake.asked.append(task.name)
+        if isinstance(fake.answer, BaseException):
+            raise fake.answer
+        return fake.answer
+
+    monkeypatch.setattr(proposers, "output_code_async", capture)
+    return fake
 
 
 def env(tmp_path, **extra):
@@ -212,3 +245,51 @@ def test_offline_tuner_says_when_the_seed_itself_was_rejected():
     result = asyncio.run(OfflineTuner().propose(task, pop, Lessons()))
     assert isinstance(result, NoProposal) and result.kind == "nothing_to_tune"
     assert "seed kernel was rejected (crashed: the candidate's process crashed" in result.reason
+
+
+def proposals(server, tmp_path, population, n: int, notes: list[str]) -> list:
+    """``n`` proposals for tiny_norm from one LLM proposer (one run), its notes kept."""
+    server.script = [reply(fenced(GOOD_KERNEL))] * n
+    config = llm_config(provider=None, base_url=server.base_url, models=("fake-model",), offline=False,
+                        env=env(tmp_path, KERNFORGE_API_KEY=KEY))
+
+    async def go():
+        proposer = LLMProposer(config, ("fake-model",), Bandit(random.Random(0)), hardware={"torch": "2.x"},
+                               device_kind="cpu", note=notes.append)
+        task = load_task(TINY)
+        proposer.prepare([task])
+        await proposer.start()
+        try:
+            return [await proposer.propose(task, population, Lessons()) for _ in range(n)]
+        finally:
+            await proposer.aclose()
+
+    return asyncio.run(go())
+
+
+def test_every_prompt_shows_torch_compiles_code_captured_once_per_run(fake_llm, tmp_path, captures, tiny_inductor_code):
+    pop = Population(rng=random.Random(0))
+    timed = Accepted(shapes=(ShapeResult({"T": 4, "H": 64}, False, "float32", "graph", time_us=30.0, compile_us=42.0),
+                             ShapeResult({"T": 3, "H": 96}, True, "float32", "graph", time_us=30.0, compile_us=987.0)))
+    pop.add(Member(HONEST, timed, attempt_id=1))
+    notes: list[str] = []
+    made = proposals(fake_llm, tmp_path, pop, 3, notes)
+    assert captures.asked == ["tiny_norm"] and notes == []  # once for the run, though prepared and asked 3 times
+    shown = proposers.listing(tiny_inductor_code)
+    for p in made:
+        user = json.loads(p.prompt)[1]["content"]
+        assert TORCH_COMPILE in user and shown.text.strip() in user
+        assert "| T=4 H=64 | 42 |" in user and "987" not in user  # the judge's baseline, public shapes only
+
+
+@pytest.mark.parametrize("answer, why", [
+    ("def call(args):\n    return (extern_kernels.mm(args[0], args[1]),)\n", "Inductor writes no Triton kernel for it"),
+    (proposers.NoStart("the reference holds parameters or buffers (weight)"), "the reference holds parameters"),
+    (OSError("[Errno 24] Too many open files"), "OSError: [Errno 24] Too many open files"),
+])
+def test_no_triton_no_section_and_the_proposal_is_still_made(fake_llm, tmp_path, captures, answer, why):
+    captures.answer = answer
+    notes: list[str] = []
+    p, = proposals(fake_llm, tmp_path, Population(rng=random.Random(0)), 1, notes)
+    assert p.code == GOOD_KERNEL and "torch.compile's own code" not in json.loads(p.prompt)[1]["content"]
+    assert len(notes) == 1 and notes[0].startswith(f"[tiny_norm] prompts show no torch.compile code: {why}")

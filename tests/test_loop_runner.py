@@ -122,6 +122,23 @@ def test_run_against_a_scripted_llm(fake_llm, tmp_path, monkeypatch):
     assert all(KEY not in json.dumps(r.body) for r in fake_llm.requests if r.body)
 
 
+def test_an_llm_run_shows_the_model_torch_compiles_code_for_the_task(fake_llm, tmp_path, monkeypatch):
+    """End to end: the run captures Inductor's code for the task's reference (a real child process
+    on the CPU) and the request the provider receives holds it, as the code to beat."""
+    monkeypatch.setenv("KERNFORGE_API_KEY", KEY)
+    fake_llm.script = [reply(fenced(GOOD_KERNEL))]
+    db = tmp_path / "k.db"
+    result = cli.invoke(app, ["run", "--task", str(TASKS / "tiny_norm"), "--db", str(db), "--base-url",
+                              fake_llm.base_url, "--model", "fake-model", "--max-attempts", "1"])
+    assert result.exit_code == 0, result.output
+    user = fake_llm.completions[0].messages[1]["content"]
+    section = user.split("# What torch.compile does for this reference: beat it", 1)[1]
+    code = section.split("```python\n", 1)[1].split("\n```", 1)[0]
+    assert "@triton.jit\ndef triton_" in code and "def call(" in code and ".run(" in code
+    assert "size_hints" not in code and "Trimmed from Inductor's" in section
+    assert json.loads(attempts(db)[0]["prompt"])[1]["content"] == user  # archived as sent
+
+
 def test_readme_main_job_without_key_or_gpu(tmp_path, monkeypatch):
     """`kernforge run --task rms_norm --max-attempts N`: the offline tuner on the interpreter."""
     monkeypatch.chdir(tmp_path)

@@ -251,3 +251,19 @@ def test_interpreter_kernels_lead_without_an_audit():
     first = Member(variant(1), interpreted(900.0), attempt_id=1)
     assert not pop.needs_audit(first) and first.confirmed
     assert pop.add(first) is True and pop.best is first
+
+
+def test_compile_times_are_the_judges_baselines_on_public_gpu_timed_shapes():
+    """torch.compile's time per public shape for the prompt: the median over accepted kernels
+    (demoted ones too: their baselines were measured all the same); never a hidden shape, an
+    interpreter run or a rejection."""
+    pop = Population(rng=random.Random(0))
+    assert pop.compile_times() == ()
+    public = lambda t, us, timing="graph": ShapeResult({"T": t}, False, "float32", timing, time_us=5.0, compile_us=us)
+    hidden = ShapeResult({"T": 77}, True, "float32", "graph", time_us=5.0, compile_us=999.0)
+    pop.add(Member(variant(1), Accepted(shapes=(public(1, 10.0), public(2, None), hidden)), attempt_id=1))
+    pop.add(Member(variant(2), Accepted(shapes=(public(1, 30.0), public(2, 40.0))), attempt_id=2))
+    pop.add(Member(variant(3), Accepted(shapes=(public(1, 11.0),)), attempt_id=3, audit_passed=False))
+    pop.add(Member(variant(4), Accepted(shapes=(public(3, 7.0, "interpreter"),)), attempt_id=4))
+    pop.add(Member(variant(5), Rejected(Status.INCORRECT, "wrong", shapes=(public(4, 8.0),)), attempt_id=5))
+    assert dict(pop.compile_times()) == {"T=1": 11.0, "T=2": 40.0}

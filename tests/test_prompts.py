@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernforge.loop.config import load_config
+from kernforge.loop.inductor_start import listing, output_code_async
 from kernforge.loop.llm import LLMClient
 from kernforge.prompts import render as r
 from kernforge.prompts.feedback import Redactor, clip
@@ -254,6 +255,86 @@ def test_last_line_of_defence_refuses_a_leak():
     with pytest.raises(r.PromptLeak):
         r._refuse_leaks(task, "it failed at T=77 H=5120")
     r._refuse_leaks(task, "```python\nT = 77\nH = 5120\n```\nand T=77, H=4096")  # code and partial labels pass
+
+
+# ---- torch.compile's code ------------------------------------------------------------------------
+TORCH_COMPILE = "# What torch.compile does for this reference: beat it"
+
+
+def torch_compile_part(user: str) -> str:
+    """The section: from its heading to the end of its code block (the code has lines that start "# ")."""
+    assert TORCH_COMPILE in user
+    head, code = user.split(TORCH_COMPILE, 1)[1].split("```python\n", 1)
+    return head + "```python\n" + code.split("\n```", 1)[0] + "\n```"
+
+
+@pytest.fixture(scope="module")
+def rms_norm_inductor():
+    """rms_norm's reference compiled by Inductor on the CPU, as the LLM proposer captures it."""
+    task = load_task("rms_norm")
+    code = asyncio.run(output_code_async(task, "cpu"))
+    assert isinstance(code, str), code
+    return task, code, listing(code)
+
+
+@pytest.mark.parametrize("device_kind", ["cpu", "cuda"])
+def test_torch_compile_section_shows_inductors_own_code_to_beat(rms_norm_inductor, device_kind):
+    task, code, shown = rms_norm_inductor
+    user = r.render(task, H200, device_kind=device_kind, torch_compile=r.TorchCompile(shown.text, shown.total_lines)).user
+    part = torch_compile_part(user)
+    assert "torch.compile's own code for the reference" in part and "the goal is to be faster than this code" in part
+    assert f"Trimmed from Inductor's {shown.total_lines}-line output file to its kernels and `call`" in part
+    assert "```python\n" + shown.text.strip() + "\n```" in part  # all of it: short enough
+    for name in shown.kernels:
+        assert f"def {name}(" in part
+    # Inductor's decorators and benchmark harness hold its example shape's sizes: never shown
+    for gone in ("triton_heuristics", "size_hints", "def get_args", "rand_strided"):
+        assert gone in code and gone not in user
+    assert "torch.compile us" not in part  # no measured time given: none shown
+    assert user.index(TORCH_COMPILE) < user.index("# Your job")
+    assert_no_hidden_shape(task, user)
+
+
+def test_torch_compile_times_are_shown_for_public_shapes_only():
+    task = load_task("rms_norm")
+    public = [s.label for s in task.shapes("cuda", hidden=False)]
+    hidden = label(hidden_dicts(task)[0])
+    times = ((public[0], 12.25), (hidden, HIDDEN_TIME), (public[1], 0.0))
+    user = r.render(task, H200, torch_compile=r.TorchCompile("@triton.jit\ndef k(x_ptr):\n    pass\n", times_us=times)).user
+    part = torch_compile_part(user)
+    assert f"| shape | torch.compile us |\n|---|---|\n| {public[0]} | 12.25 |\n" in part
+    assert f"| {public[1]} |" not in part  # no time known for it
+    assert "Trimmed" not in part  # given whole: nothing said about trimming
+    assert_no_hidden_shape(task, user)
+
+
+def test_long_torch_compile_code_is_cut_and_says_so():
+    task = load_task("rms_norm")
+    kernel = "@triton.jit\ndef k(x_ptr):\n" + "    x = tl.load(x_ptr)\n" * 2_000
+    limits = r.Limits(torch_compile_chars=3_000)
+    part = torch_compile_part(r.render(task, H200, limits=limits, torch_compile=r.TorchCompile(kernel, 9_000)).user)
+    assert "The listing is cut after 3000 characters." in part and "characters cut ...]" in part
+    assert "Trimmed from Inductor's 9000-line output file" in part
+    assert kernel[:3_000] in part and len(part) < 3_000 + 1_500
+
+
+@pytest.mark.parametrize("compiled", [None, r.TorchCompile("  \n", times_us=(("T=1 H=4096", 3.0),))])
+def test_no_torch_compile_code_no_section(compiled):
+    user = r.render(load_task("rms_norm"), H200, torch_compile=compiled).user
+    assert "torch.compile's own code" not in user and "torch.compile us" not in user
+
+
+def test_torch_compile_code_goes_after_lessons_when_the_prompt_is_too_long():
+    task = load_task("rms_norm")
+    bare = r.render(task, H200, parent=r.Parent(GOOD_KERNEL))
+    compiled = r.TorchCompile("@triton.jit\ndef k(x_ptr):\n" + "    x = tl.load(x_ptr)\n" * 300)
+    limits = r.Limits(total_chars=bare.chars + 200)
+    prompt = r.render(task, H200, parent=r.Parent(GOOD_KERNEL), lessons=["use fp32 accumulation"], limits=limits,
+                      torch_compile=compiled)
+    assert prompt.dropped == ("lessons", "torch.compile's code") and prompt.chars <= limits.total_chars
+    assert TORCH_COMPILE not in prompt.user and GOOD_KERNEL.strip() in prompt.user  # the parent stays whole
+    roomy = r.render(task, H200, parent=r.Parent(GOOD_KERNEL), torch_compile=compiled)
+    assert TORCH_COMPILE in roomy.user and roomy.dropped == ()
 
 
 # ---- redaction and clipping ----------------------------------------------------------------------
