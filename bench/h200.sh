@@ -14,7 +14,7 @@
 #   ipc1       the same, one configuration (64 MB calls)
 #   gputest    the verifier's GPU tests alone (tests/test_verifier_gpu.py), every failure listed
 #   probe      bench/overhead_probe.py (where a batch's time goes, one process, against the judge)
-#   gputestx   the verifier's GPU tests on three pytest-xdist workers sharing the GPU
+#   gputestx   the verifier's GPU tests (and the reference graph's) on three pytest-xdist workers sharing the GPU
 #   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, one step at a time, and the audit's profiled worker)
 #   footprint  bench/footprint_probe.py (per-call time against where the buffers live and how much memory a batch touches)
 #   sweep      bench/clock_sweep.py (the batch window against its number of calls: fixed cost or per-call excess)
@@ -47,7 +47,7 @@ for p in "$@"; do
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
-    gputestx) phase gputest 260 python3 -m pytest -m gpu -v -p no:cacheprovider --tb=line -rf --timeout 120 -n 3 --durations=12 tests/test_verifier_gpu.py ;;
+    gputestx) phase gputest 260 python3 -m pytest -m gpu -v -p no:cacheprovider --tb=line -rf --timeout 120 -n 3 --durations=12 tests/test_verifier_gpu.py tests/test_verifier_reference_graph.py ;;
     ncusbx) phase ncusbx 200 python3 bench/ncu_sandbox.py --timeout 25 ;;
     footprint) phase footprint 60 python3 bench/footprint_probe.py ;;
     sweep) phase sweep 240 python3 bench/clock_sweep.py --json "$OUT/sweep.json" ;;
