@@ -136,3 +136,27 @@ def test_a_hung_candidate_gets_a_timeout_verdict_from_the_tasks_own_limits(tmp_p
         honest = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))  # the judge goes on working
         assert honest.accepted, honest.reason
 
+
+
+def test_a_baseline_the_reference_cannot_run_leaves_the_verdict_its_times(tmp_path):
+    """On the H200 a KernelBench softmax baseline ran out of memory: the candidate's own verdict
+    must stand (flagged, no figures to compare with), and nothing is cached for next time."""
+    from kernforge.tasks.spec import Shape
+    from kernforge.verifier.cache import JsonCache
+    from kernforge.verifier.judge import ReferenceFailed
+
+    judge = Judge.__new__(Judge)
+    judge.options = JudgeOptions(cache_dir=tmp_path)
+    judge.baseline_cache = JsonCache(tmp_path / "baselines.json")
+    judge.environment = lambda: {"gpu": "test", "driver": "0"}
+    asked = []
+
+    def ask(reply_type, msg, **_):
+        asked.append(msg["op"])
+        raise ReferenceFailed("the task's reference failed on baseline: OutOfMemoryError: CUDA out of memory")
+
+    judge._ask_ref = ask
+    task = load_task(TASKS / "tiny_norm")
+    got = judge._baseline(task, Shape.of({"T": 4, "H": 64}), 8, "default", 0)
+    assert asked == ["baseline"] and "OutOfMemoryError" in got["baseline_error"]
+    assert got.get("eager_us") is None and not (tmp_path / "baselines.json").exists()

@@ -65,6 +65,11 @@ class JudgeError(Exception):
     """The judge itself could not work (the task's reference failed, a worker would not start)."""
 
 
+class ReferenceFailed(JudgeError):
+    """The reference worker is alive and answered, but the task's reference raised (its reply
+    says why): the worker, and the arena it owns, can go on to the next request."""
+
+
 class TaskTooLarge(JudgeError):
     """The task's largest call needs more memory than this GPU has: no candidate can be judged."""
 
@@ -225,7 +230,7 @@ class Judge:
         finally:
             self._spent(f"ref.{op}", t0)
         if not isinstance(data, dict) or data.get("ok") is not True:
-            raise JudgeError(f"the task's reference failed on {op}: {data.get('error') if isinstance(data, dict) else data}")
+            raise ReferenceFailed(f"the task's reference failed on {op}: {data.get('error') if isinstance(data, dict) else data}")
         if reply_type is None:
             return (data, received) if recv_fds else data
         try:
@@ -773,6 +778,8 @@ class Judge:
             result.update(eager_us=eager, compile_us=comp,
                           speedup_eager=eager / median if eager and median else None,
                           speedup_compile=comp / median if comp and median else None)
+            if base.get("baseline_error"):
+                flags.append(f"eager and torch.compile baselines unavailable: {base['baseline_error'][:160]}")
             if base.get("compile_error"):
                 flags.append(f"torch.compile baseline unavailable: {base['compile_error'][:120]}")
             lib = base.get("library_us")
@@ -845,9 +852,12 @@ class Judge:
         cached = self.baseline_cache.get(key)
         if cached is not None:
             return cached
-        got = self._ask_ref(None, {"op": "baseline", "task_ref": task.ref, "shape": shape.as_dict(), "dist": dist,
-                                   "seeds": [secrets.randbits(31) for _ in range(calls)], "init_seed": init_seed,
-                                   "batches": self.options.batches})
+        try:
+            got = self._ask_ref(None, {"op": "baseline", "task_ref": task.ref, "shape": shape.as_dict(), "dist": dist,
+                                       "seeds": [secrets.randbits(31) for _ in range(calls)], "init_seed": init_seed,
+                                       "batches": self.options.batches})
+        except ReferenceFailed as err:  # no figures to compare with; the candidate's verdict stands (not cached)
+            return {"baseline_error": str(err)}
         out = {"eager_us": got["eager"].get("median_us"), "eager_spread_pct": got["eager"].get("spread_pct"),
                "eager_mode": got["eager"].get("mode")}
         comp = got.get("compile", {})
