@@ -57,6 +57,8 @@ class TaskStats:
     note: str = ""
     #: the run judges on the CPU: times are the interpreter's, shown labelled, never compared
     interpreter: bool = False
+    #: seconds from this session's start to the task's first verdict in it (None: none yet)
+    first_verdict_s: float | None = None
 
     @property
     def vs_seed(self) -> float | None:

@@ -597,6 +597,8 @@ class Runner:
         self.meter.record(state.task.name, p.tokens_in + p.tokens_out, p.cost)
         self.fair.judged(state.task.name, verify_s or 0.0)
         st = state.stats
+        if st.first_verdict_s is None:
+            st.first_verdict_s = time.monotonic() - self._t0
         st.attempts += 1
         st.tokens += p.tokens_in + p.tokens_out
         st.cost += p.cost

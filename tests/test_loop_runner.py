@@ -377,6 +377,7 @@ def test_a_cpu_run_keeps_verdicts_typed_learns_by_check_and_never_ranks_interpre
 
     assert len(judge.judged) == 5 and result.status == "finished"  # five verdicts, no audit among the calls
     assert result.audited_per_device == {"cpu": 0} and result.tasks[0].audits == 0
+    assert 0 < result.tasks[0].first_verdict_s <= result.wall_s  # when the task's first verdict came
     assert set(callers) <= {"kernforge.archive.store"}, callers  # verdicts became dicts only in the archive
     with Archive.open(db, readonly=True) as archive:
         rows = task_history(archive, 1)
