@@ -75,6 +75,11 @@ def _pairs(source: str, count: int, numel: int, keep: list) -> list[tuple[torch.
     keep.append(block)
     flat = block.tensor().view(torch.bfloat16)
     flat.normal_()
+    return _split(flat, count, numel)
+
+
+def _split(flat: torch.Tensor, count: int, numel: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``count`` (input, output) pairs of ``numel`` elements each, side by side in ``flat``."""
     return [(flat[(2 * k) * numel:(2 * k + 1) * numel], flat[(2 * k + 1) * numel:(2 * k + 2) * numel]) for k in range(count)]
 
 
@@ -200,8 +205,7 @@ def _child(args: argparse.Namespace) -> None:
     rows_n = args.mib * 2**20 // 2 // hidden
     numel = rows_n * hidden
     block = vmm.open_fd(args.child_fd, args.child_size, torch.cuda.current_device())
-    flat = block.tensor().view(torch.bfloat16)
-    pairs = [(flat[(2 * k) * numel:(2 * k + 1) * numel], flat[(2 * k + 1) * numel:(2 * k + 2) * numel]) for k in range(args.calls)]
+    pairs = _split(block.tensor().view(torch.bfloat16), args.calls, numel)
     short = max(1, args.calls // 8)
     l2 = timing.L2Control(torch.device("cuda"))
     got = {"rms seed, imported memory": _rms_measure(pairs, rows_n, hidden, args, short, l2, False),

@@ -90,11 +90,12 @@ def test_probe_positions_cover_every_call_and_find_late_changes(batch):
 def test_baseline_layout_draws_every_call_fresh_into_one_region():
     task = load_task(TASK)
     shape = Shape.of(SHAPE)
-    region, pristine, views = W._baseline_layout(task, shape, "normal", [21, 22, 23], "cpu")
-    assert len(views) == 3 and region.numel() == pristine.numel()
-    region.copy_(pristine)  # the trusted write
     from kernforge.tasks import runtime
 
+    first = runtime.make_inputs(task, shape, "normal", 21, "cpu")
+    region, pristine, views = W._baseline_layout(task, shape, "normal", [21, 22, 23], "cpu", first)
+    assert len(views) == 3 and region.numel() == pristine.numel()
+    region.copy_(pristine)  # the trusted write
     for seed, call in zip([21, 22, 23], views):
         for got, want in zip(call, runtime.make_inputs(task, shape, "normal", seed, "cpu")):
             assert torch.equal(got, want)
@@ -104,13 +105,16 @@ def test_baseline_layout_draws_every_call_fresh_into_one_region():
 
 def test_baseline_calls_shrink_to_the_free_memory(monkeypatch):
     """A call of a few GB: the baselines time as many calls as fit beside the arena, at least one."""
+    from kernforge.tasks import runtime
+
     task = load_task(TASK)
     shape = Shape.of(SHAPE)
     model = W._model(TASK, shape, 3, "cpu")
     per_call = 3 * 5 * 200 * 4 + 2 * 200 * 4  # x twice (region and pristine), the output, the weight twice
     for free, want in ((W.BASELINE_RESERVE + 10 * per_call, 6), (W.BASELINE_RESERVE + 2 * per_call + 1, 2), (0, 1)):
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, free=free: (free, 1 << 40))
-        assert W._baseline_calls(model, task, shape, "normal", [1, 2, 3, 4, 5, 6], "cpu") == want
+        inputs = runtime.make_inputs(task, shape, "normal", 1, "cpu")
+        assert W._baseline_calls(model, inputs, task.mutated_inputs, 6, "cpu") == want
 
 
 @pytest.mark.parametrize("keep", [W.DRAWN_KEEP_BYTES, 0], ids=["drawn_once", "drawn_again"])

@@ -92,7 +92,7 @@ def compare(
     blocks = _blocks(high)
 
     def part(t: torch.Tensor, sl: slice) -> torch.Tensor:
-        return (t.detach()[sl] if t.dim() else t.detach()).to(device=device, dtype=work)
+        return _rows(t, sl).to(device=device, dtype=work)
 
     squares = torch.zeros((), dtype=torch.float64, device=device)
     for sl in blocks:
@@ -160,7 +160,7 @@ def magnitude(high: torch.Tensor, device: torch.device) -> tuple[float, float]:
         return 0.0, 0.0
     largest, squares = 0.0, torch.zeros((), dtype=torch.float64, device=device)
     for sl in _blocks(high):
-        h = (high.detach()[sl] if high.dim() else high.detach()).to(device=device, dtype=torch.float64)
+        h = _rows(high, sl).to(device=device, dtype=torch.float64)
         h = torch.where(torch.isfinite(h), h, torch.zeros_like(h))
         largest = max(largest, float(h.abs().max()))
         squares += h.pow(2).sum()
@@ -174,8 +174,8 @@ def max_abs_difference(a: torch.Tensor, b: torch.Tensor) -> float:
         return float("inf")
     worst = 0.0
     for sl in _blocks(a):
-        x = (a.detach()[sl] if a.dim() else a.detach()).double()
-        y = (b.detach()[sl] if b.dim() else b.detach()).to(device=x.device, dtype=torch.float64)
+        x = _rows(a, sl).double()
+        y = _rows(b, sl).to(device=x.device, dtype=torch.float64)
         d = float((x - y).abs().max())
         if d != d:
             return float("inf")
@@ -202,7 +202,12 @@ def untouched_counts(candidate: torch.Tensor, high: torch.Tensor) -> tuple[int, 
 def leading(t: torch.Tensor) -> torch.Tensor:
     """The first block of rows of ``t`` (about CHUNK_ELEMENTS elements): a sample for statistics
     that need no more, without a copy of a multi-GB tensor."""
-    return t.detach()[_blocks(t)[0]] if t.dim() else t.detach()
+    return _rows(t, _blocks(t)[0])
+
+
+def _rows(t: torch.Tensor, sl: slice) -> torch.Tensor:
+    """Rows ``sl`` of ``t`` (a view; a scalar is its own only block)."""
+    return t.detach()[sl] if t.dim() else t.detach()
 
 
 def _blocks(t: torch.Tensor) -> list[slice]:

@@ -48,7 +48,7 @@ def upcast_model(model: Any) -> Any:
     return copy.deepcopy(model).to(_UPCAST[next(iter(dtypes))])
 
 
-def _nbytes(xs: Sequence[Any], widen: bool) -> int:
+def nbytes(xs: Sequence[Any], widen: bool) -> int:
     total = 0
     for x in xs:
         if isinstance(x, torch.Tensor):
@@ -61,7 +61,7 @@ def wider_bytes(inputs: Sequence[Any], low: Sequence[Any], model: Any = None) ->
     """Device memory the one-step-wider run needs at its peak: a clone of the inputs, their wider
     copies, the wider weights and the wider outputs."""
     params = list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else []
-    return _nbytes(inputs, False) + _nbytes(inputs, True) + _nbytes(params, True) + _nbytes(low, True)
+    return nbytes(inputs, False) + nbytes(inputs, True) + nbytes(params, True) + nbytes(low, True)
 
 
 def _room(device: torch.device) -> int | None:
@@ -84,17 +84,35 @@ def run_reference(model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> 
     too where the wider run would not fit in the GPU's free memory (KernelBench's default sizes
     move several GB per call: a float64 copy of it all does not fit beside the arena), where the
     tolerance then rests on the task's own precision alone."""
+    low = run_low(model, inputs, mutated)
+    return run_high(wider_model(model, inputs, low), inputs, low, mutated)
+
+
+def run_low(model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[torch.Tensor]:
+    """The reference's outputs on (a copy of) ``inputs`` as given."""
     lo_inputs = clone_inputs(inputs)
-    low = collect_outputs(model(*lo_inputs), lo_inputs, mutated)
-    del lo_inputs
+    return collect_outputs(model(*lo_inputs), lo_inputs, mutated)
+
+
+def wider_model(model: Any, inputs: Sequence[Any], low: Sequence[Any]) -> Any:
+    """The one-step-wider copy of ``model`` for a call of ``inputs`` (whose outputs were ``low``),
+    or None where there is none or its run would not fit in the device's free memory."""
     hi_model = upcast_model(model)
     if hi_model is None:
-        return low, low
+        return None
     tensors = [x for x in list(inputs) + list(low) if isinstance(x, torch.Tensor)]
     room = _room(tensors[0].device) if tensors else None
     # room left after it for the next call's copies and a snapshot of this one's outputs
-    after = ROOM_RESERVE + 2 * (_nbytes(inputs, False) + _nbytes(low, False))
+    after = ROOM_RESERVE + 2 * (nbytes(inputs, False) + nbytes(low, False))
     if room is not None and wider_bytes(inputs, low, model) + after > room:
+        return None
+    return hi_model
+
+
+def run_high(hi_model: Any, inputs: Sequence[Any], low: list[torch.Tensor], mutated: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(high, low): ``hi_model`` on upcast copies of ``inputs``; ``low`` twice where there is no
+    wider model, it raises, or its outputs are shaped otherwise."""
+    if hi_model is None:
         return low, low
     hi_inputs = [upcast(x) for x in clone_inputs(inputs)]
     try:

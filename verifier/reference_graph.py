@@ -23,8 +23,6 @@ from typing import Any, Sequence
 
 import torch
 
-from kernforge.tasks.runtime import collect_outputs
-
 from . import integrity, reference
 
 #: device memory a batch's captured reference may hold (its outputs and the copies it makes)
@@ -65,14 +63,17 @@ def capture(model: Any, calls: Sequence[Sequence[Any]], values: Sequence[Sequenc
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     try:
-        with torch.cuda.stream(stream), _no_host_sync():
-            high, low = reference.run_reference(model, calls[0], mutated)
+        with torch.no_grad(), torch.cuda.stream(stream), _no_host_sync():
+            low = reference.run_low(model, calls[0], mutated)
+            hi_model = reference.wider_model(model, calls[0], low)
+            high, low = reference.run_high(hi_model, calls[0], low, mutated)
     except RuntimeError:
         return None
     finally:
         torch.cuda.current_stream().wait_stream(stream)
-    hi_model = reference.upcast_model(model) if high is not low else None
-    per_call = _nbytes(low) + (_nbytes(high) + 2 * _nbytes(calls[0]) if hi_model is not None else 0) + _nbytes(calls[0])
+    hi_model = hi_model if high is not low else None
+    inputs = reference.nbytes(calls[0], False)
+    per_call = reference.nbytes(low, False) + inputs + (reference.nbytes(high, False) + 2 * inputs if hi_model is not None else 0)
     if per_call * len(calls) > GRAPH_BYTES:
         return None
     graph, outputs = torch.cuda.CUDAGraph(), []
@@ -96,15 +97,7 @@ def capture(model: Any, calls: Sequence[Sequence[Any]], values: Sequence[Sequenc
 
 def _run(model: Any, hi_model: Any, args: Sequence[Any], mutated: Sequence[int]) -> Outputs:
     """``reference.run_reference`` with its decision taken: the wider model, or None for none."""
-    lo_inputs = reference.clone_inputs(args)
-    low = collect_outputs(model(*lo_inputs), lo_inputs, mutated)
-    if hi_model is None:
-        return low, low
-    hi_inputs = [reference.upcast(x) for x in reference.clone_inputs(args)]
-    high = collect_outputs(hi_model(*hi_inputs), hi_inputs, mutated)
-    if [h.shape for h in high] != [lo.shape for lo in low]:
-        return low, low
-    return high, low
+    return reference.run_high(hi_model, args, reference.run_low(model, args, mutated), mutated)
 
 
 def _same(got: Outputs, want: Outputs) -> bool:
@@ -112,10 +105,6 @@ def _same(got: Outputs, want: Outputs) -> bool:
     if len(got[0]) != len(want[0]) or len(got[1]) != len(want[1]):
         return False
     return all(integrity.bits_equal(a, b) for a, b in pairs)  # NaN where eager has the same NaN
-
-
-def _nbytes(xs: Sequence[Any]) -> int:
-    return sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
@@ -671,12 +671,15 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         return int(chunk[int(hits[0])][0]) if hits.numel() else -1
 
     captured = _batch_reference(batch, model, task, device)
-    for k, (args, values) in enumerate(zip(batch.sets, batch.inputs)):
+
+    def reference_of(k: int) -> tuple[list[Any], list[Any]]:
+        """Call k's (high, low): from the batch's graph where it has one, else run now."""
         if captured is not None:
-            high, low = captured[k]
-        else:
-            inputs = [_pristine_view(batch, a) if a.get("ref") else v for a, v in zip(args, values)]
-            high, low = reference.run_reference(model, inputs, task.mutated_inputs)
+            return captured[k]
+        return reference.run_reference(model, _call_inputs(batch, k), task.mutated_inputs)
+
+    for k in range(len(batch.sets)):
+        high, low = reference_of(k)
         outs = [arena.view(r) for r in batch.outputs[k]]  # in-place inputs last, in their slots
         chunk.append((k, outs, high, low))
         held += sum(h.numel() * 4 for h in high)
@@ -686,15 +689,11 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             if failed >= 0:
                 break
     if failed >= 0:
-        args, values = batch.sets[failed], batch.inputs[failed]
-        inputs = [_pristine_view(batch, a) if a.get("ref") else v for a, v in zip(args, values)]
-        high, low = reference.run_reference(model, inputs, task.mutated_inputs)
+        high, low = reference_of(failed)
         outs = [arena.view(r) for r in batch.outputs[failed]]
         results = [_judge_output(j, o, h, lo, msg["tolerances"]) for j, (o, h, lo) in enumerate(zip(outs, high, low))]
     else:  # the errors of one call, for the record
-        args, values = batch.sets[-1], batch.inputs[-1]
-        inputs = [_pristine_view(batch, a) if a.get("ref") else v for a, v in zip(args, values)]
-        high, low = reference.run_reference(model, inputs, task.mutated_inputs)
+        high, low = reference_of(len(batch.sets) - 1)
         for j, (o, h, lo) in enumerate(zip([arena.view(r) for r in batch.outputs[-1]], high, low)):
             d = _judge_output(j, o, h, lo, msg["tolerances"])["details"]
             worst = (max(worst[0], d.get("max_abs_err", 0.0)), max(worst[1], d.get("max_rel_err", 0.0)))
@@ -710,12 +709,16 @@ def _batch_reference(batch: _Batch, model: Any, task: Any, device: str) -> list[
     if not device.startswith("cuda") or batch.ref_graph is False:
         return None
     if batch.ref_graph is None:
-        calls = [[_pristine_view(batch, a) if a.get("ref") else v for a, v in zip(args, values)]
-                 for args, values in zip(batch.sets, batch.inputs)]
+        calls = [_call_inputs(batch, k) for k in range(len(batch.sets))]
         batch.ref_graph = reference_graph.capture(model, calls, batch.inputs, task.mutated_inputs) or False
         if batch.ref_graph is False:
             return None
     return batch.ref_graph.run(batch.inputs)
+
+
+def _call_inputs(batch: _Batch, k: int) -> list[Any]:
+    """Call k's arguments as the reference reads them: its tensors in the batch's pristine bytes."""
+    return [_pristine_view(batch, a) if a.get("ref") else v for a, v in zip(batch.sets[k], batch.inputs[k])]
 
 
 def _pristine_view(batch: _Batch, arg: dict[str, Any]) -> Any:
@@ -794,13 +797,14 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     shape = Shape.of(msg["shape"])
     model = _model(msg["task_ref"], shape, int(msg["init_seed"]), device)
     seeds = [int(s) for s in msg["seeds"]]
+    first = runtime.make_inputs(task, shape, msg["dist"], seeds[0], device)
     if not device.startswith("cuda"):
-        inputs = runtime.make_inputs(task, shape, msg["dist"], seeds[0], device)
         t0 = time.perf_counter()
-        model(*inputs)
+        model(*first)
         return {"eager": {"median_us": (time.perf_counter() - t0) * 1e6, "mode": "interpreter"}}
-    seeds = seeds[:_baseline_calls(model, task, shape, msg["dist"], seeds, device)]
-    region, pristine, views = _baseline_layout(task, shape, msg["dist"], seeds, device)
+    seeds = seeds[:_baseline_calls(model, first, task.mutated_inputs, len(seeds), device)]
+    region, pristine, views = _baseline_layout(task, shape, msg["dist"], seeds, device, first)
+    del first
     l2 = _l2(device)
     out: dict[str, Any] = {"eager": timing.time_batch(model, region, pristine, views, task.mutated_inputs, l2, int(msg["batches"]))}
     try:
@@ -823,10 +827,11 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _baseline_layout(task: Any, shape: Shape, dist: str, seeds: list[int], device: str) -> tuple[Any, Any, list[list[Any]]]:
+def _baseline_layout(task: Any, shape: Shape, dist: str, seeds: list[int], device: str,
+                     first: list[Any]) -> tuple[Any, Any, list[list[Any]]]:
     """The baselines' batch: a region for every call's inputs, its pristine bytes (fresh inputs,
     one call's drawn at a time: a multi-GB call leaves no room for them all twice) and each
-    call's arguments as views of the region."""
+    call's arguments as views of the region. ``first``: the first seed's inputs, already drawn."""
     import torch
 
     from .arena import ALIGN
@@ -834,13 +839,12 @@ def _baseline_layout(task: Any, shape: Shape, dist: str, seeds: list[int], devic
     def aligned(x: Any) -> int:
         return -(-(x.numel() * x.element_size()) // ALIGN) * ALIGN if isinstance(x, torch.Tensor) else 0
 
-    first = sum(map(aligned, runtime.make_inputs(task, shape, dist, seeds[0], device)))
-    region = torch.empty(max(first * len(seeds), ALIGN), dtype=torch.uint8, device=device)
+    region = torch.empty(max(sum(map(aligned, first)) * len(seeds), ALIGN), dtype=torch.uint8, device=device)
     pristine = torch.empty_like(region)
     views: list[list[Any]] = []
     at = 0
-    for seed in seeds:
-        inputs = runtime.make_inputs(task, shape, dist, seed, device)
+    for k, seed in enumerate(seeds):
+        inputs = first if k == 0 else runtime.make_inputs(task, shape, dist, seed, device)
         if views and at + sum(map(aligned, inputs)) > region.numel():
             break  # inputs whose sizes vary with the seed: fewer calls, all of them in the region
         call = []
@@ -860,22 +864,23 @@ def _baseline_layout(task: Any, shape: Shape, dist: str, seeds: list[int], devic
 BASELINE_RESERVE = 4 << 30
 
 
-def _baseline_calls(model: Any, task: Any, shape: Shape, dist: str, seeds: list[int], device: str) -> int:
-    """How many of the candidate's calls per batch the baselines can time here: each call needs
-    its inputs twice (the region and its pristine copy) and its outputs, the batch holds them
-    all at once, and the reference worker's arena is already taken. At least one: a call that
-    does not fit once is the task's problem (fits.py), not the baseline's."""
+def _baseline_calls(model: Any, inputs: list[Any], mutated: Sequence[int], most: int, device: str) -> int:
+    """How many of the candidate's ``most`` calls per batch the baselines can time here (one call
+    of ``inputs`` measures its outputs): each call needs its inputs twice (the region and its
+    pristine copy) and its outputs, the batch holds them all at once, and the reference worker's
+    arena is already taken. At least one: a call that does not fit once is the task's problem
+    (fits.py), not the baseline's."""
     import torch
 
-    inputs = runtime.make_inputs(task, shape, dist, seeds[0], device)
-    with torch.no_grad():
-        outputs = runtime.collect_outputs(model(*inputs), inputs, task.mutated_inputs)
-    per_call = sum(2 * x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
-    per_call += sum(x.numel() * x.element_size() for x in outputs if isinstance(x, torch.Tensor))
-    del inputs, outputs
+    from . import reference
+
+    with torch.no_grad():  # on copies: the inputs go on to be the batch's first call
+        outputs = reference.run_low(model, inputs, mutated)
+    per_call = 2 * reference.nbytes(inputs, False) + reference.nbytes(outputs, False)
+    del outputs
     torch.cuda.empty_cache()  # blocks cached by earlier steps count as room
     free, _ = torch.cuda.mem_get_info(torch.device(device))
-    return max(1, min(len(seeds), (int(free) - BASELINE_RESERVE) // max(per_call, 1)))
+    return max(1, min(most, (int(free) - BASELINE_RESERVE) // max(per_call, 1)))
 
 
 def _ceilings(device: str, msg: dict[str, Any]) -> dict[str, Any]:
