@@ -74,9 +74,11 @@ def row_of(key: str, verdict: Verdict, seconds: float) -> dict:
                    speedup_compile=timed.speedup_compile, max_abs_err=timed.max_abs_err)
     if getattr(verdict, "flags", ()):
         row["flags"] = list(verdict.flags)
+    # every shape the verdict checked or timed (the hidden ones' sizes say where a long verdict went)
+    row["shapes"] = [{"shape": s.label, "hidden": s.hidden, "time_us": s.time_us} for s in verdict.shapes]
     phases = (verdict.environment or {}).get("phase_seconds") or {}
     if phases:  # where the verdict's time went, the longest steps first
-        row["phases"] = dict(list(phases.items())[:6])
+        row["phases"] = dict(phases)
     return row
 
 
@@ -102,7 +104,7 @@ def judge_all(device: str, selected: list[tuple[str, Path, Path]], task_file, ou
             row = rows[-1]
             reason = f": {row['reason']}" if "reason" in row else ""
             figures = " ".join(f"{k}={row[k]:.4g}" for k in ("time_us", "eager_us", "compile_us") if row.get(k))
-            phases = " ".join(f"{k} {v:.1f}s" for k, v in row.get("phases", {}).items())
+            phases = " ".join(f"{k} {v:.1f}s" for k, v in list(row.get("phases", {}).items())[:6])
             console.print(f"{key}: {row['status']} in {row['verdict_s']} s {figures}{reason}"
                           + (f" (steps: {phases})" if phases else ""), soft_wrap=True)
             if out is not None:

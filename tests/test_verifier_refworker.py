@@ -139,3 +139,49 @@ def test_pristine_bytes_are_each_seeds_inputs(monkeypatch, keep):
     finally:
         arena.close()
         W._STATE.clear()
+
+
+class _Channel:
+    """The judge's end of the reference worker's channel, as far as ``arena`` uses it."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send_fds(self, fds, tag):
+        import os
+
+        self.sent.append((tag, os.fstat(fds[0]).st_size))
+
+
+def test_a_verdict_leaves_no_model_behind():
+    """Every verdict draws its own weights, so the models it built go when it is forgotten: a night
+    of large-weight tasks (8192x8192 linears) must not fill the GPU one verdict at a time."""
+    W._STATE.clear()
+    W._STATE.update(calls={}, history={}, batches={})
+    for init_seed in (3, 4):
+        W._model(TASK, Shape.of(SHAPE), init_seed, "cpu")
+    assert len(W._MODELS) == 2
+    W._forget("cpu", {})
+    assert W._MODELS == {}
+
+
+def test_an_arena_far_larger_than_asked_for_is_made_again(monkeypatch):
+    """A large task's arena is kept for a slightly smaller one (no churn), but not for a task that
+    needs a fraction of it: the bytes it would hold back are the next batch's room."""
+    monkeypatch.setattr(W, "ARENA_SLACK_BYTES", 1 << 20)
+    W._STATE.clear()
+    W._STATE.update(channel=_Channel())
+    try:
+        sizes = []
+        for size in (16 << 20, 12 << 20, 4 << 20, 6 << 20):
+            got = W._arena("cpu", {"size": size, "input_bytes": size // 2})
+            sizes.append(got["size"])
+        assert sizes[0] >= 16 << 20
+        assert sizes[1] == sizes[0], "a somewhat smaller verdict keeps the arena"
+        assert 4 << 20 <= sizes[2] < 8 << 20, "a far smaller one gets an arena of its own size"
+        assert sizes[3] >= 6 << 20
+    finally:
+        arena = W._STATE.get("arena")
+        if arena is not None:
+            arena.close()
+        W._STATE.clear()

@@ -93,8 +93,9 @@ class JudgeOptions:
     #: checks' own), and at least ``batch_timeout_min_s``, is a timeout
     batch_timeout_factor: float = 30.0
     batch_timeout_min_s: float = 10.0
-    #: share of the GPU's memory the arena may take
-    arena_share: float = 0.45
+    #: share of the GPU's memory a timed batch may take: its inputs and outputs in the arena and
+    #: the reference worker's pristine copy of the inputs
+    arena_share: float = 0.6
     message_timeout_s: float = 600.0
     #: how long the worker may take to import the candidate (a CUDA C++ extension compiles there)
     load_timeout_s: float = 240.0
@@ -895,8 +896,9 @@ class Judge:
             per_call = max(floor_us, self.options.min_call_us)
             want = math.ceil(self.options.batch_window_ms * 1e3 / per_call)
             entry = sizes[shape.params]
-            # both batch sizes' outputs are kept at once (a long batch's and an eighth more)
-            per_set = entry["input_bytes"] + 2.25 * entry["output_bytes"]
+            # the inputs twice (the arena's and the reference worker's pristine copy); both batch
+            # sizes' outputs at once (a long batch's and an eighth more)
+            per_set = 2 * entry["input_bytes"] + 2.25 * entry["output_bytes"]
             fits = max(1, int(budget // max(per_set, 1)))
             plan[shape.params] = int(max(1, min(want, fits, self.options.max_batch_calls)))
         return plan

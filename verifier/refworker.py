@@ -28,7 +28,6 @@ from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape, Tolerance
 
 _MODELS: dict[tuple, Any] = {}
-_COMPILED: dict[tuple, Any] = {}
 _STATE: dict[str, Any] = {}
 _WARM: list[bool] = []
 
@@ -165,9 +164,10 @@ def _arena(device: str, msg: dict[str, Any]) -> dict[str, Any]:
 
     want = Layout(int(msg["size"]), int(msg["input_bytes"]))
     arena = _STATE.get("arena")
-    if arena is None or arena.layout.size < want.size:
+    if arena is None or arena.layout.size < want.size or _oversized(arena.layout.size, want.size):
         if arena is not None:
             arena.close()
+            _STATE.pop("arena")
         arena = Arena.create(want, device)
     arena.layout = Layout(arena.layout.size, want.input_bytes)
     _STATE["arena"] = arena
@@ -179,6 +179,15 @@ def _arena(device: str, msg: dict[str, Any]) -> dict[str, Any]:
 
         os.close(fd)
     return {"size": arena.layout.size, "input_bytes": arena.layout.input_bytes}
+
+
+#: an arena is made again, smaller, when it holds this many bytes more than a verdict asks for
+#: (a large task's arena would otherwise keep the next, smaller task's batch from fitting)
+ARENA_SLACK_BYTES = 8 << 30
+
+
+def _oversized(have: int, want: int) -> bool:
+    return have - want > max(ARENA_SLACK_BYTES, want)
 
 
 def _batch_socket(device: str, msg: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +210,23 @@ def _forget(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     go = _STATE.pop("go", None)
     if go is not None:
         go.close()
+    _MODELS.clear()  # every verdict draws its own weights (init_seed): a kept model is never used again
+    _release_cache(device)
     return {}
+
+
+#: device memory the worker's allocator may keep cached between verdicts; more goes back to the
+#: driver, so that the next task's batch (another size, another task) finds it free
+KEEP_CACHED_BYTES = 8 << 30
+
+
+def _release_cache(device: str) -> None:
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > KEEP_CACHED_BYTES:
+        torch.cuda.empty_cache()
 
 
 # ---- checked calls -----------------------------------------------------------------------------
