@@ -147,11 +147,29 @@ def build_model(model_cls: type, init_inputs: Sequence[Any], init_seed: int, dev
     device_kind = "cuda" if str(device).startswith("cuda") else "cpu"
     devices = [torch.device(device).index or 0] if device_kind == "cuda" else []
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(init_seed)
-        model = model_cls(*init_inputs)
+        model = _built_on(device, init_seed, model_cls, init_inputs) if device_kind == "cuda" else None
+        if model is None:
+            torch.manual_seed(init_seed)
+            model = model_cls(*init_inputs)
     if isinstance(model, torch.nn.Module):
         model = model.to(device)
     return model
+
+
+def _built_on(device: str, init_seed: int, model_cls: type, init_inputs: Sequence[Any]) -> Any:
+    """``model_cls(*init_inputs)`` with the GPU as the default device, so its weights are drawn
+    there (a KernelBench linear of 32768x32768 took ~10 s to draw on the CPU, per shape, on both
+    sides of every verdict); None when its ``__init__`` cannot run that way. The reference and
+    the candidate's ModelNew are both built here, so both draw on the same device from the same
+    seed."""
+    import torch
+
+    torch.manual_seed(init_seed)
+    try:
+        with torch.device(device):
+            return model_cls(*init_inputs)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
 
 
 def roofline(task: Task, shape: Shape, dtype: str) -> Roofline | None:

@@ -34,3 +34,26 @@ def test_the_same_seed_draws_the_same_inputs():
     b = runtime._drawn_on("cpu", 7, get)
     c = runtime._drawn_on("cpu", 8, get)
     assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
+
+
+class _Linear(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n, n))
+
+
+class _HostOnlyInit(torch.nn.Module):
+    """An ``__init__`` that needs its tensors on the host (``.numpy()``)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.tensor(torch.arange(n).numpy() * 2.0))
+
+
+def test_a_model_is_built_on_the_device_where_its_init_can_run_there():
+    """Weights are drawn with the device as the default (a 4 GiB linear drawn on the host took
+    seconds per shape); an ``__init__`` that cannot run that way is built on the host instead,
+    the same way on both sides of a verdict. The meta device stands in for the GPU here."""
+    on_device = runtime._built_on("meta", 5, _Linear, [4])
+    assert on_device is not None and on_device.weight.device.type == "meta"
+    assert runtime._built_on("meta", 5, _HostOnlyInit, [4]) is None

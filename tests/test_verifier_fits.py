@@ -49,3 +49,44 @@ def test_the_judge_refuses_the_task_before_any_candidate_runs():
     _GpuJudge(139.8, 1.0).check_fits(task)  # fits: nothing raised
     with pytest.raises(TaskTooLarge, match="tiny_norm: task too large for this GPU"):
         _GpuJudge(139.8, 30.0).verify("this source is never read", task)
+
+
+def test_weights_count_twice_toward_what_a_call_needs():
+    """A KernelBench linear of 32768x32768 float32 holds 4 GiB of weights in the reference worker
+    and again in the candidate's worker: a shape whose calls fit may not fit with them."""
+    calls = {("a",): {"input_bytes": 20 * GIB, "output_bytes": 10 * GIB}}
+    assert fits.too_large(calls, {("a",): "N=1"}, int(139.8 * GIB)) is None
+    heavy = {("a",): {**calls[("a",)], "param_bytes": 8 * GIB}}
+    why = fits.too_large(heavy, {("a",): "N=1"}, int(139.8 * GIB))
+    assert why is not None and "8.0 GiB of weights" in why
+
+
+def test_the_heap_holds_every_shapes_weights():
+    """The candidate's worker builds ModelNew once per shape inside the arena's heap and keeps
+    each: the heap grows by the weights of every shape, beside the margin for temporaries."""
+    from kernforge.tasks.spec import Shape
+
+    judge = _GpuJudge(139.8, 0.001)
+    shapes = [Shape.of({"N": 1}), Shape.of({"N": 2})]
+    bare = {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}
+    weighted = {k: {**v, "param_bytes": (3 + i) * GIB} for i, (k, v) in enumerate(bare.items())}
+    plain, heavy = judge._arena_layout(bare, shapes, {}), judge._arena_layout(weighted, shapes, {})
+    assert heavy["input_bytes"] == plain["input_bytes"]
+    assert heavy["size"] - plain["size"] >= 7 * GIB
+
+
+def test_a_batch_of_large_calls_has_few_of_them():
+    """With no roofline of its own (a KernelBench problem), a task's batch is sized by the time
+    its calls take at least to move their bytes: a GEMM of 320 MiB a call gets tens of calls,
+    not the hundreds a 4 us call would, and a tiny call still fills the window."""
+    from kernforge.tasks.spec import Shape
+
+    judge = _GpuJudge(139.8, 0.001)
+    judge.ceilings = lambda: {"bandwidth_gbps": 4000.0, "tflops": 800.0}
+    task = load_task(TASKS / "tiny_norm")
+    big, small = Shape.of({"T": 1, "H": 2}), Shape.of({"T": 1, "H": 4})
+    sizes = {big.params: {"input_bytes": 64 << 20, "output_bytes": 32 << 20, "param_bytes": 256 << 20},
+             small.params: {"input_bytes": 4096, "output_bytes": 4096}}
+    plan = judge._batch_plan(task, sizes, [big, small])
+    assert 40 <= plan[big.params] <= 80
+    assert plan[small.params] == judge.options.max_batch_calls

@@ -111,7 +111,9 @@ def test_baseline_calls_shrink_to_the_free_memory(monkeypatch):
     shape = Shape.of(SHAPE)
     model = W._model(TASK, shape, 3, "cpu")
     per_call = 3 * 5 * 200 * 4 + 2 * 200 * 4  # x twice (region and pristine), the output, the weight twice
-    for free, want in ((W.BASELINE_RESERVE + 10 * per_call, 6), (W.BASELINE_RESERVE + 2 * per_call + 1, 2), (0, 1)):
+    drawing = 2 * (5 * 200 * 4 + 200 * 4)  # the next call's inputs drawn while the first's are held
+    reserve = W.BASELINE_RESERVE + drawing
+    for free, want in ((reserve + 10 * per_call, 6), (reserve + 2 * per_call + 1, 2), (reserve + 2 * per_call - 1, 1), (0, 1)):
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, free=free: (free, 1 << 40))
         inputs = runtime.make_inputs(task, shape, "normal", 1, "cpu")
         assert W._baseline_calls(model, inputs, task.mutated_inputs, 6, "cpu") == want

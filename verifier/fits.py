@@ -20,23 +20,32 @@ OUTPUT_COPIES = 4
 OVERHEAD = 4 << 30
 
 
-def need_bytes(input_bytes: int, output_bytes: int) -> int:
-    return INPUT_COPIES * input_bytes + OUTPUT_COPIES * output_bytes + OVERHEAD
+#: copies of the model's weights: the reference worker's model and the candidate's ModelNew
+PARAM_COPIES = 2
+
+
+def need_bytes(input_bytes: int, output_bytes: int, param_bytes: int = 0) -> int:
+    return INPUT_COPIES * input_bytes + OUTPUT_COPIES * output_bytes + PARAM_COPIES * param_bytes + OVERHEAD
 
 
 def too_large(sizes: Mapping[Any, Mapping[str, Any]], labels: Mapping[Any, str], memory_bytes: int) -> str | None:
     """Why the task cannot be judged on a GPU of ``memory_bytes``, or None. ``sizes``: per shape,
     the bytes of one call's inputs and outputs (the reference worker's ``sizes``)."""
-    worst = max(sizes, key=lambda k: need_bytes(sizes[k]["input_bytes"], sizes[k]["output_bytes"]), default=None)
+    def need(entry: Mapping[str, Any]) -> int:
+        return need_bytes(entry["input_bytes"], entry["output_bytes"], entry.get("param_bytes", 0))
+
+    worst = max(sizes, key=lambda k: need(sizes[k]), default=None)
     if worst is None:
         return None
     entry = sizes[worst]
-    need = need_bytes(entry["input_bytes"], entry["output_bytes"])
-    if need <= memory_bytes:
+    need_all = need(entry)
+    if need_all <= memory_bytes:
         return None
     gib = 1 << 30
+    weights = (f" and {entry.get('param_bytes', 0) / gib:.1f} GiB of weights ({PARAM_COPIES} copies: the reference's and "
+               "the candidate's)" if entry.get("param_bytes") else "")
     return (f"task too large for this GPU: the shape {labels[worst]} moves {entry['input_bytes'] / gib:.1f} GiB of inputs "
             f"and {entry['output_bytes'] / gib:.1f} GiB of outputs per call, and judging a call holds them "
-            f"{INPUT_COPIES} and {OUTPUT_COPIES} times over (the arena, the reference's copy and answer), "
-            f"{need / gib:.0f} GiB in all, more than this GPU's {memory_bytes / gib:.0f} GiB; choose smaller shapes "
+            f"{INPUT_COPIES} and {OUTPUT_COPIES} times over (the arena, the reference's copy and answer){weights}, "
+            f"{need_all / gib:.0f} GiB in all, more than this GPU's {memory_bytes / gib:.0f} GiB; choose smaller shapes "
             "(a side file NAME.meta.py with PUBLIC_SHAPES and HIDDEN_SHAPES)")

@@ -884,7 +884,9 @@ class Judge:
 
     def _batch_plan(self, task: Task, sizes: dict[tuple, dict[str, Any]], shapes: list[Shape]) -> dict[tuple, int]:
         """Calls per timed batch: enough that the batch lasts ``batch_window_ms`` even for a
-        kernel at the roofline floor, no more than the arena allows."""
+        kernel at the roofline floor (the task's own, and at least the time to move each call's
+        bytes once: a KernelBench problem has no roofline, and 512 calls of a 10 ms GEMM made
+        a verdict of a minute), no more than the arena allows."""
         ceilings = self.ceilings()
         budget = self._arena_budget()
         plan = {}
@@ -893,9 +895,12 @@ class Judge:
             floor_us = 0.0
             if line is not None and ceilings.get("bandwidth_gbps") and ceilings.get("tflops"):
                 floor_us = 1e6 * line.floor_seconds(ceilings["bandwidth_gbps"] * 1e9, ceilings["tflops"] * 1e12)
+            entry = sizes[shape.params]
+            if ceilings.get("bandwidth_gbps"):  # every call reads its inputs and weights and writes its outputs
+                moved = entry["input_bytes"] + entry["output_bytes"] + entry.get("param_bytes", 0)
+                floor_us = max(floor_us, 1e6 * moved / (ceilings["bandwidth_gbps"] * 1e9))
             per_call = max(floor_us, self.options.min_call_us)
             want = math.ceil(self.options.batch_window_ms * 1e3 / per_call)
-            entry = sizes[shape.params]
             # the inputs twice (the arena's and the reference worker's pristine copy); both batch
             # sizes' outputs at once (a long batch's and an eighth more)
             per_set = 2 * entry["input_bytes"] + 2.25 * entry["output_bytes"]
@@ -912,7 +917,7 @@ class Judge:
     def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int]) -> dict[str, int]:
         """Input region and heap: two calls' worth of the largest check (calls alternate halves)
         and room for the largest batch; on a GPU the heap also holds the candidate's own
-        temporaries, so it gets a margin."""
+        temporaries, so it gets a margin, and its models' weights (the reference's size)."""
         check_in = max((sizes[s.params]["input_bytes"] for s in checked), default=0)
         check_out = max((sizes[s.params]["output_bytes"] for s in checked), default=0)
         batch_in = max((sizes[k]["input_bytes"] * n for k, n in plan.items()), default=0)
@@ -920,7 +925,9 @@ class Judge:
         input_bytes = _round(max(2 * check_in, batch_in) + (1 << 20))
         heap = max(2 * check_out, batch_out)
         if self.on_gpu:
-            heap = heap + max(heap // 2, 4 * check_out) + (2 << 30)
+            # the worker builds ModelNew once per shape, in the heap, and keeps each one
+            params = sum(entry.get("param_bytes", 0) for entry in sizes.values())
+            heap = heap + max(heap // 2, 4 * check_out) + params + (2 << 30)
         else:
             heap = 2 * check_out + (1 << 20)
         return {"size": input_bytes + _round(heap), "input_bytes": input_bytes}

@@ -144,9 +144,11 @@ def _sizes(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         with torch.no_grad():
             low = runtime.collect_outputs(model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]), inputs,
                                           task.mutated_inputs)
+        state = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
         out.append({"shape": shape_d,
                     "input_bytes": sum(_padded(x) for x in inputs if isinstance(x, torch.Tensor)),
                     "output_bytes": sum(_padded(t) for t in low),
+                    "param_bytes": sum(_padded(t) for t in state),
                     "outputs": [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for t in low]})
         del inputs, low
     return {"sizes": out}
@@ -905,7 +907,9 @@ def _baseline_calls(model: Any, inputs: list[Any], mutated: Sequence[int], most:
     del outputs
     torch.cuda.empty_cache()  # blocks cached by earlier steps count as room
     free, _ = torch.cuda.mem_get_info(torch.device(device))
-    return max(1, min(most, (int(free) - BASELINE_RESERVE) // max(per_call, 1)))
+    # the next call's inputs are drawn while the first's are still held (a draw may make a copy)
+    drawing = 2 * reference.nbytes(inputs, False)
+    return max(1, min(most, (int(free) - BASELINE_RESERVE - drawing) // max(per_call, 1)))
 
 
 def _ceilings(device: str, msg: dict[str, Any]) -> dict[str, Any]:
