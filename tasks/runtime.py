@@ -8,11 +8,12 @@ file called ``loop.py`` cannot shadow anything.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .errors import TaskError
 from .spec import Roofline, Shape, Task
@@ -53,8 +54,49 @@ def meta_module(task: Task) -> ModuleType | None:
 
 def set_shape(module: ModuleType, shape: Shape) -> None:
     """Point the reference's size globals at ``shape`` (KernelBench reads sizes from globals)."""
-    for key, value in shape.params:
+    set_globals(module, dict(shape.params))
+
+
+def set_globals(module: ModuleType, values: Mapping[str, int]) -> None:
+    """Set a module's integer globals, then run again the top-level assignments computed from
+    them (KernelBench's ``bias_shape = (out_features,)``): a hidden shape that changes
+    ``out_features`` must not leave a bias of the default's size behind."""
+    for key, value in values.items():
         setattr(module, key, value)
+    for code in _derived(module):
+        exec(code, module.__dict__)  # the task's own top-level line, in its own namespace
+
+
+def _derived(module: ModuleType) -> list[Any]:
+    """The module's top-level assignments of non-integer globals whose value reads an integer
+    global (directly or through another such assignment), compiled, in source order; read once
+    per module object."""
+    cached = module.__dict__.get("__kernforge_derived__")
+    if cached is not None:
+        return cached
+    found: list[Any] = []
+    path = getattr(module, "__file__", None)
+    try:
+        tree = ast.parse(Path(path).read_text()) if path else None
+    except (OSError, SyntaxError, ValueError):
+        tree = None
+    ints = {k for k, v in vars(module).items() if isinstance(v, int) and not isinstance(v, bool)}
+    depends = set(ints)
+    for stmt in tree.body if tree is not None else []:
+        if isinstance(stmt, ast.Assign):
+            targets, value = stmt.targets, stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets, value = [stmt.target], stmt.value
+        else:
+            continue
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if len(names) != len(targets) or names & ints:
+            continue  # an integer global is the shape's own; only what is computed from them is redone
+        if {n.id for n in ast.walk(value) if isinstance(n, ast.Name)} & depends:
+            found.append(compile(ast.Module(body=[stmt], type_ignores=[]), path, "exec"))
+            depends |= names
+    module.__dict__["__kernforge_derived__"] = found
+    return found
 
 
 def torch_dtype(name: str):

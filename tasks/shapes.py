@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import Any, Iterable, Mapping
 
 from .errors import TaskError
-from .runtime import load_module
+from .runtime import load_module, set_globals
 from .spec import Shape
 
 #: At most this many hidden shapes per file (each one is a reference run and a candidate run).
@@ -289,8 +289,7 @@ def _probe(module: ModuleType, values: Mapping[str, int], limit: int | None, met
     ``limit`` is None (at most ``limit`` aten calls). Also returns the model and inputs, unused."""
     import torch
 
-    for k, v in values.items():
-        setattr(module, k, v)
+    set_globals(module, values)
     counter = meter.mode()
     outputs: list[Any] = []
     try:

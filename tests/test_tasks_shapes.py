@@ -195,9 +195,12 @@ def test_a_file_that_cannot_be_probed_varies_only_the_batch(tmp_path, case):
     assert load_task(path).hidden_shapes == plan.shapes == shapes.batch_only({"batch_size": 16, "dim": 64})
 
 
-def test_tuple_sizes_are_left_alone(tmp_path):
-    """``input_shape = (dim,)`` is evaluated once at import: the runtime never changes it, so
-    ``dim`` changes nothing an input or weight sees and is not a size."""
+def test_globals_computed_from_sizes_follow_them(tmp_path):
+    """``input_shape = (dim,)`` and ``bias_shape = (out_features,)`` (31 KernelBench files) are
+    computed at import from a size: a hidden shape that changes the size runs those lines again,
+    so the inputs and weights follow it. (Left at the default's value, a hidden shape of
+    76_Gemm_Add_ReLU with out_features=1 broadcast a (8192,) bias into a (769, 8192) reference
+    output, and an honest kernel was judged incorrect on the H200.)"""
     path = write(tmp_path / "tuple_shape.py", """
         import torch
         import torch.nn as nn
@@ -205,18 +208,31 @@ def test_tuple_sizes_are_left_alone(tmp_path):
         batch_size = 32
         dim = 100
         input_shape = (dim,)
+        bias_shape = input_shape + (1,)
 
         class Model(nn.Module):
+            def __init__(self, bias_shape):
+                super().__init__()
+                self.bias = nn.Parameter(torch.zeros(bias_shape[0]))
+
             def forward(self, x):
-                return torch.cumsum(x, dim=1)
+                return torch.cumsum(x, dim=1) + self.bias
 
         def get_inputs():
             return [torch.randn(batch_size, *input_shape)]
 
         def get_init_inputs():
-            return []
+            return [bias_shape]
         """)
-    assert plan_of_path(path).varied == ("batch_size",)
+    found = plan_of_path(path)
+    assert set(found.varied) == {"batch_size", "dim"}
+    task = load_task(path)
+    for shape in task.hidden_shapes:
+        dim = shape.as_dict()["dim"]
+        (x,) = runtime.make_inputs(task, shape, "default", 0, "cpu")
+        assert x.shape[1] == dim
+        assert runtime.make_init_inputs(task, shape) == [(dim, 1)]
+    assert runtime.make_inputs(task, Shape.of({"batch_size": 32, "dim": 100}), "default", 0, "cpu")[0].shape == (32, 100)
 
 
 def test_interpreter_shapes_stay_batch_only():

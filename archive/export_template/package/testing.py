@@ -15,6 +15,7 @@ the verifier's rules, so an entry that passed there passes here on new draws.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 from pathlib import Path
@@ -51,8 +52,28 @@ def inputs_module(op: str) -> ModuleType | None:
 
 
 def _set_shape(module: ModuleType, shape: Mapping[str, int]) -> None:
+    """Set the size globals, then run again the top-level lines computed from them (a
+    KernelBench ``bias_shape = (out_features,)`` follows ``out_features``), as the verifier did."""
     for key, value in shape.items():
         setattr(module, key, value)
+    for line in _recomputed(module):
+        exec(line, module.__dict__)
+
+
+def _recomputed(module: ModuleType) -> list[Any]:
+    if "__recomputed__" not in module.__dict__:
+        sizes = {k for k, v in vars(module).items() if type(v) is int}
+        reads, lines = set(sizes), []
+        for stmt in ast.parse(Path(module.__file__).read_text()).body:
+            value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+            targets = (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]) if value is not None else []
+            names = {t.id for t in targets if isinstance(t, ast.Name)}
+            if names and len(names) == len(targets) and not names & sizes \
+                    and {n.id for n in ast.walk(value) if isinstance(n, ast.Name)} & reads:
+                lines.append(compile(ast.Module(body=[stmt], type_ignores=[]), module.__file__, "exec"))
+                reads |= names
+        module.__dict__["__recomputed__"] = lines
+    return module.__dict__["__recomputed__"]
 
 
 def make_inputs(op: str, shape: Mapping[str, int], dist: str, seed: int, device: str, dtype: str) -> list[Any]:
