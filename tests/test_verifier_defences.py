@@ -215,3 +215,18 @@ def test_one_batch_size_when_the_batch_is_too_small_to_split():
 def test_a_noisy_short_batch_can_only_be_bounded_never_negative():
     got = clock.per_call([1.0, 1.0], [1.2, 1.2], 8, 1, cost_ms=0.1)
     assert got.us == pytest.approx((1.0 - 0.1) * 1e3 / 8 * (1 - clock.DIFFERENCE_GUARD)) and got.us > 0
+
+
+def test_running_out_of_the_heap_says_how_large_the_heap_was():
+    """torch's message quotes the GPU's free memory, but a candidate's allocations come from the
+    arena's heap: the verdict says so, with its size, so that an honest author knows what to cut."""
+    from kernforge.verifier.defences import failures
+    from kernforge.verifier.messages import Failure
+
+    oom = Failure(op="check", ok=False, stage="oom",
+                  error="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has 89.76 GiB free")
+    on_gpu = failures.failed(oom, "checking the public shape N=1", heap_bytes=3 << 30)
+    assert on_gpu.status.value == "runtime_error"
+    assert "the judge's heap of 3.0 GiB" in on_gpu.reason and "Tried to allocate 4.00 GiB" in on_gpu.reason
+    assert on_gpu.evidence["heap_bytes"] == 3 << 30
+    assert "heap" not in failures.failed(oom, "checking the public shape N=1").reason

@@ -152,6 +152,8 @@ class _Verdict:
     #: the batch clock's fixed cost (ms), calibrated before the module was loaded (GPU)
     clock_cost_ms: float = 0.0
     calibration: dict[str, Any] = field(default_factory=dict)
+    #: the arena's heap: what the candidate's allocations come from on a GPU (0 until laid out)
+    heap_bytes: int = 0
     #: the slowest checked call so far per shape, by the judge's clock (seconds; timeouts only)
     slowest: dict[tuple, float] = field(default_factory=dict)
 
@@ -328,6 +330,7 @@ class Judge:
         sizes = self._shape_sizes(task, checked + [s for s, _ in timed], init_seed)
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan)
+        self._state.heap_bytes = layout["size"] - layout["input_bytes"]
         try:
             with self._candidate_session(self.candidates, source, task, init_seed, layout) as (session, arena_size):
                 return self._judge(session, task, own, init_seed, sizes, plan, timed, arena_size)
@@ -506,7 +509,7 @@ class Judge:
         if isinstance(got, M.Failure):
             if got.op != op:
                 return reply_rules.malformed(f"a failure of {got.op!r} in answer to {op!r}", what)
-            return failures.failed(got, what)
+            return failures.failed(got, what, self._state.heap_bytes if self.on_gpu else 0)
         if hasattr(got, "steps"):
             self._add_steps(f"worker.{op}", got.steps)
         return got
@@ -917,7 +920,8 @@ class Judge:
     def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int]) -> dict[str, int]:
         """Input region and heap: two calls' worth of the largest check (calls alternate halves)
         and room for the largest batch; on a GPU the heap also holds the candidate's own
-        temporaries, so it gets a margin, and its models' weights (the reference's size)."""
+        temporaries, so it gets a margin (at least a working copy of its largest input or weight),
+        and its models' weights (the reference's size)."""
         check_in = max((sizes[s.params]["input_bytes"] for s in checked), default=0)
         check_out = max((sizes[s.params]["output_bytes"] for s in checked), default=0)
         batch_in = max((sizes[k]["input_bytes"] * n for k, n in plan.items()), default=0)
@@ -927,7 +931,14 @@ class Judge:
         if self.on_gpu:
             # the worker builds ModelNew once per shape, in the heap, and keeps each one
             params = sum(entry.get("param_bytes", 0) for entry in sizes.values())
-            heap = heap + max(heap // 2, 4 * check_out) + params + (2 << 30)
+            # a working copy of the largest input or weight (a transposed weight, a cast input),
+            # where the GPU has room for it beyond what judging a call needs (fits.py)
+            copy = max((max(sizes[s.params]["input_bytes"], sizes[s.params].get("param_bytes", 0)) for s in checked), default=0)
+            need = max((fits.need_bytes(sizes[s.params]["input_bytes"], sizes[s.params]["output_bytes"],
+                                        sizes[s.params].get("param_bytes", 0)) for s in checked), default=0)
+            memory = float(self.environment().get("memory_gib") or 0) * (1 << 30)
+            copy = min(copy, max(0, int(memory) - need)) if memory else copy
+            heap = heap + max(heap // 2, 4 * check_out, copy) + params + (2 << 30)
         else:
             heap = 2 * check_out + (1 << 20)
         return {"size": input_bytes + _round(heap), "input_bytes": input_bytes}

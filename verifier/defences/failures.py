@@ -40,14 +40,18 @@ def too_slow(what: str, limit_s: float, failure: WorkerFailure) -> Rejected:
                                     "diagnostics": failure.diagnostics.to_dict()})
 
 
-def failed(reply: Failure, what: str) -> Rejected:
-    """A worker's report that the candidate's code raised."""
+def failed(reply: Failure, what: str, heap_bytes: int = 0) -> Rejected:
+    """A worker's report that the candidate's code raised; ``heap_bytes``: the arena's heap its
+    allocations came from (a GPU), which is what ran out, not the GPU's free memory torch quotes."""
     error = reply.error[-3000:]
     headline = error.strip().splitlines()[-1] if error.strip() else "no message"
     if reply.stage == "compile":
         return COMPILE.reject(Status.COMPILE_ERROR, f"compiling failed while {what}: {headline}", evidence={"error": error, "while": what})
     if reply.stage == "oom":
-        return OOM.reject(Status.RUNTIME_ERROR, f"ran out of memory while {what}: {headline}", evidence={"error": error, "while": what})
+        heap = (f" (a call's allocations come from the judge's heap of {heap_bytes / (1 << 30):.1f} GiB: room for its "
+                "outputs, its weights, a working copy of its largest input or weight and 2 GiB more)" if heap_bytes else "")
+        return OOM.reject(Status.RUNTIME_ERROR, f"ran out of memory while {what}{heap}: {headline}",
+                          evidence={"error": error, "while": what, "heap_bytes": heap_bytes})
     return RUNTIME.reject(Status.RUNTIME_ERROR, f"running failed while {what}: {headline}", evidence={"error": error, "while": what})
 
 
