@@ -28,12 +28,14 @@ def need_bytes(input_bytes: int, output_bytes: int, param_bytes: int = 0) -> int
     return INPUT_COPIES * input_bytes + OUTPUT_COPIES * output_bytes + PARAM_COPIES * param_bytes + OVERHEAD
 
 
+def need(entry: Mapping[str, Any]) -> int:
+    """``need_bytes`` of one shape's entry of the reference worker's ``sizes``."""
+    return need_bytes(entry["input_bytes"], entry["output_bytes"], entry.get("param_bytes", 0))
+
+
 def too_large(sizes: Mapping[Any, Mapping[str, Any]], labels: Mapping[Any, str], memory_bytes: int) -> str | None:
     """Why the task cannot be judged on a GPU of ``memory_bytes``, or None. ``sizes``: per shape,
-    the bytes of one call's inputs and outputs (the reference worker's ``sizes``)."""
-    def need(entry: Mapping[str, Any]) -> int:
-        return need_bytes(entry["input_bytes"], entry["output_bytes"], entry.get("param_bytes", 0))
-
+    the bytes of one call's inputs, outputs and weights (the reference worker's ``sizes``)."""
     worst = max(sizes, key=lambda k: need(sizes[k]), default=None)
     if worst is None:
         return None

@@ -152,7 +152,7 @@ class _Verdict:
     #: the batch clock's fixed cost (ms), calibrated before the module was loaded (GPU)
     clock_cost_ms: float = 0.0
     calibration: dict[str, Any] = field(default_factory=dict)
-    #: the arena's heap: what the candidate's allocations come from on a GPU (0 until laid out)
+    #: the arena's heap: what the candidate's allocations come from on a GPU (0 on the CPU)
     heap_bytes: int = 0
     #: the slowest checked call so far per shape, by the judge's clock (seconds; timeouts only)
     slowest: dict[tuple, float] = field(default_factory=dict)
@@ -330,7 +330,6 @@ class Judge:
         sizes = self._shape_sizes(task, checked + [s for s, _ in timed], init_seed)
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan)
-        self._state.heap_bytes = layout["size"] - layout["input_bytes"]
         try:
             with self._candidate_session(self.candidates, source, task, init_seed, layout) as (session, arena_size):
                 return self._judge(session, task, own, init_seed, sizes, plan, timed, arena_size)
@@ -348,6 +347,8 @@ class Judge:
                 os.close(fd)
             raise JudgeError(f"the reference worker handed over {len(fds)} descriptors tagged {tag!r} for the arena")
         arena_fd = fds[0]
+        if self.on_gpu:  # the candidate's allocations come from the heap: what an OOM ran out of
+            self._state.heap_bytes = arena["size"] - arena["input_bytes"]
         payload = {"task": candidate_bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed,
                    "layout": {"size": arena["size"], "input_bytes": arena["input_bytes"]}}
         go_ours = go_theirs = None
@@ -509,7 +510,7 @@ class Judge:
         if isinstance(got, M.Failure):
             if got.op != op:
                 return reply_rules.malformed(f"a failure of {got.op!r} in answer to {op!r}", what)
-            return failures.failed(got, what, self._state.heap_bytes if self.on_gpu else 0)
+            return failures.failed(got, what, self._state.heap_bytes)
         if hasattr(got, "steps"):
             self._add_steps(f"worker.{op}", got.steps)
         return got
@@ -934,8 +935,7 @@ class Judge:
             # a working copy of the largest input or weight (a transposed weight, a cast input),
             # where the GPU has room for it beyond what judging a call needs (fits.py)
             copy = max((max(sizes[s.params]["input_bytes"], sizes[s.params].get("param_bytes", 0)) for s in checked), default=0)
-            need = max((fits.need_bytes(sizes[s.params]["input_bytes"], sizes[s.params]["output_bytes"],
-                                        sizes[s.params].get("param_bytes", 0)) for s in checked), default=0)
+            need = max((fits.need(sizes[s.params]) for s in checked), default=0)
             memory = float(self.environment().get("memory_gib") or 0) * (1 << 30)
             copy = min(copy, max(0, int(memory) - need)) if memory else copy
             heap = heap + max(heap // 2, 4 * check_out, copy) + params + (2 << 30)
