@@ -8,6 +8,7 @@
 #   verify     bench/verify.py on every built-in task (seeds vs eager and torch.compile, spread, time to verdict)
 #   verify1    bench/verify.py on two tasks (rms_norm, silu_and_mul)
 #   verify3    bench/verify.py on three tasks (rms_norm, silu_and_mul, softmax)
+#   seeds      bench/verify.py on every built-in task, one repeat (first verdict and a warm one each)
 #   ncu        bench/ncu_check.py (the trusted time of record against the old per-call graph time and ncu)
 #   sandbox    bench/sandbox.py on the GPU
 #   ipc        bench/ipc_probe.py (shared device memory, trusted batch clock, time-slicing, ncu)
@@ -40,6 +41,7 @@ for p in "$@"; do
     final) phase final 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_verifier_gpu.py -k "side_stream or triton or stale or rms_norm" ;;
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
     verify1) phase verify1 120 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
+    seeds) phase seeds 320 python3 bench/verify.py --repeats 1 --json "$OUT/seeds.json" ;;
     verify3) phase verify3 200 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
     ncu) phase ncu 120 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax ;;
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
