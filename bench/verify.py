@@ -39,7 +39,8 @@ def bench_task(judge, name: str, repeats: int) -> dict:
         verdict = judge.verify(task.seed_source, task)
         elapsed = time.perf_counter() - t0
         if not verdict.accepted:
-            row.update(error=f"{verdict.status.value}: {verdict.reason}"[:300])
+            row.update(error=f"{verdict.status.value}: {verdict.reason}"[:300],
+                       evidence=str(getattr(verdict, "evidence", ""))[-3000:])
             return row
         shape = verdict.shapes[0]
         if i == 0:  # measures and caches the baselines

@@ -143,6 +143,28 @@ def test_pristine_bytes_are_each_seeds_inputs(monkeypatch, keep):
         W._STATE.clear()
 
 
+def test_a_new_batch_leaves_valid_inputs_where_its_calls_are_captured():
+    """The candidate warms up on the batch's places before capturing them: a new plan writes
+    its own draw there (an index input must hold valid indices, not an earlier layout's bytes);
+    a plan again before a window draws fresh inputs and leaves the arena to the trusted write."""
+    W._STATE.clear()
+    arena = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
+    W._STATE.update(arena=arena, calls={}, history={}, batches={})
+    try:
+        arena.data[: 1 << 20].fill_(0xFF)  # what an earlier layout left: NaNs, or an index far out of range
+        msg = {"key": "v", "task_ref": TASK, "shape": SHAPE, "dist": "normal", "seeds": [41, 42], "init_seed": 3}
+        W._plan_batch("cpu", msg)
+        b = W._STATE["batches"]["v"]
+        assert torch.equal(b.region, b.pristine)
+        captured = b.region.clone()
+        W._plan_batch("cpu", {**msg, "seeds": [43, 44]})
+        assert torch.equal(b.region, captured), "the arena is written only inside the timed window"
+        assert not torch.equal(b.pristine, captured), "every window gets inputs of its own"
+    finally:
+        arena.close()
+        W._STATE.clear()
+
+
 class _Channel:
     """The judge's end of the reference worker's channel, as far as ``arena`` uses it."""
 

@@ -8,6 +8,7 @@ trusted reference worker, on the small test tasks in tests/tasks/.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,15 @@ def test_verdict_round_trips_through_json(judge):
     verdict = judge.verify(C.HONEST, task("tiny_norm"))
     again = verdict_from_dict(verdict.to_dict())
     assert again.to_dict() == verdict.to_dict()
+
+
+def test_a_slow_reference_does_not_make_an_honest_kernel_a_liar(judge, tmp_path):
+    """The trusted clock of a checked call covers the candidate's call alone: the reference
+    worker preparing the next call (drawing its inputs, running a slow reference) is the
+    judge's own time, and never counts against the candidate's reported time (THREATS #8)."""
+    slow = tmp_path / "slow_norm"
+    shutil.copytree(TASKS / "tiny_norm", slow)
+    reference = slow / "reference.py"
+    reference.write_text(reference.read_text().replace("        xf = x.float()", "        __import__('time').sleep(0.1)\n        xf = x.float()"))
+    verdict = judge.verify(C.HONEST, load_task(slow))
+    assert verdict.accepted, _describe(verdict)

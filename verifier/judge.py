@@ -539,7 +539,9 @@ class Judge:
         Pipelined: once a call's reply has passed its structural checks, the next call goes to
         the candidate; while it computes, the reference worker compares the last call's outputs
         and prepares the call after next in the other half of the arena. A call is revealed to
-        the candidate only when it is sent.
+        the candidate only when it is sent. A repeat call (the same inputs again) is the one
+        exception: it goes alone, once the compare and the next prepare are done, so that the
+        judge's wall clock around it (clock.lied) measures the candidate's call and nothing else.
         """
         items = self._items(task, hidden)
         if not items:
@@ -556,6 +558,11 @@ class Judge:
                 return _with_shape(rejection, call.shape, call.hidden, call.dist)
             if n + 2 < len(items):
                 self._prepare(task, items[n + 2], init_seed)
+            nxt = items[n + 1] if n + 1 < len(items) else None
+            if nxt is not None and nxt.repeat_of:
+                # sent now, not ahead and not before the call after it is prepared: its wall
+                # clock is then the candidate's call alone, never the reference worker's work
+                self._send_check(session, nxt)
         return None
 
     def _prepare(self, task: Task, call: _Call, init_seed: int) -> None:
@@ -615,8 +622,6 @@ class Judge:
                      or values.wrong(compared.results, ctx, hidden=call.hidden, public_all_passed=public_passed, earlier=earlier))
         if rejection is not None:
             return rejection
-        if nxt is not None and nxt.repeat_of:  # sent now, not ahead, so that its wall clock is exact
-            self._send_check(session, nxt)
         worst = self._state.errors.get(call.shape.params, (0.0, 0.0))
         self._state.errors[call.shape.params] = (
             max([worst[0]] + [float(r.details.get("max_abs_err", 0.0)) for r in compared.results]),
@@ -739,10 +744,11 @@ class Judge:
         claimed, samples = [], []
         worst = (0.0, 0.0)
         for key, n in order:
-            if windows[key]:  # fresh inputs for every call of every batch, at the places the calls were captured on
-                self._ask_ref(M.BatchPlanned, {"op": "plan_batch", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
-                                               "dist": dist, "seeds": [secrets.randbits(31) for _ in range(n)],
-                                               "init_seed": init_seed})
+            # fresh inputs for every call of every window, at the places the calls were captured
+            # on (none the capture's warm-up saw: those were the plan's own draw)
+            self._ask_ref(M.BatchPlanned, {"op": "plan_batch", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
+                                           "dist": dist, "seeds": [secrets.randbits(31) for _ in range(n)],
+                                           "init_seed": init_seed})
             outcome = self._one_batch(session, task, key, prepared[key], n, expected, arena_size, ctx)
             if isinstance(outcome, Rejected):
                 return outcome

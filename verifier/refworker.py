@@ -424,7 +424,12 @@ def _drop(device: str, msg: dict[str, Any]) -> dict[str, Any]:
 def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     """Draw fresh inputs for every call of a batch and lay them out in the input region (the
     bytes are written into the arena only inside the timed window). A batch already planned
-    keeps its layout: its calls were captured on those places."""
+    keeps its layout: its calls were captured on those places.
+
+    A new batch's first draw is also written into the region at once: the candidate's worker
+    warms its kernels up on those places before it captures them, and an index input must hold
+    valid indices there (a block table, a slot mapping), not what an earlier layout left. The
+    judge draws again before every timed window, so no timed call sees what the capture saw."""
     import torch
 
     from .arena import Slots
@@ -457,10 +462,13 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         batch.pristine = torch.empty(end, dtype=torch.uint8, device=batch.region.device)
         batch.sets = layout
         _STATE["batches"][key] = batch
-        if all(d is not None for d in drawn):
-            _fill(batch, task, seeds, device, drawn)
-            return {"sets": batch.sets}
-    elif len(seeds) != len(batch.sets):
+        _fill(batch, task, seeds, device, drawn if all(d is not None for d in drawn) else None)
+        del drawn
+        batch.region.copy_(batch.pristine)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+        return {"sets": batch.sets}
+    if len(seeds) != len(batch.sets):
         raise RuntimeError("a planned batch keeps its number of calls")
     _fill(batch, task, seeds, device)
     return {"sets": batch.sets}
