@@ -30,7 +30,7 @@ from kernforge.tasks.loader import builtin_names, load_task
 from kernforge.verifier.judge import JudgeOptions
 
 
-def bench_task(judge, name: str, repeats: int) -> dict:
+def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
     task = load_task(name)
     row: dict = {"task": name}
     times, verdict_seconds, inner, phases, claimed = [], [], [], [], []
@@ -38,6 +38,9 @@ def bench_task(judge, name: str, repeats: int) -> dict:
         t0 = time.perf_counter()
         verdict = judge.verify(task.seed_source, task)
         elapsed = time.perf_counter() - t0
+        if memory:
+            gib = {k.removesuffix("_bytes"): round(v / (1 << 30), 2) for k, v in judge.device_memory().items()}
+            Console().print(f"after {name} verdict {i}: {verdict.status.value}; GiB {gib}")
         if not verdict.accepted:
             row.update(error=f"{verdict.status.value}: {verdict.reason}"[:300],
                        evidence=str(getattr(verdict, "evidence", ""))[-3000:])
@@ -77,6 +80,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--gpu", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--memory", action="store_true", help="after every verdict, print where the GPU's memory is (free, the reference worker's, its arena)")
     args = parser.parse_args()
 
     device = resolve_device(args.gpu)
@@ -90,7 +94,7 @@ def main() -> None:
         ceilings = judge.ceilings()
         console.print(f"device {device}: {judge.environment().get('gpu')}; measured ceilings {ceilings}")
         for name in names:
-            row = bench_task(judge, name, args.repeats)
+            row = bench_task(judge, name, args.repeats, args.memory)
             rows.append(row)
             console.print(f"{name}: {json.dumps(row, default=str)}")
 

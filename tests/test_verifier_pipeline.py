@@ -160,3 +160,27 @@ def test_a_baseline_the_reference_cannot_run_leaves_the_verdict_its_times(tmp_pa
     got = judge._baseline(task, Shape.of({"T": 4, "H": 64}), 8, "default", 0)
     assert asked == ["baseline"] and "OutOfMemoryError" in got["baseline_error"]
     assert got.get("eager_us") is None and not (tmp_path / "baselines.json").exists()
+
+
+def test_a_reference_worker_that_holds_memory_is_started_afresh(tmp_path, monkeypatch):
+    """Once a verdict is over the reference worker gives its cached memory back; where it still
+    holds more than the next task can spare (a graph's pool, pinned segments), the judge starts
+    a fresh one, and the next verdict runs on it."""
+    original = Judge._ask_ref
+    holding = {"on": True}
+
+    def forgetting(self, reply_type, msg, **kw):
+        got = original(self, reply_type, msg, **kw)
+        if msg["op"] == "forget" and holding["on"]:
+            got = {**got, "restart": True}
+        return got
+
+    monkeypatch.setattr(Judge, "_ask_ref", forgetting)
+    task = load_task(TASKS / "tiny_norm")
+    with open_judge("cpu", pool_size=1, options=JudgeOptions(cache_dir=tmp_path)) as judge:
+        judge.environment()  # asked once, kept: it never needs the worker again
+        assert judge.verify(C.HONEST, task).accepted
+        assert judge._ref is None, "the worker that held memory is gone"
+        holding["on"] = False
+        assert judge.verify(C.HONEST, task).accepted
+        assert judge._ref is not None, "a worker that gave its memory back is kept"

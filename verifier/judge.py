@@ -257,6 +257,11 @@ class Judge:
             self._env = self._ask_ref(None, {"op": "environment"})["environment"]
         return self._env
 
+    def device_memory(self) -> dict[str, int]:
+        """Where the GPU's memory is, as the reference worker sees it between verdicts: the
+        driver's free and total bytes, what its own allocator holds and caches, its arena."""
+        return {k: int(v) for k, v in self._ask_ref(None, {"op": "memory"}).items() if k not in ("op", "ok")}
+
     def ceilings(self) -> dict[str, Any]:
         """Copy bandwidth (GB/s), the trusted write's rate and bf16 matmul rate (TFLOP/s),
         measured once per GPU and software stack."""
@@ -289,7 +294,9 @@ class Judge:
             verdict = self._verify(source, task)
         finally:  # whatever happened, the reference worker forgets this verdict's calls
             try:
-                self._ask_ref(None, {"op": "forget"})
+                forgot = self._ask_ref(None, {"op": "forget"})
+                if forgot.get("restart"):  # it holds memory the next task's calls need: a fresh one
+                    self._drop_ref()
             except JudgeError:
                 self._drop_ref()
         env = dict(self.environment())
