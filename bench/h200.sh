@@ -9,6 +9,7 @@
 #   verify1    bench/verify.py on two tasks (rms_norm, silu_and_mul)
 #   verify3    bench/verify.py on three tasks (rms_norm, silu_and_mul, softmax)
 #   seeds      bench/verify.py on every built-in task, one repeat (first verdict and a warm one each)
+#   compare    bench/compare_probe.py (timed batches' pass/fail: PyTorch's ops against the fused kernel)
 #   ncu        bench/ncu_check.py (the trusted time of record against the old per-call graph time and ncu)
 #   sandbox    bench/sandbox.py on the GPU
 #   ipc        bench/ipc_probe.py (shared device memory, trusted batch clock, time-slicing, ncu)
@@ -43,6 +44,7 @@ for p in "$@"; do
     verify1) phase verify1 120 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
     seeds) phase seeds 320 python3 bench/verify.py --repeats 1 --json "$OUT/seeds.json" ;;
     verify3) phase verify3 200 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
+    compare) phase compare 120 python3 bench/compare_probe.py --calls 8 ;;
     ncu) phase ncu 120 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax ;;
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
     ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;

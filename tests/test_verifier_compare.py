@@ -82,3 +82,12 @@ def test_leading_is_a_view_of_the_first_block(tiny_blocks):
     _, high = _pair()
     first = compare.leading(high)
     assert first.shape[0] == 1 and first.data_ptr() == high.data_ptr()
+
+
+def test_a_huge_reference_does_not_overflow_the_scale_of_a_batch():
+    """16-bit outputs are compared in float32, but the rms scale is summed in float64: squares of
+    1e20 overflow float32, and an infinite scale would pass every finite output of a timed batch."""
+    high = torch.full((2, 64), 1e20)
+    cand = torch.zeros(2, 64, dtype=torch.bfloat16)
+    cand[1] = high[1].bfloat16()
+    assert compare.within_tolerance(cand, high, Tolerance(rtol=1e-2, atol=1e-2)).tolist() == [False, True]

@@ -17,7 +17,8 @@ to people and quoted back to the model.
 Arithmetic is float64, except for outputs of 16 bits or fewer against a float32 reference,
 where float32 is exact enough (their tolerances are a thousand times its rounding) and four times
 cheaper: timed batches compare every output of every call. ``within_tolerance`` compares many
-calls' outputs at once, stacked, and says only which calls fail; ``compare`` then explains one.
+calls' outputs at once, stacked, and says only which calls fail (on a GPU in one pass over memory:
+compare_kernel.py); ``compare`` then explains one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import Any
 import torch
 
 from kernforge.tasks.spec import Tolerance
+
+from . import compare_kernel
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,12 @@ def compare(
         squares += torch.where(torch.isfinite(h), h, torch.zeros_like(h)).double().pow(2).sum()
     scale = float((squares / numel).sqrt())
     scale_t = torch.tensor(scale, dtype=work, device=device)
+    if compare_kernel.applies(candidate, high, low):  # on a GPU the figures of a pass come in one pass;
+        bad_n, abs_n, rel_n = compare_kernel.errors(  # a failure is explained below, at leisure
+            candidate.reshape(1, -1), high.reshape(1, -1), scale_t.reshape(1, 1), tolerance.rtol, tolerance.atol,
+            low.reshape(1, -1) if low is not None else None, work == torch.float64)
+        if int(bad_n[0]) == 0:
+            return Mismatch(ok=True, numel=numel, max_abs_err=float(abs_n[0]), max_rel_err=float(rel_n[0]))
     bad = nonfinite = 0
     max_abs = max_rel = 0.0
     worst: tuple[float, int] = (-1.0, 0)
@@ -244,11 +253,16 @@ def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: T
     def part(t: torch.Tensor, sl: slice) -> torch.Tensor:
         return t[:, sl].to(device=device, dtype=work)
 
-    squares = torch.zeros((n, 1), dtype=work, device=device)
+    # the sum of squares in float64 whatever the work dtype: in float32 a reference of 1e20 would
+    # overflow it to inf, and an infinite scale would let every finite output pass
+    squares = torch.zeros((n, 1), dtype=torch.float64, device=device)
     for sl in blocks:
-        h = part(h_all, sl)
-        squares += torch.where(torch.isfinite(h), h, torch.zeros_like(h)).pow(2).sum(dim=1, keepdim=True)
-    scale = (squares / max(width, 1)).sqrt()
+        h = torch.nan_to_num(h_all[:, sl].to(device), nan=0.0, posinf=0.0, neginf=0.0)
+        squares += torch.linalg.vector_norm(h, dim=1, keepdim=True, dtype=torch.float64).pow(2)
+    scale = (squares / max(width, 1)).sqrt().to(work)
+    if compare_kernel.applies(candidates, highs, lows):  # on a GPU: the same rule in one pass
+        return compare_kernel.passing_calls(candidates, highs, scale, tolerance.rtol, tolerance.atol, lows,
+                                            work == torch.float64)
     ok = torch.ones(n, dtype=torch.bool, device=device)
     for sl in blocks:
         lo = part(lo_all, sl) if lo_all is not None else None

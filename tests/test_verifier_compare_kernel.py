@@ -1,0 +1,131 @@
+"""The fused pass/fail kernel of the timed batches against the PyTorch rule it replaces.
+
+Both must say the same of every call: run here under the Triton interpreter on the CPU, against
+``compare.within_tolerance`` (which takes the PyTorch ops wherever the kernel does not apply).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from kernforge.tasks.spec import Tolerance
+from kernforge.verifier import compare, compare_kernel
+
+TOL = Tolerance(rtol=1e-2, atol=1e-2)
+
+
+def kernel_says(cand, high, tol=TOL, low=None):
+    n = cand.shape[0]
+    work = compare._work_dtype(cand, high)
+    h = high.reshape(n, -1).to(work)
+    scale = (torch.where(torch.isfinite(h), h, torch.zeros_like(h)).pow(2).mean(dim=1, keepdim=True)).sqrt()
+    assert compare_kernel.applies(cand, high, low, interpret=True)
+    return compare_kernel.passing_calls(cand, high, scale, tol.rtol, tol.atol, low, work == torch.float64).tolist()
+
+
+def torch_says(cand, high, tol=TOL, low=None):
+    return compare.within_tolerance(cand, high, tol, low).tolist()
+
+
+@pytest.mark.parametrize("cand_dtype, high_dtype", [
+    (torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.float32),
+    (torch.float32, torch.float64), (torch.float64, torch.float64),
+])
+@pytest.mark.parametrize("with_low", [False, True], ids=["no_low", "low"])
+@pytest.mark.parametrize("width", [1, 2047, 2049 + 77])
+def test_random_outputs_judged_alike(cand_dtype, high_dtype, with_low, width):
+    """Calls off by growing amounts: some pass, some fail, both implementations agree on each."""
+    gen = torch.Generator().manual_seed(width)
+    n = 8
+    high = torch.randn(n, width, generator=gen, dtype=torch.float64).to(high_dtype)
+    noise = torch.randn(n, width, generator=gen, dtype=torch.float64)
+    amounts = torch.tensor([0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 1.0], dtype=torch.float64).reshape(n, 1)
+    cand = (high.double() + amounts * noise).to(cand_dtype)
+    low = (high.double() + 1e-3 * torch.randn(n, width, generator=gen, dtype=torch.float64)).to(cand_dtype) if with_low else None
+    got, want = kernel_says(cand, high, low=low), torch_says(cand, high, low=low)
+    assert got == want
+    assert want[0] and not want[-1], "the case spans passing and failing calls"
+
+
+def test_every_non_finite_combination_judged_alike():
+    """NaN and Inf pass only where the reference has the same value at the same place."""
+    values = [float("nan"), float("inf"), float("-inf"), 1.0, 0.0]
+    pairs = list(itertools.product(values, values))
+    width = 300
+    cand = torch.randn(len(pairs), width, dtype=torch.float32)
+    high = cand.clone()
+    for k, (c, h) in enumerate(pairs):
+        cand[k, 123], high[k, 123] = c, h
+    got, want = kernel_says(cand, high), torch_says(cand, high)
+    assert got == want
+    expect = [c == h or (c != c and h != h) for c, h in pairs]
+    assert want == expect
+
+
+def test_the_low_reference_widens_the_allowance_alike():
+    """An error within twice eager's own error passes, beyond it fails, in both."""
+    width = 512
+    high = torch.linspace(-3, 3, width, dtype=torch.float32).repeat(4, 1)
+    low = high + 0.5  # eager's own error: 0.5 everywhere
+    offsets = torch.tensor([0.9, 1.1, 2.0, 2.2]).reshape(4, 1)  # times eager's error
+    cand = high + offsets * 0.5
+    tol = Tolerance(rtol=0.0, atol=0.0)
+    assert kernel_says(cand, high, tol, low) == torch_says(cand, high, tol, low) == [True, True, False, False]
+
+
+def test_one_bad_element_in_the_last_partial_block_fails_its_call():
+    width = compare_kernel.BLOCK + 5
+    high = torch.randn(3, width)
+    cand = high.clone()
+    cand[1, width - 1] += 10.0
+    assert kernel_says(cand, high) == torch_says(cand, high) == [True, False, True]
+
+
+def test_outputs_with_strides_of_their_own_judged_alike():
+    """A transposed output (what a candidate may return) is read in its logical order."""
+    high = torch.randn(4, 40, 30)
+    cand = high.transpose(1, 2).contiguous().transpose(1, 2)  # same values, other strides
+    cand[2, 7, 3] += 5.0
+    assert kernel_says(cand, high) == torch_says(cand, high) == [True, True, False, True]
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool])
+def test_other_outputs_stay_with_the_pytorch_ops(dtype):
+    x = torch.zeros(2, 8, dtype=dtype)
+    assert not compare_kernel.applies(x, x.float(), None, interpret=True)
+    assert not compare_kernel.applies(torch.zeros(2, 8), torch.zeros(2, 8), None), "no GPU here: PyTorch"
+
+
+@pytest.mark.parametrize("cand_dtype, high_dtype", [(torch.bfloat16, torch.float32), (torch.float32, torch.float64)])
+@pytest.mark.parametrize("amount", [1e-4, 3e-2, 1.0], ids=["passes", "some_fail", "all_fail"])
+def test_a_calls_figures_are_compares(cand_dtype, high_dtype, amount):
+    """The count of failing elements and the largest errors the kernel reports for one output
+    are those ``compare`` reports (what an accepted verdict records)."""
+    gen = torch.Generator().manual_seed(7)
+    high = torch.randn(37, 129, generator=gen, dtype=torch.float64).to(high_dtype)
+    cand = (high.double() + amount * torch.randn(37, 129, generator=gen, dtype=torch.float64)).to(cand_dtype)
+    low = high.to(cand_dtype)
+    want = compare.compare(cand, high, TOL, low)
+    work = compare._work_dtype(cand, high)
+    h = high.to(torch.float64)
+    scale = h.pow(2).mean().sqrt().to(work).reshape(1, 1)
+    bad, max_abs, max_rel = compare_kernel.errors(cand.reshape(1, -1), high.reshape(1, -1), scale, TOL.rtol, TOL.atol,
+                                                  low.reshape(1, -1), work == torch.float64)
+    assert int(bad[0]) == want.bad
+    assert float(max_abs[0]) == pytest.approx(want.max_abs_err, rel=1e-6)
+    assert float(max_rel[0]) == pytest.approx(want.max_rel_err, rel=1e-6)
+
+
+def test_the_kernel_judges_only_after_agreeing_with_pytorch_on_its_device(monkeypatch):
+    """Its self-check passes where the kernel is right; a kernel built wrong on some device (here:
+    one that passes everything) is never used there, and the reason is kept."""
+    monkeypatch.setattr(compare_kernel, "_CHECKED", {})
+    monkeypatch.setattr(compare_kernel, "NOT_USED", {})
+    cpu = torch.device("cpu")
+    assert compare_kernel._self_checked(torch.bfloat16, torch.float32, torch.bfloat16, cpu)
+    monkeypatch.setattr(compare_kernel, "passing_calls", lambda c, *a: torch.ones(c.shape[0], dtype=torch.bool))
+    assert not compare_kernel._self_checked(torch.float32, torch.float64, None, cpu)
+    assert "disagreed" in compare_kernel.NOT_USED[(torch.float32, torch.float64, None, "cpu")]

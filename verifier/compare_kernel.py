@@ -1,0 +1,167 @@
+"""The timed batches' pass/fail comparison in one pass over memory (a Triton kernel).
+
+``compare.within_tolerance`` asks, for many calls' outputs at once, whether every element of each
+passes the rule of ``compare`` (its module docstring). Written as PyTorch ops, that rule is some
+twenty element-wise kernels, each reading and writing whole arrays: on the H200 it was half of a
+seed's verdict (2.3 s of 4.7 s for rms_norm at T=16384 H=8192, every output of 225 timed calls).
+Here the same rule reads the candidate's output, the reference and the low-precision reference
+once each and writes one flag per block: the rms scale per call stays a PyTorch reduction.
+
+The rule is the same expression, element for element: ``tests/test_verifier_compare_kernel.py``
+holds the kernel against ``compare._errors`` on random values, on values at the edge of the
+tolerance and on every non-finite combination. Where the kernel does not apply (no GPU, an
+output that is not a 16-, 32- or 64-bit float, no Triton) the PyTorch ops do the work.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:  # the reference worker runs without Triton on a machine that has none
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - Triton ships with every CUDA build of torch
+    triton = None
+
+#: elements per program: a block of one call's outputs
+BLOCK = 2048
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+if triton is not None:
+
+    @triton.jit
+    def _bad_blocks(c_ptr, h_ptr, lo_ptr, scale_ptr, bad_ptr, abs_ptr, rel_ptr, width, c_row, h_row, lo_row, blocks,
+                    rtol, atol, tiny, HAS_LO: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+        """Per block of call ``row``: how many elements fail the rule, the largest |c - h| and
+        the largest |c - h| / max(|h|, rms) among the finite pairs (``compare``'s figures)."""
+        block = tl.program_id(0)
+        row = tl.program_id(1).to(tl.int64)
+        cols = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        inside = cols < width
+        # the arithmetic of compare._work_dtype: float32 for 16-bit outputs, else float64
+        if WIDE:
+            c = tl.load(c_ptr + row * c_row + cols, mask=inside, other=0).to(tl.float64)
+            h = tl.load(h_ptr + row * h_row + cols, mask=inside, other=0).to(tl.float64)
+            scale = tl.load(scale_ptr + row).to(tl.float64)
+        else:
+            c = tl.load(c_ptr + row * c_row + cols, mask=inside, other=0).to(tl.float32)
+            h = tl.load(h_ptr + row * h_row + cols, mask=inside, other=0).to(tl.float32)
+            scale = tl.load(scale_ptr + row).to(tl.float32)
+        c_nan = c != c
+        h_nan = h != h
+        c_finite = (~c_nan) & (tl.abs(c) != float("inf"))
+        h_finite = (~h_nan) & (tl.abs(h) != float("inf"))
+        # non-finite values must agree exactly: NaN with NaN, +Inf with +Inf
+        same_nonfinite = (~c_finite & ~h_finite) & ((c_nan & h_nan) | (c == h))
+        nonfinite_bad = (~c_finite | ~h_finite) & ~same_nonfinite
+        both = c_finite & h_finite
+        hf = tl.where(h_finite, h, 0.0)
+        allowed = rtol * tl.abs(hf) + atol * scale
+        if HAS_LO:
+            if WIDE:
+                lo = tl.load(lo_ptr + row * lo_row + cols, mask=inside, other=0).to(tl.float64)
+            else:
+                lo = tl.load(lo_ptr + row * lo_row + cols, mask=inside, other=0).to(tl.float32)
+            lo_finite = (lo == lo) & (tl.abs(lo) != float("inf"))
+            allowed = allowed + 2 * tl.where(lo_finite & h_finite, tl.abs(lo - hf), 0.0)
+        allowed = tl.maximum(allowed, tiny)
+        err = tl.where(both, tl.abs(c - hf), 0.0)
+        bad = ((both & (err > allowed)) | nonfinite_bad) & inside
+        rel = err / tl.maximum(tl.abs(hf), tl.maximum(scale, 1e-30))
+        at = row * blocks + block
+        tl.store(bad_ptr + at, tl.sum(bad.to(tl.int32), axis=0))
+        tl.store(abs_ptr + at, tl.max(tl.where(inside, err, 0.0), axis=0))
+        tl.store(rel_ptr + at, tl.max(tl.where(inside, rel, 0.0), axis=0))
+
+
+def applies(candidates: torch.Tensor, highs: torch.Tensor, lows: torch.Tensor | None, *, interpret: bool = False) -> bool:
+    """Whether the kernel can judge these: floats of 16, 32 or 64 bits, on a GPU (or under the
+    Triton interpreter, for the tests), every tensor on the same device, and the kernel for
+    these dtypes passed its self-check on this device."""
+    if triton is None or not (candidates.is_cuda or interpret):
+        return False
+    tensors = [candidates, highs] + ([lows] if lows is not None else [])
+    if not all(t.dtype in FLOATS and t.device == candidates.device for t in tensors):
+        return False
+    return interpret or _self_checked(candidates.dtype, highs.dtype, lows.dtype if lows is not None else None,
+                                      candidates.device)
+
+
+#: (candidate, reference, low-precision reference dtypes, device) -> whether the kernel agreed with
+#: the PyTorch ops there; a kernel that fails to build or disagrees is never used in that process
+_CHECKED: dict[tuple, bool] = {}
+#: why the kernel is not used for a key of _CHECKED (bench/compare_probe.py prints it)
+NOT_USED: dict[tuple, str] = {}
+
+
+def _self_checked(c_dtype: torch.dtype, h_dtype: torch.dtype, lo_dtype: torch.dtype | None, device: torch.device) -> bool:
+    """Before the kernel judges anything on a device, it judges a case whose answer the PyTorch
+    ops give (random calls off by growing amounts, every non-finite pair, a bad element in the
+    last partial block) and must agree on every call: a compiler that builds it differently
+    here than the tests' interpreter did costs speed, never a verdict."""
+    key = (c_dtype, h_dtype, lo_dtype, str(device))
+    if key not in _CHECKED:
+        from kernforge.tasks.spec import Tolerance
+
+        from .compare import _work_dtype, within_tolerance
+
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        width = BLOCK + 77
+        values = (float("nan"), float("inf"), float("-inf"), 1.0)
+        pairs = [(a, b) for a in values for b in values]
+        n = len(pairs) + 8
+        high = torch.randn(n, width, generator=gen, dtype=torch.float64)
+        amounts = torch.cat([torch.zeros(len(pairs)), torch.tensor([0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 1.0])])
+        cand = high + amounts.double().reshape(n, 1) * torch.randn(n, width, generator=gen, dtype=torch.float64)
+        for k, (a, b) in enumerate(pairs):
+            cand[k, width - 1], high[k, width - 1] = a, b
+        cand[len(pairs), width - 1] += 50.0
+        low = high + 1e-3 * torch.randn(n, width, generator=gen, dtype=torch.float64)
+        tolerance = Tolerance(rtol=1e-2, atol=1e-2)
+        c, h = cand.to(device=device, dtype=c_dtype), high.to(device=device, dtype=h_dtype)
+        lo = low.to(device=device, dtype=lo_dtype) if lo_dtype is not None else None
+        _CHECKED[key] = False  # within_tolerance below must take the PyTorch ops
+        want = within_tolerance(c, h, tolerance, lo).tolist()
+        work = _work_dtype(c, h)
+        scale = torch.nan_to_num(h, nan=0.0, posinf=0.0, neginf=0.0).double().pow(2).mean(dim=1, keepdim=True).sqrt()
+        try:
+            got = passing_calls(c, h, scale.to(work), tolerance.rtol, tolerance.atol, lo, work == torch.float64).tolist()
+        except Exception as err:  # noqa: BLE001 - any failure to build or run it: the PyTorch ops, and why
+            NOT_USED[key] = f"{type(err).__name__}: {str(err)[:300]}"
+            return False
+        _CHECKED[key] = got == want
+        if got != want:
+            NOT_USED[key] = f"disagreed with the PyTorch ops on its self-check: {got} against {want}"
+    return _CHECKED[key]
+
+
+def errors(candidates: torch.Tensor, highs: torch.Tensor, scale: torch.Tensor, rtol: float, atol: float,
+           lows: torch.Tensor | None, wide: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per call (the first dimension, ``n``): how many elements fail, the largest absolute and
+    relative errors (as ``compare`` measures them). ``scale``: each call's rms of the reference,
+    shape (n, 1); ``wide``: float64 arithmetic, else float32. Tensors on the device."""
+    n = candidates.shape[0]
+
+    def rows(t: torch.Tensor) -> torch.Tensor:  # one row per call, unit stride along it
+        t = t.detach().reshape(n, -1)
+        return t if t.stride(-1) == 1 else t.contiguous()
+
+    c, h = rows(candidates), rows(highs)
+    lo = rows(lows) if lows is not None else c
+    width = c.shape[1]
+    blocks = max(1, triton.cdiv(width, BLOCK))
+    work = torch.float64 if wide else torch.float32
+    bad = torch.zeros((n, blocks), dtype=torch.int32, device=c.device)
+    abs_err = torch.zeros((n, blocks), dtype=work, device=c.device)
+    rel_err = torch.zeros((n, blocks), dtype=work, device=c.device)
+    scale = scale.detach().reshape(n).to(work).contiguous()
+    _bad_blocks[(blocks, n)](c, h, lo, scale, bad, abs_err, rel_err, width, c.stride(0), h.stride(0), lo.stride(0),
+                             blocks, float(rtol), float(atol), float(torch.finfo(torch.float32).tiny),
+                             HAS_LO=lows is not None, WIDE=wide, BLOCK=BLOCK)
+    return bad.sum(dim=1, dtype=torch.int64), abs_err.amax(dim=1), rel_err.amax(dim=1)
+
+
+def passing_calls(candidates: torch.Tensor, highs: torch.Tensor, scale: torch.Tensor, rtol: float, atol: float,
+                  lows: torch.Tensor | None, wide: bool) -> torch.Tensor:
+    """Per call, whether every element passes (``errors``' arguments)."""
+    return errors(candidates, highs, scale, rtol, atol, lows, wide)[0] == 0
