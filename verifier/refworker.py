@@ -218,8 +218,10 @@ def _forget(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         return {"restart": False}
     import torch
 
-    gc.collect()  # a graph or a batch held only by a reference cycle keeps its memory otherwise
     _release_cache(device)
+    if torch.cuda.memory_reserved(device) > HELD_LIMIT_BYTES:
+        gc.collect()  # a graph or a batch held only by a reference cycle keeps its memory until then
+        _release_cache(device)
     held = torch.cuda.memory_reserved(device)
     return {"held_bytes": held, "restart": held > HELD_LIMIT_BYTES}
 
