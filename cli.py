@@ -451,6 +451,7 @@ def eval_cmd(
 
 # ---- run ----------------------------------------------------------------------------------------
 GpusOpt = Annotated[Optional[list[int]], typer.Option("--gpu", metavar="N", help="GPU index (repeatable); every visible GPU by default, the CPU interpreter without one.")]
+LanesOpt = Annotated[int, typer.Option("--lanes", metavar="N", help="Verdicts in flight per device (1 or more): their workers start, compile and are checked side by side; each timed phase has the GPU to itself.")]
 # the proposer's options, shared by `run` and `bench kernelbench`
 ProviderOpt = Annotated[Optional[str], typer.Option(metavar="NAME", help="LLM preset: minimax (default, MiniMax M3), minimax-cn, together, openai, local, custom.")]
 BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="Any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; the key from KERNFORGE_API_KEY.")]
@@ -471,6 +472,7 @@ def run_cmd(
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", metavar="N", help="Token budget of the run (prompt + completion).")] = None,
     max_cost: Annotated[Optional[float], typer.Option("--max-cost", metavar="USD", help="Money budget of the run, USD.")] = None,
     gpu: GpusOpt = None,
+    lanes: LanesOpt = 1,
     sandbox: SandboxOpt = "process",
     resume: Annotated[Optional[int], typer.Option("--resume", metavar="RUN_ID", help="Continue this run (killed or stopped) without redoing or losing attempts; a run still going is refused.")] = None,
     offline: OfflineOpt = False,
@@ -489,7 +491,7 @@ def run_cmd(
     settings = RunSettings(
         tasks=tuple(task or ()), db=db, provider=provider, base_url=base_url, models=tuple(model or ()),
         offline=offline, budget=Budget(max_attempts, hours, max_tokens, max_cost), gpus=tuple(gpu or ()),
-        sandbox=sandbox, resume=resume, seed=seed,
+        sandbox=sandbox, resume=resume, seed=seed, lanes=lanes,
     )
     result = run(settings, display.make_display(out, quiet=as_json))
     if as_json:
@@ -510,6 +512,7 @@ def bench_kernelbench(
     max_attempts: Annotated[Optional[int], typer.Option("--max-attempts", metavar="N", help="Attempts per problem (10 when neither this nor --minutes is given).")] = None,
     minutes: Annotated[Optional[float], typer.Option("--minutes", metavar="M", help="Wall time per problem; the run gets M times the number of problems, spent while problems take turns.")] = None,
     gpu: GpusOpt = None,
+    lanes: LanesOpt = 1,
     sandbox: SandboxOpt = "process",
     resume: Annotated[Optional[int], typer.Option("--resume", metavar="RUN_ID", help="Continue this benchmark run (killed or stopped) with its own problems and proposer.")] = None,
     offline: OfflineOpt = False,

@@ -27,6 +27,8 @@
 #   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
+#   lanes      bench/loop.py, 3 tasks x 12 attempts, with two lanes and then one (caches the first run warms favour
+#              the second: the one-lane baseline; logs: lanes2.log, lanes1.log)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/h200_env.sh"
@@ -62,6 +64,7 @@ for p in "$@"; do
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
+    lanes) phase lanes2 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 2; phase lanes1 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 1 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     *) echo "unknown phase $p" ;;
   esac

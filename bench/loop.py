@@ -11,7 +11,8 @@ judged: an archive that already held them would answer from its content-addresse
   devices being ready to the last verdict), all devices together. The target with a fast proposer
   is >= 80%: the rest is the loop's own overhead between verdicts (recording, choosing the next
   candidate). A verification that waits for a warm sandbox worker counts as busy (the wait is
-  inside ``verify``); ``--pool`` sets how many workers warm up per device.
+  inside ``verify``); ``--pool`` sets how many workers warm up per lane, ``--lanes`` how many
+  verdicts a device has in flight (busy: at least one of them inside ``verify``).
 * **startup** is the time to a warm judge per device (workers started, reference loaded), once.
 * **first verdict** per task: seconds from the run's start to its first recorded verdict (issue
   #17 asks for every task's within 5 minutes from an empty archive).
@@ -45,6 +46,7 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=16, help="attempts per task (the seed's included)")
     parser.add_argument("--gpu", type=int, nargs="*", default=[], help="GPU indices (default: all visible; none: the CPU)")
     parser.add_argument("--pool", type=int, default=None, help="warm sandbox workers per device (default 2 on a GPU, 1 on the CPU)")
+    parser.add_argument("--lanes", type=int, default=1, help="verdicts in flight per device (verifier/gate.py)")
     parser.add_argument("--hours", type=float, default=None, help="stop after this long whatever is left")
     parser.add_argument("--db", type=Path, default=None, help="archive to write (default: a fresh temporary file)")
     parser.add_argument("--verbose", action="store_true", help="print a line per attempt")
@@ -54,14 +56,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kf-bench-loop-") as tmp:
         db = args.db or Path(tmp) / "loop.db"
         settings = RunSettings(tasks=tuple(args.tasks), db=db, offline=True, gpus=tuple(args.gpu),
-                               budget=Budget(max_attempts=args.attempts, hours=args.hours), pool_size=args.pool)
+                               budget=Budget(max_attempts=args.attempts, hours=args.hours), pool_size=args.pool,
+                               lanes=args.lanes)
         result = run(settings, PlainDisplay() if args.verbose else QuietDisplay())
     data = result.to_dict()
     if args.json:
         args.json.write_text(json.dumps(data, indent=2, default=str))
 
     console = stdout_console()
-    tasks = Table(title=f"bench/loop.py: offline tuner, {args.attempts} attempts per task, run {result.status}",
+    tasks = Table(title=f"bench/loop.py: offline tuner, {args.attempts} attempts per task, {args.lanes} lane(s) per device, "
+                        f"run {result.status}",
                   title_justify="left")
     for col in ("task", "attempts", "accepted", "rejected", "first verdict", "seed time", "best time", "vs seed",
                 "x eager", "x compile", "note"):

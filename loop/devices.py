@@ -1,14 +1,18 @@
-"""The devices a run verifies on: one judge each, each verifying in a thread of its own.
+"""The devices a run verifies on: ``lanes`` judges each, each verifying in a thread of its own.
 
 The GPUs named by ``--gpu``, else every visible GPU, else the CPU (the Triton interpreter). A
-device verifies one candidate at a time; its judge keeps ``pool_size`` sandbox workers warm
-(on a GPU: one being judged, one warming behind it), so a fresh worker per candidate costs no
-start-up time once the pool is full. All devices must be the same GPU model and software stack:
-kernels are compared, and verdicts reused, only within one environment.
+lane verifies one candidate at a time; its judge keeps ``pool_size`` sandbox workers warm (on a
+GPU: one being judged, one warming behind it), so a fresh worker per candidate costs no start-up
+time once the pool is full. The lanes of one GPU share its gate (verifier/gate.py): their
+verdicts overlap while workers start, import, compile and are checked, and each timed phase has
+the GPU alone. ``slots`` lists the device of every lane; a verification names its slot. All
+devices must be the same GPU model and software stack: kernels are compared, and verdicts
+reused, only within one environment.
 
-``busy_s`` is the time each device spent inside ``judge.verify``, audits of would-be bests
-included (an audit is a second ``verify`` on the same device): what "busy" means on the display and
-in bench/loop.py (a wait for a warm worker happens inside ``verify`` and counts).
+``busy_s`` is the time each device spent with at least one of its lanes inside ``judge.verify``,
+audits of would-be bests included (an audit is a second ``verify`` on the same device): what
+"busy" means on the display and in bench/loop.py (a wait for a warm worker happens inside
+``verify`` and counts).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from kernforge.archive.content import environment_key
 from kernforge.tasks.spec import Task
 from kernforge.verifier import audit as auditing
 from kernforge.verifier.audit import Audit
+from kernforge.verifier.gate import DeviceGate
 from kernforge.verifier.judge import Judge, JudgeOptions, TaskTooLarge
 from kernforge.verifier.verdict import Verdict
 
@@ -32,8 +37,12 @@ from .fairness import verdict_limit_s
 
 class Devices:
     def __init__(self, names: Sequence[str], *, sandbox: str = "process", pool_size: int | None = None,
-                 options: JudgeOptions | None = None, tasks: Sequence[Task] = ()) -> None:
+                 options: JudgeOptions | None = None, tasks: Sequence[Task] = (), lanes: int = 1) -> None:
+        if lanes < 1:
+            raise LoopError(f"--lanes must be at least 1, not {lanes}")
         self.names = list(names)
+        self.slots = [name for name in self.names for _ in range(lanes)]
+        self.gates = {name: DeviceGate(lanes) for name in self.names}
         self.tasks = list(tasks)
         self.sandbox = sandbox
         self.pool_size = pool_size
@@ -45,7 +54,10 @@ class Devices:
         self.verified = {d: 0 for d in self.names}
         self.audited = {d: 0 for d in self.names}
         self._cms: list[Any] = []
-        self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"kernforge-verify-{d}") for d in self.names]
+        self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"kernforge-verify-{d}-{k}") for k, d in enumerate(self.slots)]
+        #: per device: lanes inside a verification now, and since when the first of them was
+        self._active = {d: 0 for d in self.names}
+        self._since = {d: 0.0 for d in self.names}
 
     @property
     def on_cpu(self) -> bool:
@@ -59,10 +71,10 @@ class Devices:
             # a GPU verdict is time-boxed per task (fairness.py); the interpreter keeps its own timeouts
             box = None if device == "cpu" else {t.name: verdict_limit_s(t) for t in self.tasks}
             cm = open_judge(device, sandbox=self.sandbox, pool_size=pool, options=self.options, tasks=self.tasks,
-                            time_box=box)
+                            time_box=box, gate=self.gates[device])
             return cm, cm.__enter__()
 
-        opened = await asyncio.gather(*(asyncio.to_thread(open_one, d) for d in self.names), return_exceptions=True)
+        opened = await asyncio.gather(*(asyncio.to_thread(open_one, d) for d in self.slots), return_exceptions=True)
         self._cms = [o[0] for o in opened if not isinstance(o, BaseException)]
         errors = [o for o in opened if isinstance(o, BaseException)]
         if errors:
@@ -90,24 +102,42 @@ class Devices:
         return await asyncio.to_thread(self.judges[0].ceilings)
 
     async def verify(self, index: int, code: str, task: Task) -> tuple[Verdict, float]:
-        """Judge ``code`` on device ``index`` (in its own thread); the verdict and seconds spent."""
-        started = time.monotonic()
-        verdict = await asyncio.get_running_loop().run_in_executor(self._threads[index], self.judges[index].verify, code, task)
-        spent = time.monotonic() - started
-        self.busy_s[self.names[index]] += spent
-        self.verified[self.names[index]] += 1
-        return verdict, spent
+        """Judge ``code`` in slot ``index`` (in its own thread); the verdict and seconds spent."""
+        device = self.slots[index]
+        started = self._enter(device)
+        try:
+            verdict = await asyncio.get_running_loop().run_in_executor(self._threads[index], self.judges[index].verify, code, task)
+        finally:
+            self._leave(device)
+        self.verified[device] += 1
+        return verdict, time.monotonic() - started
 
     async def audit(self, index: int, code: str, task: Task, verdict: Verdict) -> tuple[Audit, float]:
-        """Audit a would-be best on device ``index``, the device that measured it (in its thread, like
-        ``verify``: a fresh worker, fresh inputs); the audit and the seconds spent, counted as busy."""
-        started = time.monotonic()
-        result = await asyncio.get_running_loop().run_in_executor(
-            self._threads[index], auditing.audit, self.judges[index], code, task, verdict)
-        spent = time.monotonic() - started
-        self.busy_s[self.names[index]] += spent
-        self.audited[self.names[index]] += 1
-        return result, spent
+        """Audit a would-be best in slot ``index``, a lane of the device that measured it (in its
+        thread, like ``verify``: a fresh worker, fresh inputs); the audit and the seconds spent."""
+        device = self.slots[index]
+        started = self._enter(device)
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(
+                self._threads[index], auditing.audit, self.judges[index], code, task, verdict)
+        finally:
+            self._leave(device)
+        self.audited[device] += 1
+        return result, time.monotonic() - started
+
+    def _enter(self, device: str) -> float:
+        """A lane of ``device`` starts work (on the event loop's thread, like ``_leave``)."""
+        now = time.monotonic()
+        if self._active[device] == 0:
+            self._since[device] = now
+        self._active[device] += 1
+        return now
+
+    def _leave(self, device: str) -> None:
+        """A lane of ``device`` is done; the device's busy time grows while any lane works."""
+        self._active[device] -= 1
+        if self._active[device] == 0:
+            self.busy_s[device] += time.monotonic() - self._since[device]
 
     async def close(self) -> None:
         """Close every judge (its workers are killed: a verification left running ends with them)."""

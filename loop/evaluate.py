@@ -16,6 +16,7 @@ from kernforge.sandbox.pool import ProcessBackend
 from kernforge.sandbox.protocol import Backend, WorkerSpec
 from kernforge.tasks.loader import secret_paths
 from kernforge.tasks.spec import Task
+from kernforge.verifier.gate import DeviceGate
 from kernforge.verifier.judge import (
     HARNESS_PRELOAD, HARNESS_WARMUP, REFERENCE_PRELOAD, REFERENCE_WARMUP, Judge, JudgeOptions,
 )
@@ -79,11 +80,12 @@ def evaluate_file(path: Path, task_name: str, *, gpu: int | None = None, sandbox
 @contextlib.contextmanager
 def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
                options: JudgeOptions | None = None, tasks: Sequence[Task] = (),
-               time_box: Mapping[str, float] | None = None) -> Iterator[Judge]:
+               time_box: Mapping[str, float] | None = None, gate: DeviceGate | None = None) -> Iterator[Judge]:
     """A judge for one device with a warm candidate pool and a trusted reference worker. The
     candidates' workers never see the built-in tasks' files nor the metadata of ``tasks`` (the
     hidden shapes of the tasks it will judge); their reference reaches them as text. ``time_box``:
-    a wall limit in seconds per task name for each candidate's worker (fairness.py)."""
+    a wall limit in seconds per task name for each candidate's worker (fairness.py); ``gate``: the
+    device's gate, shared by every judge of one GPU (verifier/gate.py)."""
     slot = "cpu" if device == "cpu" else device.split(":", 1)[1]
     candidate_spec = WorkerSpec(device=slot, preload=HARNESS_PRELOAD, warmup=HARNESS_WARMUP, isolation="strict",
                                 hidden_paths=secret_paths(tasks))
@@ -100,7 +102,7 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
                               start_timeout=PROFILED_START_S, mechanism=for_profiler(choose_mechanism("strict")))
 
     judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device),
-                  profiled=profiled if sandbox == "process" else None)
+                  profiled=profiled if sandbox == "process" else None, gate=gate)
     judge.time_box.update(time_box or {})
     try:
         yield judge

@@ -49,13 +49,15 @@ class RunSettings:
     seed: int = 0
     #: warm candidate workers per device; None: 2 on a GPU (one judged, one warming), 1 on the CPU
     pool_size: int | None = None
+    #: judges per device whose verdicts overlap (each timed phase has the GPU alone: verifier/gate.py)
+    lanes: int = 1
     #: the benchmark this run measures (``kernforge bench kernelbench``: "kernelbench"), None for a plain run
     benchmark: str | None = None
 
     def stored(self) -> dict[str, Any]:
         stored = {"tasks": list(self.tasks), "provider": self.provider, "base_url": self.base_url,
                   "models": list(self.models), "offline": self.offline, "budget": self.budget.to_dict(),
-                  "gpus": list(self.gpus), "sandbox": self.sandbox, "seed": self.seed}
+                  "gpus": list(self.gpus), "sandbox": self.sandbox, "seed": self.seed, "lanes": self.lanes}
         if self.benchmark is not None:
             stored["benchmark"] = self.benchmark
         return stored
@@ -148,7 +150,7 @@ def settings_for_resume(archive: Archive, given: RunSettings) -> RunSettings:
     if given.tasks or given.provider or given.base_url or given.models or given.offline:
         raise LoopError(
             f"--resume {given.resume} continues the run with its own tasks and proposer (as stored in the archive); "
-            "only budgets, --gpu and --sandbox may be given with it")
+            "only budgets, --gpu, --lanes and --sandbox may be given with it")
     stored = run.config.get("settings")
     if not isinstance(stored, Mapping) or "tasks" not in stored:
         raise LoopError(f"run {given.resume} in {archive.path} was not started by `kernforge run`; it cannot be resumed")

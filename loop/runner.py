@@ -138,6 +138,8 @@ class Runner:
                 self.settings = s
             if s.sandbox not in ("process", "docker"):
                 raise LoopError(f"--sandbox must be 'process' or 'docker', not {s.sandbox!r}")
+            if s.lanes < 1:
+                raise LoopError(f"--lanes must be 1 or more (verdicts in flight per device), not {s.lanes}")
             tasks = load_run_tasks(s.tasks)
             config = llm_config(provider=s.provider, base_url=s.base_url, models=s.models, offline=s.offline)
             names = resolve_devices(s.gpus)
@@ -153,7 +155,7 @@ class Runner:
             if config is not None and s.budget.unlimited:
                 self.display.note("no budget given (--max-attempts, --hours, --max-tokens, --max-cost): "
                                   "the run goes on until Ctrl-C")
-            self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size, tasks=tasks)
+            self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size, tasks=tasks, lanes=s.lanes)
             self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
             await self.devices.open()
             tasks, task_ids = await self._fitting(tasks, task_ids)
@@ -273,7 +275,7 @@ class Runner:
 
     # ---- the pipeline --------------------------------------------------------------------------
     async def _pipeline(self) -> None:
-        n_devices = len(self.devices.names)
+        n_devices = len(self.devices.slots)  # every lane of every device verifies
         self._queue = asyncio.Queue(maxsize=n_devices)
         self._progress = asyncio.Event()
         self._late: list[tuple[TaskState, Proposal]] = []

@@ -269,6 +269,7 @@ def test_bad_input_is_a_clear_error(tmp_path):
         (["run", "--task", "rms_norm", "--gpu", "5", "--db", str(tmp_path / "k.db")], "--gpu 5"),
         (["run", "--db", str(tmp_path / "k.db")], "no task"),
         (["run", "--task", "rms_norm", "--sandbox", "vm", "--db", str(tmp_path / "k.db")], "--sandbox must be"),
+        (["run", "--task", "rms_norm", "--lanes", "0", "--db", str(tmp_path / "k.db")], "--lanes must be 1 or more"),
     ]:
         result = cli.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
@@ -646,3 +647,37 @@ def test_a_time_budget_starts_nothing_once_it_is_spent(tmp_path, monkeypatch):
     seconds, count = conn.execute("SELECT seconds, attempts FROM runs").fetchone()
     conn.close()
     assert count == result.attempts and seconds >= result.wall_s - 0.5 > 0
+
+
+def test_two_lanes_judge_two_candidates_at_once_through_one_gate(tmp_path, monkeypatch):
+    """``--lanes 2``: two judges per device, sharing the device's gate (verifier/gate.py), each
+    with a verdict in flight at the same time; every attempt judged once."""
+    import contextlib
+
+    from kernforge.loop import devices
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.runner import RunSettings, run
+
+    both = threading.Barrier(2, timeout=60)
+    opened = []
+
+    class Lane(StandInJudge):
+        def verify(self, code, task):
+            if not self.judged:
+                both.wait()  # passes only once the other lane's first verdict is in flight too
+            return super().verify(code, task)
+
+    @contextlib.contextmanager
+    def stand_in(device, *, gate=None, **kw):
+        opened.append((device, gate))
+        yield Lane(["accepted"] * 8)
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cpu"])
+    db = tmp_path / "k.db"
+    result = run(RunSettings(tasks=(str(seeded_task(tmp_path)),), db=db, offline=True, budget=Budget(max_attempts=4),
+                             lanes=2))
+    assert result.status == "finished" and not both.broken
+    assert [d for d, _ in opened] == ["cpu", "cpu"]
+    assert opened[0][1] is opened[1][1] and opened[0][1].lanes == 2, "one gate per device, shared by its lanes"
+    assert result.verified_per_device == {"cpu": 4} and recorded(db) == 4

@@ -41,6 +41,7 @@ from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
 from . import fits, messages as M, ncu
+from .gate import DeviceGate
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
@@ -165,10 +166,15 @@ def where(shape: Shape, hidden: bool, dist: str) -> str:
 
 class Judge:
     def __init__(self, candidates: Backend, references: Backend, options: JudgeOptions = JudgeOptions(),
-                 profiled: Callable[[tuple[str, ...]], Backend] | None = None):
+                 profiled: Callable[[tuple[str, ...]], Backend] | None = None, gate: DeviceGate | None = None):
         """``profiled``: makes a one-worker candidate backend whose workers run under a profiler
-        command (the audit's Nsight Compute record); None where the sandbox cannot."""
+        command (the audit's Nsight Compute record); None where the sandbox cannot. ``gate``: the
+        GPU's gate when other judges share the GPU (gate.py), else one of its own."""
         self.candidates = candidates
+        self.gate = gate or DeviceGate()
+        #: the share of the GPU's memory the verdict in progress may plan for: a lane's, or all of
+        #: it for a verdict that holds the GPU alone
+        self._memory_share = 1.0
         self.profiled = profiled
         self.references = references
         self.options = options
@@ -271,7 +277,8 @@ class Judge:
         key = key_of("ceilings", 2, env.get("gpu"), env.get("driver"), env.get("torch"), env.get("cuda"))
         cached = self.ceiling_cache.get(key)
         if cached is None:
-            got = self._ask_ref(None, {"op": "ceilings"})
+            with self.gate.exclusive():
+                got = self._ask_ref(None, {"op": "ceilings"})
             cached = {k: got.get(k) for k in ("bandwidth_gbps", "tflops", "write_gbps")}
             self.ceiling_cache.put(key, cached)
         return cached
@@ -289,16 +296,20 @@ class Judge:
         started = time.perf_counter()
         self._phases = {}
         self._state = _Verdict()
-        self.check_fits(task)  # a task no GPU call of which fits is the task's problem, not a candidate's
-        try:
-            verdict = self._verify(source, task)
-        finally:  # whatever happened, the reference worker forgets this verdict's calls
-            try:
-                forgot = self._ask_ref(None, {"op": "forget"})
-                if forgot.get("restart"):  # it holds memory the next task's calls need: a fresh one
-                    self._drop_ref()
-            except JudgeError:
-                self._drop_ref()
+        with self.gate.shared():  # other lanes' checks may run beside this verdict, never its timing
+            self.check_fits(task)  # a task no GPU call of which fits is the task's problem, not a candidate's
+            alone = self._needs_the_gpu(task)
+            self._memory_share = 1.0 if alone else 1.0 / self.gate.lanes
+            with self.gate.exclusive() if alone else contextlib.nullcontext():
+                try:
+                    verdict = self._verify(source, task)
+                finally:  # whatever happened, the reference worker forgets this verdict's calls
+                    try:
+                        forgot = self._ask_ref(None, {"op": "forget"})
+                        if forgot.get("restart"):  # it holds memory the next task's calls need: a fresh one
+                            self._drop_ref()
+                    except JudgeError:
+                        self._drop_ref()
         env = dict(self.environment())
         env["verify_seconds"] = round(time.perf_counter() - started, 3)
         if self._state.calibration:
@@ -318,6 +329,16 @@ class Judge:
         why = fits.too_large(sizes, {s.params: s.label for s in checked}, int(memory)) if memory else None
         if why:
             raise TaskTooLarge(f"{task.name}: {why}")
+
+    def _needs_the_gpu(self, task: Task) -> bool:
+        """Whether a call of ``task`` needs more of the GPU's memory than a lane's share of the
+        arena (fits.py): such a verdict holds the GPU alone, start to end."""
+        if not self.on_gpu or self.gate.lanes == 1:
+            return False
+        checked = list(task.shapes("cuda", hidden=False)) + list(task.shapes("cuda", hidden=True))
+        sizes = self._shape_sizes(task, checked, secrets.randbits(31))
+        need = max((fits.need(entry) for entry in sizes.values()), default=0)
+        return need > self._arena_budget(1.0) / self.gate.lanes
 
     def _verify(self, source: str, task: Task) -> Verdict:
         rejection = static.unreadable(source)
@@ -391,7 +412,7 @@ class Judge:
         layout = self._arena_layout(sizes, [shape], {})
         failed, text = "", ""
         for _ in range(PROFILE_ATTEMPTS):  # a record that could not be made is made again, once
-            with ncu.exclusive(), tempfile.TemporaryDirectory(prefix="kf-ncu-") as folder:
+            with self.gate.exclusive(), ncu.exclusive(), tempfile.TemporaryDirectory(prefix="kf-ncu-") as folder:
                 log = Path(folder) / "ncu.csv"
                 try:
                     backend = self.profiled(ncu.command(exe, log))
@@ -446,7 +467,8 @@ class Judge:
         if isinstance(attached, Rejected):
             return attached
         if self.on_gpu:
-            self._calibrate(session)
+            with self.gate.exclusive():  # a clock's calibration: nothing else on the GPU
+                self._calibrate(session)
         self._send(session, {"op": "load"})
         loaded = self._reply(session, M.Loaded, "load", "loading the module", timeout=self.options.load_timeout_s)
         if isinstance(loaded, Rejected):
@@ -686,8 +708,9 @@ class Judge:
         results: list[ShapeResult] = []
         flags: list[str] = []
         for shape, hidden in timed:
-            outcome = self._time_shape(session, task, shape, hidden, init_seed, own, sizes[shape.params], plan[shape.params],
-                                       ceilings, arena_size)
+            with self.gate.exclusive():  # the batches and the baselines beside them: the GPU alone
+                outcome = self._time_shape(session, task, shape, hidden, init_seed, own, sizes[shape.params],
+                                           plan[shape.params], ceilings, arena_size)
             if isinstance(outcome, Rejected):
                 return _with_shape(outcome, shape, hidden)
             result, shape_flags = outcome
@@ -925,11 +948,12 @@ class Judge:
             plan[shape.params] = int(max(1, min(want, fits, self.options.max_batch_calls)))
         return plan
 
-    def _arena_budget(self) -> int:
+    def _arena_budget(self, share: float | None = None) -> int:
+        """Bytes the arena's batches may take: ``arena_share`` of the GPU's memory, of the verdict's share of it."""
         if not self.on_gpu:
             return 1 << 34
         gib = float(self.environment().get("memory_gib") or 16)
-        return int(gib * (1 << 30) * self.options.arena_share)
+        return int(gib * (1 << 30) * self.options.arena_share * (self._memory_share if share is None else share))
 
     def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int]) -> dict[str, int]:
         """Input region and heap: two calls' worth of the largest check (calls alternate halves)
@@ -949,7 +973,7 @@ class Judge:
             # where the GPU has room for it beyond what judging a call needs (fits.py)
             copy = max((max(sizes[s.params]["input_bytes"], sizes[s.params].get("param_bytes", 0)) for s in checked), default=0)
             need = max((fits.need(sizes[s.params]) for s in checked), default=0)
-            memory = float(self.environment().get("memory_gib") or 0) * (1 << 30)
+            memory = float(self.environment().get("memory_gib") or 0) * (1 << 30) * self._memory_share
             copy = min(copy, max(0, int(memory) - need)) if memory else copy
             heap = heap + max(heap // 2, 4 * check_out, copy) + params + (2 << 30)
         else:

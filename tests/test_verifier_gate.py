@@ -1,0 +1,152 @@
+"""The GPU's gate between lanes: verdicts share it, timed phases hold it alone.
+
+Orders of events between threads, never durations: a thread that must wait is shown to be still
+waiting when another thread has done something it could only do while the first waits.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kernforge.verifier.gate import DeviceGate
+
+#: generous: a correct gate reaches each of these points at once; a wrong one never does
+LONG = 30.0
+
+
+def until(condition, what: str) -> None:
+    """Wait for ``condition`` (a state another thread reaches at once when the gate is right)."""
+    tick = threading.Event()
+    for _ in range(int(LONG / 0.001)):
+        if condition():
+            return
+        tick.wait(0.001)
+    raise AssertionError(f"never happened: {what}")
+
+
+def run(fn) -> threading.Thread:
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_verdicts_hold_the_gate_together():
+    gate = DeviceGate(2)
+    both = threading.Barrier(2, timeout=LONG)
+    seen = []
+
+    def verdict():
+        with gate.shared():
+            both.wait()  # only passes when the two hold it at once
+            seen.append(True)
+
+    threads = [run(verdict), run(verdict)]
+    for t in threads:
+        t.join(LONG)
+    assert seen == [True, True]
+
+
+def test_a_timed_phase_waits_for_every_other_verdict_and_runs_alone():
+    gate = DeviceGate(2)
+    order: list[str] = []
+    b_holds, b_may_go, a_waiting = threading.Event(), threading.Event(), threading.Event()
+
+    def lane_b():  # a verdict being checked
+        with gate.shared():
+            b_holds.set()
+            b_may_go.wait(LONG)
+            order.append("b checks done")
+
+    def lane_a():  # a verdict that reaches its timing
+        with gate.shared():
+            a_waiting.set()
+            with gate.exclusive():
+                order.append("a times")
+
+    tb = run(lane_b)
+    assert b_holds.wait(LONG)
+    ta = run(lane_a)
+    assert a_waiting.wait(LONG)
+    until(lambda: gate._waiting_writers, "a asked for the gate alone, and waits for b")
+    b_may_go.set()
+    ta.join(LONG)
+    tb.join(LONG)
+    assert order == ["b checks done", "a times"]
+
+
+def test_a_waiting_timed_phase_goes_before_a_new_verdict():
+    """Writer preference: timing is never starved by verdicts that keep starting."""
+    gate = DeviceGate(3)
+    order: list[str] = []
+    b_holds, b_may_go = threading.Event(), threading.Event()
+
+    def lane_b():
+        with gate.shared():
+            b_holds.set()
+            b_may_go.wait(LONG)
+
+    def lane_a():
+        with gate.exclusive():
+            order.append("a times")
+
+    def lane_c():
+        with gate.shared():
+            order.append("c starts")
+
+    tb = run(lane_b)
+    assert b_holds.wait(LONG)
+    ta = run(lane_a)
+    until(lambda: gate._waiting_writers, "a is queued behind b")
+    tc = run(lane_c)
+    until(lambda: len(gate._cond._waiters) >= 2, "c is blocked too (a and c both wait on the condition)")
+    b_may_go.set()
+    for t in (ta, tb, tc):
+        t.join(LONG)
+    assert order == ["a times", "c starts"]
+
+
+def test_a_verdict_gets_its_shared_hold_back_after_timing():
+    """After its exclusive phase a verdict holds the gate shared again: another lane's timing
+    then waits for the end of the verdict."""
+    gate = DeviceGate(2)
+    order: list[str] = []
+    a_timed, a_may_end = threading.Event(), threading.Event()
+
+    def lane_a():
+        with gate.shared():
+            with gate.exclusive():
+                pass
+            a_timed.set()
+            a_may_end.wait(LONG)
+            order.append("a ends")
+
+    def lane_b():
+        with gate.exclusive():
+            order.append("b times")
+
+    ta = run(lane_a)
+    assert a_timed.wait(LONG)
+    tb = run(lane_b)
+    until(lambda: gate._waiting_writers, "b waits for a's verdict")
+    a_may_end.set()
+    ta.join(LONG)
+    tb.join(LONG)
+    assert order == ["a ends", "b times"]
+
+
+def test_nested_holds_of_one_thread_never_wait_on_themselves():
+    gate = DeviceGate(1)
+    with gate.shared():
+        with gate.shared():
+            with gate.exclusive():
+                with gate.exclusive():
+                    with gate.shared():
+                        pass
+    assert gate._shared == 0 and gate._writer is None
+
+
+def test_a_gate_needs_a_lane():
+    with pytest.raises(ValueError):
+        DeviceGate(0)
