@@ -172,6 +172,11 @@ class ProcessSession:
                 self._timeout(timeout if end < self.deadline else None)
             self._read_fds(sock, min(remaining, POLL_SECONDS))
 
+    def extend(self, seconds: float) -> None:
+        """Push the wall deadline back by ``seconds`` (the parent kept the job waiting that long)."""
+        with self._lock:
+            self.deadline += max(0.0, seconds)
+
     def close(self) -> Diagnostics:
         with self._lock:
             if self._closed is not None:

@@ -12,7 +12,8 @@ phase: taking it exclusively from inside a verdict first lets the shared hold go
 other judge holds the gate at all, and takes the shared hold back afterwards. A judge waiting to
 time goes before any judge waiting to start a verdict (writer preference): timing is never
 starved by a stream of checks. A verdict that needs more of the GPU's memory than a lane's share
-holds the gate exclusively from start to end (``Judge.verify``).
+holds the gate exclusively from start to end (``Judge.verify``). The time a verdict waits for the
+gate is not its candidate's: the worker's wall deadline moves back by it (``Session.extend``).
 
 With one lane (the default) the gate is never contended and changes nothing.
 """

@@ -41,10 +41,10 @@ from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
 from . import fits, messages as M, ncu
-from .gate import DeviceGate
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
+from .gate import DeviceGate
 from .kernels import own_kernel_names
 from .library import library_baseline
 from .screen import screen
@@ -467,7 +467,7 @@ class Judge:
         if isinstance(attached, Rejected):
             return attached
         if self.on_gpu:
-            with self.gate.exclusive():  # a clock's calibration: nothing else on the GPU
+            with self._gpu_alone(session):  # a clock's calibration: nothing else on the GPU
                 self._calibrate(session)
         self._send(session, {"op": "load"})
         loaded = self._reply(session, M.Loaded, "load", "loading the module", timeout=self.options.load_timeout_s)
@@ -494,6 +494,15 @@ class Judge:
             pass
         shapes, flags = results
         return Accepted(shapes=tuple(shapes), flags=tuple(sorted(set(flags))))
+
+    @contextlib.contextmanager
+    def _gpu_alone(self, session: Session) -> Iterator[None]:
+        """The GPU's gate held alone for a timed phase of the verdict in ``session``. The wait for
+        other lanes is not the candidate's: its worker's wall deadline moves back by it."""
+        asked = time.monotonic()
+        with self.gate.exclusive():
+            session.extend(time.monotonic() - asked)
+            yield
 
     def _calibrate(self, session: Session) -> None:
         """The batch clock's fixed cost, measured with the harness alone (clock.fixed_cost)."""
@@ -708,7 +717,7 @@ class Judge:
         results: list[ShapeResult] = []
         flags: list[str] = []
         for shape, hidden in timed:
-            with self.gate.exclusive():  # the batches and the baselines beside them: the GPU alone
+            with self._gpu_alone(session):  # the batches and the baselines beside them
                 outcome = self._time_shape(session, task, shape, hidden, init_seed, own, sizes[shape.params],
                                            plan[shape.params], ceilings, arena_size)
             if isinstance(outcome, Rejected):
