@@ -49,7 +49,7 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
         if i == 0:  # measures and caches the baselines
             row.update(shape=shape.label, first_verdict_s=elapsed, eager_us=shape.eager_us, compile_us=shape.compile_us,
                        pct_bandwidth=shape.pct_bandwidth, floor_us=shape.floor_us, timing=shape.timing,
-                       batch_calls=shape.batch_calls)
+                       batch_calls=shape.batch_calls, flags=list(verdict.flags))
             continue
         times.append(shape.time_us)
         claimed.append(shape.claimed_us)
