@@ -8,6 +8,7 @@ import pytest
 
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import fits
+from kernforge.verifier.gate import DeviceGate
 from kernforge.verifier.judge import Judge, JudgeOptions, TaskTooLarge
 
 GIB = 1 << 30
@@ -35,6 +36,7 @@ class _GpuJudge(Judge):
 
     def __init__(self, memory_gib: float, per_call_gib: float):
         self.on_gpu, self.options, self._memory, self._per_call = True, JudgeOptions(), memory_gib, per_call_gib
+        self.gate, self._memory_share = DeviceGate(), 1.0  # one lane: the whole GPU
 
     def environment(self):
         return {"memory_gib": self._memory}
@@ -114,3 +116,26 @@ def test_the_working_copy_shrinks_to_the_room_the_gpu_has():
     layout = judge._arena_layout(sizes, [shape], {})
     room = int(139.8 * GIB) - fits.need_bytes(30 * GIB, 1 << 20)
     assert layout["size"] - layout["input_bytes"] <= room + (2 << 30) + (64 << 20)
+
+
+def test_a_lane_plans_for_its_share_and_a_large_task_holds_the_gpu_alone():
+    """Two lanes on one GPU: each verdict's batches fit half the arena's share of memory; a task
+    one call of which needs more than that is judged alone, with all of it (verifier/gate.py)."""
+    from kernforge.tasks.spec import Shape
+
+    task = load_task(TASKS / "tiny_norm")
+    shape = Shape.of({"T": 1, "H": 2})
+    sizes = {shape.params: {"input_bytes": 2 * GIB, "output_bytes": 2 * GIB}}
+    per_set = 2 * 2 * GIB + 2.25 * 2 * GIB  # the inputs twice, both batch sizes' outputs
+    budgets, calls = {}, {}
+    for lanes, share in ((1, 1.0), (2, 0.5)):
+        judge = _GpuJudge(139.8, 2.0)
+        judge.ceilings = lambda: {"bandwidth_gbps": 4000.0, "tflops": 800.0}
+        judge.gate, judge._memory_share = DeviceGate(lanes), share
+        budgets[lanes], calls[lanes] = judge._arena_budget(), judge._batch_plan(task, sizes, [shape])[shape.params]
+        assert calls[lanes] * per_set <= budgets[lanes]
+    assert abs(budgets[2] - budgets[1] / 2) <= 1 and calls[2] < calls[1]
+    two = DeviceGate(2)
+    small, large = _GpuJudge(139.8, 1.0), _GpuJudge(139.8, 30.0)
+    small.gate = large.gate = two
+    assert not small._needs_the_gpu(task) and large._needs_the_gpu(task)
