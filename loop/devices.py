@@ -38,8 +38,6 @@ from .fairness import verdict_limit_s
 class Devices:
     def __init__(self, names: Sequence[str], *, sandbox: str = "process", pool_size: int | None = None,
                  options: JudgeOptions | None = None, tasks: Sequence[Task] = (), lanes: int = 1) -> None:
-        if lanes < 1:
-            raise LoopError(f"--lanes must be at least 1, not {lanes}")
         self.names = list(names)
         self.slots = [name for name in self.names for _ in range(lanes)]
         self.gates = {name: DeviceGate(lanes) for name in self.names}

@@ -136,6 +136,6 @@ def test_a_lane_plans_for_its_share_and_a_large_task_holds_the_gpu_alone():
         assert calls[lanes] * per_set <= budgets[lanes]
     assert abs(budgets[2] - budgets[1] / 2) <= 1 and calls[2] < calls[1]
     two = DeviceGate(2)
-    small, large = _GpuJudge(139.8, 1.0), _GpuJudge(139.8, 30.0)
+    small, large = _GpuJudge(139.8, 1.0), _GpuJudge(139.8, 10.0)  # 12 and 84 GiB a call: a lane has 42
     small.gate = large.gate = two
-    assert not small._needs_the_gpu(task) and large._needs_the_gpu(task)
+    assert not small._needs_the_gpu(small.check_fits(task)) and large._needs_the_gpu(large.check_fits(task))

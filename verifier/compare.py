@@ -237,10 +237,12 @@ def _work_dtype(candidate: torch.Tensor, high: torch.Tensor) -> torch.dtype:
     return torch.float32 if narrow else torch.float64
 
 
-def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: Tolerance, lows: torch.Tensor | None = None) -> torch.Tensor:
+def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: Tolerance, lows: torch.Tensor | None = None,
+                     *, fused: bool | None = None) -> torch.Tensor:
     """Per call (the first dimension), whether every element passes: the rule of ``compare``
     (each call's own rms scale), for many calls at once, a block of columns at a time. A bool
-    tensor on the device."""
+    tensor on the device. ``fused``: compare_kernel.py's one pass (True) or the PyTorch ops
+    (False); None: the kernel wherever it applies."""
     work = _work_dtype(candidates, highs)
     n = candidates.shape[0]
     c_all, h_all = candidates.detach().reshape(n, -1), highs.detach().reshape(n, -1)
@@ -260,7 +262,7 @@ def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: T
         h = torch.nan_to_num(h_all[:, sl].to(device), nan=0.0, posinf=0.0, neginf=0.0)
         squares += torch.linalg.vector_norm(h, dim=1, keepdim=True, dtype=torch.float64).pow(2)
     scale = (squares / max(width, 1)).sqrt().to(work)
-    if compare_kernel.applies(candidates, highs, lows):  # on a GPU: the same rule in one pass
+    if compare_kernel.applies(candidates, highs, lows) if fused is None else fused:  # the same rule in one pass
         return compare_kernel.passing_calls(candidates, highs, scale, tolerance.rtol, tolerance.atol, lows,
                                             work == torch.float64)
     ok = torch.ones(n, dtype=torch.bool, device=device)

@@ -297,8 +297,8 @@ class Judge:
         self._phases = {}
         self._state = _Verdict()
         with self.gate.shared():  # other lanes' checks may run beside this verdict, never its timing
-            self.check_fits(task)  # a task no GPU call of which fits is the task's problem, not a candidate's
-            alone = self._needs_the_gpu(task)
+            # a task no GPU call of which fits is the task's problem, not a candidate's
+            alone = self._needs_the_gpu(self.check_fits(task))
             self._memory_share = 1.0 if alone else 1.0 / self.gate.lanes
             with self.gate.exclusive() if alone else contextlib.nullcontext():
                 try:
@@ -319,26 +319,23 @@ class Judge:
             return Accepted(shapes=verdict.shapes, reason=verdict.reason, flags=verdict.flags, environment=env)
         return Rejected(verdict.status, verdict.reason, verdict.threat, verdict.evidence, verdict.shapes, env, check=verdict.check)
 
-    def check_fits(self, task: Task) -> None:
-        """TaskTooLarge when no call of ``task`` can be judged on this GPU (verifier/fits.py)."""
+    def check_fits(self, task: Task) -> int:
+        """TaskTooLarge when no call of ``task`` can be judged on this GPU (verifier/fits.py);
+        else the most GPU memory one of its calls needs (0 off a GPU)."""
         if not self.on_gpu:
-            return
+            return 0
         checked = list(task.shapes("cuda", hidden=False)) + list(task.shapes("cuda", hidden=True))
         sizes = self._shape_sizes(task, checked, secrets.randbits(31))
         memory = float(self.environment().get("memory_gib") or 0) * (1 << 30)
         why = fits.too_large(sizes, {s.params: s.label for s in checked}, int(memory)) if memory else None
         if why:
             raise TaskTooLarge(f"{task.name}: {why}")
+        return max((fits.need(entry) for entry in sizes.values()), default=0)
 
-    def _needs_the_gpu(self, task: Task) -> bool:
-        """Whether a call of ``task`` needs more of the GPU's memory than a lane's share of the
-        arena (fits.py): such a verdict holds the GPU alone, start to end."""
-        if not self.on_gpu or self.gate.lanes == 1:
-            return False
-        checked = list(task.shapes("cuda", hidden=False)) + list(task.shapes("cuda", hidden=True))
-        sizes = self._shape_sizes(task, checked, secrets.randbits(31))
-        need = max((fits.need(entry) for entry in sizes.values()), default=0)
-        return need > self._arena_budget(1.0) / self.gate.lanes
+    def _needs_the_gpu(self, need: int) -> bool:
+        """Whether a call that needs ``need`` bytes needs more of the GPU's memory than a lane's
+        share of the arena (fits.py): such a verdict holds the GPU alone, start to end."""
+        return self.on_gpu and self.gate.lanes > 1 and need > self._arena_budget(1.0) / self.gate.lanes
 
     def _verify(self, source: str, task: Task) -> Verdict:
         rejection = static.unreadable(source)
