@@ -23,6 +23,7 @@
 #   kb         bench/kernelbench.py on six KernelBench problems (those issue #14 names) at their default sizes
 #   kbbig      the same, the three whose calls move 6-8 GB (ReLU, softmax, RMSNorm), alone in one call
 #   kball      bench/kernelbench.py on every problem with a candidate (32; one whole call, partial log if cut)
+#   kboff      `kernforge bench kernelbench --offline` on five level-1 problems, 3 attempts each (log, kboff.db)
 #   hostsync   the verifier's GPU tests of an eagerly timed honest kernel, stale device memory and an early done
 #   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
@@ -60,6 +61,7 @@ for p in "$@"; do
     kb) phase kb 240 python3 bench/kernelbench.py --problems 19_ReLU 88_MinGPTNewGelu 23_Softmax 47_Sum_reduction_over_a_dimension 36_RMSNorm_ 40_LayerNorm --json "$OUT/kb.json" ;;
     kbbig) phase kb 230 python3 bench/kernelbench.py --problems 19_ReLU 23_Softmax 36_RMSNorm_ --json "$OUT/kb.json" ;;
     kbfix) phase kb 200 python3 bench/kernelbench.py --problems 56_Matmul_Sigmoid_Sum 47_Sum_reduction_over_a_dimension 9_Matmul_Subtract_Multiply_ReLU 63_Gemm_ReLU_Divide 99_Matmul_GELU_Softmax --json "$OUT/kb.json" ;;
+    kboff) phase kboff 150 kf bench kernelbench --offline --max-attempts 3 --db "$OUT/kboff.db" bench/kernelbench/problems/level1/19_ReLU.py bench/kernelbench/problems/level1/23_Softmax.py bench/kernelbench/problems/level1/36_RMSNorm_.py bench/kernelbench/problems/level1/47_Sum_reduction_over_a_dimension.py bench/kernelbench/problems/level1/88_MinGPTNewGelu.py ;;
     kball) phase kb 580 python3 bench/kernelbench.py --json "$OUT/kb.json" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
