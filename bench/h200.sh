@@ -61,7 +61,7 @@ for p in "$@"; do
     kb) phase kb 240 python3 bench/kernelbench.py --problems 19_ReLU 88_MinGPTNewGelu 23_Softmax 47_Sum_reduction_over_a_dimension 36_RMSNorm_ 40_LayerNorm --json "$OUT/kb.json" ;;
     kbbig) phase kb 230 python3 bench/kernelbench.py --problems 19_ReLU 23_Softmax 36_RMSNorm_ --json "$OUT/kb.json" ;;
     kbfix) phase kb 200 python3 bench/kernelbench.py --problems 56_Matmul_Sigmoid_Sum 47_Sum_reduction_over_a_dimension 9_Matmul_Subtract_Multiply_ReLU 63_Gemm_ReLU_Divide 99_Matmul_GELU_Softmax --json "$OUT/kb.json" ;;
-    kboff) phase kboff 150 kf bench kernelbench --offline --max-attempts 3 --db "$OUT/kboff.db" bench/kernelbench/problems/level1/19_ReLU.py bench/kernelbench/problems/level1/23_Softmax.py bench/kernelbench/problems/level1/36_RMSNorm_.py bench/kernelbench/problems/level1/47_Sum_reduction_over_a_dimension.py bench/kernelbench/problems/level1/88_MinGPTNewGelu.py ;;
+    kboff) phase kboff 150 bash -c 'P=bench/kernelbench/problems/level1; kf bench kernelbench --offline --max-attempts 3 --db "$OUT/kboff.db" $P/19_ReLU.py $P/23_Softmax.py $P/36_RMSNorm_.py $P/47_Sum_reduction_over_a_dimension.py $P/88_MinGPTNewGelu.py' ;;
     kball) phase kb 580 python3 bench/kernelbench.py --json "$OUT/kb.json" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;

@@ -27,7 +27,7 @@ from rich.table import Table
 
 from kernforge.loop.evaluate import open_judge, resolve_device
 from kernforge.tasks.loader import builtin_names, load_task
-from kernforge.verifier.judge import JudgeOptions
+from kernforge.verifier.judge import JudgeError, JudgeOptions
 
 
 def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
@@ -36,7 +36,11 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
     times, verdict_seconds, inner, phases, claimed = [], [], [], [], []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
-        verdict = judge.verify(task.seed_source, task)
+        try:
+            verdict = judge.verify(task.seed_source, task)
+        except JudgeError as error:  # the judge or the reference failed, not the seed: the next task still runs
+            row.update(error=f"judge error: {error}"[:300])
+            return row
         elapsed = time.perf_counter() - t0
         if memory:
             gib = {k.removesuffix("_bytes"): round(v / (1 << 30), 2) for k, v in judge.device_memory().items()}

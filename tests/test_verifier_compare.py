@@ -84,6 +84,18 @@ def test_leading_is_a_view_of_the_first_block(tiny_blocks):
     assert first.shape[0] == 1 and first.data_ptr() == high.data_ptr()
 
 
+def test_float8_outputs_of_a_batch_are_judged():
+    """An fp8 quantisation task's reference output is float8 too: the batch rule must read it
+    (PyTorch has no float8 nan_to_num; on the H200 an honest fp8 seed failed here as the
+    reference's error)."""
+    high = (torch.arange(3 * 64, dtype=torch.float32).reshape(3, 64) / 50 - 1.5).to(torch.float8_e4m3fn)
+    cand = high.clone()
+    cand[2, 5] = torch.tensor(40.0).to(torch.float8_e4m3fn)
+    for fused in (False, None):
+        ok = compare.within_tolerance(cand, high, Tolerance(rtol=0.0, atol=0.1), fused=fused)
+        assert ok.tolist() == [True, True, False]
+
+
 def test_a_huge_reference_does_not_overflow_the_scale_of_a_batch():
     """16-bit outputs are compared in float32, but the rms scale is summed in float64: squares of
     1e20 overflow float32, and an infinite scale would pass every finite output of a timed batch."""

@@ -259,7 +259,8 @@ def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: T
     # overflow it to inf, and an infinite scale would let every finite output pass
     squares = torch.zeros((n, 1), dtype=torch.float64, device=device)
     for sl in blocks:
-        h = torch.nan_to_num(h_all[:, sl].to(device), nan=0.0, posinf=0.0, neginf=0.0)
+        # float64 first: nan_to_num has no float8 kernel, and a float8 reference is a real case
+        h = torch.nan_to_num(h_all[:, sl].to(device=device, dtype=torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
         squares += torch.linalg.vector_norm(h, dim=1, keepdim=True, dtype=torch.float64).pow(2)
     scale = (squares / max(width, 1)).sqrt().to(work)
     if compare_kernel.applies(candidates, highs, lows) if fused is None else fused:  # the same rule in one pass
