@@ -155,6 +155,37 @@ def test_own_kernels_are_matched_by_name_not_by_substring(kernel, name, own):
     assert ghost.is_own(kernel, name) is own
 
 
+@pytest.mark.parametrize("kernel, name", [
+    (SUM, "reduce_kernel"), (SUM, "native"), (MUL, "vectorized_elementwise_kernel"), (MUL, "MulFunctor"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_32x6_nn_align4>(Params)", "Kernel2"),
+    ("_ZN2at6native13reduce_kernelILi512ELi1EEEvv", "reduce_kernel"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, float const*, int)", "cunn_SoftMaxForward"),
+])
+def test_an_own_kernel_named_like_a_library_kernel_does_not_claim_it(kernel, name):
+    """A candidate that names a kernel of its own `reduce_kernel` (or `native`) and computes with
+    torch.sum must not pass the kernel list, nor Nsight Compute's audit, as if ATen's kernel were
+    its own (the old match took any whole word of the name)."""
+    from kernforge.verifier import ncu
+    from kernforge.verifier.defences import reference_call
+
+    assert not ghost.is_own(kernel, name)
+    assert reference_call.ran([kernel, name], "c", allow=False, own=[name]) is not None
+    profile = ncu.Profile(ran=True, launches=(ncu.Launch(name, 5.0), ncu.Launch(kernel, 5.0)), calls=1)
+    assert "THREATS #16" in (ncu.judge(profile, [name], allow_torch_ops=False, trusted_us=12.0) or "")
+
+
+def test_a_kernel_named_as_inductor_names_its_own_is_the_candidates():
+    """The Inductor start (and an LLM that copies its prompt's torch.compile listing) defines
+    Triton kernels with Inductor's names: they are the candidate's kernels, not torch.compile's.
+    On the H200 the Inductor start of every KernelBench problem was called a cheat #16 for it."""
+    from kernforge.verifier.defences import reference_call
+
+    names = ["triton_poi_fused_relu_0", "triton_red_fused_sum_1"]
+    assert reference_call.ran(names, "c", allow=False, own=names) is None
+    assert reference_call.ran(names, "c", allow=False, own=names[:1]) is not None  # one it did not define
+    assert reference_call.ran(names, "c", allow=False) is not None
+
+
 # ---- the time of record from two batch sizes (clock.per_call) -------------------------------------
 def _windows(b_us: float, a_ms: float, calls: int, n: int = 2) -> list[float]:
     """Windows of an honest batch: a fixed cost a plus b per call."""

@@ -996,7 +996,7 @@ def _signals_rules(s: M.Signals, ctx: str, task: Task, own: list[str], on_gpu: b
                  or capture.queried(s.capture_queries, ctx) or l2.pinned(s.l2_persisting_limit, ctx))
     if rejection is None and call:
         rejection = (reference_call.dispatched(s.dispatched_ops, ctx, task.allow_torch_ops)
-                     or reference_call.ran(s.gpu_kernels, ctx, task.allow_torch_ops)
+                     or reference_call.ran(s.gpu_kernels, ctx, task.allow_torch_ops, own)
                      or ghost.aliased(s.aliases, ctx) or ghost.launched(s.launches, s.gpu_kernels, own, ctx, on_gpu))
     return rejection
 

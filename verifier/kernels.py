@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import Sequence
 
 _GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?[\w:<>\s]*?\b(\w+)\s*\(")
 
@@ -29,3 +30,74 @@ def _decorator(node: ast.AST) -> str:
         return ast.unparse(node)
     except (RecursionError, MemoryError):
         return ""
+
+
+# ---- which kernel the GPU ran is the candidate's -----------------------------------------------
+#: namespaces of the libraries torch computes with: a kernel inside one is never the candidate's,
+#: whatever its own name (an own kernel called ``reduce_kernel`` does not claim
+#: ``at::native::reduce_kernel<...>``)
+LIBRARY_NAMESPACES = frozenset({"at", "c10", "native", "at_cuda_detail", "cub", "thrust", "cutlass", "cute", "flash",
+                                "cudnn", "cublas", "cublasLt", "cusparse", "cufft", "curand", "std", "internal", "gemvx",
+                                "fmha", "pytorch_flash", "flashinfer", "vllm", "xformers", "mem_eff", "nvjet", "xmma"})
+#: older Triton releases suffix a specialisation to a kernel's name ("_norm_kernel_0d1d2de")
+_TRITON_SUFFIX = re.compile(r"_\d[0-9a-z]*$")
+
+
+def function_name(kernel: str) -> tuple[str, ...]:
+    """The qualified name of the function a kernel name (as a profiler or Nsight Compute reports
+    it) launches, one part per namespace: ``void at::native::reduce_kernel<512, 1>(float*)`` is
+    ("at", "native", "reduce_kernel"), a Triton kernel's bare name is itself, and an Itanium-mangled
+    C++ name (``_Z13rms_norm_rowsPKf``, ``_ZN2at6native3fooE``) is read from its mangling. Empty
+    when the name cannot be read as one."""
+    text = kernel.strip().replace("(anonymous namespace)", "anonymous")
+    if text.startswith("_Z"):
+        return _mangled(text)
+    out, depth = [], 0
+    for ch in text:  # templates and the parameter list go; what is left is "[return type] name"
+        if ch in "<(":
+            if depth == 0 and ch == "(" and "".join(out).strip():
+                break
+            depth += 1
+        elif ch in ">)":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    words = "".join(out).split()
+    if not words:
+        return ()
+    parts = tuple(p for p in words[-1].split("::") if p)
+    return parts if all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in parts) else ()
+
+
+def _mangled(text: str) -> tuple[str, ...]:
+    """The name parts of an Itanium-mangled function name (``_Z<len><id>`` or ``_ZN...E``)."""
+    i, nested = 2, text.startswith("_ZN")
+    i += nested
+    parts: list[str] = []
+    while i < len(text):
+        while nested and i < len(text) and text[i] in "rVK":  # cv-qualifiers of a nested name
+            i += 1
+        digits = re.match(r"\d+", text[i:])
+        if digits is None:
+            break
+        n = int(digits.group())
+        i += len(digits.group())
+        parts.append(text[i:i + n])
+        i += n
+        if not nested or (i < len(text) and text[i] == "E"):
+            break
+    return tuple(p for p in parts if re.fullmatch(r"[A-Za-z_]\w*", p))
+
+
+def is_own(kernel: str, own: Sequence[str] | str) -> bool:
+    """Whether a kernel the GPU ran is one the candidate defines: its function's own name equals
+    one of ``own`` (Triton's old specialisation suffix allowed), and it lies in no namespace of
+    torch's libraries. Never a word found somewhere in the name: a kernel called ``native`` or
+    ``kernel`` must not claim an ATen kernel as the candidate's own work."""
+    names = [own] if isinstance(own, str) else list(own)
+    parts = function_name(kernel)
+    if not parts or any(p in LIBRARY_NAMESPACES for p in parts[:-1]):
+        return False
+    last = parts[-1]
+    return any(n and (last == n or (last.startswith(n) and _TRITON_SUFFIX.fullmatch(last[len(n):]) is not None))
+               for n in names)

@@ -25,13 +25,13 @@ import csv
 import fcntl
 import io
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from . import kernels
 from .checks import Check
 from .defences import Defence, reference_call, register
 
@@ -106,7 +106,9 @@ def parse(text: str) -> list[Launch]:
 
 
 def is_own(kernel: str, own: Sequence[str]) -> bool:
-    return any(re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", kernel) for n in own)
+    """``kernels.is_own``: the function's own name, in no library namespace, never a word found
+    somewhere in the name (an own kernel called ``native`` must not claim ATen's)."""
+    return kernels.is_own(kernel, own)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@ no output is one of its inputs."""
 
 from __future__ import annotations
 
-import re
 from typing import Mapping, Sequence
 
+from .. import kernels
 from ..checks import Check
 from ..verdict import Rejected, Status
 from . import Defence, register
@@ -28,14 +28,10 @@ ALIASING = register(Defence(
 
 
 def is_own(kernel: str, name: str) -> bool:
-    """Whether a kernel the GPU ran is the candidate's ``name``: the whole name as a token
-    (Triton's and demangled names) or in its mangled form (C++: ``_Z<length><name>``); never a
-    mere substring, so a kernel called ``kernel`` does not claim every ATen kernel."""
-    if not name:
-        return False
-    # older Triton releases suffix a specialisation ("_norm_kernel_0d1d2de"): allowed
-    token = rf"(?<![A-Za-z0-9_]){re.escape(name)}(?:_\d[0-9a-z]*)?(?![A-Za-z0-9_])"
-    return bool(re.search(token, kernel)) or f"{len(name)}{name}" in kernel
+    """Whether a kernel the GPU ran is the candidate's ``name`` (``kernels.is_own``: the function's
+    own name, in no library namespace; never a mere substring, so a kernel called ``kernel`` does
+    not claim every ATen kernel)."""
+    return kernels.is_own(kernel, name)
 
 
 def launched(launches: Mapping[str, int], gpu_kernels: Sequence[str], own: Sequence[str], ctx: str, on_gpu: bool) -> Rejected | None:

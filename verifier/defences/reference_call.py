@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from .. import kernels
 from ..checks import Check
 from ..torch_ops import is_allowed_aten, parse_op_name
 from ..verdict import Rejected, Status
@@ -80,17 +81,26 @@ def is_bookkeeping_kernel(name: str) -> bool:
     return any(mark in name for mark in BOOKKEEPING_KERNELS)
 
 
-def torch_kernels(names: Sequence[str]) -> list[str]:
-    """Kernels only PyTorch's libraries launch, less those of its bookkeeping ops."""
-    return [n for n in names if any(t in n for t in TORCH_KERNELS) and not is_bookkeeping_kernel(n)]
+def torch_kernels(names: Sequence[str], own: Sequence[str] = ()) -> list[str]:
+    """Kernels only PyTorch's libraries launch, less those of its bookkeeping ops and those the
+    candidate defines itself (``kernels.is_own``): a Triton kernel named as Inductor names its own
+    (``triton_poi_fused_relu_0``, as the Inductor start and a prompt's torch.compile listing show
+    them) is the candidate's code, not torch.compile's."""
+    return [n for n in names if any(t in _readable(n) for t in TORCH_KERNELS) and not is_bookkeeping_kernel(n)
+            and not kernels.is_own(n, own)]
 
 
-def ran(names: Sequence[str], ctx: str, allow: bool) -> Rejected | None:
+def _readable(name: str) -> str:
+    """A mangled C++ name (``_ZN2at6native...``) as its qualified name, so the marks find it."""
+    return "::".join(kernels.function_name(name)) + "::" if name.startswith("_Z") else name
+
+
+def ran(names: Sequence[str], ctx: str, allow: bool, own: Sequence[str] = ()) -> Rejected | None:
     """The worker's own list of the CUDA kernels a checked call ran (early, forgeable): PyTorch's
     compute kernels there are torch doing the work, whatever the op counts said."""
     if allow:
         return None
-    found = torch_kernels(names)
+    found = torch_kernels(names, own)
     if found:
         return DEFENCE.reject(Status.CHEAT, f"PyTorch's own kernels ran during the call ({ctx}): {found[0][:120]}; this task "
                               "requires the work to be done by the candidate's own kernels", threat=16,
