@@ -538,7 +538,7 @@ def bench_kernelbench(
 
     settings = BenchSettings(
         problems=tuple(problems or ()), db=db, provider=provider, base_url=base_url, models=tuple(model or ()),
-        offline=offline, max_attempts=max_attempts, minutes=minutes, gpus=tuple(gpu or ()), sandbox=sandbox,
+        offline=offline, max_attempts=max_attempts, minutes=minutes, gpus=tuple(gpu or ()), lanes=lanes, sandbox=sandbox,
         resume=resume, seed=seed,
     )
     result = run_benchmark(settings, display.make_display(out, quiet=as_json))

@@ -52,6 +52,8 @@ class BenchSettings:
     #: wall time per problem (the run's budget is this times the number of problems)
     minutes: float | None = None
     gpus: tuple[int, ...] = ()
+    #: verdicts in flight per device (``kernforge run --lanes``)
+    lanes: int = 1
     sandbox: str = "process"
     resume: int | None = None
     seed: int = 0
@@ -132,7 +134,7 @@ def run_benchmark(settings: BenchSettings, display: Display | None = None) -> Be
     result = run(RunSettings(
         tasks=refs, db=settings.db, provider=settings.provider, base_url=settings.base_url, models=settings.models,
         offline=settings.offline, budget=_budget(settings, n_problems, resuming=settings.resume is not None),
-        gpus=settings.gpus, sandbox=settings.sandbox, resume=settings.resume, seed=settings.seed,
+        gpus=settings.gpus, lanes=settings.lanes, sandbox=settings.sandbox, resume=settings.resume, seed=settings.seed,
         benchmark=None if settings.resume is not None else BENCHMARK,
     ), display)
     return BenchResult(result, read_reports(settings.db, [result.run_id])[0])

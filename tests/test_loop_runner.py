@@ -270,6 +270,9 @@ def test_bad_input_is_a_clear_error(tmp_path):
         (["run", "--db", str(tmp_path / "k.db")], "no task"),
         (["run", "--task", "rms_norm", "--sandbox", "vm", "--db", str(tmp_path / "k.db")], "--sandbox must be"),
         (["run", "--task", "rms_norm", "--lanes", "0", "--db", str(tmp_path / "k.db")], "--lanes must be 1 or more"),
+        # the benchmark passes --lanes on to its run (it once took the option and ignored it)
+        (["bench", "kernelbench", str(Path(__file__).parent / "kernelbench" / "19_ReLU.py"), "--offline", "--lanes", "0", "--db", str(tmp_path / "k.db")],
+         "--lanes must be 1 or more"),
     ]:
         result = cli.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
