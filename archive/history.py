@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from kernforge.verifier.verdict import Verdict
+from kernforge.verifier.verdict import NOT_TIMED, Verdict
 
 from .queries import guarded
 from .score import GPU_TIMINGS, geomean
@@ -117,6 +117,11 @@ def _geomean_times(archive: Archive, ids: Iterable[int]) -> dict[int, float]:
             f" AND time_us > 0 AND timing IN ({timings})", chunk)
         for attempt_id, time_us in cur:
             times.setdefault(attempt_id, []).append(time_us)
+        # a verdict with shapes not timed (verifier/contender.py) has no ranked time
+        for (attempt_id,) in archive.conn.execute(
+                f"SELECT DISTINCT attempt_id FROM measurements WHERE attempt_id IN ({','.join('?' * len(chunk))})"
+                " AND timing = ?", [*chunk, NOT_TIMED]):
+            times.pop(attempt_id, None)
     return {k: geomean(v) for k, v in times.items()}
 
 

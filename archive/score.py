@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from kernforge.verifier.verdict import ShapeResult
+from kernforge.verifier.verdict import NOT_TIMED, ShapeResult
 
 GPU_TIMINGS = ("graph", "eager")
 
@@ -80,13 +80,23 @@ def geomean(values: Iterable[float | None]) -> float | None:
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
+def partly_timed(shapes: Iterable[ShapeResult]) -> bool:
+    """Some shapes were checked but not timed (verifier/contender.py: the candidate was clearly
+    slower than the best at one): such a verdict has no score and no ranked time, since a mean
+    over some of the shapes is not comparable with one over all of them."""
+    return any(s.timing == NOT_TIMED for s in shapes)
+
+
 def summarize(shapes: Iterable[ShapeResult]) -> dict[str, float | None]:
-    """Score and the aggregates stored beside it on the attempt row (GPU-timed shapes only)."""
+    """Score and the aggregates stored beside it on the attempt row (GPU-timed shapes only;
+    none for a verdict ``partly_timed``)."""
+    shapes = list(shapes)
     timed = [s for s in shapes if is_gpu_timed(s)]
     pcts = [p for p in (roofline_pct(s) for s in timed) if p is not None]
+    whole = not partly_timed(shapes)
     return {
-        "score": geomean(speedup_vs_compile(s) for s in timed),
-        "speedup_eager": geomean(speedup_vs_eager(s) for s in timed),
+        "score": geomean(speedup_vs_compile(s) for s in timed) if whole else None,
+        "speedup_eager": geomean(speedup_vs_eager(s) for s in timed) if whole else None,
         "pct_roofline": sum(pcts) / len(pcts) if pcts else None,
     }
 

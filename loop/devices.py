@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from kernforge.archive.content import environment_key
 from kernforge.tasks.spec import Task
@@ -99,12 +99,14 @@ class Devices:
         """Measured bandwidth and FLOP ceilings of the first device (for prompts)."""
         return await asyncio.to_thread(self.judges[0].ceilings)
 
-    async def verify(self, index: int, code: str, task: Task) -> tuple[Verdict, float]:
-        """Judge ``code`` in slot ``index`` (in its own thread); the verdict and seconds spent."""
+    async def verify(self, index: int, code: str, task: Task, bar: Mapping[str, float] | None = None) -> tuple[Verdict, float]:
+        """Judge ``code`` in slot ``index`` (in its own thread); the verdict and seconds spent.
+        ``bar``: the task's best time per shape on this device (verifier/contender.py)."""
         device = self.slots[index]
         started = self._enter(device)
         try:
-            verdict = await asyncio.get_running_loop().run_in_executor(self._threads[index], self.judges[index].verify, code, task)
+            verdict = await asyncio.get_running_loop().run_in_executor(
+                self._threads[index], self.judges[index].verify, code, task, bar)
         finally:
             self._leave(device)
         self.verified[device] += 1

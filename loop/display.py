@@ -97,6 +97,8 @@ class AttemptEvent:
     #: the audit of this would-be best: passed, failed (demoted), or None (not audited)
     audit_passed: bool | None = None
     audit_reason: str = ""
+    #: why an accepted candidate was timed at some shapes only (verifier/contender.py), or ""
+    not_contender: str = ""
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,9 @@ def stdout_console() -> Console:
 def attempt_line(e: AttemptEvent) -> str:
     """One attempt as one line of plain text."""
     head = f"[{e.task}] #{e.seq} attempt {e.attempt_id} {e.proposer}{'/' + e.model if e.model and e.model != 'offline' else ''}: "
-    if e.status == "accepted":
+    if e.status == "accepted" and e.not_contender:
+        body = f"accepted, {e.not_contender[:200]}"
+    elif e.status == "accepted":
         body = f"accepted {fmt_time(e.time_us, e.interpreter)}" + (f" ({fmt_x(e.speedup_eager)} eager)" if e.speedup_eager else "")
         if e.audit_passed is False:
             body += f"  AUDIT FAILED, demoted (never the best): {e.audit_reason.splitlines()[0][:240] if e.audit_reason else ''}"

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from kernforge.archive.content import code_hash, text_hash
-from kernforge.archive.score import geomean, is_gpu_timed
+from kernforge.archive.score import geomean, is_gpu_timed, partly_timed
 from kernforge.archive.tables import fmt_us
 from kernforge.verifier.verdict import Verdict
 
@@ -308,6 +308,8 @@ def _times(feedback: Verdict) -> dict[str, float] | None:
     Interpreter shapes are left out (empty for a CPU verdict): accepted, but nothing to rank by."""
     if not feedback.accepted:
         return None
+    if partly_timed(feedback.shapes):  # slower than the best at a shape (verifier/contender.py): nothing to rank
+        return {}
     return {json.dumps([dict(s.shape), s.hidden, s.dtype], sort_keys=True): float(s.time_us)
             for s in feedback.shapes if is_gpu_timed(s) and math.isfinite(s.time_us)}
 

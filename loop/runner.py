@@ -51,6 +51,7 @@ from kernforge.archive.history import HistoryRow, judged_code
 from kernforge.archive.records import AttemptRecord, NewAttempt
 from kernforge.archive.store import Archive
 from kernforge.tasks.spec import Task
+from kernforge.verifier import contender
 from kernforge.verifier.audit import Audit
 from kernforge.verifier.checks import Check
 from kernforge.verifier.judge import JudgeOptions
@@ -497,7 +498,10 @@ class Runner:
                     verdict, reuse_of = hit.verdict, hit.id
                 else:
                     mine = self._inflight[key] = loop.create_future()
-                    verdict, verify_s = await self.devices.verify(index, code, task)
+                    best = state.population.best
+                    # the confirmed best's times: a candidate clearly slower at a shape is timed no further
+                    bar = contender.bar_of(best.verdict) if best is not None else None
+                    verdict, verify_s = await self.devices.verify(index, code, task, bar)
             if self.abandon:
                 raise asyncio.CancelledError
             attempt_id, seq = await self._db(self._record, state, proposal, verdict, reuse_of)
@@ -622,6 +626,8 @@ class Runner:
             tokens=p.tokens_in + p.tokens_out, cost=p.cost, verify_s=verify_s,
             audit_passed=member.audit_passed if audit is not None or member.demoted else None,
             audit_reason=audit.reason if audit is not None else "",
+            not_contender=next((f for f in verdict.flags if f.startswith(contender.NOT_A_CONTENDER)), "")
+            if verdict.accepted else "",
         ))
 
     # ---- reporting -----------------------------------------------------------------------------

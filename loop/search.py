@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from kernforge.archive.history import HistoryRow
 from kernforge.archive.queries import REPAIRABLE
 from kernforge.archive.records import AttemptRecord, Population as ArchivedPopulation
-from kernforge.archive.score import geomean, is_gpu_timed, summarize
+from kernforge.archive.score import geomean, is_gpu_timed, partly_timed, summarize
 from kernforge.verifier.audit import auditable
 from kernforge.verifier.verdict import Status, Verdict
 
@@ -73,13 +73,19 @@ _REPAIRABLE = frozenset(Status(s) for s in REPAIRABLE)
 
 def geomean_us(verdict: Verdict | None) -> float | None:
     """Geometric-mean time of a verdict's shapes, any timing (the interpreter's too): for the
-    display only, which labels interpreter times as such; nothing ranks by it."""
-    return geomean(s.time_us for s in verdict.shapes) if verdict is not None else None
+    display only, which labels interpreter times as such; nothing ranks by it. None when some
+    shapes were not timed (``partly_timed``): a mean over some shapes would mislead beside others."""
+    if verdict is None or partly_timed(verdict.shapes):
+        return None
+    return geomean(s.time_us for s in verdict.shapes)
 
 
 def gpu_geomean_us(verdict: Verdict | None) -> float | None:
-    """Geometric-mean device time of a verdict's GPU-timed shapes (graph or eager); None without any."""
-    return geomean(s.time_us for s in verdict.shapes if is_gpu_timed(s)) if verdict is not None else None
+    """Geometric-mean device time of a verdict's GPU-timed shapes (graph or eager); None without
+    any, or when some shapes were not timed (``partly_timed``: not comparable)."""
+    if verdict is None or partly_timed(verdict.shapes):
+        return None
+    return geomean(s.time_us for s in verdict.shapes if is_gpu_timed(s))
 
 
 def speedups(verdict: Verdict | None) -> dict[str, float | None]:

@@ -292,7 +292,7 @@ class StandInJudge:
         self.script = list(script)
         self.judged: list[str] = []
 
-    def verify(self, code, task):
+    def verify(self, code, task, bar=None):
         from kernforge.verifier.verdict import Accepted, ShapeResult
 
         self.judged.append(code)
@@ -414,12 +414,17 @@ class GpuStandInJudge(StandInJudge):
     """The n-th call of ``verify`` (an audit is one: a second ``verify``) gets ``script[n]``: a GPU
     time (accepted, ``gpu_accepted``), a verdict, or an exception to raise."""
 
-    def verify(self, code, task):
+    def verify(self, code, task, bar=None):
         self.judged.append(code)
+        self.bars.append(bar)
         item = self.script[len(self.judged) - 1]
         if isinstance(item, BaseException):
             raise item
         return gpu_accepted(item) if isinstance(item, float) else item
+
+    @property
+    def bars(self) -> list:
+        return self.__dict__.setdefault("_bars", [])
 
     def environment(self):
         from kernforge.archive import synthetic
@@ -515,6 +520,50 @@ def test_a_new_best_that_fails_its_audit_is_demoted_and_the_previous_best_remain
     assert len(failed) == 2 and f"attempt {rows[1]['id']} " in failed[0] and "its time did not hold" in failed[0]
     assert "it was rejected" in failed[1] and "NEW BEST" not in " ".join(failed)
     assert "3 would-be best(s) audited" in str(summary(result.to_dict()).renderables)
+
+
+def not_a_contender(time_us: float, best_us: float):
+    """What the judge gives a candidate slower than the bar at its largest shape: accepted, timed
+    there only, the rest "not timed", and the flag that says so (verifier/contender.py)."""
+    from kernforge.archive import synthetic
+    from kernforge.verifier import contender
+    from kernforge.verifier.verdict import NOT_TIMED, Accepted, ShapeResult
+
+    timed = ShapeResult({"T": 4, "H": 64}, False, "float32", "graph", time_us=time_us, compile_us=200.0, eager_us=300.0)
+    flag = contender.beaten(timed, {contender.key({"T": 4, "H": 64}, False): best_us})
+    return Accepted(shapes=(timed, ShapeResult({"T": 2, "H": 64}, False, "float32", NOT_TIMED)), flags=(flag,),
+                    environment=dict(synthetic.H200))
+
+
+def test_the_best_sets_the_bar_and_a_candidate_below_it_is_never_ranked(tmp_path, monkeypatch):
+    """Each verdict after the first gets the confirmed best's times as its bar; a verdict that
+    stopped timing below the bar (30 us at one shape here, which would rank as 6.7x over
+    torch.compile) is accepted, shown as not a contender, never audited and never the best."""
+    from kernforge.archive.store import Archive
+    from kernforge.verifier import contender
+
+    script = [100.0, 100.0,                    # the seed, audited: the best, and the bar
+              not_a_contender(130.0, 100.0),   # slower at the largest shape: stopped there
+              50.0, 51.0]                      # faster: timed in full, audited, the new best
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, script, attempts=3)
+    assert result.status == "finished" and len(judge.judged) == 5
+    seed_bar = {contender.key({"T": 4, "H": 64}, False): 100.0}
+    assert judge.bars == [None, None, seed_bar, seed_bar, None], "the audit is judged without a bar"
+    rows = attempts(db)
+    assert [r["status"] for r in rows] == ["accepted"] * 3 and rows[1]["score"] is None
+    assert [a["attempt_id"] for a in audit_rows(db)] == [rows[0]["id"], rows[2]["id"]]
+    with Archive.open(db, readonly=True) as archive:
+        assert [b.attempt_id for b in archive.best()] == [rows[2]["id"]]
+        history = {h.id: h for h in archive_history(archive, rows[0]["task_id"])}
+        assert history[rows[1]["id"]].time_us is None and history[rows[2]["id"]].time_us == pytest.approx(50.0)
+    line = next(line for line in shown.splitlines() if f"attempt {rows[1]['id']} " in line)
+    assert "accepted, not a contender: 130.00 us" in line and "NEW BEST" not in line
+
+
+def archive_history(archive, task_id):
+    from kernforge.archive.history import task_history
+
+    return task_history(archive, task_id)
 
 
 def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, monkeypatch):
@@ -618,7 +667,7 @@ def test_a_time_budget_starts_nothing_once_it_is_spent(tmp_path, monkeypatch):
     started: list[float] = []
 
     class SlowJudge:
-        def verify(self, code, task):
+        def verify(self, code, task, bar=None):
             started.append(time.monotonic())
             time.sleep(0.5)
             return StandInJudge(["accepted"]).verify(code, task)
@@ -665,7 +714,7 @@ def test_two_lanes_judge_two_candidates_at_once_through_one_gate(tmp_path, monke
     opened = []
 
     class Lane(StandInJudge):
-        def verify(self, code, task):
+        def verify(self, code, task, bar=None):
             if not self.judged:
                 both.wait()  # passes only once the other lane's first verdict is in flight too
             return super().verify(code, task)

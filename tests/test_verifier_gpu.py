@@ -90,6 +90,28 @@ def test_builtin_seed_accepted_on_gpu(runtime_judge, name):
     assert verdict.accepted, _describe(verdict)
 
 
+def test_a_candidate_slower_than_the_bar_is_timed_at_the_largest_shape_only(runtime_judge):
+    """With a bar at half the seed's own times, the judge times the largest public shape, sees it
+    cannot lead, and leaves the other shapes untimed (verifier/contender.py); without a bar, and
+    with a bar it clears, every shape is timed."""
+    from kernforge.tasks import runtime
+    from kernforge.verifier import contender
+    from kernforge.verifier.verdict import NOT_TIMED
+
+    task = load_task("rms_norm")
+    whole = runtime_judge.verify(task.seed_source, task)
+    assert whole.accepted and all(s.timing != NOT_TIMED for s in whole.shapes), _describe(whole)
+    bar = contender.bar_of(whole)
+    halved = runtime_judge.verify(task.seed_source, task, {k: v / 2 for k, v in bar.items()})
+    assert halved.accepted, _describe(halved)
+    largest = runtime.largest_shape(task, "cuda").as_dict()
+    timed = [s for s in halved.shapes if s.timing != NOT_TIMED]
+    assert [(dict(s.shape), s.hidden) for s in timed] == [(largest, False)], _describe(halved)
+    assert any(f.startswith(contender.NOT_A_CONTENDER) for f in halved.flags)
+    doubled = runtime_judge.verify(task.seed_source, task, {k: v * 2 for k, v in bar.items()})
+    assert all(s.timing != NOT_TIMED for s in doubled.shapes), _describe(doubled)
+
+
 # ---- the red-team corpus on the GPU (redteam.py) --------------------------------------------------
 import redteam as R  # noqa: E402
 

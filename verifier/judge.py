@@ -40,7 +40,7 @@ from kernforge.tasks import runtime
 from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
-from . import fits, messages as M, ncu
+from . import contender, fits, messages as M, ncu
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
@@ -150,6 +150,8 @@ class _Verdict:
     #: (the worker's seconds, the judge's seconds) of the checks timed both ways
     clock: list[tuple[float, float]] = field(default_factory=list)
     capture_queries: int = 0
+    #: the task's best time per shape (contender.py); None: time every shape
+    bar: Mapping[str, float] | None = None
     #: the batch clock's fixed cost (ms), calibrated before the module was loaded (GPU)
     clock_cost_ms: float = 0.0
     calibration: dict[str, Any] = field(default_factory=dict)
@@ -292,10 +294,12 @@ class Judge:
         self._drop_ref()
 
     # ---- one candidate -------------------------------------------------------------------------
-    def verify(self, source: str, task: Task) -> Verdict:
+    def verify(self, source: str, task: Task, bar: contender.Bar | None = None) -> Verdict:
+        """The verdict on ``source`` for ``task``. ``bar``: the task's best time per shape on this
+        GPU (contender.py): a candidate clearly slower than it at a shape is not timed further."""
         started = time.perf_counter()
         self._phases = {}
-        self._state = _Verdict()
+        self._state = _Verdict(bar=bar)
         with self.gate.shared():  # other lanes' checks may run beside this verdict, never its timing
             # a task no GPU call of which fits is the task's problem, not a candidate's
             alone = self._needs_the_gpu(self.check_fits(task))
@@ -711,18 +715,27 @@ class Judge:
     def _time_all(self, session: Session, task: Task, init_seed: int, own: list[str], sizes: dict[tuple, dict[str, Any]],
                   plan: dict[tuple, int], timed: list[tuple[Shape, bool]], arena_size: int) -> tuple[list[ShapeResult], list[str]] | Rejected:
         ceilings = self.ceilings()
-        results: list[ShapeResult] = []
+        bar = self._state.bar
+        # with a bar, the largest shape first: a candidate that cannot lead there is timed no further
+        turns = contender.order(timed, runtime.largest_shape(task, "cuda")) if bar else list(timed)
+        results: dict[tuple, ShapeResult] = {}
         flags: list[str] = []
-        for shape, hidden in timed:
+        for i, (shape, hidden) in enumerate(turns):
             with self._gpu_alone(session):  # the batches and the baselines beside them
                 outcome = self._time_shape(session, task, shape, hidden, init_seed, own, sizes[shape.params],
                                            plan[shape.params], ceilings, arena_size)
             if isinstance(outcome, Rejected):
                 return _with_shape(outcome, shape, hidden)
             result, shape_flags = outcome
-            results.append(result)
+            results[(shape.params, hidden)] = result
             flags += shape_flags
-        return results, flags
+            stop = contender.beaten(result, bar)
+            if stop is not None:
+                flags.append(stop)
+                for rest, rest_hidden in turns[i + 1:]:
+                    results[(rest.params, rest_hidden)] = contender.untimed(rest, rest_hidden, result.dtype)
+                break
+        return [results[(shape.params, hidden)] for shape, hidden in timed], flags
 
     def _time_shape(self, session: Session, task: Task, shape: Shape, hidden: bool, init_seed: int, own: list[str],
                     size: dict[str, Any], calls: int, ceilings: Mapping[str, Any], arena_size: int) -> tuple[ShapeResult, list[str]] | Rejected:

@@ -54,6 +54,10 @@ THREATS: Mapping[int, str] = {
 }
 
 
+#: a shape's ``timing`` when it was checked but not timed (verifier/contender.py)
+NOT_TIMED = "not timed"
+
+
 @dataclass(frozen=True)
 class ShapeResult:
     """What one shape measured. Times are microseconds of device time per call."""
@@ -61,8 +65,9 @@ class ShapeResult:
     shape: Mapping[str, int]
     hidden: bool
     dtype: str
-    #: "graph" (CUDA-graph replay), "eager" (flagged fallback) or "interpreter" (CPU: correctness
-    #: only; its time is the judge's wall clock per call and is never ranked)
+    #: "graph" (CUDA-graph replay), "eager" (flagged fallback), "interpreter" (CPU: correctness
+    #: only; its time is the judge's wall clock per call and is never ranked) or ``NOT_TIMED``
+    #: (checked, not timed: the candidate could not lead, verifier/contender.py)
     timing: str
     time_us: float | None = None
     spread_pct: float | None = None
