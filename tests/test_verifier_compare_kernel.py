@@ -33,6 +33,8 @@ def torch_says(cand, high, tol=TOL, low=None):
 @pytest.mark.parametrize("cand_dtype, high_dtype", [
     (torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.float32),
     (torch.float32, torch.float64), (torch.float64, torch.float64),
+    # an fp8 quantisation task's output, against its reference at fp8 and at float32
+    (torch.float8_e4m3fn, torch.float8_e4m3fn), (torch.float8_e4m3fn, torch.float32), (torch.float8_e5m2, torch.float32),
 ])
 @pytest.mark.parametrize("with_low", [False, True], ids=["no_low", "low"])
 @pytest.mark.parametrize("width", [1, 2047, 2049 + 77])
@@ -40,7 +42,9 @@ def test_random_outputs_judged_alike(cand_dtype, high_dtype, with_low, width):
     """Calls off by growing amounts: some pass, some fail, both implementations agree on each."""
     gen = torch.Generator().manual_seed(width)
     n = 8
-    high = torch.randn(n, width, generator=gen, dtype=torch.float64).to(high_dtype)
+    high = torch.randn(n, width, generator=gen, dtype=torch.float64)
+    # through the candidate's dtype first: an fp8 output of the float32 reference is exact only so
+    high = (high.to(cand_dtype) if cand_dtype.itemsize == 1 else high).to(high_dtype)
     noise = torch.randn(n, width, generator=gen, dtype=torch.float64)
     amounts = torch.tensor([0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 1.0], dtype=torch.float64).reshape(n, 1)
     cand = (high.double() + amounts * noise).to(cand_dtype)
@@ -129,3 +133,16 @@ def test_the_kernel_judges_only_after_agreeing_with_pytorch_on_its_device(monkey
     monkeypatch.setattr(compare_kernel, "passing_calls", lambda c, *a: torch.ones(c.shape[0], dtype=torch.bool))
     assert not compare_kernel._self_checked(torch.float32, torch.float64, None, cpu)
     assert "disagreed" in compare_kernel.NOT_USED[(torch.float32, torch.float64, None, "cpu")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_every_fp8_byte_is_read_as_pytorch_reads_it(dtype):
+    """The kernel decodes 8-bit floats from their bytes: each of the 256 values, one call each,
+    against its own float32 value (passes: NaN with NaN, Inf with Inf) and against a value moved
+    off it (fails, but where both are NaN); the PyTorch rule says the same of every call."""
+    cand = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).reshape(256, 1)
+    exact = cand.float()
+    assert kernel_says(cand, exact) == torch_says(cand, exact) == [True] * 256
+    moved = exact * 1.5 + 1.0
+    assert kernel_says(cand, moved) == torch_says(cand, moved)
+    assert sum(kernel_says(cand, moved)) == int((exact.isnan() | (moved == exact)).sum())  # NaN, and -2 (a fixed point)

@@ -10,7 +10,7 @@ once each and writes one flag per block: the rms scale per call stays a PyTorch 
 The rule is the same expression, element for element: ``tests/test_verifier_compare_kernel.py``
 holds the kernel against ``compare._errors`` on random values, on values at the edge of the
 tolerance and on every non-finite combination. Where the kernel does not apply (no GPU, an
-output that is not a 16-, 32- or 64-bit float, no Triton) the PyTorch ops do the work.
+output that is not an 8-, 16-, 32- or 64-bit float, no Triton) the PyTorch ops do the work.
 """
 
 from __future__ import annotations
@@ -25,13 +25,46 @@ except ImportError:  # pragma: no cover - Triton ships with every CUDA build of 
 
 #: elements per program: a block of one call's outputs
 BLOCK = 2048
-FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: 8-bit floats: an fp8 task's outputs, and its reference at that precision (read through float32)
+EXP_BITS = {torch.float8_e4m3fn: 4, torch.float8_e5m2: 5}
+FP8 = tuple(EXP_BITS)
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64, *FP8)
 
 if triton is not None:
 
     @triton.jit
+    def _fp8(byte, EXP_BITS: tl.constexpr):
+        """The float32 value of an 8-bit float's byte: e4m3fn (``EXP_BITS`` 4: bias 7, no
+        infinity, S.1111.111 is NaN) or e5m2 (5: bias 15, IEEE-like infinities and NaNs)."""
+        b = byte.to(tl.int32) & 0xFF
+        man_bits: tl.constexpr = 7 - EXP_BITS
+        bias: tl.constexpr = (1 << (EXP_BITS - 1)) - 1
+        top: tl.constexpr = (1 << EXP_BITS) - 1
+        e = (b >> man_bits) & top
+        m = (b & ((1 << man_bits) - 1)).to(tl.float32) / (1 << man_bits)
+        normal = tl.where(e == 0, m, 1.0 + m)
+        value = normal * tl.math.exp2((tl.maximum(e, 1) - bias).to(tl.float32))
+        if EXP_BITS == 4:
+            value = tl.where((e == top) & ((b & 7) == 7), float("nan"), value)
+        else:
+            value = tl.where(e == top, tl.where((b & 3) == 0, float("inf"), float("nan")), value)
+        return tl.where((b & 0x80) != 0, -value, value)
+
+    @triton.jit
+    def _value(ptr, at, inside, EXP_BITS: tl.constexpr, WIDE: tl.constexpr):
+        """Elements ``at`` in the work dtype (float64 if ``WIDE``, else float32); an 8-bit float
+        (``EXP_BITS`` 4 or 5) comes as its bytes and is decoded by ``_fp8``."""
+        x = tl.load(ptr + at, mask=inside, other=0)
+        if EXP_BITS != 0:
+            x = _fp8(x, EXP_BITS)
+        if WIDE:
+            return x.to(tl.float64)
+        return x.to(tl.float32)
+
+    @triton.jit
     def _bad_blocks(c_ptr, h_ptr, lo_ptr, scale_ptr, bad_ptr, abs_ptr, rel_ptr, width, c_row, h_row, lo_row, blocks,
-                    rtol, atol, tiny, HAS_LO: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+                    rtol, atol, tiny, HAS_LO: tl.constexpr, WIDE: tl.constexpr, C_FP8: tl.constexpr,
+                    H_FP8: tl.constexpr, LO_FP8: tl.constexpr, BLOCK: tl.constexpr):
         """Per block of call ``row``: how many elements fail the rule, the largest |c - h| and
         the largest |c - h| / max(|h|, rms) among the finite pairs (``compare``'s figures)."""
         block = tl.program_id(0)
@@ -39,14 +72,9 @@ if triton is not None:
         cols = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         inside = cols < width
         # the arithmetic of compare._work_dtype: float32 for 16-bit outputs, else float64
-        if WIDE:
-            c = tl.load(c_ptr + row * c_row + cols, mask=inside, other=0).to(tl.float64)
-            h = tl.load(h_ptr + row * h_row + cols, mask=inside, other=0).to(tl.float64)
-            scale = tl.load(scale_ptr + row).to(tl.float64)
-        else:
-            c = tl.load(c_ptr + row * c_row + cols, mask=inside, other=0).to(tl.float32)
-            h = tl.load(h_ptr + row * h_row + cols, mask=inside, other=0).to(tl.float32)
-            scale = tl.load(scale_ptr + row).to(tl.float32)
+        c = _value(c_ptr, row * c_row + cols, inside, C_FP8, WIDE)
+        h = _value(h_ptr, row * h_row + cols, inside, H_FP8, WIDE)
+        scale = tl.load(scale_ptr + row).to(tl.float64 if WIDE else tl.float32)
         c_nan = c != c
         h_nan = h != h
         c_finite = (~c_nan) & (tl.abs(c) != float("inf"))
@@ -58,10 +86,7 @@ if triton is not None:
         hf = tl.where(h_finite, h, 0.0)
         allowed = rtol * tl.abs(hf) + atol * scale
         if HAS_LO:
-            if WIDE:
-                lo = tl.load(lo_ptr + row * lo_row + cols, mask=inside, other=0).to(tl.float64)
-            else:
-                lo = tl.load(lo_ptr + row * lo_row + cols, mask=inside, other=0).to(tl.float32)
+            lo = _value(lo_ptr, row * lo_row + cols, inside, LO_FP8, WIDE)
             lo_finite = (lo == lo) & (tl.abs(lo) != float("inf"))
             allowed = allowed + 2 * tl.where(lo_finite & h_finite, tl.abs(lo - hf), 0.0)
         allowed = tl.maximum(allowed, tiny)
@@ -75,7 +100,7 @@ if triton is not None:
 
 
 def applies(candidates: torch.Tensor, highs: torch.Tensor, lows: torch.Tensor | None, *, interpret: bool = False) -> bool:
-    """Whether the kernel can judge these: floats of 16, 32 or 64 bits, on a GPU (or under the
+    """Whether the kernel can judge these: floats of 8, 16, 32 or 64 bits, on a GPU (or under the
     Triton interpreter, for the tests), every tensor on the same device, and the kernel for
     these dtypes passed its self-check on this device."""
     if triton is None or not (candidates.is_cuda or interpret):
@@ -145,6 +170,8 @@ def errors(candidates: torch.Tensor, highs: torch.Tensor, scale: torch.Tensor, r
 
     c, h = rows(candidates), rows(highs)
     lo = rows(lows) if lows is not None else c
+    bits = [EXP_BITS.get(t.dtype, 0) for t in (c, h, lo)]
+    c, h, lo = (t.view(torch.uint8) if t.dtype in FP8 else t for t in (c, h, lo))  # decoded in the kernel (_fp8)
     width = c.shape[1]
     blocks = max(1, triton.cdiv(width, BLOCK))
     work = torch.float64 if wide else torch.float32
@@ -154,7 +181,8 @@ def errors(candidates: torch.Tensor, highs: torch.Tensor, scale: torch.Tensor, r
     scale = scale.detach().reshape(n).to(work).contiguous()
     _bad_blocks[(blocks, n)](c, h, lo, scale, bad, abs_err, rel_err, width, c.stride(0), h.stride(0), lo.stride(0),
                              blocks, float(rtol), float(atol), float(torch.finfo(torch.float32).tiny),
-                             HAS_LO=lows is not None, WIDE=wide, BLOCK=BLOCK)
+                             HAS_LO=lows is not None, WIDE=wide, C_FP8=bits[0], H_FP8=bits[1], LO_FP8=bits[2],
+                             BLOCK=BLOCK)
     return bad.sum(dim=1, dtype=torch.int64), abs_err.amax(dim=1), rel_err.amax(dim=1)
 
 
