@@ -10,6 +10,9 @@ standalone candidate of the usual three layers:
   literals the offline tuner can move; a persistent reduction (``triton_per_*``: no loop over the
   reduced axis) gets ``R0_BLOCK = next_power_of_2(r0_numel)``, which it needs to see a whole row;
   a looped one a fixed ``R0_BLOCK``;
+* where the wrapper calls an ATen GEMM (``extern_kernels.mm / addmm / bmm / baddbmm``: Inductor
+  writes no Triton for a plain matmul unless it autotunes on a GPU), kernforge's own Triton GEMM
+  (``inductor_gemm``) and its launcher, whose tile sizes the offline tuner moves as it moves XBLOCK;
 * ``ModelNew.__init__``: where the reference holds parameters or buffers, the reference's own
   (``inductor_init``: the judge seeds both constructions alike, so it draws the same weights, with
   the same names); else one that takes any arguments and holds nothing;
@@ -17,9 +20,9 @@ standalone candidate of the usual three layers:
   order, bound to the wrapper's arguments; then the body of Inductor's ``call(args)``, statement
   by statement: size arithmetic is kept (``.size()`` of an argument too), ``empty_strided_*``
   becomes ``torch.empty_strided`` on the inputs' device, ``reinterpret_tensor`` ``torch.as_strided``,
-  ``kernel.run(...)`` the launcher. Guards
-  (``assert_size_stride``), streams and ``del`` go. Anything else (``extern_kernels.mm``, an ATen
-  fallback, a C++ kernel) means Inductor did not write this reference in Triton:
+  ``kernel.run(...)`` the launcher, a GEMM call ``_launch_kf_gemm``. Guards
+  (``assert_size_stride``), streams and ``del`` go. Anything else (``extern_kernels.convolution``,
+  another ATen fallback, a C++ kernel) means Inductor did not write this reference in Triton:
   there is no Inductor start, and ``NoStart`` says which call was in the way; so too where the
   reference's ``__init__`` reads a name of its problem file that the candidate would not have.
 
@@ -46,6 +49,7 @@ from typing import Sequence
 
 from kernforge.tasks.spec import Task
 
+from . import inductor_gemm
 from .inductor_init import Methods, NoInit, model_methods
 
 #: Launch block sizes by kernel axis; the offline tuner moves them from here.
@@ -249,7 +253,8 @@ from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
 
 def translate(wrapper: str, bindings: Sequence[tuple[str, str]], n_inputs: int, device_kind: str = "cpu", *,
               state: Sequence[tuple[str, str]] = (), methods: Methods | None = None) -> tuple[str, tuple[str, ...]]:
-    """The candidate module for Inductor's ``wrapper``, and its kernels' names. ``state``: the reference's parameters and buffers that
+    """The candidate module for Inductor's ``wrapper``, and its kernels' names (``_kf_gemm`` among
+    them where an ATen GEMM was replaced). ``state``: the reference's parameters and buffers that
     follow the ``n_inputs`` forward inputs among the wrapper's arguments (``inductor_code.Captured``);
     ``methods``: the reference's ``__init__`` (and helpers) that make them, needed when there are any."""
     if state and methods is None:
@@ -260,14 +265,17 @@ def translate(wrapper: str, bindings: Sequence[tuple[str, str]], n_inputs: int, 
     if call is None:
         raise Untranslatable("the wrapper has no call()")
     body = _forward_body(call.body, kernels, bindings)
-    if not kernels:
+    gemm = any(inductor_gemm.LAUNCHER + "(" in line for line in body)
+    if not kernels and not gemm:
         raise Untranslatable("Inductor emitted no Triton kernel")
     parts = [_HEADER + "".join(f"{line}\n" for line in (methods.imports if methods else ()) if line not in _HEADER)]
     for name, (src, params) in kernels.items():
         parts.append(f"\n# ---- {name}: Inductor's kernel ----\n{src.strip()}\n")
         parts.append(_launcher(name, src, params, BLOCKS.get(device_kind, BLOCKS["cuda"])))
+    if gemm:
+        parts.append(inductor_gemm.source(device_kind))
     parts.append(_model_new(body, n_inputs, state, methods))
-    return "\n".join(parts), tuple(kernels)
+    return "\n".join(parts), tuple(kernels) + (("_kf_gemm",) if gemm else ())
 
 
 def _model_new(body: list[str], n_inputs: int, state: Sequence[tuple[str, str]], methods: Methods | None) -> str:
@@ -398,14 +406,19 @@ def _statement(stmt: ast.stmt, kernels: dict, bound: set[str]) -> list[str]:
         if func.endswith(".run") and func[:-4] in kernels:
             args = ", ".join(ast.unparse(a) for a in value.args)
             return [f"_launch_{func[:-4]}({args})"]
+        if func in inductor_gemm.CALLS and isinstance(stmt, ast.Expr):
+            try:
+                return [inductor_gemm.launch(func, value)]
+            except ValueError as why:
+                raise Untranslatable(str(why)) from None
         raise Untranslatable(f"`{shown}`")
     _check_arithmetic(value, stmt)
     return [ast.unparse(stmt)]
 
 
 class _Views(ast.NodeTransformer):
-    """``reinterpret_tensor(x, size, stride, offset)`` anywhere in a call (a kernel's argument may
-    be one) as ``torch.as_strided``, the same view."""
+    """``reinterpret_tensor(x, size, stride, offset)`` anywhere in a call (a GEMM's transposed
+    weight is one of its arguments) as ``torch.as_strided``, the same view."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
