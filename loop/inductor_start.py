@@ -159,9 +159,11 @@ def _from_child(reply: dict | None, problem: str, device_kind: str, reference_so
                                     device_kind, state=state, methods=methods)
     except Untranslatable as why:
         return NoStart(f"Inductor's code for this reference is not all Triton: {why}")
-    names = ", ".join(kernels)
+    names = ", ".join(k for k in kernels if k != "_kf_gemm")
+    ours = " and kernforge's Triton GEMM for the matmuls Inductor hands to ATen" if "_kf_gemm" in kernels else ""
     return Start(source, kernels, reply["wrapper"],
-                 f"TorchInductor's Triton kernels for the reference ({names}), as torch.compile generates them")
+                 f"TorchInductor's Triton kernels for the reference ({names or 'none'}), as torch.compile "
+                 f"generates them{ours}")
 
 
 def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:
