@@ -3,15 +3,27 @@
 ``capture(task, device_kind)`` compiles the reference ``Model`` with Inductor on example inputs of
 one of the task's shapes and returns the wrapper module Inductor writes (``call(args)`` plus each
 ``@triton.jit`` kernel as a string), and how each of the wrapper's arguments is found from the
-forward inputs. It runs in the process that calls it and takes seconds (a Dynamo trace, a
-lowering, a code generation); ``inductor_start`` runs it in a child process.
+forward inputs and the reference's weights. It runs in the process that calls it and takes seconds
+(a Dynamo trace, a lowering, a code generation); ``inductor_start`` runs it in a child process.
 
 How, and why so:
 
-* Every dimension of every tensor input is dynamic (``maybe_mark_dynamic``) and duck sizing is off,
-  so the kernels take each size as an argument (``ks0``, ``xnumel``) instead of baking the example's
-  sizes in: the candidate must run on hidden shapes it never saw. A dimension of size 1 is still
-  specialised by Dynamo, so the example shape is the task's shape with the fewest 1s.
+* The reference's parameters and buffers are graph inputs after the forward inputs: the function
+  compiled is ``(model, *inputs, *weights) -> functional_call(model, weights, inputs)``, so each
+  weight is a wrapper argument bound to ``inputs[n_inputs + j]`` (``Captured.state`` names them),
+  which the start's ``ModelNew`` fills from the weights its own ``__init__`` drew. Inlined into
+  the graph instead, a weight would be a constant of the code, drawn once on the example shape.
+* The reference runs as the judge runs it: in training mode (``tasks/runtime.build_model`` never
+  calls ``eval()``) and under ``no_grad`` (an inference graph: nothing kept for a backward pass).
+
+* Every dimension of every tensor input and weight is dynamic (``maybe_mark_dynamic``) and duck
+  sizing is off, so the kernels take each size as an argument (``ks0``, ``xnumel``) instead of
+  baking the example's sizes in: the candidate must run on hidden shapes it never saw. A dimension
+  of size 1 is still specialised by Dynamo, so the example shape is the task's shape with the
+  fewest 1s. A module's int attributes are constants to Dynamo; those that differ between the
+  task's shapes (``LayerNorm.normalized_shape``; found by building the model for each shape on
+  the meta device) are traced as symbols too (``dynamic_sources``), and the others (a pooling's
+  kernel size) stay the constants they are. Floats stay constants (a scaling factor).
 * Only code generation runs: ``GraphLowering.compile_to_module`` is replaced by one that keeps the
   wrapper's text and stops, so nothing is compiled or launched here. On a CPU machine Inductor's
   Triton backend (``cpu_backend="triton"``) is asked for; upstream Triton has no CPU driver, and
@@ -23,6 +35,7 @@ How, and why so:
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -45,7 +58,12 @@ class Captured:
     bindings: tuple[tuple[str, str], ...]
     #: the example shape the code was generated on (its sizes are symbolic in the code)
     shape: Shape
+    #: forward inputs; ``inputs[n_inputs:]`` are the reference's ``state`` tensors
     n_inputs: int
+    #: the reference's parameters then buffers, as ("parameter" or "buffer", name) in the order of
+    #: ``named_parameters()`` then ``named_buffers()``: the wrapper takes them as arguments after
+    #: the forward inputs, bound as ``inputs[n_inputs + j]``
+    state: tuple[tuple[str, str], ...] = ()
 
 
 def example_shape(task: Task, device_kind: str, *, public_only: bool = False) -> Shape:
@@ -72,26 +90,22 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False) 
 
     device = "cuda" if device_kind == "cuda" else "cpu"
     shape = example_shape(task, device_kind, public_only=public_only)
+    module = reference_module(task)
+    varying = _varying_sizes(task, device_kind, module)
     inputs = make_inputs(task, shape, "default", 0, device)
     dtype = torch_dtype(task.dtype(device_kind))
     inputs = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-    module = reference_module(task)
     model = module.Model(*make_init_inputs(task, shape))
-    if isinstance(model, torch.nn.Module):
-        model = model.to(device).eval()
-        held = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
-        if held:
-            # ModelNew would have to draw the same weights as Model in its own __init__: the
-            # generated wrapper only sees them as extra arguments.
-            raise NoInductorCode(f"the reference holds parameters or buffers ({', '.join(held[:4])}"
-                                 f"{', ...' if len(held) > 4 else ''}); the Inductor start covers references "
-                                 "whose forward reads only its inputs")
-    tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
-    if not tensors:
+    _as_lists(model, varying)
+    held, state = _state_of(model, device)
+    names = [name for _, name in held]
+    args = inputs + state
+    tensors = [i for i, x in enumerate(args) if isinstance(x, torch.Tensor)]
+    if not any(i < len(inputs) for i in tensors):
         raise NoInductorCode("the reference takes no tensor input")
     for i in tensors:
-        for d in range(inputs[i].dim()):
-            torch._dynamo.maybe_mark_dynamic(inputs[i], d)
+        for d in range(args[i].dim()):
+            torch._dynamo.maybe_mark_dynamic(args[i], d)
 
     captured: list[tuple[str, list[tuple[str, Any]]]] = []
 
@@ -100,18 +114,27 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False) 
 
     def keep_code(graph: GraphLowering) -> Any:
         wrapper, _ = graph.codegen()
-        args = [(name, graph.graph_inputs.get(name)) for name in graph.graph_input_names]
-        captured.append((wrapper.value, _bindings(args, inputs, tensors, graph.sizevars.optimization_hint)))
+        taken = [(name, graph.graph_inputs.get(name)) for name in graph.graph_input_names]
+        captured.append((wrapper.value, _bindings(taken, args, tensors, graph.sizevars)))
         raise _Stop
 
-    def forward(*xs: Any) -> Any:
-        return model(*xs)
+    def forward(reference: Any, *xs: Any) -> Any:
+        # The model is an argument, not a global: Dynamo specialises every int of a non-local
+        # object, and an nn.Module's ints only where allow_unspec_int_on_nn_module is off.
+        if not names:
+            return reference(*xs)
+        weights = dict(zip(names, xs[len(inputs):]))
+        return torch.func.functional_call(reference, weights, tuple(xs[:len(inputs)]), strict=True)
 
     patches = [
         inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False, freezing=False,
                               **({"cpu_backend": "triton"} if device == "cpu" else {})),
         mock.patch.object(GraphLowering, "compile_to_module", keep_code),
         torch.fx.experimental._config.patch(use_duck_shape=False),
+        # a module's sizes that follow the shape are symbols; its other ints and its floats (a
+        # kernel size, a scaling factor) stay constants, as they were in the reference's code
+        torch.compiler.config.patch(dynamic_sources=",".join(_source_pattern(p, a) for p, a in varying)),
+        torch._dynamo.config.patch(specialize_float=True),
     ]
     if device == "cpu":
         patches.append(mock.patch("torch.utils._triton.triton_hash_with_backend", lambda: "KERNFORGE-CAPTURE"))
@@ -122,7 +145,8 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False) 
             stack.enter_context(p)
         torch._dynamo.reset()
         try:
-            torch.compile(forward, fullgraph=True)(*inputs)
+            with torch.no_grad():  # as the judge calls it: an inference graph, nothing saved for backward
+                torch.compile(forward, fullgraph=True)(model, *args)
         except NoInductorCode:
             raise
         except Exception as error:  # Dynamo wraps our stop; anything else is Inductor's own reason
@@ -136,13 +160,79 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False) 
     if len(captured) != 1:
         raise NoInductorCode(f"Inductor compiled {len(captured)} graphs for the reference, not one")
     wrapper, bindings = captured[0]
-    return Captured(wrapper, bindings, shape, len(inputs))
+    return Captured(wrapper, bindings, shape, len(inputs), held)
 
 
-def _bindings(args: Sequence[tuple[str, Any]], inputs: Sequence[Any], tensors: Sequence[int], hint: Any) -> tuple:
+def _state_of(model: Any, device: str) -> tuple[tuple[tuple[str, str], ...], list[Any]]:
+    """The reference's parameters, then its buffers, by name, as plain tensors on ``device``.
+
+    They are compiled as graph inputs after the forward inputs (``functional_call``): the
+    wrapper then takes each as an argument, which ``ModelNew`` passes from its own weights (drawn
+    as the reference draws them). Plain tensors, not ``nn.Parameter``: Dynamo keeps a parameter's
+    sizes static, and a hidden shape's weights have other sizes. The model stays in training mode,
+    as the judge builds and calls it (``tasks/runtime.build_model``)."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return (), []
+    model.to(device)
+    held = [("parameter", n, t) for n, t in model.named_parameters()]
+    held += [("buffer", n, t) for n, t in model.named_buffers()]
+    return tuple((kind, n) for kind, n, _ in held), [t.detach() for _, _, t in held]
+
+
+def _varying_sizes(task: Task, device_kind: str, module: Any) -> list[tuple[str, str]]:
+    """(submodule path, attribute) of each int, or tuple of ints, that the reference's modules hold
+    with other values on other shapes of the task (``LayerNorm.normalized_shape`` follows
+    ``features``; a pooling's kernel size does not).
+
+    Dynamo specialises a module's ints: Inductor's code would have the example's sizes as
+    literals (``288`` for a row of 4 x 8 x 9) and be wrong on a shape with other sizes. These,
+    and only these, are traced as symbols: the others stay the constants the kernels are best
+    with. Each shape's model is built on the meta device (no memory, no time: KernelBench's
+    weights are GBs); a reference that cannot be built so gives none."""
+    import torch
+
+    seen: dict[tuple[str, str], set] = {}
+    shapes = task.shapes(device_kind, hidden=False) + task.shapes(device_kind, hidden=True)
+    try:
+        for shape in shapes:
+            with torch.device("meta"):
+                model = module.Model(*make_init_inputs(task, shape))
+            for path, sub in model.named_modules() if isinstance(model, torch.nn.Module) else ():
+                for key, value in vars(sub).items():
+                    if type(value) is int or (isinstance(value, tuple) and value and all(type(v) is int for v in value)):
+                        seen.setdefault((path, key), set()).add(value)
+    except Exception:  # the reference's own __init__ on the meta device: nothing is known to vary
+        return []
+    return [key for key, values in seen.items() if len(values) > 1]
+
+
+def _as_lists(model: Any, varying: Sequence[tuple[str, str]]) -> None:
+    """Each varying tuple of ints of ``model`` as a list: Dynamo takes a tuple of ints as one
+    constant, a list's items one by one, each a symbol (bound to the weight dimension it equals).
+    A list reads the same wherever a size sequence is expected."""
+    for path, key in varying:
+        sub = model.get_submodule(path)
+        if isinstance(getattr(sub, key), tuple):
+            setattr(sub, key, list(getattr(sub, key)))
+
+
+def _source_pattern(path: str, key: str) -> str:
+    """A ``dynamic_sources`` regex for attribute ``key`` of submodule ``path`` of the model passed
+    as ``reference`` (Dynamo names it ``L['reference']._modules['ln'].normalized_shape[0]``)."""
+    parts = "".join(rf".*\['{re.escape(p)}'\]" for p in path.split(".") if p)
+    return rf"L\['reference'\]{parts}\.{re.escape(key)}(\[\d+\])?$"
+
+
+def _bindings(args: Sequence[tuple[str, Any]], inputs: Sequence[Any], tensors: Sequence[int], sizevars: Any) -> tuple:
     """Each wrapper argument as an expression over ``inputs``: tensors in order, sizes as a
-    dimension (or stride) of the first tensor that has them."""
+    dimension (or stride) of the first tensor that has them. A size is compared after Inductor's
+    replacements: where a guard made two sizes one (a weight's in_features and the input's), the
+    wrapper still takes both symbols, and the tensors' sizes name only the one kept."""
     import sympy
+
+    hint, same = sizevars.optimization_hint, (lambda a, b: sizevars.simplify(a) == sizevars.simplify(b))
 
     out: list[tuple[str, str]] = []
     remaining = list(tensors)
@@ -166,13 +256,13 @@ def _bindings(args: Sequence[tuple[str, Any]], inputs: Sequence[Any], tensors: S
         found = None
         for tname, tnode, i in tensor_args:
             for d, s in enumerate(tnode.get_size()):
-                if s == node:
+                if same(s, node):
                     found = f"inputs[{i}].shape[{d}]"
                     break
             if found is None:
                 with contextlib.suppress(Exception):
                     for d, s in enumerate(tnode.get_stride()):
-                        if s == node:
+                        if same(s, node):
                             found = f"inputs[{i}].stride({d})"
                             break
             if found:

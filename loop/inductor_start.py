@@ -10,12 +10,21 @@ standalone candidate of the usual three layers:
   literals the offline tuner can move; a persistent reduction (``triton_per_*``: no loop over the
   reduced axis) gets ``R0_BLOCK = next_power_of_2(r0_numel)``, which it needs to see a whole row;
   a looped one a fixed ``R0_BLOCK``;
-* ``ModelNew.forward``: the body of Inductor's ``call(args)``, statement by statement: size
-  arithmetic is kept, ``empty_strided_*`` becomes ``torch.empty_strided`` on the inputs' device,
-  ``reinterpret_tensor`` ``torch.as_strided``, ``kernel.run(...)`` the launcher. Guards
-  (``assert_size_stride``), streams and ``del`` go. Anything else (``extern_kernels.mm``, an ATen
-  fallback, a C++ kernel) means Inductor did not write this reference in Triton: there is no
-  Inductor start, and ``NoStart`` says which call was in the way.
+* where the wrapper calls an ATen GEMM (``extern_kernels.mm / addmm / bmm / baddbmm``: Inductor
+  writes no Triton for a plain matmul unless it autotunes on a GPU), kernforge's own Triton GEMM
+  (``inductor_gemm``) and its launcher, whose tile sizes the offline tuner moves as it moves XBLOCK;
+* ``ModelNew.__init__``: where the reference holds parameters or buffers, the reference's own
+  (``inductor_init``: the judge seeds both constructions alike, so it draws the same weights, with
+  the same names); else one that takes any arguments and holds nothing;
+* ``ModelNew.forward``: its inputs, then its own parameters and buffers by name in the capture's
+  order, bound to the wrapper's arguments; then the body of Inductor's ``call(args)``, statement
+  by statement: size arithmetic is kept (``.size()`` of an argument too), ``empty_strided_*``
+  becomes ``torch.empty_strided`` on the inputs' device, ``reinterpret_tensor`` ``torch.as_strided``,
+  ``kernel.run(...)`` the launcher, a GEMM call ``_launch_kf_gemm``. Guards
+  (``assert_size_stride``), streams and ``del`` go. Anything else (``extern_kernels.convolution``,
+  another ATen fallback, a C++ kernel) means Inductor did not write this reference in Triton:
+  there is no Inductor start, and ``NoStart`` says which call was in the way; so too where the
+  reference's ``__init__`` reads a name of its problem file that the candidate would not have.
 
 The output code itself is what a prompt shows as "what torch.compile does: beat it": the LLM
 proposer captures it with ``output_code_async`` (on a public shape only, in a child process it can
@@ -39,6 +48,9 @@ from pathlib import Path
 from typing import Sequence
 
 from kernforge.tasks.spec import Task
+
+from . import inductor_gemm
+from .inductor_init import Methods, NoInit, model_methods
 
 #: Launch block sizes by kernel axis; the offline tuner moves them from here.
 BLOCKS = {"cpu": {"X": 1024, "Y": 32, "Z": 16, "R": 64, "XR": 8},
@@ -65,7 +77,7 @@ class NoStart:
 
 def derive(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S) -> Start | NoStart:
     """The Inductor start for ``task`` (see the module docstring); blocking, seconds."""
-    return _from_child(*_run_child(task, device_kind, timeout_s), device_kind)
+    return _from_child(*_run_child(task, device_kind, timeout_s), device_kind, task.reference_path.read_text())
 
 
 async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S) -> Start | NoStart:
@@ -132,18 +144,26 @@ def _reply(stdout: str, stderr: str, returncode: int | None) -> tuple[dict | Non
     return json.loads(lines[-1]), ""
 
 
-def _from_child(reply: dict | None, problem: str, device_kind: str) -> Start | NoStart:
+def _from_child(reply: dict | None, problem: str, device_kind: str, reference_source: str = "") -> Start | NoStart:
     if reply is None:
         return NoStart(problem)
     if "error" in reply:
         return NoStart(reply["error"])
+    state = tuple(tuple(s) for s in reply.get("state", ()))
     try:
-        source, kernels = translate(reply["wrapper"], [tuple(b) for b in reply["bindings"]], reply["n_inputs"], device_kind)
+        methods = model_methods(reference_source) if state else None
+    except (NoInit, SyntaxError) as why:
+        return NoStart(f"ModelNew cannot draw the reference's weights as Model does: {why}")
+    try:
+        source, kernels = translate(reply["wrapper"], [tuple(b) for b in reply["bindings"]], reply["n_inputs"],
+                                    device_kind, state=state, methods=methods)
     except Untranslatable as why:
         return NoStart(f"Inductor's code for this reference is not all Triton: {why}")
-    names = ", ".join(kernels)
+    names = ", ".join(k for k in kernels if k != "_kf_gemm")
+    ours = " and kernforge's Triton GEMM for the matmuls Inductor hands to ATen" if "_kf_gemm" in kernels else ""
     return Start(source, kernels, reply["wrapper"],
-                 f"TorchInductor's Triton kernels for the reference ({names}), as torch.compile generates them")
+                 f"TorchInductor's Triton kernels for the reference ({names or 'none'}), as torch.compile "
+                 f"generates them{ours}")
 
 
 def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:
@@ -157,7 +177,7 @@ def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:
         print(json.dumps({"error": str(why)}))
         return
     print(json.dumps({"wrapper": captured.wrapper, "bindings": captured.bindings, "n_inputs": captured.n_inputs,
-                      "shape": captured.shape.as_dict()}))
+                      "state": captured.state, "shape": captured.shape.as_dict()}))
 
 
 # ---- what a prompt shows -------------------------------------------------------------------------
@@ -233,31 +253,47 @@ from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
 '''
 
 
-def translate(wrapper: str, bindings: Sequence[tuple[str, str]], n_inputs: int, device_kind: str = "cpu") -> tuple[str, tuple[str, ...]]:
-    """The candidate module for Inductor's ``wrapper``, and its kernels' names."""
+def translate(wrapper: str, bindings: Sequence[tuple[str, str]], n_inputs: int, device_kind: str = "cpu", *,
+              state: Sequence[tuple[str, str]] = (), methods: Methods | None = None) -> tuple[str, tuple[str, ...]]:
+    """The candidate module for Inductor's ``wrapper``, and its kernels' names (``_kf_gemm`` among
+    them where an ATen GEMM was replaced). ``state``: the reference's parameters and buffers that
+    follow the ``n_inputs`` forward inputs among the wrapper's arguments (``inductor_code.Captured``);
+    ``methods``: the reference's ``__init__`` (and helpers) that make them, needed when there are any."""
+    if state and methods is None:
+        raise ValueError("a reference with parameters or buffers needs its methods to build them")
     tree = ast.parse(wrapper)
     kernels = _kernels(tree)
     call = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"), None)
     if call is None:
         raise Untranslatable("the wrapper has no call()")
     body = _forward_body(call.body, kernels, bindings)
-    if not kernels:
+    gemm = any(inductor_gemm.LAUNCHER + "(" in line for line in body)
+    if not kernels and not gemm:
         raise Untranslatable("Inductor emitted no Triton kernel")
-    parts = [_HEADER]
+    parts = [_HEADER + "".join(f"{line}\n" for line in (methods.imports if methods else ()) if line not in _HEADER)]
     for name, (src, params) in kernels.items():
         parts.append(f"\n# ---- {name}: Inductor's kernel ----\n{src.strip()}\n")
         parts.append(_launcher(name, src, params, BLOCKS.get(device_kind, BLOCKS["cuda"])))
+    if gemm:
+        parts.append(inductor_gemm.source(device_kind))
+    parts.append(_model_new(body, n_inputs, state, methods))
+    return "\n".join(parts), tuple(kernels) + (("_kf_gemm",) if gemm else ())
+
+
+def _model_new(body: list[str], n_inputs: int, state: Sequence[tuple[str, str]], methods: Methods | None) -> str:
+    """``ModelNew``: the reference's own ``__init__`` where it holds weights (so it draws the same
+    ones), and a ``forward`` whose inputs are the call's then those weights, in the wrapper's order."""
     args = ", ".join(f"x{i}" for i in range(n_inputs))
-    parts.append(
-        "\nclass ModelNew(nn.Module):\n"
-        "    def __init__(self, *args, **kwargs):\n"
-        "        super().__init__()\n\n"
-        f"    def forward(self, {args}):\n"
-        f"        inputs = ({args}{',' if n_inputs == 1 else ''})\n"
-        "        device = next(x.device for x in inputs if isinstance(x, torch.Tensor))\n"
-        + "".join(f"        {line}\n" for line in body)
-    )
-    return "\n".join(parts), tuple(kernels)
+    held = [f'self.get_{kind}("{name}")' for kind, name in state]
+    items = [f"x{i}" for i in range(n_inputs)] + held
+    init = (textwrap.indent(methods.source, "    ") if methods is not None else
+            "    def __init__(self, *args, **kwargs):\n        super().__init__()")
+    return ("\nclass ModelNew(nn.Module):\n" + init + "\n\n"
+            f"    def forward(self, {args}):\n"
+            + ("        # the reference's parameters and buffers follow the inputs, as Inductor's call() takes them\n" if held else "")
+            + f"        inputs = ({', '.join(items)}{',' if len(items) == 1 else ''})\n"
+            "        device = next(x.device for x in inputs if isinstance(x, torch.Tensor))\n"
+            + "".join(f"        {line}\n" for line in body))
 
 
 def _kernels(tree: ast.Module) -> dict[str, tuple[str, list[str]]]:
@@ -365,24 +401,53 @@ def _statement(stmt: ast.stmt, kernels: dict, bound: set[str]) -> list[str]:
             size, stride, dtype = (ast.unparse(a) for a in value.args[:3])
             target = ast.unparse(stmt.targets[0])
             return [f"{target} = torch.empty_strided({size}, {stride}, dtype={dtype}, device=device)"]
-        if func == "reinterpret_tensor":
-            target = ast.unparse(stmt.targets[0])
-            args = ", ".join(ast.unparse(a) for a in value.args)
-            return [f"{target} = torch.as_strided({args})"]
+        shown = ast.unparse(value)[:120]
+        value = _Views().visit(value)
+        if func == "reinterpret_tensor" or _metadata(value, bound):
+            return [ast.unparse(stmt.targets[0]) + " = " + ast.unparse(value)]
         if func.endswith(".run") and func[:-4] in kernels:
             args = ", ".join(ast.unparse(a) for a in value.args)
             return [f"_launch_{func[:-4]}({args})"]
-        raise Untranslatable(f"`{ast.unparse(value)[:120]}`")
+        if func in inductor_gemm.CALLS and isinstance(stmt, ast.Expr):
+            try:
+                return [inductor_gemm.launch(func, value)]
+            except ValueError as why:
+                raise Untranslatable(str(why)) from None
+        raise Untranslatable(f"`{shown}`")
     _check_arithmetic(value, stmt)
     return [ast.unparse(stmt)]
 
 
+class _Views(ast.NodeTransformer):
+    """``reinterpret_tensor(x, size, stride, offset)`` anywhere in a call (a GEMM's transposed
+    weight is one of its arguments) as ``torch.as_strided``, the same view."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "reinterpret_tensor":
+            node.func = ast.Attribute(value=ast.Name("torch", ast.Load()), attr="as_strided", ctx=ast.Load())
+        return node
+
+
+def _metadata(value: ast.Call, bound: set[str]) -> bool:
+    """``arg1_1.size()`` / ``.stride()`` of a wrapper argument: Inductor reads a size it did not
+    take as an argument of its own from the tensor (``s50 = arg1_1_size[0]`` follows)."""
+    func = value.func
+    return (isinstance(func, ast.Attribute) and func.attr in ("size", "stride") and not value.args
+            and not value.keywords and isinstance(func.value, ast.Name) and func.value.id in bound)
+
+
 def _check_arithmetic(value: ast.expr, stmt: ast.stmt) -> None:
-    """Size arithmetic only: names, numbers and operators (``ps0 = s0*s53``)."""
+    """Size arithmetic only: names, numbers, operators, an item of a size tuple and ``max``/``min``
+    (``ps0 = s0*s53``, ``s50 = arg1_1_size[0]``, a stride of ``max(1, s0)``)."""
     for node in ast.walk(value):
-        if not isinstance(node, (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop,
-                                 ast.Load, ast.Tuple)):
-            raise Untranslatable(f"wrapper statement `{ast.unparse(stmt)[:120]}`")
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id in ("max", "min") and not node.keywords:
+                continue
+        elif isinstance(node, (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop,
+                               ast.Load, ast.Tuple, ast.Subscript)):
+            continue
+        raise Untranslatable(f"wrapper statement `{ast.unparse(stmt)[:120]}`")
 
 
 if __name__ == "__main__":

@@ -40,17 +40,81 @@ def test_inductor_start_accepted_on_cpu_shapes(judge, stem):
     assert verdict.accepted, describe(verdict)
 
 
-def test_matmul_reference_has_no_inductor_start_and_says_why():
-    """Inductor hands a plain matmul to ATen (extern_kernels.mm): no Triton to start from."""
-    result = derive(load_task(COPIES / "2_Standard_matrix_multiplication_.py"), "cpu")
-    assert isinstance(result, NoStart)
-    assert "extern_kernels.mm" in result.reason and "not all Triton" in result.reason
+# Inductor hands each GEMM to ATen (extern_kernels.mm, addmm with the Linear's bias, bmm): the start
+# launches kernforge's own GEMM there. LayerNorm holds a weight and a bias whose sizes follow the
+# shape (its normalized_shape is traced as sizes, not the example's literals); 76's Linear has its
+# weight transposed by reinterpret_tensor and a separate bias Parameter.
+@pytest.mark.parametrize("stem", ["2_Standard_matrix_multiplication_", "76_Gemm_Add_ReLU", "40_LayerNorm",
+                                  "3_Batched_matrix_multiplication"])
+def test_inductor_start_with_gemm_or_weights_accepted_on_cpu_shapes(judge, stem):
+    task = load_task(COPIES / f"{stem}.py")
+    start = derive(task, "cpu")
+    assert isinstance(start, Start), start
+    assert "extern_kernels" not in start.source.split("class ModelNew")[1]
+    verdict = judge.verify(start.source, task)
+    assert verdict.accepted, describe(verdict)
 
 
-def test_reference_with_parameters_has_no_inductor_start_and_says_why():
-    result = derive(load_task(COPIES / "12_Gemm_Multiply_LeakyReLU.py"), "cpu")
-    assert isinstance(result, NoStart)
-    assert "parameters or buffers" in result.reason
+def test_start_of_reference_with_weights_builds_them_as_the_reference_does():
+    """ModelNew's __init__ is the reference's (drawn under the same seed: the same weights), and
+    forward passes them to Inductor's call in the capture's order, by name."""
+    start = derive(load_task(COPIES / "76_Gemm_Add_ReLU.py"), "cpu")
+    assert isinstance(start, Start), start
+    model_new = start.source.split("class ModelNew")[1]
+    assert "def __init__(self, in_features, out_features, bias_shape):\n        super().__init__()" in model_new
+    assert "self.gemm = nn.Linear(in_features, out_features, bias=False)" in model_new
+    assert 'self.get_parameter("bias"), self.get_parameter("gemm.weight")' in model_new
+    assert "_launch_kf_gemm(" in model_new and "_kf_gemm" in start.kernels
+
+
+def _problem(tmp_path: Path, stem: str, source: str) -> Path:
+    """A KernelBench-style problem file beside a copy of 76's CPU shapes."""
+    (tmp_path / f"{stem}.py").write_text(source)
+    (tmp_path / f"{stem}.meta.py").write_text((COPIES / "76_Gemm_Add_ReLU.meta.py").read_text())
+    return tmp_path / f"{stem}.py"
+
+
+_WITH_HELPER = """import torch
+import torch.nn as nn
+
+def make_linear(i, o):
+    return nn.Linear(i, o)
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, bias_shape):
+        super(Model, self).__init__()
+        self.gemm = make_linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.gemm(x))
+
+batch_size = 8
+in_features = 16
+out_features = 16
+bias_shape = (out_features,)
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features, bias_shape]
+"""
+
+
+def test_reference_whose_init_reads_a_module_helper_has_no_start_and_says_why(tmp_path):
+    result = derive(load_task(_problem(tmp_path, "helper_linear", _WITH_HELPER)), "cpu")
+    assert isinstance(result, NoStart), result
+    assert "make_linear" in result.reason and "Model.__init__" in result.reason
+
+
+def test_other_aten_fallback_has_no_start_and_the_reason_names_the_call(tmp_path):
+    """A convolution is still ATen's (extern_kernels.convolution): no kernel of ours stands in."""
+    source = _WITH_HELPER.replace("self.gemm = make_linear(in_features, out_features)",
+                                  "self.conv = nn.Conv1d(1, 2, 3)").replace(
+        "return torch.relu(self.gemm(x))", "return self.conv(x[:, None, :])")
+    result = derive(load_task(_problem(tmp_path, "conv", source)), "cpu")
+    assert isinstance(result, NoStart), result
+    assert "not all Triton" in result.reason and "convolution" in result.reason
 
 
 def test_run_without_key_on_unseeded_kernelbench_problem_makes_accepted_attempts(tmp_path):
@@ -97,9 +161,11 @@ def test_listing_is_none_where_inductor_writes_no_triton():
     assert listing(code) is None
 
 
-def test_output_code_of_a_reference_with_parameters_says_why_there_is_none():
-    result = asyncio.run(output_code_async(load_task(COPIES / "12_Gemm_Multiply_LeakyReLU.py"), "cpu"))
-    assert isinstance(result, NoStart) and "parameters or buffers" in result.reason
+def test_output_code_of_a_reference_with_parameters_takes_them_as_arguments():
+    """The Linear's weight and bias are arguments of Inductor's call, as the forward's input is."""
+    code = asyncio.run(output_code_async(load_task(COPIES / "12_Gemm_Multiply_LeakyReLU.py"), "cpu"))
+    assert isinstance(code, str), code
+    assert "extern_kernels.addmm" in code and listing(code) is not None
 
 
 def test_output_code_is_captured_on_a_public_shape_only(tmp_path):

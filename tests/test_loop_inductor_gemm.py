@@ -1,0 +1,151 @@
+"""kernforge's GEMM for the Inductor start (loop/inductor_gemm.py), under the Triton interpreter:
+against torch on odd sizes, transposed strides, a batch axis and addmm's bias broadcast; its block
+sizes are knobs the offline tuner finds."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from kernforge.loop import inductor_gemm, knobs
+from kernforge.loop.inductor_start import translate
+
+#: the interpreter on a machine without a GPU (conftest sets TRITON_INTERPRET there)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    space = {"torch": torch, "triton": triton, "tl": tl}
+    exec(compile(inductor_gemm.source(DEVICE), "kf_gemm", "exec"), space)
+    return space[inductor_gemm.LAUNCHER]
+
+
+def _close(out: torch.Tensor, want: torch.Tensor, what: str, tol: float = 1e-4) -> None:
+    err = (out.double() - want.double()).abs()
+    worst = int(err.argmax())
+    assert torch.allclose(out.double(), want.double(), atol=tol, rtol=tol), (
+        f"{what}: max error {err.max().item():.3g} at {list(torch.unravel_index(torch.tensor(worst), out.shape))}")
+
+
+# 1x1x1, smaller than one tile, tails on every side (130 = 2 x 64 + 2, K=70 = 2 x 32 + 6) and
+# more tile rows than one GROUP_M group (9 x 64 rows)
+SHAPES = [(1, 1, 1), (5, 3, 7), (130, 70, 129), (577, 33, 65)]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+@pytest.mark.parametrize("b_layout", ["contiguous", "transposed"])
+def test_mm_matches_torch(gemm, m, k, n, b_layout):
+    """A transposed weight is what reinterpret_tensor gives a Linear's addmm: (K, N) with strides (1, K)."""
+    a = torch.randn(m, k, device=DEVICE)
+    b = torch.randn(k, n, device=DEVICE) if b_layout == "contiguous" else torch.randn(n, k, device=DEVICE).t()
+    out = torch.empty(m, n, device=DEVICE)
+    gemm(a, b, out)
+    _close(out, a @ b, f"mm {m}x{k}x{n} ({b_layout} B)")
+
+
+# Triton 3.9's interpreter multiplies bfloat16 tiles wrong (a bare tl.dot of two 16x16 tiles is off
+# by 1e10): bfloat16 is checked on a GPU only.
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 1e-2), pytest.param(
+    torch.bfloat16, 3e-2, marks=pytest.mark.skipif(DEVICE == "cpu", reason="the interpreter's bfloat16 tl.dot is wrong"))])
+def test_mm_of_16_bit_inputs_accumulates_in_float32(gemm, dtype, tol):
+    """16-bit inputs take tl.dot's default precision; the float32 accumulator is rounded once, at
+    the store, so the result is torch's float32 product rounded to the output's dtype."""
+    a, b = torch.randn(130, 70, device=DEVICE).to(dtype), torch.randn(70, 129, device=DEVICE).to(dtype)
+    out = torch.empty(130, 129, device=DEVICE, dtype=dtype)
+    gemm(a, b, out)
+    _close(out, (a.float() @ b.float()).to(dtype), f"mm {dtype}", tol)
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+@pytest.mark.parametrize("bias_shape", ["row", "full", "column"])
+def test_addmm_bias_broadcast_alpha_beta(gemm, m, k, n, bias_shape):
+    a = torch.randn(k, m, device=DEVICE).t()  # a transposed A as well
+    b = torch.randn(k, n, device=DEVICE)
+    bias = torch.randn({"row": (n,), "full": (m, n), "column": (m, 1)}[bias_shape], device=DEVICE)
+    out = torch.empty(m, n, device=DEVICE)
+    gemm(a, b, out, bias, alpha=0.5, beta=2.0)
+    _close(out, torch.addmm(bias, a, b, alpha=0.5, beta=2.0), f"addmm {m}x{k}x{n} ({bias_shape} bias)")
+
+
+def test_beta_zero_reads_no_bias(gemm):
+    """ATen ignores the bias when beta is 0, NaNs included."""
+    a, b = torch.randn(9, 5, device=DEVICE), torch.randn(5, 11, device=DEVICE)
+    out = torch.empty(9, 11, device=DEVICE)
+    gemm(a, b, out, torch.full((11,), float("nan"), device=DEVICE), alpha=1, beta=0)
+    _close(out, a @ b, "addmm beta=0")
+
+
+@pytest.mark.parametrize("batch,m,k,n", [(1, 1, 1, 1), (3, 70, 33, 129), (4, 5, 3, 7)])
+def test_bmm_and_baddbmm_match_torch(gemm, batch, m, k, n):
+    a = torch.randn(batch, m, k, device=DEVICE)
+    b = torch.randn(batch, n, k, device=DEVICE).transpose(1, 2)
+    out = torch.empty(batch, m, n, device=DEVICE)
+    gemm(a, b, out)
+    _close(out, torch.bmm(a, b), f"bmm {batch}x{m}x{k}x{n}")
+    bias = torch.randn(m, n, device=DEVICE)
+    out = torch.empty(batch, m, n, device=DEVICE)
+    gemm(a, b, out, bias, alpha=1, beta=1)
+    _close(out, torch.baddbmm(bias, a, b), f"baddbmm {batch}x{m}x{k}x{n}")
+
+
+def test_output_view_with_strides(gemm):
+    """Inductor may hand an out= view of a larger buffer: the kernel writes through its strides only."""
+    a, b = torch.randn(17, 9, device=DEVICE), torch.randn(9, 13, device=DEVICE)
+    buf = torch.zeros(13, 17, device=DEVICE)
+    gemm(a, b, buf.t())
+    _close(buf.t(), a @ b, "mm into a transposed out")
+
+
+@pytest.mark.parametrize("call,want", [
+    ("extern_kernels.mm(arg0_1, arg1_1, out=buf0)", "_launch_kf_gemm(arg0_1, arg1_1, buf0)"),
+    ("extern_kernels.addmm(arg1_1, arg5_1, torch.as_strided(arg3_1, (s32, s50), (1, s32), 0), alpha=1, beta=1, out=buf0)",
+     "_launch_kf_gemm(arg5_1, torch.as_strided(arg3_1, (s32, s50), (1, s32), 0), buf0, arg1_1, alpha=1, beta=1)"),
+    ("extern_kernels.baddbmm(c, a, b, out=buf1)", "_launch_kf_gemm(a, b, buf1, c, alpha=1, beta=1)"),
+])
+def test_launch_maps_aten_arguments(call, want):
+    node = ast.parse(call, mode="eval").body
+    assert inductor_gemm.launch(ast.unparse(node.func), node) == want
+
+
+def test_launch_refuses_a_call_without_out():
+    node = ast.parse("extern_kernels.mm(a, b)", mode="eval").body
+    with pytest.raises(ValueError, match="not ATen's"):
+        inductor_gemm.launch("extern_kernels.mm", node)
+
+
+_MM_WRAPPER = '''
+def call(args):
+    arg0_1, arg1_1, arg2_1, arg3_1, arg4_1 = args
+    args.clear()
+    buf0 = empty_strided_cpu((arg0_1, arg3_1), (arg3_1, 1), torch.float32)
+    extern_kernels.mm(arg2_1, arg4_1, out=buf0)
+    return (buf0, )
+'''
+_MM_BINDINGS = [("arg0_1", "inputs[0].shape[0]"), ("arg1_1", "inputs[0].shape[1]"), ("arg2_1", "inputs[0]"),
+                ("arg3_1", "inputs[1].shape[1]"), ("arg4_1", "inputs[1]")]
+
+
+@pytest.mark.parametrize("device_kind", ["cpu", "cuda"])
+def test_gemm_launcher_block_sizes_are_knobs(device_kind):
+    """The offline tuner moves the GEMM's tiles and launch options like an Inductor kernel's XBLOCK."""
+    source, kernels = translate(_MM_WRAPPER, _MM_BINDINGS, 2, device_kind)
+    assert kernels == ("_kf_gemm",)
+    found = {k.param: k for k in knobs.analyse(source).knobs if k.kernel == "_kf_gemm"}
+    blocks = inductor_gemm.BLOCKS[device_kind]
+    for param in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"):
+        assert param in found, f"{param} is no knob: {sorted(found)}"
+        assert found[param].value == blocks[param]
+    # moving one keeps the rest of the source and the grid computed from it
+    analysis = knobs.analyse(source)
+    moved = knobs.rewrite(source, analysis, {found["BLOCK_M"].label: 32})
+    assert "BLOCK_M = 32" in moved and "triton.cdiv(M, BLOCK_M)" in moved
