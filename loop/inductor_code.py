@@ -268,9 +268,26 @@ def _bindings(args: Sequence[tuple[str, Any]], inputs: Sequence[Any], tensors: S
             if found:
                 break
         if found is None:
-            raise NoInductorCode(f"the compiled graph's size {node} is no dimension of an input")
+            raise NoInductorCode(_unbound(node, sizevars))
         out.append((name, found))
     return tuple(out)
+
+
+def _unbound(symbol: Any, sizevars: Any) -> str:
+    """Why a size argument of the compiled graph cannot be bound: where it is a module attribute
+    that differs between the task's shapes (a reduction's ``dim``), one compiled code cannot
+    serve them all, and the reason names it."""
+    sources = [s.name for s in sizevars.shape_env.var_to_sources.get(symbol, [])]
+    attribute = next((m for m in map(_ATTRIBUTE.match, sources) if m), None)
+    if attribute is None:
+        return f"the compiled graph's size {symbol} is no dimension of an input"
+    where = ".".join([*re.findall(r"\['(\w+)'\]", attribute.group(1)), attribute.group(2)])
+    return (f"the reference's Model.{where} differs between the task's shapes and is no size of a tensor: "
+            "one compiled code cannot serve them all")
+
+
+#: a module attribute's Dynamo source: L['reference']._modules['ln'].normalized_shape[0]
+_ATTRIBUTE = re.compile(r"^L\['reference'\]((?:\._modules\['\w+'\])*)\.(\w+)")
 
 
 def _ours(error: BaseException | None) -> NoInductorCode | None:

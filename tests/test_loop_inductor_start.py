@@ -107,6 +107,13 @@ def test_reference_whose_init_reads_a_module_helper_has_no_start_and_says_why(tm
     assert "make_linear" in result.reason and "Model.__init__" in result.reason
 
 
+def test_a_module_int_that_differs_between_shapes_and_is_no_size_says_so():
+    """The CPU copy of 47 reduces over every reduce_dim: Inductor's code holds one reduction axis."""
+    result = derive(load_task(COPIES / "47_Sum_reduction_over_a_dimension.py"), "cpu")
+    assert isinstance(result, NoStart), result
+    assert "Model.dim differs between the task's shapes" in result.reason
+
+
 def test_other_aten_fallback_has_no_start_and_the_reason_names_the_call(tmp_path):
     """A convolution is still ATen's (extern_kernels.convolution): no kernel of ours stands in."""
     source = _WITH_HELPER.replace("self.gemm = make_linear(in_features, out_features)",
