@@ -54,7 +54,7 @@ from kernforge.tasks.spec import Task
 from kernforge.verifier import contender
 from kernforge.verifier.audit import Audit
 from kernforge.verifier.checks import Check
-from kernforge.verifier.judge import JudgeOptions
+from kernforge.verifier.judge import JudgeError, JudgeOptions
 from kernforge.verifier.verdict import Rejected, Status, Verdict
 
 from .budget import Meter, Spent
@@ -462,6 +462,10 @@ class Runner:
                 await self._judge_and_record(index, state, proposal)
             except asyncio.CancelledError:
                 return
+            except JudgeError as error:
+                # the task's reference (or the judge on it) failed, not the candidate: that task is set
+                # aside and said why; the other tasks of the night go on
+                self._finish_task(state, f"set aside: the judge failed on it, not a candidate ({error})"[:600])
             except Exception as error:  # ours or a bug: either ends the run cleanly, marked failed, and re-raised
                 self._fail(error)
             finally:

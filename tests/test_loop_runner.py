@@ -566,6 +566,50 @@ def archive_history(archive, task_id):
     return task_history(archive, task_id)
 
 
+def test_a_task_whose_reference_fails_is_set_aside_and_the_night_goes_on(tmp_path, monkeypatch):
+    """On the H200 one KernelBench problem's reference ran out of memory while preparing a call,
+    and that ReferenceFailed ended the whole run. The judge failing on one task is not the
+    candidate's fault nor the run's: that task is set aside, said why, and the others go on."""
+    import contextlib
+    import io
+    import shutil
+
+    from kernforge.loop import devices
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.display import PlainDisplay
+    from kernforge.loop.runner import RunSettings, run
+    from kernforge.verifier.judge import ReferenceFailed
+
+    good = seeded_task(tmp_path)
+    broken = tmp_path / "tiny_broken"
+    shutil.copytree(good, broken)
+
+    class Judge(GpuStandInJudge):
+        def verify(self, code, task, bar=None):
+            if task.name == "tiny_broken":
+                raise ReferenceFailed("the task's reference failed on prepare: OutOfMemoryError: CUDA out of memory")
+            self.judged.append(code)
+            return gpu_accepted(100.0 - len(self.judged))
+
+    judge = Judge([])
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        yield judge
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
+    shown = io.StringIO()
+    settings = RunSettings(tasks=(str(broken), str(good)), db=tmp_path / "k.db", offline=True,
+                           budget=Budget(max_attempts=3))
+    result = run(settings, PlainDisplay(shown))
+    assert result.status == "finished", shown.getvalue()
+    rows = attempts(tmp_path / "k.db")
+    assert rows and all(r["task_id"] == rows[0]["task_id"] for r in rows) and len(judge.judged) >= 3
+    assert "[tiny_broken] set aside: the judge failed on it, not a candidate" in shown.getvalue()
+    assert "OutOfMemoryError" in shown.getvalue()
+
+
 def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, monkeypatch):
     from kernforge.archive.store import Archive
 

@@ -139,3 +139,38 @@ def test_a_lane_plans_for_its_share_and_a_large_task_holds_the_gpu_alone():
     small, large = _GpuJudge(139.8, 1.0), _GpuJudge(139.8, 10.0)  # 12 and 84 GiB a call: a lane has 42
     small.gate = large.gate = two
     assert not small._needs_the_gpu(small.check_fits(task)) and large._needs_the_gpu(large.check_fits(task))
+
+
+def test_a_reference_out_of_memory_is_judged_once_more_alone_with_a_fresh_reference_worker():
+    """On the H200, with two lanes, a KernelBench reference ran out of memory preparing a call
+    (the other lane's reference worker held 60 GiB): the verdict is made once more, alone on the
+    GPU, after the reference worker is started afresh. Another reference failure is the task's."""
+    import threading
+
+    from kernforge.verifier.judge import ReferenceFailed
+    from kernforge.verifier.verdict import Accepted
+
+    task = load_task(TASKS / "tiny_norm")
+    judge = _GpuJudge(139.8, 1.0)
+    judge.gate = DeviceGate(2)
+    seen, dropped = [], []
+    judge._ask_ref = lambda reply_type, msg, **kw: {}  # the reference worker's "forget"
+    judge._drop_ref = lambda: dropped.append(True)
+    judge._phases = {}
+
+    def verify(source, task):
+        seen.append((judge._memory_share, judge.gate._writer == threading.get_ident()))
+        if len(seen) == 1:
+            raise ReferenceFailed("the task's reference failed on prepare: OutOfMemoryError: CUDA out of memory")
+        return Accepted(shapes=())
+
+    judge._verify = verify
+    assert judge.verify("source", task).accepted
+    assert seen == [(0.5, False), (1.0, True)] and dropped == [True]
+
+    def never(source, task):
+        raise ReferenceFailed("the task's reference failed on prepare: ValueError: bad shape")
+
+    judge._verify = never
+    with pytest.raises(ReferenceFailed, match="bad shape"):
+        judge.verify("source", task)

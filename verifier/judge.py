@@ -303,17 +303,16 @@ class Judge:
         with self.gate.shared():  # other lanes' checks may run beside this verdict, never its timing
             # a task no GPU call of which fits is the task's problem, not a candidate's
             alone = self._needs_the_gpu(self.check_fits(task))
-            self._memory_share = 1.0 if alone else 1.0 / self.gate.lanes
-            with self.gate.exclusive() if alone else contextlib.nullcontext():
-                try:
-                    verdict = self._verify(source, task)
-                finally:  # whatever happened, the reference worker forgets this verdict's calls
-                    try:
-                        forgot = self._ask_ref(None, {"op": "forget"})
-                        if forgot.get("restart"):  # it holds memory the next task's calls need: a fresh one
-                            self._drop_ref()
-                    except JudgeError:
-                        self._drop_ref()
+            try:
+                verdict = self._verify_held(source, task, alone)
+            except ReferenceFailed as error:
+                if not (self.on_gpu and _out_of_memory(error)):
+                    raise
+                # the reference ran out of GPU memory: what other lanes, or its own cache, held may be
+                # why. Once more, with a fresh reference worker and the GPU to itself.
+                self._drop_ref()
+                self._state = _Verdict(bar=bar)
+                verdict = self._verify_held(source, task, True)
         env = dict(self.environment())
         env["verify_seconds"] = round(time.perf_counter() - started, 3)
         if self._state.calibration:
@@ -322,6 +321,21 @@ class Judge:
         if isinstance(verdict, Accepted):
             return Accepted(shapes=verdict.shapes, reason=verdict.reason, flags=verdict.flags, environment=env)
         return Rejected(verdict.status, verdict.reason, verdict.threat, verdict.evidence, verdict.shapes, env, check=verdict.check)
+
+    def _verify_held(self, source: str, task: Task, alone: bool) -> Verdict:
+        """``_verify`` with the lane's memory share, alone on the GPU if asked; the reference
+        worker then forgets the verdict's calls (a fresh one when it holds too much)."""
+        self._memory_share = 1.0 if alone else 1.0 / self.gate.lanes
+        with self.gate.exclusive() if alone else contextlib.nullcontext():
+            try:
+                return self._verify(source, task)
+            finally:  # whatever happened, the reference worker forgets this verdict's calls
+                try:
+                    forgot = self._ask_ref(None, {"op": "forget"})
+                    if forgot.get("restart"):  # it holds memory the next task's calls need: a fresh one
+                        self._drop_ref()
+                except JudgeError:
+                    self._drop_ref()
 
     def check_fits(self, task: Task) -> int:
         """TaskTooLarge when no call of ``task`` can be judged on this GPU (verifier/fits.py);
@@ -998,6 +1012,12 @@ class Judge:
         else:
             heap = 2 * check_out + (1 << 20)
         return {"size": input_bytes + _round(heap), "input_bytes": input_bytes}
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """A reference that failed because the GPU's memory ran out (PyTorch's words for it)."""
+    text = str(error)
+    return "OutOfMemoryError" in text or "out of memory" in text.lower()
 
 
 # ---- rules over the worker's own signals ---------------------------------------------------------
