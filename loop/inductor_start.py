@@ -81,8 +81,11 @@ def derive(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_T
 
 
 async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S) -> Start | NoStart:
-    """``derive`` without blocking the event loop (the capture runs in a child process)."""
-    return await asyncio.to_thread(derive, task, device_kind, timeout_s=timeout_s)
+    """``derive`` without blocking the event loop, in a child process that is killed if this is
+    cancelled: a run that stops does not wait for a capture (a thread running ``derive`` would
+    hold the run's exit until its child ended, minutes at KernelBench's sizes)."""
+    reply = await _child_reply(_child_command(task, device_kind), timeout_s)
+    return _from_child(reply, "", device_kind) if isinstance(reply, dict) else _from_child(None, reply.reason, device_kind)
 
 
 async def output_code_async(task: Task, device_kind: str = "cpu", *,
@@ -90,10 +93,18 @@ async def output_code_async(task: Task, device_kind: str = "cpu", *,
     """Inductor's output code for ``task``'s reference, for a prompt to show: generated on a public
     shape only (``inductor_code.example_shape``), in a child process that is killed if this is
     cancelled (a run stopped by Ctrl-C does not wait for a capture)."""
+    reply = await _child_reply(_child_command(task, device_kind, public_only=True), timeout_s)
+    if isinstance(reply, NoStart):
+        return reply
+    return NoStart(reply["error"]) if "error" in reply else reply["wrapper"]
+
+
+async def _child_reply(command: list[str], timeout_s: float) -> dict | NoStart:
+    """The capture child's JSON reply, or why there is none; the child is killed on a timeout or
+    when the caller is cancelled."""
     with tempfile.TemporaryDirectory(prefix="kernforge-inductor-") as tmp:
-        child = await asyncio.create_subprocess_exec(
-            *_child_command(task, device_kind, public_only=True), env=_child_env(tmp),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        child = await asyncio.create_subprocess_exec(*command, env=_child_env(tmp), stdout=asyncio.subprocess.PIPE,
+                                                     stderr=asyncio.subprocess.PIPE)
         try:
             out, err = await asyncio.wait_for(child.communicate(), timeout_s)
         except asyncio.TimeoutError:
@@ -103,9 +114,7 @@ async def output_code_async(task: Task, device_kind: str = "cpu", *,
                 child.kill()
                 await child.wait()
     reply, problem = _reply(out.decode(errors="replace"), err.decode(errors="replace"), child.returncode)
-    if reply is None:
-        return NoStart(problem)
-    return NoStart(reply["error"]) if "error" in reply else reply["wrapper"]
+    return NoStart(problem) if reply is None else reply
 
 
 # ---- the child process ---------------------------------------------------------------------------

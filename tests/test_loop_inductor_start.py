@@ -196,3 +196,32 @@ def test_output_code_is_captured_on_a_public_shape_only(tmp_path):
 def test_a_capture_past_its_time_is_killed_and_says_so():
     result = asyncio.run(output_code_async(load_task(COPIES / "19_ReLU.py"), "cpu", timeout_s=0.01))
     assert isinstance(result, NoStart) and "took more than" in result.reason
+
+
+def test_a_cancelled_start_capture_kills_its_child(tmp_path, monkeypatch):
+    """A run that stops while the Inductor start is being captured must not wait for the capture:
+    on the H200 a stopped KernelBench run sat until its time ran out behind captures run in
+    threads. The capture is a child process of the event loop, killed when cancelled."""
+    import asyncio
+    import os
+    import sys
+
+    from kernforge.loop import inductor_start
+    from kernforge.tasks.loader import load_task
+
+    pid_file = tmp_path / "pid"
+    sleeper = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    monkeypatch.setattr(inductor_start, "_child_command", lambda task, kind, **kw: [sys.executable, "-c", sleeper])
+    task = load_task(TASKS / "tiny_norm")
+
+    async def main():
+        capture = asyncio.create_task(inductor_start.derive_async(task, "cpu"))
+        while not pid_file.exists() or not pid_file.read_text():
+            await asyncio.sleep(0.05)
+        capture.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await capture
+
+    asyncio.run(main())
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
