@@ -168,11 +168,16 @@ def _from_child(reply: dict | None, problem: str, device_kind: str, reference_so
                                     device_kind, state=state, methods=methods)
     except Untranslatable as why:
         return NoStart(f"Inductor's code for this reference is not all Triton: {why}")
-    names = ", ".join(k for k in kernels if k != "_kf_gemm")
-    ours = " and kernforge's Triton GEMM for the matmuls Inductor hands to ATen" if "_kf_gemm" in kernels else ""
-    return Start(source, kernels, reply["wrapper"],
-                 f"TorchInductor's Triton kernels for the reference ({names or 'none'}), as torch.compile "
-                 f"generates them{ours}")
+    return Start(source, kernels, reply["wrapper"], _description(kernels))
+
+
+def _description(kernels: Sequence[str]) -> str:
+    inductors = ", ".join(k for k in kernels if k != "_kf_gemm")
+    theirs = f"TorchInductor's Triton kernels for the reference ({inductors}), as torch.compile generates them"
+    ours = "kernforge's Triton GEMM for the matmuls TorchInductor hands to ATen"
+    if "_kf_gemm" not in kernels:
+        return theirs
+    return f"{theirs}, and {ours}" if inductors else ours
 
 
 def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:

@@ -34,10 +34,12 @@ def _no_key(clean_config_env):
     """No API key: the offline tuner proposes."""
 
 
-def level(tmp_path: Path, seeded=("19_ReLU", "20_LeakyReLU"), bare=("21_Sigmoid", "12_Gemm_Multiply_LeakyReLU")) -> Path:
+def level(tmp_path: Path, seeded=("19_ReLU", "20_LeakyReLU"),
+          bare=("21_Sigmoid", "12_Gemm_Multiply_LeakyReLU", "47_Sum_reduction_over_a_dimension")) -> Path:
     """A level folder of CPU-sized copies; ``seeded`` ones get an honest kernel as their seed (the
     offline tuner re-tunes an existing kernel). A bare problem starts from TorchInductor's Triton
-    (loop/inductor_start.py), except where Inductor calls ATen (a Gemm): then nothing is tried."""
+    (loop/inductor_start.py; a Gemm's matmul with kernforge's GEMM), except where there is no such
+    start (47's CPU shapes reduce over every dim, and Inductor's code holds one): then nothing is tried."""
     folder = tmp_path / "level1"
     folder.mkdir()
     for name in (*seeded, *bare):
@@ -70,28 +72,29 @@ def test_a_level_without_a_key_gives_accepted_attempts_and_kernelbench_metrics(t
     assert (data["run"]["benchmark"], data["run"]["label"]) == ("kernelbench", "offline")
     problems = {p["name"]: p for p in data["problems"]}
     assert sorted((p["name"], p["attempts"], p["correct"]) for p in data["problems"]) == [
-        ("12_Gemm_Multiply_LeakyReLU", 0, False), ("19_ReLU", 2, True), ("20_LeakyReLU", 2, True), ("21_Sigmoid", 2, True)]
+        ("12_Gemm_Multiply_LeakyReLU", 2, True), ("19_ReLU", 2, True), ("20_LeakyReLU", 2, True), ("21_Sigmoid", 2, True),
+        ("47_Sum_reduction_over_a_dimension", 0, False)]
     assert problems["19_ReLU"]["gpu"] == "cpu" and problems["19_ReLU"]["speedup_compile"] is None
     overall = data["metrics"][-1]
-    assert (overall["group"], overall["problems"], overall["correct"]) == ("all", 4, 3)
-    assert overall["correctness"] == pytest.approx(3 / 4)
+    assert (overall["group"], overall["problems"], overall["correct"]) == ("all", 5, 4)
+    assert overall["correctness"] == pytest.approx(4 / 5)
     # the interpreter's clock is no device time: nothing time-based is computed from it
     assert overall["measured"] is False and overall["fast_p"] is None and overall["faster_than_compile"] is None
     assert overall["geomean_speedup"] == {"eager": None, "compile": None}
     rows = attempts(db)
-    assert len(rows) == 6 and {r[0] for r in rows} == {1} and {r[3] for r in rows} == {"accepted"}
+    assert len(rows) == 8 and {r[0] for r in rows} == {1} and {r[3] for r in rows} == {"accepted"}
 
     # the same run, read back: a table that fits 80 columns, names whole, times said to be unmeasured
     monkeypatch.setattr(cli_module, "out", Console(width=80))  # an 80-column terminal
     shown = invoke("bench", "report", "1", "--db", str(db))
     assert shown.exit_code == 0, shown.output
     assert max(len(line) for line in shown.output.splitlines()) <= 80 and "…" not in shown.output, shown.output
-    for name in ("12_Gemm_Multiply_LeakyReLU", "19_ReLU", "20_LeakyReLU", "21_Sigmoid"):
+    for name in ("12_Gemm_Multiply_LeakyReLU", "19_ReLU", "20_LeakyReLU", "21_Sigmoid", "47_Sum_reduction_over_a_dimension"):
         assert name in shown.output
-    assert "not measured" in shown.output and "3 (75%)" in shown.output and "not tried" in shown.output
+    assert "not measured" in shown.output and "4 (80%)" in shown.output and "not tried" in shown.output
     listed = invoke("bench", "report", "--db", str(db), "--json")
     assert [(r["run_id"], r["benchmark"], len(r["problems"])) for r in json.loads(listed.output)["runs"]] == [
-        (1, "kernelbench", 4)]
+        (1, "kernelbench", 5)]
 
 
 def test_resume_continues_the_run_and_a_second_run_compares_side_by_side(tmp_path):
