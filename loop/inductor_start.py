@@ -85,7 +85,9 @@ async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float
     cancelled: a run that stops does not wait for a capture (a thread running ``derive`` would
     hold the run's exit until its child ended, minutes at KernelBench's sizes)."""
     reply = await _child_reply(_child_command(task, device_kind), timeout_s)
-    return _from_child(reply, "", device_kind) if isinstance(reply, dict) else _from_child(None, reply.reason, device_kind)
+    if isinstance(reply, NoStart):
+        return reply
+    return _from_child(reply, "", device_kind, task.reference_path.read_text())
 
 
 async def output_code_async(task: Task, device_kind: str = "cpu", *,
