@@ -39,7 +39,6 @@ import asyncio
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -77,7 +76,7 @@ class NoStart:
 
 def derive(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S) -> Start | NoStart:
     """The Inductor start for ``task`` (see the module docstring); blocking, seconds."""
-    return _from_child(*_run_child(task, device_kind, timeout_s), device_kind, task.reference_path.read_text())
+    return asyncio.run(derive_async(task, device_kind, timeout_s=timeout_s))
 
 
 async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S) -> Start | NoStart:
@@ -135,16 +134,6 @@ def _child_env(tmp: str) -> dict[str, str]:
 
 def _too_long(timeout_s: float) -> str:
     return f"capturing Inductor's code took more than {timeout_s:.0f} s"
-
-
-def _run_child(task: Task, device_kind: str, timeout_s: float) -> tuple[dict | None, str]:
-    with tempfile.TemporaryDirectory(prefix="kernforge-inductor-") as tmp:
-        try:
-            done = subprocess.run(_child_command(task, device_kind), capture_output=True, text=True,
-                                  env=_child_env(tmp), timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return None, _too_long(timeout_s)
-    return _reply(done.stdout, done.stderr, done.returncode)
 
 
 def _reply(stdout: str, stderr: str, returncode: int | None) -> tuple[dict | None, str]:

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import kernels
 from .checks import Check
+from .kernels import is_own
 from .defences import Defence, reference_call, register
 
 #: the NVTX range the harness wraps each profiled call in
@@ -105,10 +105,6 @@ def parse(text: str) -> list[Launch]:
     return out
 
 
-def is_own(kernel: str, own: Sequence[str]) -> bool:
-    """``kernels.is_own``: the function's own name, in no library namespace, never a word found
-    somewhere in the name (an own kernel called ``native`` must not claim ATen's)."""
-    return kernels.is_own(kernel, own)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .. import kernels
 from ..checks import Check
+from ..kernels import is_own
 from ..verdict import Rejected, Status
 from . import Defence, register
 
@@ -25,13 +25,6 @@ ALIASING = register(Defence(
     rationale="An output that is an input's memory is a passthrough, not a computed result (unless the task "
               "writes that input in place).",
     remedy="Write each output into a tensor of its own (torch.empty_like and a kernel that fills it)."))
-
-
-def is_own(kernel: str, name: str) -> bool:
-    """Whether a kernel the GPU ran is the candidate's ``name`` (``kernels.is_own``: the function's
-    own name, in no library namespace; never a mere substring, so a kernel called ``kernel`` does
-    not claim every ATen kernel)."""
-    return kernels.is_own(kernel, name)
 
 
 def launched(launches: Mapping[str, int], gpu_kernels: Sequence[str], own: Sequence[str], ctx: str, on_gpu: bool) -> Rejected | None:
