@@ -25,8 +25,8 @@
 #   kball      bench/kernelbench.py on every problem with a candidate (32; one whole call, partial log if cut)
 #   kboff      `kernforge bench kernelbench --offline` on five level-1 problems, 3 attempts each (log, kboff.db)
 #   contender  the judge's bar on the GPU (tests/test_verifier_gpu.py -k slower_than_the_bar) and the fp8 seeds
-#   kbrun      `kernforge bench kernelbench --offline` on 12 level-1 and 4 level-2 problems, 2 attempts each, two lanes
-#              (log, kbrun.db; KBRUN_S seconds at most, 470 by default)
+#   kbrun      bench/kbrun.sh: `kernforge bench kernelbench --offline` on 32 level-1 and 11 level-2 problems, 2 attempts
+#              each, one lane; resumes the run in .kbrun/kbrun.db when that is carried (log, kbrun.db; KBRUN_S s, 540)
 #   hostsync   the verifier's GPU tests of an eagerly timed honest kernel, stale device memory and an early done
 #   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
@@ -66,7 +66,7 @@ for p in "$@"; do
     kbfix) phase kb 200 python3 bench/kernelbench.py --problems 56_Matmul_Sigmoid_Sum 47_Sum_reduction_over_a_dimension 9_Matmul_Subtract_Multiply_ReLU 63_Gemm_ReLU_Divide 99_Matmul_GELU_Softmax --json "$OUT/kb.json" ;;
     kboff) phase kboff 150 bash -c 'P=bench/kernelbench/problems/level1; kf bench kernelbench --offline --max-attempts 3 --db "$OUT/kboff.db" $P/19_ReLU.py $P/23_Softmax.py $P/36_RMSNorm_.py $P/47_Sum_reduction_over_a_dimension.py $P/88_MinGPTNewGelu.py' ;;
     contender) phase contender 100 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 90 tests/test_verifier_gpu.py -k "slower_than_the_bar or fp8_quant" ;;
-    kbrun) phase kbrun "${KBRUN_S:-470}" bash -c 'P=bench/kernelbench/problems; kf bench kernelbench --offline --max-attempts 2 --lanes 2 --db "$OUT/kbrun.db" $P/level1/19_ReLU.py $P/level1/23_Softmax.py $P/level1/36_RMSNorm_.py $P/level1/40_LayerNorm.py $P/level1/47_Sum_reduction_over_a_dimension.py $P/level1/88_MinGPTNewGelu.py $P/level1/1_Square_matrix_multiplication_.py $P/level1/3_Batched_matrix_multiplication.py $P/level1/42_Max_Pooling_2D.py $P/level1/89_cumsum.py $P/level1/94_MSELoss.py $P/level1/51_Argmax_over_a_dimension.py $P/level2/76_Gemm_Add_ReLU.py $P/level2/12_Gemm_Multiply_LeakyReLU.py $P/level2/99_Matmul_GELU_Softmax.py $P/level2/14_Gemm_Divide_Sum_Scaling.py' ;;
+    kbrun) phase kbrun "$((${KBRUN_S:-540} + 40))" bash bench/kbrun.sh "$OUT/kbrun.db" "${KBRUN_S:-540}" ;;
     kball) phase kb 580 python3 bench/kernelbench.py --json "$OUT/kb.json" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;

@@ -180,6 +180,14 @@ def resumed_spent(archive: Archive, run_id: int, tasks: list[Task], task_ids: li
     return Spent(attempts=counts, tokens=run.tokens_in + run.tokens_out, cost=run.cost_usd, seconds=seconds), status.next_seq
 
 
+def judge_options(settings: RunSettings) -> JudgeOptions:
+    """How the run's judges time. A KernelBench run is ranked as KernelBench ranks it, at each
+    problem's public (default) size: its hidden shapes are checked for correctness on every
+    candidate but not timed, which saves most of a GPU verdict (up to 8 hidden shapes, each with
+    both baselines, at sizes up to the default's)."""
+    return JudgeOptions(time_hidden=settings.benchmark is None)
+
+
 def dead_gap_s(config: Any, options: JudgeOptions) -> float:
     """The longest a live run can go without recording an attempt: an LLM request's whole deadline
     (retries and back-off included) plus a verification's timeout."""

@@ -67,8 +67,8 @@ from .knobs import clusters_in
 from .lessons import Failure
 from .liveness import Heartbeat, holder_alive, this_process
 from .llm import LLMError
-from .plan import (RunResult, RunSettings, TaskState, dead_gap_s, load_run_tasks, resumed_spent, settings_for_resume,
-                   task_state)
+from .plan import (RunResult, RunSettings, TaskState, dead_gap_s, judge_options, load_run_tasks, resumed_spent,
+                   settings_for_resume, task_state)
 from .proposers import LLMProposer, NoProposal, OfflineTuner, Proposal, llm_config, seed_rng
 from .search import Member, Population, geomean_us, row_fitness, speedups
 from .strategy import Bandit, reward
@@ -156,7 +156,8 @@ class Runner:
             if config is not None and s.budget.unlimited:
                 self.display.note("no budget given (--max-attempts, --hours, --max-tokens, --max-cost): "
                                   "the run goes on until Ctrl-C")
-            self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size, tasks=tasks, lanes=s.lanes)
+            self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size, tasks=tasks, lanes=s.lanes,
+                                   options=judge_options(s))
             self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
             await self.devices.open()
             tasks, task_ids = await self._fitting(tasks, task_ids)

@@ -174,3 +174,26 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         assert words in result.output and "Traceback" not in result.output, (args, result.output)
     assert not db.exists()  # nothing was started
+
+
+def test_a_benchmark_times_only_the_public_size_and_a_plain_run_times_hidden_shapes_too(tmp_path, monkeypatch):
+    """KernelBench ranks at each problem's default size, so a benchmark run's judges check the
+    hidden shapes but do not time them (each would cost a timed batch and two baselines on the
+    GPU); a resumed benchmark keeps that, and a plain run of the same file times them."""
+    from kernforge.loop import runner as runner_module
+
+    seen: list[bool] = []
+
+    class Recording(runner_module.Devices):
+        def __init__(self, *args, **kwargs):
+            seen.append(kwargs["options"].time_hidden)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "Devices", Recording)
+    folder, db = level(tmp_path, bare=()), tmp_path / "k.db"
+    problem = str(folder / "19_ReLU.py")
+    assert invoke("bench", "kernelbench", problem, "--db", str(db), "--max-attempts", "1").exit_code == 0
+    assert invoke("bench", "kernelbench", "--resume", "1", "--db", str(db), "--max-attempts", "2").exit_code == 0
+    plain = invoke("run", "--task", problem, "--db", str(tmp_path / "plain.db"), "--max-attempts", "1")
+    assert plain.exit_code == 0, plain.output
+    assert seen == [False, False, True]

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The H200's KernelBench run (issue #15): the offline proposer (TorchInductor's start, then the
+# tuner) on the 32 lowest-numbered level-1 and the 11 lowest-numbered level-2 problems in
+# bench/kernelbench/problems, at their default sizes, two attempts each, one lane. The problems
+# are listed in KernelBench's order with the levels interleaved, so a run cut by its time limit has
+# covered both. The run needs more than one call's limit: a later call carries the first call's
+# archive back as .kbrun/kbrun.db (an ignored path) and this resumes it.
+# Usage: bash bench/kbrun.sh DB SECONDS   (DB: the archive written; the run is stopped (SIGTERM: it
+# abandons the verdict in flight and records what it has) SECONDS after its start, then its
+# KernelBench report is written beside DB as JSON)
+set -u
+DB=$1
+LIMIT=$2
+P=bench/kernelbench/problems
+kf() { timeout -s TERM "$LIMIT" python3 -c "from kernforge.cli import main; main()" "$@"; }
+if [ -f .kbrun/kbrun.db ]; then
+  cp .kbrun/kbrun.db "$DB"
+  kf bench kernelbench --resume 1 --db "$DB"
+else
+  L1=$(ls $P/level1 | grep -v '\.meta\.py$' | sort -n | head -32 | sed "s|^|$P/level1/|")
+  L2=$(ls $P/level2 | grep -v '\.meta\.py$' | sort -n | head -11 | sed "s|^|$P/level2/|")
+  # one level-2 problem after every three of level 1
+  ORDER=$(paste -d'\n' <(echo "$L1" | paste -d' ' - - -) <(echo "$L2") | tr ' ' '\n' | grep -v '^$')
+  kf bench kernelbench --offline --max-attempts 2 --lanes 1 --db "$DB" $ORDER
+fi
+python3 -c "from kernforge.cli import main; main()" bench report 1 --db "$DB" --json > "${DB%.db}.json"
