@@ -23,7 +23,7 @@ that ran out as a timeout, like any other. On the CPU the interpreter's own per-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from kernforge.sandbox.protocol import Limits
 from kernforge.tasks import runtime
@@ -63,13 +63,24 @@ class Share:
 
     verdicts: int = 0
     device_s: float = 0.0
+    #: verdicts of earlier sessions (a resumed run): they count as verdicts, their device time is unknown
+    earlier: int = 0
+
+    @property
+    def timed(self) -> int:
+        """Verdicts whose device time is in ``device_s``."""
+        return self.verdicts - self.earlier
 
 
 class FairShare:
     """The turn order over a run's tasks (see the module's docstring)."""
 
-    def __init__(self, names: Iterable[str]) -> None:
-        self.shares = {name: Share() for name in names}
+    def __init__(self, names: Iterable[str], earlier: Mapping[str, int] | None = None) -> None:
+        """``earlier``: verdicts each task had in the sessions before this one (a resumed run), so
+        a task that has never had one still goes first. Their device time is not stored, so the
+        fair share of device time starts afresh."""
+        earlier = earlier or {}
+        self.shares = {name: Share(verdicts=earlier.get(name, 0), earlier=earlier.get(name, 0)) for name in names}
 
     def judged(self, name: str, device_s: float) -> None:
         """A verdict of ``name`` came back after ``device_s`` seconds on a device (0 for a reuse)."""
@@ -84,10 +95,10 @@ class FairShare:
     def mean_verdict_s(self, name: str) -> float:
         """``name``'s mean device time per verdict; the run's mean before its first; 0 before any."""
         share = self.shares.get(name, Share())
-        if share.verdicts:
-            return share.device_s / share.verdicts
-        done = [s for s in self.shares.values() if s.verdicts]
-        return sum(s.device_s for s in done) / sum(s.verdicts for s in done) if done else 0.0
+        if share.timed:
+            return share.device_s / share.timed
+        done = [s for s in self.shares.values() if s.timed]
+        return sum(s.device_s for s in done) / sum(s.timed for s in done) if done else 0.0
 
     def charged_s(self, name: str, pending: int) -> float:
         """Device time ``name`` has had, and is expected to take for its ``pending`` proposals."""

@@ -162,7 +162,7 @@ class Runner:
             await self.devices.open()
             tasks, task_ids = await self._fitting(tasks, task_ids)
             self._load_states(tasks, task_ids)
-            self.fair = FairShare(state.task.name for state in self.states)
+            self.fair = FairShare((state.task.name for state in self.states), earlier=self._before.attempts)
             self.meter = Meter(s.budget, before)
             if config is None:
                 self.proposer = OfflineTuner(seed=s.seed, device_kind="cpu" if self.devices.on_cpu else "cuda",

@@ -55,6 +55,18 @@ def test_a_task_before_its_first_verdict_is_charged_the_runs_mean():
     assert fair.charged_s("new", 2) == pytest.approx(6.0)
 
 
+def test_a_resumed_run_gives_first_verdicts_to_tasks_that_never_had_one():
+    """The H200's KernelBench run, resumed with 28 of 43 problems untried, gave the 15 judged
+    ones their second verdicts first: each session's shares started from nothing."""
+    fair = FairShare(["judged", "untried"], earlier={"judged": 1})
+    assert fair.order([("judged", 0), ("untried", 0)]) == ["untried", "judged"]
+    # the earlier verdict's device time is unknown: it does not dilute this session's mean
+    assert fair.mean_verdict_s("judged") == 0.0
+    fair.judged("judged", 4.0)
+    assert fair.mean_verdict_s("judged") == pytest.approx(4.0)
+    assert fair.mean_verdict_s("untried") == pytest.approx(4.0)
+
+
 # ---- a run: one slow task among fast ones --------------------------------------------------------
 def _seeded(tmp_path: Path, name: str) -> Path:
     folder = tmp_path / name

@@ -11,6 +11,7 @@ worker compares the last one); the pipeline must not change what is revealed or 
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 
 import candidates as C
@@ -117,6 +118,22 @@ def test_calls_alternate_halves_and_repeats_reuse_inputs(judge, asked):
     repeats = [m for m in prepared if m.get("repeat_of")]
     keys = {m["key"] for m in prepared}
     assert len(repeats) == 2 and all(r["repeat_of"] in keys for r in repeats)
+
+
+def test_a_task_with_one_public_shape_repeats_two_calls(judge, asked, tmp_path):
+    """Each repeat call is a sample of the worker's clock, and the clock rule accuses only on two
+    (a KernelBench file has one public shape: one sample was a stall away from an accusation)."""
+    folder = tmp_path / "one_shape"
+    shutil.copytree(TASKS / "tiny_norm", folder)
+    meta = folder / "meta.py"
+    meta.write_text(meta.read_text().replace('PUBLIC_SHAPES = [{"T": 4, "H": 64}, {"T": 8, "H": 128}]',
+                                             'PUBLIC_SHAPES = [{"T": 8, "H": 128}]'))
+    verdict = judge.verify(C.HONEST, load_task(folder))
+    assert verdict.accepted, verdict.reason
+    prepared = [m for m in asked if m["op"] == "prepare"]
+    repeats = [m for m in prepared if m.get("repeat_of")]
+    assert len(repeats) == 2 and len({r["repeat_of"] for r in repeats}) == 2
+    assert all(r["shape"] == {"T": 8, "H": 128} for r in repeats)
 
 
 # ---- time to a verdict is bounded by the task, not by the session's whole limit ----------------

@@ -576,13 +576,18 @@ class Judge:
     def _items(self, task: Task, hidden: bool) -> list[_Call]:
         kind = "cuda" if self.on_gpu else "cpu"
         items: list[_Call] = []
-        for shape in task.shapes(kind, hidden=hidden):
+        shapes = task.shapes(kind, hidden=hidden)
+        # a repeat call is also a sample of the worker's clock, and clock.lied accuses only on two
+        repeats = 0 if hidden else clock.MIN_SAMPLES if len(shapes) == 1 else 1
+        for shape in shapes:
             for i, dist in enumerate(task.distributions):
-                first = _Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2)
-                items.append(first)
-                if i == 0 and not hidden:  # the same inputs again, elsewhere: undefined behaviour shows (#19)
-                    first.keep = True
-                    items.append(_Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2, repeat_of=first.key))
+                pairs = repeats if i == 0 else 0
+                for _ in range(max(pairs, 1)):
+                    first = _Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2)
+                    items.append(first)
+                    if pairs:  # the same inputs again, elsewhere: undefined behaviour shows (#19)
+                        first.keep = True
+                        items.append(_Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2, repeat_of=first.key))
         return items
 
     def _check_all(self, session: Session, task: Task, hidden: bool, init_seed: int, own: list[str],

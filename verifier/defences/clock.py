@@ -4,9 +4,12 @@ The time of record never comes from the candidate's process. The worker still re
 its own clock says each request took; an honest harness's figure is the trusted figure less the
 message latency. One far below the trusted clock means code in that process rewrote the timer,
 its locals or the reply: positive evidence of an attempt, rejected as a cheat. The bounds are
-deliberately loose (half, or less than a third with a single sample, and an absolute margin)
-and every sample must agree, so that no honest call stalled once on a loaded machine is ever
-accused.
+deliberately loose (half, and an absolute margin), and at least two samples must agree: on the
+H200 an honest KernelBench start (one public shape, so one repeat call) was accused on a single
+sample, 55 ms reported against 202 ms by the judge's clock, while the machine's cores were busy
+with the next tasks' torch.compile captures and the run's audits. A rewritten timer lies on every
+call, so a second sample costs a real lie nothing; an honest stall is not repeated call after
+call. The time of record never rests on this figure either way.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ DEFENCE = register(Defence(
     remedy="Leave the timer and the harness alone; make the kernel faster instead."))
 
 
-#: ...or this fraction when there is only one sample
-RATIO_ONE = 0.3
+#: ...in at least this many samples, every one of them
+MIN_SAMPLES = 2
 #: how much less than the trusted host clock over a batch (go sent to done received) an honest
 #: worker may report: two wake-ups of processes on a loaded machine (a 512-call batch of a tiny
 #: kernel lasts about 2 ms, so the margin must stay well under that for the rule to see a lie)
@@ -43,10 +46,9 @@ def lied(samples: Sequence[tuple[float, float]], margin_s: float, ctx: str) -> R
     ``margin_s``: how much less than the trusted time an honest worker may report (latency).
     Only samples long enough to tell a lie from that latency count (twice the margin or more)."""
     samples = [(c, t) for c, t in samples if t >= 2 * margin_s]
-    if not samples:
+    if len(samples) < MIN_SAMPLES:
         return None
-    ratio = RATIO if len(samples) > 1 else RATIO_ONE
-    if all(t > 0 and c < ratio * t and t - c > margin_s for c, t in samples):
+    if all(t > 0 and c < RATIO * t and t - c > margin_s for c, t in samples):
         claimed, trusted = samples[0]
         return DEFENCE.reject(Status.CHEAT, f"the candidate's process reported {claimed * 1e3:.3f} ms where the trusted clock measured "
                               f"{trusted * 1e3:.3f} ms ({ctx}; {len(samples)} of {len(samples)} samples alike): the timer was fooled",
