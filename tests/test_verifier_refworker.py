@@ -87,20 +87,121 @@ def test_probe_positions_cover_every_call_and_find_late_changes(batch):
 
 
 # ---- the baselines' batch ------------------------------------------------------------------------
-def test_baseline_layout_draws_every_call_fresh_into_one_region():
+def test_baseline_layout_draws_every_call_fresh_into_its_regions():
     task = load_task(TASK)
     shape = Shape.of(SHAPE)
     from kernforge.tasks import runtime
 
     first = runtime.make_inputs(task, shape, "normal", 21, "cpu")
-    region, pristine, views = W._baseline_layout(task, shape, "normal", [21, 22, 23], "cpu", first)
-    assert len(views) == 3 and region.numel() == pristine.numel()
-    region.copy_(pristine)  # the trusted write
-    for seed, call in zip([21, 22, 23], views):
+    layout = W._baseline_layout(task, shape, "normal", [21, 22, 23], "cpu", first)
+    assert len(layout.calls) == 3
+    assert [r.numel() for r in layout.regions] == [p.numel() for p in layout.pristine]
+    layout.write()  # the trusted write
+    for seed, call in zip([21, 22, 23], layout.calls):
         for got, want in zip(call, runtime.make_inputs(task, shape, "normal", seed, "cpu")):
             assert torch.equal(got, want)
-    pointers = [t.data_ptr() for call in views for t in call]
+    pointers = [t.data_ptr() for call in layout.calls for t in call]
     assert len(set(pointers)) == len(pointers)  # no two calls share an input
+
+
+RESHAPE_AND_CACHE = load_task("reshape_and_cache")
+#: its CPU shapes, odd ones included: float32 keys, values and caches, an int64 slot mapping
+CACHE_SHAPES = [*RESHAPE_AND_CACHE.cpu_public_shapes, *RESHAPE_AND_CACHE.cpu_hidden_shapes]
+CACHE_SEEDS = [51, 52, 53]
+
+
+def cache_batch(shape):
+    """reshape_and_cache's baselines' batch at ``shape`` and its reference (it writes its caches,
+    inputs 2 and 3, in place); the model is not the worker's own (a test counts those)."""
+    from kernforge.tasks import runtime
+
+    task = RESHAPE_AND_CACHE
+    first = runtime.make_inputs(task, shape, "normal", CACHE_SEEDS[0], "cpu")
+    layout = W._baseline_layout(task, shape, "normal", CACHE_SEEDS, "cpu", first)
+    model = runtime.build_model(runtime.reference_module(task).Model, runtime.make_init_inputs(task, shape), 3, "cpu")
+    return layout, model
+
+
+def fresh_cache_inputs(shape):
+    from kernforge.tasks import runtime
+
+    return [runtime.make_inputs(RESHAPE_AND_CACHE, shape, "normal", seed, "cpu") for seed in CACHE_SEEDS]
+
+
+@pytest.mark.parametrize("shape", CACHE_SHAPES, ids=str)
+def test_baseline_views_have_bases_of_their_own_dtype(shape):
+    """torch.compile cannot trace a reference that writes an input in place when that input's
+    base, or an input sharing its storage, has another dtype: every view is a slice of the region
+    of its own dtype, ALIGN-aligned in it."""
+    from kernforge.verifier.arena import ALIGN
+
+    layout, _ = cache_batch(shape)
+    tensors = [x for call in layout.calls for x in call]
+    assert {x.dtype for x in tensors} == {torch.float32, torch.int64}
+    assert len(layout.regions) == 2
+    for x in tensors:
+        assert x._base is not None and x._base.dtype == x.dtype, f"a {x.dtype} view of {getattr(x._base, 'dtype', None)}"
+        assert any(x._base is r for r in layout.regions)
+        assert (x.data_ptr() - x._base.data_ptr()) % ALIGN == 0
+    for region in layout.regions:
+        assert len({x.untyped_storage().data_ptr() for x in tensors if x.dtype == region.dtype}) == 1
+
+
+@pytest.mark.parametrize("shape", CACHE_SHAPES, ids=str)
+def test_writing_the_pristine_copies_restores_every_input_after_a_mutating_call(shape):
+    layout, model = cache_batch(shape)
+    layout.write()
+    for call in layout.calls:
+        model(*call)
+    assert any(not torch.equal(got[2], want[2]) for got, want in zip(layout.calls, fresh_cache_inputs(shape))), \
+        "the reference writes its caches"
+    layout.write()
+    for k, (call, drawn) in enumerate(zip(layout.calls, fresh_cache_inputs(shape))):
+        for i, (got, want) in enumerate(zip(call, drawn)):
+            assert torch.equal(got, want), f"call {k} input {i} not restored"
+
+
+@pytest.mark.parametrize("shape", [CACHE_SHAPES[1], CACHE_SHAPES[2]], ids=str)
+def test_torch_compile_runs_a_mutating_reference_on_the_baseline_views(shape):
+    """reshape_and_cache had no torch.compile baseline: aot_autograd refused its in-place writes
+    to inputs viewed out of one byte region ("input mutations on views with different dtypes").
+    Without AOTAutograd's cache: a graph it kept from an earlier run would skip that check."""
+    import torch._functorch.config as functorch_config
+
+    layout, model = cache_batch(shape)
+    layout.write()
+    for call in layout.calls:
+        model(*call)
+    eager = [[x.clone() for x in call] for call in layout.calls]
+    torch._dynamo.reset()
+    try:
+        with functorch_config.patch(enable_autograd_cache=False):
+            compiled = torch.compile(model, dynamic=False)
+            layout.write()
+            for call in layout.calls:
+                assert compiled(*call) is None
+    finally:
+        torch._dynamo.reset()
+    for k, (call, want) in enumerate(zip(layout.calls, eager)):
+        for i, (got, x) in enumerate(zip(call, want)):
+            assert torch.equal(got, x), f"call {k} input {i}: torch.compile differs from eager"
+
+
+def test_baseline_layout_takes_fewer_calls_when_sizes_vary_with_the_seed(monkeypatch):
+    """Inputs larger than the first call's (sizes drawn from the seed): the calls that fit."""
+    from kernforge.tasks import runtime
+
+    def draw(task, shape, dist, seed, device):
+        n = 10 if seed < 3 else 1000
+        return [torch.full((n,), float(seed)), torch.arange(4) + seed, 7]
+
+    monkeypatch.setattr(runtime, "make_inputs", draw)
+    layout = W._baseline_layout(None, Shape.of(SHAPE), "normal", [1, 2, 3, 4], "cpu", draw(None, None, None, 1, "cpu"))
+    assert len(layout.calls) == 2
+    layout.write()
+    for seed, call in zip([1, 2], layout.calls):
+        assert torch.equal(call[0], torch.full((10,), float(seed))) and torch.equal(call[1], torch.arange(4) + seed)
+        assert call[2] == 7  # a plain argument passes through
 
 
 def test_baseline_calls_shrink_to_the_free_memory(monkeypatch):

@@ -864,61 +864,71 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         model(*first)
         return {"eager": {"median_us": (time.perf_counter() - t0) * 1e6, "mode": "interpreter"}}
     seeds = seeds[:_baseline_calls(model, first, task.mutated_inputs, len(seeds), device)]
-    region, pristine, views = _baseline_layout(task, shape, msg["dist"], seeds, device, first)
+    layout = _baseline_layout(task, shape, msg["dist"], seeds, device, first)
     del first
     l2 = _l2(device)
-    out: dict[str, Any] = {"eager": timing.time_batch(model, region, pristine, views, task.mutated_inputs, l2, int(msg["batches"]))}
+    out: dict[str, Any] = {"eager": timing.time_batch(model, layout, l2, int(msg["batches"]))}
     try:
         torch._dynamo.reset()  # a fresh, static compile for this shape
         compiled = torch.compile(model, dynamic=False)
         t0 = time.perf_counter()
-        out["compile"] = timing.time_batch(compiled, region, pristine, views, task.mutated_inputs, l2, int(msg["batches"]))
+        out["compile"] = timing.time_batch(compiled, layout, l2, int(msg["batches"]))
         out["compile"]["compile_seconds"] = time.perf_counter() - t0
         out["compile"]["mode_note"] = "torch.compile(dynamic=False), default mode, compiled for this shape alone"
     except Exception as err:  # a reference torch.compile cannot handle: report, do not fail
         out["compile"] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
     # a production kernel library where the task names one and it is installed, timed the same way
-    lib = library.measure(task, lambda fn: timing.time_batch(fn, region, pristine, views, task.mutated_inputs, l2,
-                                                             int(msg["batches"])))
+    lib = library.measure(task, lambda fn: timing.time_batch(fn, layout, l2, int(msg["batches"])))
     if lib is not None:
         out["library"] = lib
     for figures in out.values():
         if isinstance(figures, dict) and "error" not in figures:
-            figures["calls"] = len(views)
+            figures["calls"] = len(layout.calls)
     return out
 
 
 def _baseline_layout(task: Any, shape: Shape, dist: str, seeds: list[int], device: str,
-                     first: list[Any]) -> tuple[Any, Any, list[list[Any]]]:
-    """The baselines' batch: a region for every call's inputs, its pristine bytes (fresh inputs,
-    one call's drawn at a time: a multi-GB call leaves no room for them all twice) and each
-    call's arguments as views of the region. ``first``: the first seed's inputs, already drawn."""
+                     first: list[Any]) -> Any:
+    """The baselines' batch (timing.BatchLayout): a region per dtype for every call's inputs of
+    that dtype, its pristine copy (fresh inputs, one call's drawn at a time: a multi-GB call
+    leaves no room for them all twice) and each call's arguments as views of the regions, each
+    ALIGN-aligned. ``first``: the first seed's inputs, already drawn."""
     import torch
 
     from .arena import ALIGN
+    from .timing import BatchLayout
 
-    def aligned(x: Any) -> int:
-        return -(-(x.numel() * x.element_size()) // ALIGN) * ALIGN if isinstance(x, torch.Tensor) else 0
+    def aligned(x: Any) -> int:  # elements, so that the next input starts ALIGN-aligned too
+        return -(-(x.numel() * x.element_size()) // ALIGN) * ALIGN // x.element_size()
 
-    region = torch.empty(max(sum(map(aligned, first)) * len(seeds), ALIGN), dtype=torch.uint8, device=device)
-    pristine = torch.empty_like(region)
-    views: list[list[Any]] = []
-    at = 0
+    def elements(inputs: list[Any]) -> dict[Any, int]:
+        """Elements one call's inputs take in each dtype's region."""
+        need: dict[Any, int] = {}
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                need[x.dtype] = need.get(x.dtype, 0) + aligned(x)
+        return need
+
+    regions = {dtype: torch.empty(n * len(seeds), dtype=dtype, device=device) for dtype, n in elements(first).items()}
+    pristine = {dtype: torch.empty_like(region) for dtype, region in regions.items()}
+    at = dict.fromkeys(regions, 0)
+    calls: list[list[Any]] = []
     for k, seed in enumerate(seeds):
         inputs = first if k == 0 else runtime.make_inputs(task, shape, dist, seed, device)
-        if views and at + sum(map(aligned, inputs)) > region.numel():
-            break  # inputs whose sizes vary with the seed: fewer calls, all of them in the region
+        room = {dtype: region.numel() - at[dtype] for dtype, region in regions.items()}
+        if calls and any(n > room.get(dtype, 0) for dtype, n in elements(inputs).items()):
+            break  # inputs whose sizes vary with the seed: fewer calls, all of them in the regions
         call = []
         for x in inputs:
             if isinstance(x, torch.Tensor):
-                nbytes = x.numel() * x.element_size()
-                call.append(region[at: at + nbytes].view(x.dtype).view(x.shape))
-                pristine[at: at + nbytes].view(x.dtype).view(x.shape).copy_(x)
-                at += aligned(x)
+                start, end = at[x.dtype], at[x.dtype] + x.numel()
+                call.append(regions[x.dtype][start: end].view(x.shape))
+                pristine[x.dtype][start: end].view(x.shape).copy_(x)
+                at[x.dtype] += aligned(x)
             else:
                 call.append(x)
-        views.append(call)
-    return region, pristine, views
+        calls.append(call)
+    return BatchLayout(tuple(regions.values()), tuple(pristine.values()), tuple(calls))
 
 
 #: device memory the baselines leave free beside their batch (the compiler's own work, the library's)

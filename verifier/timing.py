@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import statistics
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -152,20 +153,40 @@ def write_throughput(device: torch.device, nbytes: int = 1 << 30, reps: int = 10
     return 2 * nbytes / best
 
 
-def time_batch(fn: Callable[..., Any], region: torch.Tensor, pristine: torch.Tensor, sets: Sequence[list[Any]],
-               mutated: Sequence[int], l2: "L2Control", batches: int) -> dict[str, Any]:
-    """The baselines' batch: ``fn`` on each input set (views of ``region``), one CUDA graph of all
-    calls, timed like a candidate's batch: events around the trusted write of fresh inputs
-    (``pristine`` into ``region``) and the replay; per call, the window less the write."""
+@dataclass(frozen=True)
+class BatchLayout:
+    """The baselines' batch: one region per dtype, each with its pristine copy, and every call's
+    arguments, its tensors views of the region of their own dtype (``_base.dtype == dtype``).
+
+    One region per dtype, not one of bytes: aot_autograd checks inputs that share a storage for
+    overlap (disjoint inputs of two dtypes can look overlapping to it: torch 2.13 on reshape_and_
+    cache's caches and slot mapping) and refuses a reference that writes one of them in place when
+    they differ in dtype ("input mutations on views with different dtypes"), so torch.compile gave
+    no baseline. In a region of one dtype a call's inputs are disjoint slices of one base."""
+
+    regions: tuple[torch.Tensor, ...]
+    pristine: tuple[torch.Tensor, ...]
+    calls: tuple[list[Any], ...]
+
+    def write(self) -> None:
+        """The trusted write of every region's pristine bytes, each region a flat uint8 copy."""
+        for region, pristine in zip(self.regions, self.pristine):
+            write(region.view(torch.uint8), pristine.view(torch.uint8))
+
+
+def time_batch(fn: Callable[..., Any], batch: BatchLayout, l2: "L2Control", batches: int) -> dict[str, Any]:
+    """The baselines' batch: ``fn`` on each call's arguments, one CUDA graph of all calls, timed
+    like a candidate's batch: events around the trusted write of fresh inputs (every region's
+    pristine bytes) and the replay; per call, the window less the write."""
     for _ in range(2):
-        write(region, pristine)
-        fn(*sets[0])
+        batch.write()
+        fn(*batch.calls[0])
     I.synchronize()
     graph, mode, reason = I.CUDAGraph(), "graph", None
     try:
         with I.cuda_graph_ctx(graph):
-            for s in sets:
-                fn(*s)
+            for args in batch.calls:
+                fn(*args)
         I.synchronize()
     except Exception as err:  # a reference that syncs the host cannot be captured: eager, flagged
         graph, mode, reason = None, "eager", f"CUDA-graph capture failed ({type(err).__name__}: {str(err)[:200]})"
@@ -178,18 +199,18 @@ def time_batch(fn: Callable[..., Any], region: torch.Tensor, pristine: torch.Ten
         I.synchronize()
         written = I.Event(enable_timing=True)
         I.event_record(start)
-        write(region, pristine)
+        batch.write()
         I.event_record(written)
         if graph is not None:
             I.graph_replay(graph)
         else:
-            for s in sets:
-                fn(*s)
+            for args in batch.calls:
+                fn(*args)
         I.event_record(end)
         I.synchronize()
         # Nothing else runs in this trusted process: the write's own span is exact, taken off whole
         # (the candidate's batch takes it off whole too when nothing can have interrupted it).
-        per_call.append(max(I.event_elapsed(start, end) - I.event_elapsed(start, written), 0.0) / 1e3 / len(sets))
+        per_call.append(max(I.event_elapsed(start, end) - I.event_elapsed(start, written), 0.0) / 1e3 / len(batch.calls))
     return summary(per_call) | {"mode": mode, "fallback_reason": reason}
 
 
