@@ -130,6 +130,8 @@ class _Call:
     key: str
     half: int
     repeat_of: str | None = None
+    #: the last repeat of its first call, after which the reference worker may forget that call
+    last_repeat: bool = True
     keep: bool = False
     prepared: M.Prepared | None = None
     sent_at: float = 0.0
@@ -577,17 +579,19 @@ class Judge:
         kind = "cuda" if self.on_gpu else "cpu"
         items: list[_Call] = []
         shapes = task.shapes(kind, hidden=hidden)
-        # a repeat call is also a sample of the worker's clock, and clock.lied accuses only on two
+        # a repeat call is also a sample of the worker's clock, and clock.lied accuses only on two:
+        # with one public shape its first call is repeated twice (one kept call: a KernelBench
+        # call's kept inputs and references are tens of GB on a GPU, two would not fit beside the arena)
         repeats = 0 if hidden else clock.MIN_SAMPLES if len(shapes) == 1 else 1
         for shape in shapes:
             for i, dist in enumerate(task.distributions):
-                pairs = repeats if i == 0 else 0
-                for _ in range(max(pairs, 1)):
-                    first = _Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2)
-                    items.append(first)
-                    if pairs:  # the same inputs again, elsewhere: undefined behaviour shows (#19)
-                        first.keep = True
-                        items.append(_Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2, repeat_of=first.key))
+                first = _Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2)
+                items.append(first)
+                if i == 0 and repeats:  # the same inputs again, elsewhere: undefined behaviour shows (#19)
+                    first.keep = True
+                    for k in range(repeats):
+                        items.append(_Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2,
+                                           repeat_of=first.key, last_repeat=k == repeats - 1))
         return items
 
     def _check_all(self, session: Session, task: Task, hidden: bool, init_seed: int, own: list[str],
@@ -660,7 +664,7 @@ class Judge:
         compared = self._ask_ref(M.Compared, {
             "op": "compare", "key": call.key, "task_ref": task.ref, "outputs": [o.to_dict() for o in reply.outputs],
             "tolerances": task.tolerance_table(), "keep": call.keep, "repeat_of": call.repeat_of})
-        if call.repeat_of:
+        if call.repeat_of and call.last_repeat:
             self._ask_ref(None, {"op": "drop", "key": call.repeat_of})
         earlier = compared.earlier
         failed = bool(compared.late_writes) or not all(r.ok for r in compared.results)
