@@ -1,6 +1,8 @@
 """kernforge's GEMM for the Inductor start (loop/inductor_gemm.py), under the Triton interpreter:
-against torch on odd sizes, transposed strides, a batch axis and addmm's bias broadcast; its block
-sizes are knobs the offline tuner finds."""
+against torch on odd sizes, transposed strides, a batch axis and addmm's bias broadcast, in one
+pass and split along K (the CPU's split thresholds are small enough for a test to reach); a long
+K summed in slices is more accurate than in one pass; its block sizes are knobs the offline tuner
+finds."""
 
 from __future__ import annotations
 
@@ -23,11 +25,38 @@ def _seed():
     torch.manual_seed(0)
 
 
-@pytest.fixture(scope="module")
-def gemm():
+class _Spy:
+    """Stands in for a kernel in the launcher's module and records the grid of each launch."""
+
+    def __init__(self, name, kernel, launches: list) -> None:
+        self.name, self.kernel, self.launches = name, kernel, launches
+
+    def __getitem__(self, grid):
+        self.launches.append((self.name, grid))
+        return self.kernel[grid]
+
+
+def _launcher(launches: list | None = None):
+    """The launcher of ``inductor_gemm.source(DEVICE)`` as the start runs it; ``launches`` collects
+    (kernel, grid) of each launch."""
     space = {"torch": torch, "triton": triton, "tl": tl}
     exec(compile(inductor_gemm.source(DEVICE), "kf_gemm", "exec"), space)
+    if launches is not None:
+        for name in ("_kf_gemm", "_kf_gemm_sum"):
+            space[name] = _Spy(name, space[name], launches)
     return space[inductor_gemm.LAUNCHER]
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    return _launcher()
+
+
+@pytest.fixture
+def spied():
+    """The launcher and the launches it made, fresh for each test."""
+    launches: list = []
+    return _launcher(launches), launches
 
 
 def _close(out: torch.Tensor, want: torch.Tensor, what: str, tol: float = 1e-4) -> None:
@@ -106,6 +135,119 @@ def test_output_view_with_strides(gemm):
     _close(buf.t(), a @ b, "mm into a transposed out")
 
 
+# Shapes whose K is long for their tiles on the CPU's thresholds (SPLIT_PROGRAMS 8, TILE_K_MIN 512,
+# TILE_K 4096): 5x4099x3 is one tile in slices of 1024 (the last of 3), 70x2053x33 two tiles in
+# slices of 1024 (the last of 5): tails on every side, of K and of the slices.
+SPLIT_SHAPES = [(5, 4099, 3), (70, 2053, 33)]
+
+
+def _split(launches: list) -> int:
+    """How many slices of K the GEMM ran in, checking that the sum ran exactly when it split."""
+    grids = [grid for name, grid in launches if name == "_kf_gemm"]
+    sums = [grid for name, grid in launches if name == "_kf_gemm_sum"]
+    assert len(grids) == 1, launches
+    split = grids[0][2]
+    assert len(sums) == (split > 1), f"{split} slices of K, {len(sums)} sums"
+    return split
+
+
+@pytest.mark.parametrize("m,k,n", SPLIT_SHAPES)
+@pytest.mark.parametrize("b_layout", ["contiguous", "transposed"])
+def test_split_k_mm_matches_float64(spied, m, k, n, b_layout):
+    gemm, launches = spied
+    a = torch.randn(m, k, device=DEVICE)
+    b = torch.randn(k, n, device=DEVICE) if b_layout == "contiguous" else torch.randn(n, k, device=DEVICE).t()
+    out = torch.empty(m, n, device=DEVICE)
+    gemm(a, b, out)
+    assert _split(launches) > 1
+    _close(out, a.double() @ b.double(), f"split-K mm {m}x{k}x{n} ({b_layout} B)")
+
+
+@pytest.mark.parametrize("m,k,n", SPLIT_SHAPES)
+@pytest.mark.parametrize("bias_shape", ["row", "full", "column"])
+def test_split_k_addmm_applies_alpha_and_the_bias_once(spied, m, k, n, bias_shape):
+    """The slices' partial sums are raw: alpha and beta * bias are applied once, by the sum."""
+    gemm, launches = spied
+    a = torch.randn(k, m, device=DEVICE).t()
+    b = torch.randn(k, n, device=DEVICE)
+    bias = torch.randn({"row": (n,), "full": (m, n), "column": (m, 1)}[bias_shape], device=DEVICE)
+    out = torch.empty(m, n, device=DEVICE)
+    gemm(a, b, out, bias, alpha=0.5, beta=2.0)
+    assert _split(launches) > 1
+    want = torch.addmm(bias.double(), a.double(), b.double(), alpha=0.5, beta=2.0)
+    _close(out, want, f"split-K addmm {m}x{k}x{n} ({bias_shape} bias)")
+
+
+def test_split_k_beta_zero_reads_no_bias(spied):
+    gemm, launches = spied
+    a, b = torch.randn(5, 4099, device=DEVICE), torch.randn(4099, 3, device=DEVICE)
+    out = torch.empty(5, 3, device=DEVICE)
+    gemm(a, b, out, torch.full((3,), float("nan"), device=DEVICE), alpha=1, beta=0)
+    assert _split(launches) > 1
+    _close(out, a.double() @ b.double(), "split-K addmm beta=0")
+
+
+def test_split_k_bmm_and_baddbmm_match_float64(spied):
+    """Program id 1 is still the batch; the slices are id 2. 3 x 5x4099x7: three tiles in slices of 2048."""
+    gemm, launches = spied
+    a = torch.randn(3, 5, 4099, device=DEVICE)
+    b = torch.randn(3, 7, 4099, device=DEVICE).transpose(1, 2)
+    out = torch.empty(3, 5, 7, device=DEVICE)
+    gemm(a, b, out)
+    assert _split(launches) > 1
+    _close(out, torch.bmm(a.double(), b.double()), "split-K bmm 3x5x4099x7")
+    launches.clear()
+    bias = torch.randn(5, 7, device=DEVICE)
+    gemm(a, b, out, bias, alpha=1, beta=1)
+    assert _split(launches) > 1
+    _close(out, torch.baddbmm(bias.double(), a.double(), b.double()), "split-K baddbmm 3x5x4099x7")
+
+
+def test_split_k_writes_an_out_view_through_its_strides_and_dtype(spied):
+    """The sum writes the output's strides and dtype: a transposed float16 view of a larger buffer."""
+    gemm, launches = spied
+    a = torch.randn(5, 4099, device=DEVICE).half()
+    b = torch.randn(4099, 3, device=DEVICE).half()
+    buf = torch.zeros(3, 5, device=DEVICE, dtype=torch.float16)
+    gemm(a, b, buf.t())
+    assert _split(launches) > 1
+    _close(buf.t(), (a.float() @ b.float()).half(), "split-K float16 mm into a transposed out", 1e-2)
+
+
+@pytest.mark.parametrize("m,k,n", [(5, 0, 3), (130, 70, 129), (5, 511, 3)])
+def test_short_k_keeps_one_pass_without_a_sum(spied, m, k, n):
+    """K no longer than TILE_K_MIN (or no K at all: out = beta * bias) is one launch, as before the split."""
+    gemm, launches = spied
+    a, b, bias = torch.randn(m, k, device=DEVICE), torch.randn(k, n, device=DEVICE), torch.randn(n, device=DEVICE)
+    out = torch.empty(m, n, device=DEVICE)
+    gemm(a, b, out, bias, alpha=0.5, beta=2.0)
+    assert _split(launches) == 1
+    _close(out, torch.addmm(bias.double(), a.double(), b.double(), alpha=0.5, beta=2.0), f"addmm {m}x{k}x{n}")
+
+
+def test_split_k_sums_a_long_k_more_accurately_than_one_pass(monkeypatch):
+    """A matrix-vector product of uniform [0, 1) inputs, as KernelBench's 4 (K=2**20 there, 2**16
+    here: the interpreter's time grows with the length of one program's sum, as the drift does):
+    one float32 accumulator for all of K drifts from the float64 sum (every term adds, the sum is
+    large next to each: 1.7e-6 here, 2e-4 on an H200 at 2**20), slices of K summed apart do not
+    (2e-7). Thresholds that never split give the one-pass sum to compare with."""
+    m, k = 61, 1 << 16
+    a, b = torch.rand(m, k, device=DEVICE), torch.rand(k, 1, device=DEVICE)
+    want = a.double() @ b.double()
+
+    def error() -> float:
+        out = torch.empty(m, 1, device=DEVICE)
+        _launcher()(a, b, out)
+        return ((out.double() - want) / want).abs().max().item()
+
+    split = error()
+    monkeypatch.setitem(inductor_gemm.BLOCKS, DEVICE,
+                        inductor_gemm.BLOCKS[DEVICE] | {"TILE_K": 1 << 30, "TILE_K_MIN": 1 << 30})
+    one_pass = error()
+    assert split < 1e-4 and split < one_pass / 4, (
+        f"max relative error of K={k} in slices {split:.3g}, in one pass {one_pass:.3g}")
+
+
 @pytest.mark.parametrize("call,want", [
     ("extern_kernels.mm(arg0_1, arg1_1, out=buf0)", "_launch_kf_gemm(arg0_1, arg1_1, buf0)"),
     ("extern_kernels.addmm(arg1_1, arg5_1, torch.as_strided(arg3_1, (s32, s50), (1, s32), 0), alpha=1, beta=1, out=buf0)",
@@ -142,10 +284,16 @@ def test_gemm_launcher_block_sizes_are_knobs(device_kind):
     assert kernels == ("_kf_gemm",)
     found = {k.param: k for k in knobs.analyse(source).knobs if k.kernel == "_kf_gemm"}
     blocks = inductor_gemm.BLOCKS[device_kind]
-    for param in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"):
+    for param in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "TILE_K"):
         assert param in found, f"{param} is no knob: {sorted(found)}"
         assert found[param].value == blocks[param]
+    # split-K's slice: its cap moves, never below the floor
+    assert found["TILE_K"].kind == "cap" and found["TILE_K"].lo == blocks["TILE_K_MIN"]
+    summed = {k.param for k in knobs.analyse(source).knobs if k.kernel == "_kf_gemm_sum"}
+    assert {"BLOCK", "num_warps"} <= summed, sorted(summed)
     # moving one keeps the rest of the source and the grid computed from it
     analysis = knobs.analyse(source)
-    moved = knobs.rewrite(source, analysis, {found["BLOCK_M"].label: 32})
+    half = blocks["TILE_K"] // 2
+    moved = knobs.rewrite(source, analysis, {found["BLOCK_M"].label: 32, found["TILE_K"].label: half})
     assert "BLOCK_M = 32" in moved and "triton.cdiv(M, BLOCK_M)" in moved
+    assert f"TILE_K = min(max({blocks['TILE_K_MIN']}, fill), {half})" in moved
