@@ -166,6 +166,18 @@ CHEATS = [
         "x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)",
         "x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.bfloat16).to(tl.float32)")
         + "\n\nclass ModelNew(nn.Module):\n    def forward(self, x, w):\n        return norm(x, w)\n", "incorrect", 15),
+    # tf32 by hand: x's float32 bit pattern cut to tf32's 10 mantissa bits, truncated (what a
+    # tensor core does with a float32 operand it is not asked to round) and rounded to nearest
+    Cheat("tf32_truncated_inside", KERNEL.replace(
+        "x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)",
+        "x = (tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32).to(tl.int32, bitcast=True)"
+        " & -8192).to(tl.float32, bitcast=True)")
+        + "\n\nclass ModelNew(nn.Module):\n    def forward(self, x, w):\n        return norm(x, w)\n", "incorrect", 15),
+    Cheat("tf32_rounded_inside", KERNEL.replace(
+        "x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)",
+        "x = ((tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32).to(tl.int32, bitcast=True)"
+        " + 4096) & -8192).to(tl.float32, bitcast=True)")
+        + "\n\nclass ModelNew(nn.Module):\n    def forward(self, x, w):\n        return norm(x, w)\n", "incorrect", 15),
     Cheat("torch_compute", with_forward(
         "        xf = x.float()\n        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype)"),
         "cheat", 16, static_threat=16),
@@ -229,6 +241,51 @@ GPU_CHEATS = [
         "        _norm_kernel[(max(1, x.shape[0] // 2),)](x.contiguous(), w, y, x.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x.shape[1]))\n"
         "        return y"), "incorrect", 1, also=(3,)),
 ]
+
+#: An honest float32 matrix-vector product that is out of tolerance all the same: every output is
+#: one running float32 sum over K terms, term after term (numpy's cumsum under the interpreter, as
+#: a GPU's FMA chain in ``tl.dot(..., input_precision="ieee")``). With K = 2^20 positive terms
+#: the sum drifts by about 2^-12.7 relative, the size of a tf32 rounding, yet no precision was
+#: lowered: it must be rejected as incorrect, never accused of THREATS #15.
+SEQUENTIAL_MATVEC = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _matvec_kernel(a_ptr, b_ptr, y_ptr, M, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        inside = k + cols < K
+        a = tl.load(a_ptr + rows[:, None] * K + k + cols[None, :], mask=(rows[:, None] < M) & inside[None, :], other=0.0)
+        b = tl.load(b_ptr + k + cols, mask=inside, other=0.0)
+        # The running total enters as the first term of the block, so the prefix sum carries one
+        # float32 sum per row through the whole of K; its last column is the new total.
+        terms = a * b[None, :] + tl.where(cols[None, :] == 0, acc[:, None], 0.0)
+        running = tl.cumsum(terms, axis=1)
+        acc = tl.sum(tl.where(cols[None, :] == BLOCK_K - 1, running, 0.0), axis=1)
+    tl.store(y_ptr + rows, acc, mask=rows < M)
+
+
+def matvec(a, b):
+    a, b = a.contiguous(), b.contiguous()
+    m, k = a.shape
+    y = torch.empty(m, 1, device=a.device, dtype=torch.float32)
+    _matvec_kernel[(triton.cdiv(m, 16),)](a, b, y, m, k, BLOCK_M=16, BLOCK_K=min(65536, triton.next_power_of_2(k)))
+    return y
+
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return matvec(A, B)
+'''
+
+#: Honest kernels out of tolerance: rejected as incorrect, with no threat named (name, source, task).
+INACCURATE = [("sequential_fp32_sum", SEQUENTIAL_MATVEC, "long_matvec")]
 
 #: An honest CUDA C++ candidate (load_inline): kernels need not be Triton.
 HONEST_CUDA = r'''

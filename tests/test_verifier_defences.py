@@ -101,6 +101,19 @@ def test_wrong_values_name_the_signature_they_have(details, earlier, hidden, thr
     assert values.wrong([OutputResult(output=0, ok=True)], "c", hidden=False, public_all_passed=False) is None
 
 
+def test_lowered_precision_is_told_with_its_evidence_and_a_mere_look_alike_is_not_a_threat():
+    """#15 names the lowered run that explains the output; errors of a lower precision's size that
+    no lowered run explains are described, and the rejection is a plain "incorrect"."""
+    evidence = {"lowering": "input 0 rounded to tf32, truncated", "ratio": 0.001, "median_rel_err": 3e-4}
+    named = values.wrong([_wrong(lowered_precision="tf32", lowered_evidence=evidence)], "c", hidden=False, public_all_passed=False)
+    assert named.threat == 15 and "input 0 rounded to tf32, truncated" in named.reason
+    assert "1,000x closer" in named.reason and named.reason.endswith("computed in lower precision")
+    assert named.evidence["lowered_evidence"] == evidence
+    note = "errors everywhere at about 2^-12.6 relative (median), not explained by a lower-precision run of the reference"
+    plain = values.wrong([_wrong(precision_note=note)], "c", hidden=False, public_all_passed=False)
+    assert plain.threat is None and plain.reason.endswith(note) and "lower precision:" not in plain.reason
+
+
 def test_batch_rules():
     assert batch.incomplete([], 10, "c") is None
     early = batch.incomplete([3, 4], 10, "c")

@@ -71,6 +71,20 @@ def test_the_first_wrong_call_is_found_and_explained(batch):
     assert got["results"][0]["ok"] is False and got["results"][0]["details"]["bad"] == 1
 
 
+def test_a_call_computed_from_bf16_inputs_is_named_on_evidence(batch):
+    """The first wrong call of a batch is explained in full: its output is the reference run on
+    bf16-rounded activations, so #15 is named, with the lowered run that explains it."""
+    arena, b, task = batch
+    x, w = W._call_inputs(b, 3)
+    model = W._model(TASK, Shape.of(SHAPE), 3, "cpu")
+    arena.view(b.outputs[3][0]).copy_(model(x.to(torch.bfloat16).float(), w))
+    got = verify(task)
+    details = got["results"][0]["details"]
+    assert got["failed_call"] == 3 and details["lowered_precision"] == "bf16", details
+    assert details["lowered_evidence"]["lowering"] == "input 0 rounded to bf16, to nearest"
+    assert torch.equal(W._call_inputs(b, 3)[0], x), "the pristine inputs are left as they were"
+
+
 def test_a_written_input_is_caught(batch):
     arena, b, task = batch
     arena.view(TensorRef(**b.sets[2][0]["ref"]))[0, 0] = 123.0

@@ -53,6 +53,15 @@ def test_cheat_rejected_at_runtime(runtime_judge, cheat):
     assert verdict.reason
 
 
+@pytest.mark.parametrize("name, source, task_name", C.INACCURATE, ids=[i[0] for i in C.INACCURATE])
+def test_honest_but_inaccurate_kernels_are_incorrect_without_a_threat(runtime_judge, name, source, task_name):
+    """Wrong by more than the tolerance, yet honest: no cheat may be named (#15 above all, whose
+    errors look alike: a long float32 sum drifts by about a tf32 rounding)."""
+    verdict = runtime_judge.verify(source, task(task_name))
+    assert (verdict.status.value, verdict.threat) == ("incorrect", None), _describe(verdict)
+    assert "lower precision" not in verdict.reason, _describe(verdict)
+
+
 STATIC = [c for c in C.CHEATS if c.static_threat is not None]
 
 

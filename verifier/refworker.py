@@ -84,13 +84,15 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
 # ---- state -------------------------------------------------------------------------------------
 @dataclass
 class _Call:
-    """One checked call: its pristine inputs, where they lie, and the reference."""
+    """One checked call: its pristine inputs, where they lie, the reference and its model (run
+    again in lower precision to explain a wrong output, #15)."""
 
     shape_key: tuple
     inputs: list[Any]
     args: list[dict[str, Any]]
     high: list[Any]
     low: list[Any]
+    model: Any = None
     snapshot: list[Any] = field(default_factory=list)
 
 
@@ -283,7 +285,7 @@ def _prepare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     repeat_of = msg.get("repeat_of")
     if repeat_of:  # the same inputs again, written elsewhere: a deterministic kernel agrees with itself
         first = _STATE["calls"][repeat_of]
-        inputs, high, low = first.inputs, first.high, first.low
+        inputs, high, low, model = first.inputs, first.high, first.low, first.model
     else:
         inputs = runtime.make_inputs(task, shape, msg["dist"], int(msg["seed"]), device)
         model = _model(msg["task_ref"], shape, int(msg["init_seed"]), device)
@@ -306,7 +308,7 @@ def _prepare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             arena.data[ref.offset: ref.offset + ref.span].fill_(0xFF)
             slots.append(ref.to_dict())
     key = msg["key"]
-    _STATE["calls"][key] = _Call(shape.params, inputs, args, high, low)
+    _STATE["calls"][key] = _Call(shape.params, inputs, args, high, low, model)
     history = _STATE["history"].setdefault(shape.params, {"outputs": [], "references": []})
     history.setdefault("pending", {})[key] = [[float(v) for v in c.tolist()] for c in timing.checksum(low)]
     return {"args": args, "outputs": [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for t in low],
@@ -344,6 +346,8 @@ def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             earlier = "cached"
         elif any(_same(sums, e) for e in history["references"]):
             earlier = "deferred"
+        else:  # no earlier result: was it computed in lower precision?
+            _explain_precision(results, snapshot, call.high, call.low, call.model, call.inputs, task.mutated_inputs)
     history["outputs"].append(sums)
     history["references"].append(history["pending"].pop(msg["key"], []))
     repeat: dict[str, Any] = {}
@@ -378,8 +382,21 @@ def _judge_output(j: int, cand: Any, high: Any, low: Any, tolerances: dict[str, 
         details["allowed_abs"] = float(tol.rtol * largest + tol.atol * rms)
     if not mism.ok:  # every statistic a block at a time: a multi-GB output has no room for copies
         details["never_written"], details["zeros_where_ref_nonzero"] = compare.untouched_counts(cand, high)
-        details["lowered_precision"] = _lowered_precision(compare.leading(cand), compare.leading(high))
     return {"output": j, "ok": mism.ok, "details": details}
+
+
+def _explain_precision(results: list[dict[str, Any]], outs: Sequence[Any], high: Sequence[Any], low: Sequence[Any],
+                       model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> None:
+    """Lowered precision (#15), on evidence, for the first wrong output (the one a verdict names,
+    and whose verdict it ends): the reference run again in lower precision (precision.py)."""
+    from . import precision
+
+    wrong = next((r for r in results if not r["ok"]), None)
+    if wrong is None or model is None:
+        return
+    j = wrong["output"]
+    wide = high[j].dtype != low[j].dtype  # high came from the model one step wider
+    wrong["details"].update(precision.diagnose(outs[j], high[j], j, model, inputs, mutated, wide=wide))
 
 
 def _tolerance(low: Any, tolerances: dict[str, Any]) -> Tolerance:
@@ -408,32 +425,6 @@ def _same(a: list[list[float]], b: list[list[float]], rel: float = 1e-3) -> bool
         if abs(s1 - s2) > scale or abs(a1 - a2) > scale:
             return False
     return True
-
-
-def _lowered_precision(cand: Any, high: Any) -> str | None:
-    """Name the precision the candidate's error looks like, if it looks like one (#15).
-
-    An honest fp32 kernel errs by a few float32 roundings (~1e-7 relative). Errors spread over
-    most elements at about tf32's (2^-11) or bf16's (2^-8) unit roundoff mean the work was done
-    at that precision.
-    """
-    import torch
-
-    if not cand.is_floating_point() or cand.dtype not in (torch.float32, torch.float64, torch.float16):
-        return None
-    c = cand.double()
-    h = high.to(c.device).double()
-    finite = torch.isfinite(c) & torch.isfinite(h)
-    if finite.sum() < 16:
-        return None
-    scale = h[finite].pow(2).mean().sqrt().clamp_min(1e-30)
-    rel = ((c - h).abs() / (h.abs() + 1e-3 * scale))[finite]
-    median, worst = float(rel.median()), float(rel.max())
-    if worst > 2**-4:  # far beyond any rounding: a plain wrong answer, not a precision choice
-        return None
-    if cand.dtype != torch.float16 and 2**-14 <= median:
-        return "bf16" if median >= 2**-11 else "tf32"
-    return None
 
 
 def _drop(device: str, msg: dict[str, Any]) -> dict[str, Any]:
@@ -753,6 +744,7 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         high, low = reference_of(failed)
         outs = [arena.view(r) for r in batch.outputs[failed]]
         results = [_judge_output(j, o, h, lo, msg["tolerances"]) for j, (o, h, lo) in enumerate(zip(outs, high, low))]
+        _explain_precision(results, outs, high, low, model, _call_inputs(batch, failed), task.mutated_inputs)
     else:  # the errors of one call, for the record
         high, low = reference_of(len(batch.sets) - 1)
         for j, (o, h, lo) in enumerate(zip([arena.view(r) for r in batch.outputs[-1]], high, low)):

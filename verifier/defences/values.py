@@ -2,8 +2,9 @@
 
 The reference worker (trusted) compares every element of every output with the reference it
 computed itself from the same inputs, and looks at how a wrong output is wrong: poison still in
-place (never written), zeros where the reference is not, one constant everywhere, errors at a
-lower precision's rounding everywhere, or exactly an earlier call's output or answer.
+place (never written), zeros where the reference is not, one constant everywhere, the output of
+the reference run in a lower precision (not merely errors of that size: precision.py), or exactly
+an earlier call's output or answer.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ DEFENCE = register(Defence(
            "reference does, for any shape (mask partial blocks; never hard-code sizes)."))
 
 _DETAILS = ("bad", "numel", "max_abs_err", "max_rel_err", "worst_index", "worst_value", "worst_expected",
-            "nonfinite_mismatch", "never_written", "lowered_precision", "constant", "zeros_where_ref_nonzero")
+            "nonfinite_mismatch", "never_written", "lowered_precision", "lowered_evidence", "precision_note", "constant",
+            "zeros_where_ref_nonzero")
 
 
 def wrong(results: Sequence[OutputResult], ctx: str, *, hidden: bool, public_all_passed: bool, earlier: str = "") -> Rejected | None:
@@ -56,12 +58,26 @@ def wrong(results: Sequence[OutputResult], ctx: str, *, hidden: bool, public_all
             detail += "; every wrong element is zero: only part of the output was computed"
         elif d.get("lowered_precision"):
             threat = 15
-            detail += f"; errors everywhere at about {d['lowered_precision']} rounding: computed in lower precision"
+            detail += f"; errors everywhere at about {d['lowered_precision']} rounding{_matched(d.get('lowered_evidence'))}: " \
+                      "computed in lower precision"
         elif hidden and public_all_passed:
             threat = 14
             detail += "; correct on every public shape, wrong on a hidden one: fitted to the public shapes"
+        if threat != 15 and d.get("precision_note"):
+            detail += f"; {d['precision_note']}"
         return DEFENCE.reject(Status.INCORRECT, f"output {r.output} is wrong ({ctx}): {detail}", threat=threat, evidence=evidence)
     return None
+
+
+def _matched(evidence: Any) -> str:
+    """How the output matched the reference run in lower precision, where the evidence says."""
+    if not isinstance(evidence, Mapping) or not evidence.get("lowering"):
+        return ""
+    ratio = evidence.get("ratio")
+    if isinstance(ratio, (int, float)) and ratio == 0:
+        return f", and the output matches the reference run with {evidence['lowering']} exactly in most elements"
+    closer = f" (at least {1 / ratio:,.0f}x closer than the exact reference)" if isinstance(ratio, (int, float)) else ""
+    return f", and the output matches the reference run with {evidence['lowering']}{closer}"
 
 
 def describe(d: Mapping[str, Any]) -> str:
