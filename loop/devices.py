@@ -18,9 +18,10 @@ audits of would-be bests included (an audit is a second ``verify`` on the same d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping, Sequence
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 from kernforge.archive.content import environment_key
 from kernforge.tasks.spec import Task
@@ -60,6 +61,16 @@ class Devices:
     @property
     def on_cpu(self) -> bool:
         return self.names == ["cpu"]
+
+    @contextlib.asynccontextmanager
+    async def gpu_work(self) -> AsyncIterator[None]:
+        """Every device's gate held shared, for GPU work of the run outside any judge (the Inductor
+        capture of a start): it may overlap checks, never a timed phase. Every device, as the
+        capture's child process picks its GPU itself."""
+        async with contextlib.AsyncExitStack() as stack:
+            for name in self.names:
+                await stack.enter_async_context(self.gates[name].shared_async())
+            yield
 
     async def open(self) -> None:
         """Start every device's judge at once (workers, the reference); check they agree."""

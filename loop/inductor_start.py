@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -44,7 +45,7 @@ import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import AsyncContextManager, Callable, Sequence
 
 from kernforge.tasks.spec import Task
 
@@ -55,6 +56,8 @@ from .inductor_init import Methods, NoInit, model_methods
 BLOCKS = {"cpu": {"X": 1024, "Y": 32, "Z": 16, "R": 64, "XR": 8},
           "cuda": {"X": 1024, "Y": 32, "Z": 16, "R": 512, "XR": 1}}
 CAPTURE_TIMEOUT_S = 300
+#: what a capture on a GPU holds while its child runs (the run's ``Devices.gpu_work``: every gate shared)
+GpuHold = Callable[[], AsyncContextManager[None]]
 
 
 @dataclass(frozen=True)
@@ -79,30 +82,37 @@ def derive(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_T
     return asyncio.run(derive_async(task, device_kind, timeout_s=timeout_s))
 
 
-async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S) -> Start | NoStart:
+async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S,
+                       hold: GpuHold | None = None) -> Start | NoStart:
     """``derive`` without blocking the event loop, in a child process that is killed if this is
     cancelled: a run that stops does not wait for a capture (a thread running ``derive`` would
-    hold the run's exit until its child ended, minutes at KernelBench's sizes)."""
-    reply = await _child_reply(_child_command(task, device_kind), timeout_s)
+    hold the run's exit until its child ended, minutes at KernelBench's sizes). ``hold``: held
+    around the child on a GPU, so that its allocations and fills never fall in a timed window."""
+    reply = await _child_reply(_child_command(task, device_kind), timeout_s, hold)
     if isinstance(reply, NoStart):
         return reply
     return _from_child(reply, "", device_kind, task.reference_path.read_text())
 
 
-async def output_code_async(task: Task, device_kind: str = "cpu", *,
-                            timeout_s: float = CAPTURE_TIMEOUT_S) -> str | NoStart:
+async def output_code_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S,
+                            hold: GpuHold | None = None) -> str | NoStart:
     """Inductor's output code for ``task``'s reference, for a prompt to show: generated on a public
     shape only (``inductor_code.example_shape``), in a child process that is killed if this is
     cancelled (a run stopped by Ctrl-C does not wait for a capture)."""
-    reply = await _child_reply(_child_command(task, device_kind, public_only=True), timeout_s)
+    reply = await _child_reply(_child_command(task, device_kind, public_only=True), timeout_s, hold)
     if isinstance(reply, NoStart):
         return reply
     return NoStart(reply["error"]) if "error" in reply else reply["wrapper"]
 
 
-async def _child_reply(command: list[str], timeout_s: float) -> dict | NoStart:
+async def _child_reply(command: list[str], timeout_s: float, hold: GpuHold | None = None) -> dict | NoStart:
     """The capture child's JSON reply, or why there is none; the child is killed on a timeout or
-    when the caller is cancelled."""
+    when the caller is cancelled. It runs inside ``hold`` where one is given."""
+    async with hold() if hold is not None else contextlib.nullcontext():
+        return await _child_reply_held(command, timeout_s)
+
+
+async def _child_reply_held(command: list[str], timeout_s: float) -> dict | NoStart:
     with tempfile.TemporaryDirectory(prefix="kernforge-inductor-") as tmp:
         child = await asyncio.create_subprocess_exec(*command, env=_child_env(tmp), stdout=asyncio.subprocess.PIPE,
                                                      stderr=asyncio.subprocess.PIPE)

@@ -40,7 +40,7 @@ from kernforge.verifier.verdict import Verdict
 
 from .config import ConfigError, LLMConfig, load_config, needs_key
 from .errors import LoopError
-from .inductor_start import Listing, NoStart, Start, derive_async, listing, output_code_async
+from .inductor_start import GpuHold, Listing, NoStart, Start, derive_async, listing, output_code_async
 from .lessons import Lessons
 from .llm import LLMClient
 from .offline import NoProposal, OfflineProposer, Reach
@@ -100,8 +100,10 @@ class LLMProposer:
     kind = "llm"
 
     def __init__(self, config: LLMConfig, models: Sequence[str], bandit: Bandit, *, hardware: Mapping[str, Any],
-                 device_kind: str, note: Callable[[str], None] | None = None) -> None:
+                 device_kind: str, note: Callable[[str], None] | None = None, gpu_hold: GpuHold | None = None) -> None:
         self.config = config
+        #: held around each torch.compile capture on a GPU (inductor_start.derive_async)
+        self.gpu_hold = gpu_hold
         #: says why a task's prompts show no torch.compile code (the run's display)
         self.note = note or (lambda text: None)
         #: per task name: its torch.compile listing, being captured or captured (None: nothing to show)
@@ -139,7 +141,7 @@ class LLMProposer:
     async def _listing(self, task: Task) -> Listing | None:
         async with self._capture_slots:
             try:
-                code = await output_code_async(task, self.device_kind)
+                code = await output_code_async(task, self.device_kind, hold=self.gpu_hold)
                 shown = listing(code) if isinstance(code, str) else None
             except (OSError, ValueError, SyntaxError) as error:  # the child could not start, or odd output
                 code = NoStart(f"{type(error).__name__}: {error}")
@@ -205,9 +207,12 @@ class LLMProposer:
 class OfflineTuner:
     kind = "offline"
 
-    def __init__(self, seed: int = 0, device_kind: str = "cpu", *, clusters: bool = False) -> None:
+    def __init__(self, seed: int = 0, device_kind: str = "cpu", *, clusters: bool = False,
+                 gpu_hold: GpuHold | None = None) -> None:
         self.seed = seed
         self.device_kind = device_kind
+        #: held around each Inductor capture on a GPU (inductor_start.derive_async)
+        self.gpu_hold = gpu_hold
         #: the GPU launches thread-block clusters (knobs.clusters_in): num_ctas is a knob
         self.clusters = clusters
         self._tuners: dict[str, OfflineProposer] = {}
@@ -259,7 +264,7 @@ class OfflineTuner:
     async def _inductor_start(self, task: Task) -> Proposal | NoProposal:
         """The Inductor start, the first time; afterwards why there is nothing to start from."""
         if task.name not in self._starts:
-            result = await derive_async(task, self.device_kind)
+            result = await derive_async(task, self.device_kind, hold=self.gpu_hold)
             if isinstance(result, Start):
                 self._starts[task.name] = (result.source, None)
                 return Proposal(code=result.source, proposer="inductor", model="offline",

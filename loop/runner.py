@@ -164,15 +164,19 @@ class Runner:
             self._load_states(tasks, task_ids)
             self.fair = FairShare((state.task.name for state in self.states), earlier=self._before.attempts)
             self.meter = Meter(s.budget, before)
+            # a capture on a GPU never overlaps a timed phase there (verifier/gate.py)
+            gpu_hold = None if self.devices.on_cpu else self.devices.gpu_work
             if config is None:
                 self.proposer = OfflineTuner(seed=s.seed, device_kind="cpu" if self.devices.on_cpu else "cuda",
-                                             clusters=not self.devices.on_cpu and clusters_in(self.devices.env))
+                                             clusters=not self.devices.on_cpu and clusters_in(self.devices.env),
+                                             gpu_hold=gpu_hold)
                 self._prime_tuner()
                 self._note_reach()
             else:
                 hardware = dict(self.devices.env) | await self.devices.ceilings()
                 self.proposer = LLMProposer(config, s.models, self.bandit, hardware=hardware,
-                                            device_kind="cpu" if self.devices.on_cpu else "cuda", note=self.display.note)
+                                            device_kind="cpu" if self.devices.on_cpu else "cuda", note=self.display.note,
+                                            gpu_hold=gpu_hold)
                 self.proposer.prepare(state.task for state in self.states)  # torch.compile's code, in the background
                 await self.proposer.start()
             self._t_devices = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,29 @@ def test_a_cancelled_start_capture_kills_its_child(tmp_path, monkeypatch):
     asyncio.run(main())
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
+
+
+def test_a_capture_runs_its_child_inside_the_runs_gpu_hold(monkeypatch):
+    """On a GPU the child allocates and fills inputs: it runs only while the hold (every gate
+    shared: Devices.gpu_work) is held, and the hold is given back after it, also on a failure."""
+    from kernforge.loop import inductor_start
+
+    events: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def hold():
+        events.append("held")
+        try:
+            yield
+        finally:
+            events.append("released")
+
+    async def child(command, timeout_s):
+        events.append("child")
+        return NoStart("the child failed")
+
+    monkeypatch.setattr(inductor_start, "_child_reply_held", child)
+    task = load_task(COPIES / "19_ReLU.py")
+    assert isinstance(asyncio.run(inductor_start.derive_async(task, "cuda", hold=hold)), NoStart)
+    assert isinstance(asyncio.run(inductor_start.output_code_async(task, "cuda", hold=hold)), NoStart)
+    assert events == ["held", "child", "released"] * 2

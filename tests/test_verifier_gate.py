@@ -150,3 +150,32 @@ def test_nested_holds_of_one_thread_never_wait_on_themselves():
 def test_a_gate_needs_a_lane():
     with pytest.raises(ValueError):
         DeviceGate(0)
+
+
+def test_gpu_work_of_the_event_loop_holds_the_gate_shared_until_it_ends():
+    """A capture on the GPU (held from a coroutine) may overlap checks, never a timed phase."""
+    import asyncio
+
+    gate = DeviceGate(1)
+    order: list[str] = []
+    timer_waiting = threading.Event()
+
+    def timed_phase():
+        timer_waiting.set()
+        with gate.exclusive():
+            order.append("timed")
+
+    async def capture():
+        async with gate.shared_async():
+            with gate.shared():  # a check of a verdict goes on beside it
+                order.append("checked beside it")
+            thread = run(timed_phase)
+            assert timer_waiting.wait(LONG)
+            await asyncio.to_thread(until, lambda: gate._waiting_writers, "the timed phase waits for the capture")
+            order.append("capture done")
+        return thread
+
+    thread = asyncio.run(capture())
+    thread.join(LONG)
+    assert order == ["checked beside it", "capture done", "timed"]
+    assert gate._shared == 0 and gate._writer is None

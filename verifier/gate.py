@@ -16,13 +16,20 @@ holds the gate exclusively from start to end (``Judge.verify``). The time a verd
 gate is not its candidate's: the worker's wall deadline moves back by it (``Session.extend``).
 
 With one lane (the default) the gate is never contended and changes nothing.
+
+GPU work of the run outside any judge holds the gate shared too (``shared_async``, from the event
+loop): the Inductor capture of a start (loop/inductor_start.py) allocates and fills the task's
+inputs on the GPU in a child process. Unheld, that work landed inside other verdicts' timed
+windows on the H200 (an honest start's audit read 29% slower than its verdict and was demoted),
+and inside a baseline's it would have inflated a speedup.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
-from typing import Iterator
+from typing import AsyncIterator, Iterator
 
 
 class DeviceGate:
@@ -94,3 +101,23 @@ class DeviceGate:
                 while mine and (self._writer is not None or self._waiting_writers):
                     self._cond.wait()
                 self._shared += mine
+
+    @contextlib.asynccontextmanager
+    async def shared_async(self) -> AsyncIterator[None]:
+        """``shared`` for a coroutine: the hold lives on a thread of its own (holds are per thread),
+        taken and given back without blocking the event loop."""
+        entered, leave = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with self.shared():
+                entered.set()
+                leave.wait()
+
+        holder = threading.Thread(target=hold, name="kernforge-gate-shared", daemon=True)
+        holder.start()
+        try:
+            await asyncio.to_thread(entered.wait)
+            yield
+        finally:
+            leave.set()
+            await asyncio.to_thread(holder.join)
