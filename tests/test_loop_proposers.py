@@ -54,7 +54,7 @@ def captures(monkeypatch, tiny_inductor_code):
     compiles for seconds), or with ``captures.answer`` (raised if it is an exception)."""
     fake = Captures(tiny_inductor_code)
 
-    async def capture(task, device_kind):
+    async def capture(task, device_kind, hold=None):
         fake.asked.append(task.name)
         if isinstance(fake.answer, BaseException):
             raise fake.answer
