@@ -101,7 +101,9 @@ def problem_results(archive: Archive, run: BenchRun) -> list[ProblemResult]:
         " JOIN tasks t ON t.id = a.task_id WHERE a.run_id = ? ORDER BY a.id", [run.run_id]))
     sources = sorted({r["src"] for r in rows if r["accepted"]})
     audits = archive.latest_audits(sources)
-    demoted = {i for i, a in audits.items() if not a.passed}
+    # a kernel demoted by its audit is not correct (a cheat found there, or rejected when judged
+    # again), except one whose time alone did not hold: correct, and untimed
+    demoted = {i for i, a in audits.items() if not a.passed and not a.audit.only_slower}
     passed = [i for i in sources if i in audits and audits[i].passed]
     measured: dict[int, list[Mapping[str, Any]]] = {}
     for start in range(0, len(passed), 500):  # stay under SQLite's bound-parameter limit

@@ -53,6 +53,13 @@ class Audit:
     verdict: Verdict | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def only_slower(self) -> bool:
+        """Failed only because the time did not hold: accepted again, its outputs correct again, and
+        no Nsight Compute finding. Its time is not believed; its correctness stands."""
+        return (not self.passed and self.verdict is not None and self.verdict.accepted and "ratio" in self.details
+                and "ncu" not in self.details)
+
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "reason": self.reason, "recorded_us": self.recorded_us, "measured_us": self.measured_us,
                 "verdict": self.verdict.to_dict() if self.verdict is not None else None, "details": dict(self.details)}
