@@ -12,7 +12,9 @@ set -u
 DB=$1
 LIMIT=$2
 P=bench/kernelbench/problems
-kf() { timeout -s TERM "$LIMIT" python3 -c "from kernforge.cli import main; main()" "$@"; }
+# every thread's stack every two minutes into STACKS.txt beside DB: a run that makes no verdict says where it waits
+STACKS="${DB%.db}.stacks.txt"
+kf() { timeout -s TERM "$LIMIT" python3 -c "import faulthandler, sys; faulthandler.dump_traceback_later(120, repeat=True, file=open(sys.argv.pop(1), 'w')); from kernforge.cli import main; main()" "$STACKS" "$@"; }
 if [ -f .kbrun/kbrun.db ]; then
   cp .kbrun/kbrun.db "$DB"
   kf bench kernelbench --resume 1 --db "$DB"
