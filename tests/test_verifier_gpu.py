@@ -6,6 +6,7 @@ timings and baselines measured side by side."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,26 @@ def test_honest_kernel_accepted_with_timings(judge, source):
     for s in verdict.shapes:
         assert s.timing in ("graph", "eager") and s.time_us > 0
         assert s.eager_us and s.eager_us > 0, "the eager baseline is measured in the same run"
+
+
+def test_torch_compile_is_compiled_before_the_gpu_is_taken_alone(tmp_path_factory):
+    """The baseline's compile (seconds of Inductor and Triton on the CPU) is asked for while the
+    judge holds the GPU shared; under the exclusive hold the baseline times that very compile."""
+    options = _options(tmp_path_factory, baselines=True)
+    with open_judge("cuda:0", pool_size=1, options=options) as j:
+        asked, ask = [], j._ask_ref
+
+        def recording(reply_type, msg, **kw):
+            got = ask(reply_type, msg, **kw)
+            if msg["op"] in ("compile_baseline", "baseline"):
+                asked.append((msg["op"], j.gate._writer == threading.get_ident(), got))
+            return got
+
+        j._ask_ref = recording
+        verdict = j.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
+    assert verdict.accepted and all(s.compile_us for s in verdict.shapes), _describe(verdict)
+    assert [(op, alone) for op, alone, _ in asked] == [("compile_baseline", False), ("baseline", True)]
+    assert asked[1][2]["compile"]["compile_seconds"] == asked[0][2]["seconds"], "compiled once, ahead"
 
 
 def test_time_below_the_roofline_floor_is_rejected(runtime_judge, tmp_path):

@@ -206,3 +206,17 @@ def test_a_reference_worker_that_holds_memory_is_started_afresh(tmp_path, monkey
         holding["on"] = False
         assert judge.verify(C.HONEST, task).accepted
         assert judge._ref is not None, "a worker that gave its memory back is kept"
+
+
+def test_an_arena_the_reference_worker_cannot_make_is_said_at_once(tmp_path):
+    """On the H200 a resumed KernelBench run made no verdict in eight minutes: the reference
+    worker's arena failed, its error went to the message channel while the judge read the
+    descriptor channel, for its whole message timeout. The error comes back as the answer, and
+    the next verdict still runs."""
+    from kernforge.verifier.judge import ReferenceFailed
+
+    task = load_task(TASKS / "tiny_norm")
+    with open_judge("cpu", pool_size=1, options=JudgeOptions(cache_dir=tmp_path, message_timeout_s=60)) as judge:
+        with pytest.raises(ReferenceFailed, match="arena"):
+            judge._ask_ref(None, {"op": "arena", "size": -1, "input_bytes": 0}, recv_fds=True)
+        assert judge.verify(C.HONEST, task).accepted

@@ -118,6 +118,63 @@ def test_baseline_layout_draws_every_call_fresh_into_its_regions():
     assert len(set(pointers)) == len(pointers)  # no two calls share an input
 
 
+# ---- torch.compile's baseline, compiled ahead of its timing --------------------------------------
+def compile_msg(shape=SHAPE, init_seed=3):
+    return {"task_ref": TASK, "shape": shape, "dist": "normal", "seeds": [31], "init_seed": init_seed}
+
+
+@pytest.fixture
+def fresh_worker():
+    W._STATE.clear()
+    W._STATE.update(calls={}, history={}, batches={})
+    yield
+    W._STATE.clear()
+    W._MODELS.clear()
+    torch._dynamo.reset()
+
+
+def test_a_compile_asked_ahead_is_the_one_its_baseline_times(fresh_worker):
+    """The judge asks for the compile while it holds the GPU shared; the baseline that follows, under
+    the exclusive hold, times that compiled module rather than compiling again."""
+    from kernforge.tasks import runtime
+
+    got = W._compile_baseline("cpu", compile_msg())
+    assert got["error"] is None and got["seconds"] > 0
+    ahead = W._STATE["compiled"]
+    model = W._model(TASK, Shape.of(SHAPE), 3, "cpu")
+    used = W._compiled_for(compile_msg(), model, "cpu")
+    assert used is ahead and "compiled" not in W._STATE, "used once, then gone"
+    x = runtime.make_inputs(load_task(TASK), Shape.of(SHAPE), "normal", 7, "cpu")
+    torch.testing.assert_close(used.fn(*x), model(*x))
+
+
+@pytest.mark.parametrize("other", [{"shape": {"T": 3, "H": 200}}, {"init_seed": 4}], ids=["shape", "weights"])
+def test_a_compile_ahead_of_another_shape_or_weights_is_not_used(fresh_worker, other):
+    W._compile_baseline("cpu", compile_msg())
+    ahead = W._STATE["compiled"]
+    msg = compile_msg(**other)
+    model = W._model(TASK, Shape.of(msg["shape"]), msg["init_seed"], "cpu")
+    used = W._compiled_for(msg, model, "cpu")
+    assert used is not ahead and used.key == W._compiled_key(msg) and used.error is None
+    assert "compiled" not in W._STATE
+
+
+def test_a_reference_torch_compile_refuses_is_reported_not_raised(fresh_worker, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("dynamo cannot trace this")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    got = W._compile_baseline("cpu", compile_msg())
+    assert got["error"] == "RuntimeError: dynamo cannot trace this"
+    assert W._compiled_for(compile_msg(), None, "cpu").error is not None, "the baseline reports it"
+
+
+def test_a_verdict_that_ends_before_its_baseline_leaves_no_compile_behind(fresh_worker):
+    W._compile_baseline("cpu", compile_msg())
+    W._forget("cpu", {})
+    assert "compiled" not in W._STATE
+
+
 RESHAPE_AND_CACHE = load_task("reshape_and_cache")
 #: its CPU shapes, odd ones included: float32 keys, values and caches, an int64 slot mapping
 CACHE_SHAPES = [*RESHAPE_AND_CACHE.cpu_public_shapes, *RESHAPE_AND_CACHE.cpu_hidden_shapes]
@@ -324,3 +381,12 @@ def test_an_arena_far_larger_than_asked_for_is_made_again(monkeypatch):
         if arena is not None:
             arena.close()
         W._STATE.clear()
+
+
+def test_sizing_a_task_leaves_no_model_behind(fresh_worker):
+    """A run sizes every task before its first verdict (43 KernelBench problems on the H200): the
+    weights drawn to size them must not stay, holding the memory the first verdict's arena needs."""
+    kept = W._model(TASK, Shape.of(SHAPE), 3, "cpu")
+    got = W._sizes("cpu", {"task_ref": TASK, "shapes": [SHAPE, {"T": 3, "H": 200}], "init_seed": 9})
+    assert [s["shape"] for s in got["sizes"]] == [SHAPE, {"T": 3, "H": 200}]
+    assert list(W._MODELS.values()) == [kept], "a model built before is kept; those built to size are gone"
