@@ -400,7 +400,7 @@ def _statement(stmt: ast.stmt, kernels: dict, bound: set[str]) -> list[str]:
     if isinstance(stmt, ast.With):
         return [line for s in stmt.body for line in _statement(s, kernels, bound)]
     if isinstance(stmt, ast.Return):
-        value = stmt.value
+        value = _Views().visit(stmt.value) if stmt.value is not None else None  # a view returned (InstanceNorm)
         if isinstance(value, ast.Tuple):
             items = [ast.unparse(e) for e in value.elts]
             return [f"return {items[0]}" if len(items) == 1 else f"return ({', '.join(items)})"]

@@ -44,9 +44,10 @@ def test_inductor_start_accepted_on_cpu_shapes(judge, stem):
 # Inductor hands each GEMM to ATen (extern_kernels.mm, addmm with the Linear's bias, bmm): the start
 # launches kernforge's own GEMM there. LayerNorm holds a weight and a bias whose sizes follow the
 # shape (its normalized_shape is traced as sizes, not the example's literals); 76's Linear has its
-# weight transposed by reinterpret_tensor and a separate bias Parameter.
+# weight transposed by reinterpret_tensor and a separate bias Parameter. InstanceNorm returns a
+# view of its output (reinterpret_tensor in the return statement).
 @pytest.mark.parametrize("stem", ["2_Standard_matrix_multiplication_", "76_Gemm_Add_ReLU", "40_LayerNorm",
-                                  "3_Batched_matrix_multiplication"])
+                                  "3_Batched_matrix_multiplication", "34_InstanceNorm"])
 def test_inductor_start_with_gemm_or_weights_accepted_on_cpu_shapes(judge, stem):
     task = load_task(COPIES / f"{stem}.py")
     start = derive(task, "cpu")
