@@ -16,7 +16,12 @@ hear every verdict through ``observe``. The runner does not know which one it dr
 * ``OfflineTuner``: ``offline.OfflineProposer`` per task, asked around the best kernel, then the
   other niches' elites, then the unjudged seed. A task with no seed and nothing accepted first gets
   the Inductor start (``inductor_start``: torch.compile's own Triton kernels as a ``ModelNew``),
-  once; where Inductor gives none, or it was rejected, a ``NoProposal`` says so plainly.
+  once; where Inductor gives none, or it was rejected, a ``NoProposal`` says so plainly. Which
+  tasks that is, ``needs_start`` says, for ``propose`` and for the runner alike: the runner hands
+  them to ``prepare`` in the order it will first pick them, and their starts are derived in the
+  background from the start of the run (a child process each, compiling for seconds), a few at a
+  time; a task's first proposal waits only for its own derivation, and the GPU is not left idle
+  while each task's is made in turn. A derivation that cannot run is a ``NoStart`` saying why.
   ``reach`` counts the configurations its starting kernels can give, so a run can say up front
   that an attempt budget is out of reach.
 
@@ -47,7 +52,8 @@ from .offline import NoProposal, OfflineProposer, Reach
 from .search import Member, Population
 from .strategy import Arm, Bandit, proposer_name
 
-#: Inductor captures running at once (each a child process that compiles a reference for seconds)
+#: Inductor captures (or derivations of a start) running at once, per proposer: each a child
+#: process that compiles a reference for seconds, mostly on the CPU
 CAPTURE_SLOTS = 2
 
 
@@ -218,6 +224,9 @@ class OfflineTuner:
         self._tuners: dict[str, OfflineProposer] = {}
         #: per task: the Inductor start's code and its verdict once judged, or why there is none
         self._starts: dict[str, tuple[str, Verdict | None] | str] = {}
+        #: per task name: its Inductor start, being derived or derived (``prepare``, or on demand)
+        self._derivations: dict[str, asyncio.Task[Start | NoStart]] = {}
+        self._derive_slots = asyncio.Semaphore(CAPTURE_SLOTS)
 
     def describe(self) -> str:
         return "offline tuner (no LLM: block sizes, warps, stages and cache hints of existing Triton kernels)"
@@ -226,7 +235,39 @@ class OfflineTuner:
         return None
 
     async def aclose(self) -> None:
-        return None
+        """Cancel the Inductor starts still being derived (each one's child process is killed:
+        ``inductor_start._child_reply_held``) and wait for them, so a stopped run leaves none behind."""
+        for derivation in self._derivations.values():
+            derivation.cancel()
+        await asyncio.gather(*self._derivations.values(), return_exceptions=True)
+
+    def prepare(self, tasks: Iterable[Task]) -> None:
+        """Start deriving the Inductor start of each of ``tasks`` (those that ``needs_start``), in
+        their order, in the background, a few at a time: the runner's producer then finds a task's
+        start derived, or waits for that one alone, instead of deriving every task's in turn."""
+        for task in tasks:
+            self._derivation(task)
+
+    def needs_start(self, task: Task, population: Population) -> bool:
+        """True when ``propose`` would give ``task`` the Inductor start: nothing to tune
+        (``population.tunable()``) and no seed that says why (rejected, or one the CPU cannot run).
+        The runner asks it too, to know which tasks to ``prepare``."""
+        return not population.tunable() and self._unusable_seed(task, population) is None
+
+    def _derivation(self, task: Task) -> asyncio.Task[Start | NoStart]:
+        if task.name not in self._derivations:
+            self._derivations[task.name] = asyncio.create_task(self._derive(task), name=f"inductor start {task.name}")
+        return self._derivations[task.name]
+
+    async def _derive(self, task: Task) -> Start | NoStart:
+        """``task``'s Inductor start once a slot is free. A child that could not start (OSError), or a
+        reply or wrapper that could not be read (ValueError, SyntaxError), is a start that is not there:
+        said as the reason, like any other ``NoStart``, never the end of the run."""
+        async with self._derive_slots:
+            try:
+                return await derive_async(task, self.device_kind, hold=self.gpu_hold)
+            except (OSError, ValueError, SyntaxError) as error:
+                return NoStart(f"{type(error).__name__}: {error}")
 
     def _tuner(self, task: Task) -> OfflineProposer:
         if task.name not in self._tuners:
@@ -262,9 +303,11 @@ class OfflineTuner:
             self._starts[task.name] = (code, verdict)
 
     async def _inductor_start(self, task: Task) -> Proposal | NoProposal:
-        """The Inductor start, the first time; afterwards why there is nothing to start from."""
+        """The Inductor start, the first time (derived in the background since ``prepare``, or now);
+        afterwards why there is nothing to start from."""
         if task.name not in self._starts:
-            result = await derive_async(task, self.device_kind, hold=self.gpu_hold)
+            # shielded: a producer cancelled while it waits must not cancel the derivation (aclose does)
+            result = await asyncio.shield(self._derivation(task))
             if isinstance(result, Start):
                 self._starts[task.name] = (result.source, None)
                 return Proposal(code=result.source, proposer="inductor", model="offline",
@@ -285,23 +328,30 @@ class OfflineTuner:
         return NoProposal(why + "; set KERNFORGE_API_KEY (or MINIMAX_API_KEY) or give --base-url so an LLM can "
                           "write the first kernel", "nothing_to_tune")
 
-    async def propose(self, task: Task, population: Population, lessons: Lessons) -> Proposal | NoProposal:
-        parents = population.tunable()
-        if not parents and population.seed_failure is not None:
+    def _unusable_seed(self, task: Task, population: Population) -> NoProposal | None:
+        """Why ``task``, with nothing to tune, gets no Inductor start either: its seed was rejected,
+        or it cannot run on the CPU. None when it has no such seed."""
+        if population.seed_failure is not None:
             verdict = population.seed_failure.verdict
             why = f" ({verdict.status.value}: {verdict.reason[:200]})" if verdict is not None else ""
             return NoProposal(
                 f"nothing to tune: {task.name}'s seed kernel was rejected{why} and no other kernel is accepted",
                 "nothing_to_tune")
-        if not parents and task.seed_source is not None and task.interpreter_unsupported:
+        if task.seed_source is not None and task.interpreter_unsupported:
             # the seed was left out: it cannot run under the interpreter (plan.task_state)
             return NoProposal(
                 f"nothing to tune on the CPU: {task.name}'s seed kernel runs on a GPU only "
                 f"({task.interpreter_unsupported.rstrip('.')}), and the archive holds no kernel accepted on the CPU "
                 "for it. Run it on a GPU machine, or let an LLM write one the Triton interpreter can run "
                 "(set KERNFORGE_API_KEY or MINIMAX_API_KEY, or give --base-url)", "nothing_to_tune")
-        if not parents:
+        return None
+
+    async def propose(self, task: Task, population: Population, lessons: Lessons) -> Proposal | NoProposal:
+        if self.needs_start(task, population):
             return await self._inductor_start(task)
+        parents = population.tunable()
+        if not parents:  # and no start needed: the seed says why (never None here)
+            return self._unusable_seed(task, population)
         tuner = self._tuner(task)
         reasons: list[NoProposal] = []
         for parent in parents:

@@ -172,6 +172,7 @@ class Runner:
                                              gpu_hold=gpu_hold)
                 self._prime_tuner()
                 self._note_reach()
+                self._prepare_starts()
             else:
                 hardware = dict(self.devices.env) | await self.devices.ceilings()
                 self.proposer = LLMProposer(config, s.models, self.bandit, hardware=hardware,
@@ -262,6 +263,15 @@ class Runner:
             ids = list(state.ids.values())[-2000:]
             judged = judged_code(self.archive, ids)
             self.proposer.prime(state.task, judged)
+
+    def _prepare_starts(self) -> None:
+        """Have the offline tuner derive, in the background, the Inductor start of every task that
+        needs one, in the order the tasks will first be picked (``FairShare.order``: those with no
+        verdict yet first), so the devices do not wait on each task's derivation in turn."""
+        assert isinstance(self.proposer, OfflineTuner)
+        open_ = {s.task.name: s for s in self.states if not self._finished(s)}
+        order = [open_[name] for name in self.fair.order([(name, s.pending) for name, s in open_.items()])]
+        self.proposer.prepare(s.task for s in order if self.proposer.needs_start(s.task, s.population))
 
     def _note_reach(self) -> None:
         """Say up front, per task, when --max-attempts is more than the offline tuner can reach."""

@@ -4,14 +4,16 @@ offline tuner saying plainly when it has nothing to tune."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import os
 import random
 import sys
 from pathlib import Path
 
 import pytest
 
-from kernforge.loop import proposers
+from kernforge.loop import inductor_start, proposers
 from kernforge.loop.config import ConfigError
 from kernforge.loop.errors import LoopError
 from kernforge.loop.lessons import Failure, Lessons
@@ -293,3 +295,241 @@ def test_no_triton_no_section_and_the_proposal_is_still_made(fake_llm, tmp_path,
     p, = proposals(fake_llm, tmp_path, Population(rng=random.Random(0)), 1, notes)
     assert p.code == GOOD_KERNEL and "torch.compile's own code" not in json.loads(p.prompt)[1]["content"]
     assert len(notes) == 1 and notes[0].startswith(f"[tiny_norm] prompts show no torch.compile code: {why}")
+
+
+# ---- the offline tuner's Inductor starts, derived in the background -------------------------------
+#: what the fake derivation answers by default: a start to propose
+FAKE_START = proposers.Start(HONEST, ("_norm_kernel",), "", "TorchInductor's Triton kernels (a stand-in)")
+
+
+class Derivations:
+    """The offline tuner's Inductor starts in these tests: who was asked, how many ran at once, who
+    was cancelled; with ``held``, each runs until the test lets it end (``let``), so concurrency is
+    counted, never timed."""
+
+    def __init__(self):
+        self.asked: list[str] = []
+        self.cancelled: list[str] = []
+        self.running = 0
+        self.most = 0
+        self.held = False
+        #: per task name: a Start, a NoStart, or an exception to raise (FAKE_START otherwise)
+        self.answers: dict[str, object] = {}
+        self._gates: dict[str, asyncio.Event] = {}
+
+    def let(self, *names: str) -> None:
+        for name in names:
+            self._gates.setdefault(name, asyncio.Event()).set()
+
+    async def derive(self, task, device_kind, hold=None):
+        self.asked.append(task.name)
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            if self.held:
+                await self._gates.setdefault(task.name, asyncio.Event()).wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(task.name)
+            raise
+        finally:
+            self.running -= 1
+        answer = self.answers.get(task.name, FAKE_START)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+@pytest.fixture
+def derivations(monkeypatch):
+    fake = Derivations()
+    monkeypatch.setattr(proposers, "derive_async", fake.derive)
+    return fake
+
+
+def named(name: str):
+    """tiny_norm (no seed) under another name: one more kernel-less task."""
+    return dataclasses.replace(load_task(TINY), name=name)
+
+
+def empty() -> Population:
+    return Population(rng=random.Random(0))
+
+
+async def settle(holds, turns: int = 500) -> None:
+    """Let the event loop run until ``holds()`` is true: turns of the loop, no clock."""
+    for _ in range(turns):
+        if holds():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"still not true after {turns} turns of the event loop")
+
+
+async def spin(turns: int = 50) -> None:
+    """Give everything ready to run enough turns to do so (before asserting that it did not)."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
+def test_prepare_derives_the_starts_in_the_background_a_few_at_a_time(derivations):
+    """No proposal asked: the starts are derived, in the order given, never more than the slots at once."""
+    names = [f"t{i}" for i in range(proposers.CAPTURE_SLOTS + 2)]
+    derivations.held = True
+
+    async def go():
+        tuner = OfflineTuner()
+        tuner.prepare([named(n) for n in names])
+        await settle(lambda: len(derivations.asked) == proposers.CAPTURE_SLOTS)
+        await spin()
+        assert derivations.asked == names[:proposers.CAPTURE_SLOTS]  # the rest wait for a slot
+        derivations.let(names[0])
+        await settle(lambda: len(derivations.asked) == proposers.CAPTURE_SLOTS + 1)
+        derivations.let(*names)
+        await settle(lambda: derivations.asked == names and derivations.running == 0)
+        await tuner.aclose()
+
+    asyncio.run(go())
+    assert derivations.most == proposers.CAPTURE_SLOTS and derivations.cancelled == []
+
+
+def test_a_prepared_start_is_proposed_without_deriving_it_again(derivations):
+    """The producer takes the start prepared in the background; a task not prepared is derived when asked."""
+
+    async def go():
+        tuner = OfflineTuner()
+        tuner.prepare([named("a")])
+        await settle(lambda: derivations.asked == ["a"])
+        pop = empty()
+        made = [await tuner.propose(named("a"), pop, Lessons()), await tuner.propose(named("a"), pop, Lessons())]
+        made.append(await tuner.propose(named("b"), empty(), Lessons()))
+        await tuner.aclose()
+        return made
+
+    first, second, unprepared = asyncio.run(go())
+    assert first.proposer == "inductor" and first.code == HONEST and first.description == FAKE_START.description
+    assert isinstance(second, NoProposal) and second.kind == "exhausted"  # waiting for the start's verdict
+    assert unprepared.proposer == "inductor" and derivations.asked == ["a", "b"]
+
+
+def test_a_producer_cancelled_while_it_waits_leaves_the_derivation_running(derivations):
+    """A stopped producer (the run stopping, or its turn cancelled) must not cancel the derivation:
+    the next proposal for that task takes it, derived once."""
+    derivations.held = True
+
+    async def go():
+        tuner = OfflineTuner()
+        tuner.prepare([named("a")])
+        waiting = asyncio.create_task(tuner.propose(named("a"), empty(), Lessons()))
+        await settle(lambda: derivations.asked == ["a"])
+        await spin()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        derivations.let("a")
+        result = await tuner.propose(named("a"), empty(), Lessons())
+        await tuner.aclose()
+        return result
+
+    result = asyncio.run(go())
+    assert result.proposer == "inductor" and derivations.asked == ["a"] and derivations.cancelled == []
+
+
+def test_aclose_cancels_the_derivations_in_flight_and_those_waiting(derivations):
+    derivations.held = True
+    names = [f"t{i}" for i in range(proposers.CAPTURE_SLOTS + 1)]
+
+    async def go():
+        tuner = OfflineTuner()
+        tuner.prepare([named(n) for n in names])
+        await settle(lambda: len(derivations.asked) == proposers.CAPTURE_SLOTS)
+        closing = asyncio.create_task(tuner.aclose())
+        await settle(lambda: len(derivations.cancelled) == proposers.CAPTURE_SLOTS)  # not waited for
+        await closing
+
+    asyncio.run(go())
+    # the last never started: cancelled while it waited for a slot
+    assert sorted(derivations.cancelled) == names[:proposers.CAPTURE_SLOTS] == derivations.asked
+    assert derivations.running == 0
+
+
+def test_aclose_kills_the_child_of_a_derivation_in_flight(tmp_path, monkeypatch):
+    """A run that ends while a start is being derived leaves no compiling child process behind."""
+    pid_file = tmp_path / "pid"
+    sleeper = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    monkeypatch.setattr(inductor_start, "_child_command", lambda task, kind, **kw: [sys.executable, "-c", sleeper])
+
+    async def go():
+        tuner = OfflineTuner()
+        tuner.prepare([load_task(TINY)])
+        while not pid_file.exists() or not pid_file.read_text():
+            await asyncio.sleep(0.05)
+        await tuner.aclose()
+
+    asyncio.run(go())
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+@pytest.mark.parametrize("error", [OSError("[Errno 24] Too many open files"),
+                                   ValueError("Expecting value: line 1 column 1 (char 0)"),
+                                   SyntaxError("invalid syntax")])
+def test_a_derivation_that_cannot_run_is_a_start_that_is_not_there(derivations, error):
+    """The child not starting, or a reply that cannot be read, is said as the reason; the run goes on."""
+    derivations.answers["a"] = error
+
+    async def go():
+        tuner = OfflineTuner()
+        tuner.prepare([named("a")])
+        result = await tuner.propose(named("a"), empty(), Lessons())
+        await tuner.aclose()
+        return result
+
+    result = asyncio.run(go())
+    assert isinstance(result, NoProposal) and result.kind == "nothing_to_tune"
+    assert f"no TorchInductor start ({type(error).__name__}: {str(error).rstrip('.')})" in result.reason
+
+
+def seed_rejected(task) -> Population:
+    pop = empty()
+    pop.set_seed(HONEST)
+    pop.add(Member(HONEST, Rejected(Status.CRASHED, "the candidate's process crashed: SIGSEGV"), attempt_id=1))
+    return pop
+
+
+def seed_unjudged(task) -> Population:
+    pop = empty()
+    pop.set_seed(HONEST)
+    return pop
+
+
+def accepted(task) -> Population:
+    pop = empty()
+    pop.add(Member(HONEST, Accepted(shapes=(ShapeResult({"T": 4, "H": 64}, False, "float32", "interpreter",
+                                                        time_us=900.0),)), attempt_id=1))
+    return pop
+
+
+def inductor_rejected(task) -> Population:
+    """Its Inductor start judged and rejected (a resumed run): the start is derived again, and its
+    archived verdict reused, so that ``propose`` says why there is nothing."""
+    pop = empty()
+    pop.add(Member(HONEST, Rejected(Status.INCORRECT, "output mismatch at index 3"), attempt_id=1))
+    return pop
+
+
+@pytest.mark.parametrize("task, population, needs", [
+    (TINY, lambda task: empty(), True),
+    (TINY, inductor_rejected, True),
+    (TINY, seed_unjudged, False),
+    (TINY, seed_rejected, False),
+    (TINY, accepted, False),
+    ("fp8_quant_per_group", lambda task: empty(), False),  # its seed runs on a GPU only: left out on the CPU
+])
+def test_only_a_task_with_nothing_to_tune_and_no_seed_to_blame_needs_a_start(derivations, task, population, needs):
+    """``needs_start`` is what ``propose`` does: the Inductor start exactly when it says so."""
+    task = load_task(task)
+    pop = population(task)
+    tuner = OfflineTuner()
+    assert tuner.needs_start(task, pop) is needs
+    result = asyncio.run(tuner.propose(task, pop, Lessons()))
+    assert (getattr(result, "proposer", None) == "inductor") is needs
+    assert derivations.asked == ([task.name] if needs else [])

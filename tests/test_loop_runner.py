@@ -777,3 +777,57 @@ def test_two_lanes_judge_two_candidates_at_once_through_one_gate(tmp_path, monke
     assert [d for d, _ in opened] == ["cpu", "cpu"]
     assert opened[0][1] is opened[1][1] and opened[0][1].lanes == 2, "one gate per device, shared by its lanes"
     assert result.verified_per_device == {"cpu": 4} and recorded(db) == 4
+
+
+def test_an_offline_run_prepares_the_inductor_starts_it_will_need_untried_tasks_first(tmp_path, monkeypatch):
+    """The offline tuner derives the Inductor start of every task with no kernel (never a seeded
+    one's) in the background from the run's start, in the order the tasks will first be picked:
+    resumed, a task with no verdict yet goes before one that has had one."""
+    import contextlib
+    import shutil
+
+    from kernforge.loop import devices, proposers
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.runner import RunSettings, run
+    from kernforge.verifier.verdict import Rejected, Status
+
+    seeded = seeded_task(tmp_path)
+    kernel_less = [tmp_path / "tiny_a", tmp_path / "tiny_b"]
+    for folder in kernel_less:
+        shutil.copytree(TASKS / "tiny_norm", folder)
+
+    class Judge(StandInJudge):
+        def verify(self, code, task, bar=None):
+            if task.name == "tiny_a":
+                return Rejected(Status.INCORRECT, "max abs err 0.5 at index (0, 3) on public shape T=4")
+            return super().verify(code, task)
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        yield Judge(["accepted"] * 8)
+
+    async def derive(task, device_kind, hold=None):
+        if task.name == "tiny_a":
+            return proposers.Start(HONEST + "\n# tiny_a's start\n", ("_norm_kernel",), "", "a stand-in start")
+        return proposers.NoStart("Inductor writes no Triton for it (a stand-in)")
+
+    prepared: list[list[str]] = []
+    real_prepare = proposers.OfflineTuner.prepare
+
+    def spy(self, tasks):
+        tasks = list(tasks)
+        prepared.append([t.name for t in tasks])
+        real_prepare(self, tasks)
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cpu"])
+    monkeypatch.setattr(proposers, "derive_async", derive)
+    monkeypatch.setattr(proposers.OfflineTuner, "prepare", spy)
+    db = tmp_path / "k.db"
+    first = run(RunSettings(tasks=(*map(str, kernel_less), str(seeded)), db=db, offline=True,
+                            budget=Budget(max_attempts=2)))
+    assert first.status == "finished" and prepared == [["tiny_a", "tiny_b"]]
+    assert any("tiny_b" in n and "no TorchInductor start (Inductor writes no Triton" in n for n in first.notes)
+    # resumed: tiny_a's start was judged (rejected), tiny_b has no verdict yet: tiny_b's start first
+    again = run(RunSettings(db=db, resume=first.run_id))
+    assert again.status == "finished" and prepared[1] == ["tiny_b", "tiny_a"]
