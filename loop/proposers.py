@@ -19,8 +19,9 @@ hear every verdict through ``observe``. The runner does not know which one it dr
   once; where Inductor gives none, or it was rejected, a ``NoProposal`` says so plainly. Which
   tasks that is, ``needs_start`` says, for ``propose`` and for the runner alike: the runner hands
   them to ``prepare`` in the order it will first pick them, and their starts are derived in the
-  background from the start of the run (a child process each, compiling for seconds), a few at a
-  time; a task's first proposal waits only for its own derivation, and the GPU is not left idle
+  background from the start of the run (a child process each, compiling for seconds), a few ahead
+  of the producer taking them (each holds the GPU's gate shared, and a verdict's timed phases wait
+  for it); a task's first proposal waits only for its own derivation, and the GPU is not left idle
   while each task's is made in turn. A derivation that cannot run is a ``NoStart`` saying why.
   ``reach`` counts the configurations its starting kernels can give, so a run can say up front
   that an attempt budget is out of reach.
@@ -33,6 +34,7 @@ model without a key is an error, never a silent fall back.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import random
@@ -55,6 +57,8 @@ from .strategy import Arm, Bandit, proposer_name
 #: Inductor captures (or derivations of a start) running at once, per proposer: each a child
 #: process that compiles a reference for seconds, mostly on the CPU
 CAPTURE_SLOTS = 2
+#: Inductor starts derived ahead of the offline tuner's producer asking for them (prepare)
+PREPARED_AHEAD = CAPTURE_SLOTS
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,7 @@ class OfflineTuner:
         self._starts: dict[str, tuple[str, Verdict | None] | str] = {}
         #: per task name: its Inductor start, being derived or derived (``prepare``, or on demand)
         self._derivations: dict[str, asyncio.Task[Start | NoStart]] = {}
+        self._queued: collections.deque[Task] = collections.deque()  # prepared, not yet derived
         self._derive_slots = asyncio.Semaphore(CAPTURE_SLOTS)
 
     def describe(self) -> str:
@@ -237,16 +242,26 @@ class OfflineTuner:
     async def aclose(self) -> None:
         """Cancel the Inductor starts still being derived (each one's child process is killed:
         ``inductor_start._child_reply_held``) and wait for them, so a stopped run leaves none behind."""
+        self._queued.clear()
         for derivation in self._derivations.values():
             derivation.cancel()
         await asyncio.gather(*self._derivations.values(), return_exceptions=True)
 
     def prepare(self, tasks: Iterable[Task]) -> None:
-        """Start deriving the Inductor start of each of ``tasks`` (those that ``needs_start``), in
-        their order, in the background, a few at a time: the runner's producer then finds a task's
-        start derived, or waits for that one alone, instead of deriving every task's in turn."""
-        for task in tasks:
-            self._derivation(task)
+        """Derive the Inductor start of each of ``tasks`` (those that ``needs_start``), in their
+        order, in the background: the runner's producer then finds a task's start derived, or waits
+        for that one alone, instead of deriving every task's in turn. Only ``PREPARED_AHEAD`` are
+        derived ahead of the producer taking them (``_feed``): each derivation holds the GPU's gate
+        shared while it compiles for seconds, and every timed phase of a verdict waits for the
+        holders to let go, so 43 KernelBench starts derived at once would hold back every verdict
+        of the run's first minutes for starts that are not needed yet."""
+        self._queued.extend(tasks)
+        self._feed()
+
+    def _feed(self) -> None:
+        """Start the next queued derivations while fewer than ``PREPARED_AHEAD`` are untaken."""
+        while self._queued and sum(name not in self._starts for name in self._derivations) < PREPARED_AHEAD:
+            self._derivation(self._queued.popleft())
 
     def needs_start(self, task: Task, population: Population) -> bool:
         """True when ``propose`` would give ``task`` the Inductor start: nothing to tune
@@ -308,11 +323,11 @@ class OfflineTuner:
         if task.name not in self._starts:
             # shielded: a producer cancelled while it waits must not cancel the derivation (aclose does)
             result = await asyncio.shield(self._derivation(task))
+            self._starts[task.name] = (result.source, None) if isinstance(result, Start) else result.reason
+            self._feed()  # taken: the next queued start may be derived
             if isinstance(result, Start):
-                self._starts[task.name] = (result.source, None)
                 return Proposal(code=result.source, proposer="inductor", model="offline",
                                 description=result.description, response=result.description)
-            self._starts[task.name] = result.reason
         start = self._starts[task.name]
         if isinstance(start, str):
             why = f"no offline start for {task.name}: it has no seed kernel, nothing accepted in the archive, and no " \

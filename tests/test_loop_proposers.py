@@ -370,25 +370,34 @@ async def spin(turns: int = 50) -> None:
         await asyncio.sleep(0)
 
 
-def test_prepare_derives_the_starts_in_the_background_a_few_at_a_time(derivations):
-    """No proposal asked: the starts are derived, in the order given, never more than the slots at once."""
-    names = [f"t{i}" for i in range(proposers.CAPTURE_SLOTS + 2)]
+def test_prepare_derives_the_starts_in_the_background_a_few_ahead(derivations):
+    """No proposal asked: the starts are derived in the order given, never more than the slots at
+    once, and no more than PREPARED_AHEAD ahead of the producer taking them: a derivation holds the
+    GPU's gate shared, and a verdict's timed phases wait for it."""
+    ahead = proposers.PREPARED_AHEAD
+    names = [f"t{i}" for i in range(ahead + 2)]
     derivations.held = True
 
     async def go():
         tuner = OfflineTuner()
         tuner.prepare([named(n) for n in names])
-        await settle(lambda: len(derivations.asked) == proposers.CAPTURE_SLOTS)
+        await settle(lambda: len(derivations.asked) == min(ahead, proposers.CAPTURE_SLOTS))
         await spin()
-        assert derivations.asked == names[:proposers.CAPTURE_SLOTS]  # the rest wait for a slot
+        assert derivations.asked == names[:ahead]
         derivations.let(names[0])
-        await settle(lambda: len(derivations.asked) == proposers.CAPTURE_SLOTS + 1)
+        await settle(lambda: derivations.running == ahead - 1)
+        await spin()
+        assert derivations.asked == names[:ahead], "derived, not taken: nothing more is started"
+        assert (await tuner.propose(named(names[0]), empty(), Lessons())).proposer == "inductor"
+        await settle(lambda: derivations.asked == names[:ahead + 1])
         derivations.let(*names)
+        for name in names[1:]:
+            assert (await tuner.propose(named(name), empty(), Lessons())).proposer == "inductor"
         await settle(lambda: derivations.asked == names and derivations.running == 0)
         await tuner.aclose()
 
     asyncio.run(go())
-    assert derivations.most == proposers.CAPTURE_SLOTS and derivations.cancelled == []
+    assert derivations.most == min(ahead, proposers.CAPTURE_SLOTS) and derivations.cancelled == []
 
 
 def test_a_prepared_start_is_proposed_without_deriving_it_again(derivations):
@@ -446,7 +455,7 @@ def test_aclose_cancels_the_derivations_in_flight_and_those_waiting(derivations)
         await closing
 
     asyncio.run(go())
-    # the last never started: cancelled while it waited for a slot
+    # the last was never started: prepared beyond PREPARED_AHEAD, dropped from the queue
     assert sorted(derivations.cancelled) == names[:proposers.CAPTURE_SLOTS] == derivations.asked
     assert derivations.running == 0
 
