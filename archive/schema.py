@@ -17,7 +17,7 @@ from .errors import ArchiveError
 #: SQLite uses a partial index only when the query repeats its condition.
 RANKED_SHAPE = "accepted = 1 AND timing IN ('graph', 'eager') AND time_us IS NOT NULL"
 
-OUR_TABLES = ("tasks", "runs", "environments", "attempts", "measurements", "tallies", "audits")
+OUR_TABLES = ("tasks", "runs", "environments", "attempts", "measurements", "tallies", "audits", "baselines")
 
 
 def _v1_initial(db: Database) -> None:
@@ -157,12 +157,21 @@ def _v4_library_baseline(db: Database) -> None:
     db["measurements"].add_column("library", str)
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits, _v3_run_owner, _v4_library_baseline)
+def _v5_baselines(db: Database) -> None:
+    """The judge's baselines (eager, torch.compile, a library, per task version, shape, batch and
+    software stack: ``verifier/judge.py`` keys them), kept with the attempts: a run on a fresh
+    machine (a new container each night, a resumed benchmark on another lease) starts with the
+    baselines an earlier run measured instead of measuring them again before its first verdicts."""
+    db["baselines"].create({"key": str, "figures": str, "recorded": str}, pk="key")
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits, _v3_run_owner, _v4_library_baseline,
+                                                      _v5_baselines)
 LATEST = len(MIGRATIONS)
 #: Migrations a read-only reader can do without: they add nothing any query needs (an archive
 #: missing only these is read as it is, a missing measurement column as NULL; the next writer
 #: migrates it).
-READ_COMPATIBLE = frozenset({_v3_run_owner, _v4_library_baseline})
+READ_COMPATIBLE = frozenset({_v3_run_owner, _v4_library_baseline, _v5_baselines})
 
 
 def version(db: Database) -> int:

@@ -98,6 +98,23 @@ class Devices:
         self.env = dict(envs[0])
         self.env_key = keys.pop()
 
+    def known_baselines(self) -> dict[str, Any]:
+        """Every baseline the judges have measured or been given, by the judge's key."""
+        known: dict[str, Any] = {}
+        for cache in self._baseline_caches():
+            known.update(cache.entries())
+        return known
+
+    def learn_baselines(self, entries: Mapping[str, Any]) -> None:
+        """Give the judges baselines measured earlier (the archive's): they are not measured again."""
+        for cache in self._baseline_caches():
+            have = cache.entries()
+            cache.put_many({k: v for k, v in entries.items() if k not in have})
+
+    def _baseline_caches(self) -> list[Any]:
+        """The judges' baseline caches, each file once (judges on one machine share theirs)."""
+        return list({str(j.baseline_cache.path): j.baseline_cache for j in self.judges}.values())
+
     async def too_large(self, task: Task) -> str | None:
         """Why no candidate of ``task`` can be judged on these GPUs (verifier/fits.py), or None."""
         try:

@@ -113,6 +113,7 @@ class Runner:
         self._turn = 0
         self.fair = FairShare(())
         self._interrupts = 0
+        self._kept_baselines: set[str] = set()  # the judges' baseline keys the archive holds
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
         """The tasks these GPUs can judge at all; each one too large is said and left out."""
@@ -160,6 +161,7 @@ class Runner:
                                    options=judge_options(s))
             self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
             await self.devices.open()
+            self._share_baselines()
             tasks, task_ids = await self._fitting(tasks, task_ids)
             self._load_states(tasks, task_ids)
             self.fair = FairShare((state.task.name for state in self.states), earlier=self._before.attempts)
@@ -591,7 +593,26 @@ class Runner:
             tokens_out=p.tokens_out, cost_usd=p.cost, latency_s=p.latency_s, reuse_of=reuse_of,
         ))
         self._next_seq += 1
+        self._keep_baselines()
         return attempt_id, seq
+
+    def _share_baselines(self) -> None:
+        """The archive's baselines to the judges (a fresh machine measures none of them again), and
+        any the judges' own cache holds that the archive lacks, to the archive."""
+        assert self.archive is not None and self.devices is not None
+        kept = self.archive.baselines()
+        self.devices.learn_baselines(kept)
+        self._kept_baselines = set(kept)
+        self._keep_baselines()
+
+    def _keep_baselines(self) -> None:
+        """Baselines measured since the last look, kept in the archive (in the archive's thread)."""
+        assert self.archive is not None and self.devices is not None
+        known = self.devices.known_baselines()
+        new = {k: v for k, v in known.items() if k not in self._kept_baselines}
+        if new:
+            self.archive.keep_baselines(new)
+            self._kept_baselines |= set(new)
 
     def _learn(self, state: TaskState, p: Proposal, member: Member, attempt_id: int, seq: int,
                reuse_of: int | None, verify_s: float | None, audit: Audit | None) -> None:

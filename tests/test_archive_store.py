@@ -410,3 +410,27 @@ def test_an_archive_without_run_owners_is_read_as_it_is_and_migrated_by_a_writer
         assert schema.version(archive.db) == 2 and len(archive.runs()) == 1 and archive.stats().per_task
     with Archive.open(path) as archive:
         assert schema.version(archive.db) == schema.LATEST and archive.runs()[0].owner is None
+
+
+# ---- the judge's baselines --------------------------------------------------------------------
+def test_baselines_are_kept_once_by_the_judges_key(tmp_path):
+    figures = {"eager_us": 120.5, "compile_us": 80.25, "compile_mode": "torch.compile(dynamic=False)"}
+    with Archive.create(tmp_path / "k.db") as archive:
+        assert archive.baselines() == {}
+        assert archive.keep_baselines({"k1": figures, "k2": {"eager_us": 3.0}}) == 2
+        assert archive.keep_baselines({"k1": {"eager_us": 999.0}, "k3": {}}) == 1, "a kept key is never replaced"
+    with Archive.open(tmp_path / "k.db", readonly=True) as archive:
+        assert archive.baselines() == {"k1": figures, "k2": {"eager_us": 3.0}, "k3": {}}
+
+
+def test_an_archive_from_before_v5_reads_no_baselines_and_a_writer_adds_the_table(tmp_path, monkeypatch):
+    path = tmp_path / "old.db"
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+    monkeypatch.setattr(schema, "LATEST", 4)
+    Archive.create(path).close()
+    monkeypatch.undo()
+    with Archive.open(path, readonly=True) as archive:
+        assert archive.baselines() == {}
+    with Archive.open(path) as archive:
+        assert schema.version(archive.db) == schema.LATEST
+        assert archive.keep_baselines({"k": {"eager_us": 1.0}}) == 1

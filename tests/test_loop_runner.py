@@ -831,3 +831,33 @@ def test_an_offline_run_prepares_the_inductor_starts_it_will_need_untried_tasks_
     # resumed: tiny_a's start was judged (rejected), tiny_b has no verdict yet: tiny_b's start first
     again = run(RunSettings(db=db, resume=first.run_id))
     assert again.status == "finished" and prepared[1] == ["tiny_b", "tiny_a"]
+
+
+def test_baselines_travel_between_the_archive_and_the_judges_cache(tmp_path, monkeypatch):
+    """A run on a fresh machine (a new container each night, a resumed benchmark on another lease)
+    starts with the baselines its archive kept, so they are not measured again before its first
+    verdicts; those its judges measure (here: put in their cache during a verdict) or already held
+    are kept in the archive."""
+    from kernforge.archive.store import Archive
+    from kernforge.verifier.cache import JsonCache
+    from kernforge.verifier.judge import Judge
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KERNFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    cache = JsonCache(tmp_path / "cache" / "baselines.json")
+    with Archive.create(tmp_path / "kernforge.db") as archive:
+        archive.keep_baselines({"from-archive": {"eager_us": 10.0, "compile_us": 8.0}})
+    cache.put("held-by-the-judge", {"eager_us": 5.0})
+    verify = Judge.verify
+
+    def measuring(self, *args, **kwargs):
+        self.baseline_cache.put("measured", {"eager_us": 7.0})
+        return verify(self, *args, **kwargs)
+
+    monkeypatch.setattr(Judge, "verify", measuring)
+    result = cli.invoke(app, ["run", "--task", "rms_norm", "--max-attempts", "1"])
+    assert result.exit_code == 0, result.output
+    assert cache.get("from-archive") == {"eager_us": 10.0, "compile_us": 8.0}
+    with Archive.open(tmp_path / "kernforge.db", readonly=True) as archive:
+        assert archive.baselines() == {"from-archive": {"eager_us": 10.0, "compile_us": 8.0},
+                                       "held-by-the-judge": {"eager_us": 5.0}, "measured": {"eager_us": 7.0}}

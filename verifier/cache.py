@@ -44,10 +44,20 @@ class JsonCache:
     def get(self, key: str) -> Any:
         return self._read().get(key)
 
+    def entries(self) -> dict[str, Any]:
+        """Every entry, by key."""
+        return self._read()
+
     def put(self, key: str, value: Mapping[str, Any]) -> None:
+        self.put_many({key: value})
+
+    def put_many(self, entries: Mapping[str, Mapping[str, Any]]) -> None:
+        """Add ``entries`` (one write of the file; an entry already there is replaced)."""
+        if not entries:
+            return
         with _LOCK:
             data = self._read()
-            data[key] = value
+            data.update(entries)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cache-")
             with os.fdopen(fd, "w") as f:
