@@ -17,7 +17,7 @@ from .errors import ArchiveError
 #: SQLite uses a partial index only when the query repeats its condition.
 RANKED_SHAPE = "accepted = 1 AND timing IN ('graph', 'eager') AND time_us IS NOT NULL"
 
-OUR_TABLES = ("tasks", "runs", "environments", "attempts", "measurements", "tallies", "audits", "baselines")
+OUR_TABLES = ("tasks", "runs", "environments", "attempts", "measurements", "tallies", "audits", "judge_baselines")
 
 
 def _v1_initial(db: Database) -> None:
@@ -162,7 +162,7 @@ def _v5_baselines(db: Database) -> None:
     software stack: ``verifier/judge.py`` keys them), kept with the attempts: a run on a fresh
     machine (a new container each night, a resumed benchmark on another lease) starts with the
     baselines an earlier run measured instead of measuring them again before its first verdicts."""
-    db["baselines"].create({"key": str, "figures": str, "recorded": str}, pk="key")
+    db["judge_baselines"].create({"key": str, "figures": str, "recorded": str}, pk="key")
 
 
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits, _v3_run_owner, _v4_library_baseline,

@@ -222,21 +222,20 @@ class Archive(Queries):
 
     # ---- tasks and runs --------------------------------------------------------------------
     @guarded
-    @guarded
-    def baselines(self) -> dict[str, dict[str, Any]]:
+    def judge_baselines(self) -> dict[str, dict[str, Any]]:
         """The judge's baselines kept here, by the judge's key (none in an archive older than v5)."""
-        if "baselines" not in self.db.table_names():
+        if "judge_baselines" not in self.db.table_names():
             return {}
-        return {key: json.loads(figures) for key, figures in self.conn.execute("SELECT key, figures FROM baselines")}
+        return {key: json.loads(figures) for key, figures in self.conn.execute("SELECT key, figures FROM judge_baselines")}
 
     @guarded
-    def keep_baselines(self, entries: Mapping[str, Mapping[str, Any]]) -> int:
+    def keep_judge_baselines(self, entries: Mapping[str, Mapping[str, Any]]) -> int:
         """Add the judge's baselines not kept yet (a key's figures never change); how many were new."""
         if not entries:
             return 0
         with self._write():
             before = self.conn.total_changes
-            self.conn.executemany("INSERT OR IGNORE INTO baselines (key, figures, recorded) VALUES (?, ?, ?)",
+            self.conn.executemany("INSERT OR IGNORE INTO judge_baselines (key, figures, recorded) VALUES (?, ?, ?)",
                                   [(k, json.dumps(v, sort_keys=True), _now()) for k, v in entries.items()])
             return self.conn.total_changes - before
 

@@ -600,7 +600,7 @@ class Runner:
         """The archive's baselines to the judges (a fresh machine measures none of them again), and
         any the judges' own cache holds that the archive lacks, to the archive."""
         assert self.archive is not None and self.devices is not None
-        kept = self.archive.baselines()
+        kept = self.archive.judge_baselines()
         self.devices.learn_baselines(kept)
         self._kept_baselines = set(kept)
         self._keep_baselines()
@@ -611,7 +611,7 @@ class Runner:
         known = self.devices.known_baselines()
         new = {k: v for k, v in known.items() if k not in self._kept_baselines}
         if new:
-            self.archive.keep_baselines(new)
+            self.archive.keep_judge_baselines(new)
             self._kept_baselines |= set(new)
 
     def _learn(self, state: TaskState, p: Proposal, member: Member, attempt_id: int, seq: int,

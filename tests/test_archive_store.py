@@ -386,7 +386,7 @@ def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
     with pytest.raises(ArchiveError, match="kernforge archive migrate"):
         Archive.open(path, readonly=True)
     with Archive.open(path) as archive:  # a writable open migrates
-        assert schema.version(archive.db) == schema.LATEST == 4
+        assert schema.version(archive.db) == schema.LATEST == 5
         assert {"attempt_id", "run_id", "passed", "reason", "recorded_us", "measured_us", "verdict", "created"} \
             <= set(archive.db["audits"].columns_dict)
         assert archive.get_attempt(first).audit_passed is None and archive.best() == []
@@ -416,11 +416,11 @@ def test_an_archive_without_run_owners_is_read_as_it_is_and_migrated_by_a_writer
 def test_baselines_are_kept_once_by_the_judges_key(tmp_path):
     figures = {"eager_us": 120.5, "compile_us": 80.25, "compile_mode": "torch.compile(dynamic=False)"}
     with Archive.create(tmp_path / "k.db") as archive:
-        assert archive.baselines() == {}
-        assert archive.keep_baselines({"k1": figures, "k2": {"eager_us": 3.0}}) == 2
-        assert archive.keep_baselines({"k1": {"eager_us": 999.0}, "k3": {}}) == 1, "a kept key is never replaced"
+        assert archive.judge_baselines() == {}
+        assert archive.keep_judge_baselines({"k1": figures, "k2": {"eager_us": 3.0}}) == 2
+        assert archive.keep_judge_baselines({"k1": {"eager_us": 999.0}, "k3": {}}) == 1, "a kept key is never replaced"
     with Archive.open(tmp_path / "k.db", readonly=True) as archive:
-        assert archive.baselines() == {"k1": figures, "k2": {"eager_us": 3.0}, "k3": {}}
+        assert archive.judge_baselines() == {"k1": figures, "k2": {"eager_us": 3.0}, "k3": {}}
 
 
 def test_an_archive_from_before_v5_reads_no_baselines_and_a_writer_adds_the_table(tmp_path, monkeypatch):
@@ -430,7 +430,7 @@ def test_an_archive_from_before_v5_reads_no_baselines_and_a_writer_adds_the_tabl
     Archive.create(path).close()
     monkeypatch.undo()
     with Archive.open(path, readonly=True) as archive:
-        assert archive.baselines() == {}
+        assert archive.judge_baselines() == {}
     with Archive.open(path) as archive:
         assert schema.version(archive.db) == schema.LATEST
-        assert archive.keep_baselines({"k": {"eager_us": 1.0}}) == 1
+        assert archive.keep_judge_baselines({"k": {"eager_us": 1.0}}) == 1

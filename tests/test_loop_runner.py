@@ -846,7 +846,7 @@ def test_baselines_travel_between_the_archive_and_the_judges_cache(tmp_path, mon
     monkeypatch.setenv("KERNFORGE_CACHE_DIR", str(tmp_path / "cache"))
     cache = JsonCache(tmp_path / "cache" / "baselines.json")
     with Archive.create(tmp_path / "kernforge.db") as archive:
-        archive.keep_baselines({"from-archive": {"eager_us": 10.0, "compile_us": 8.0}})
+        archive.keep_judge_baselines({"from-archive": {"eager_us": 10.0, "compile_us": 8.0}})
     cache.put("held-by-the-judge", {"eager_us": 5.0})
     verify = Judge.verify
 
@@ -859,5 +859,5 @@ def test_baselines_travel_between_the_archive_and_the_judges_cache(tmp_path, mon
     assert result.exit_code == 0, result.output
     assert cache.get("from-archive") == {"eager_us": 10.0, "compile_us": 8.0}
     with Archive.open(tmp_path / "kernforge.db", readonly=True) as archive:
-        assert archive.baselines() == {"from-archive": {"eager_us": 10.0, "compile_us": 8.0},
+        assert archive.judge_baselines() == {"from-archive": {"eager_us": 10.0, "compile_us": 8.0},
                                        "held-by-the-judge": {"eager_us": 5.0}, "measured": {"eager_us": 7.0}}
