@@ -114,6 +114,8 @@ class Runner:
         self.fair = FairShare(())
         self._interrupts = 0
         self._kept_baselines: set[str] = set()  # the judges' baseline keys the archive holds
+        #: kernels an earlier session of the run left unaudited, fitter than their task's best
+        self._leftover: list[tuple[TaskState, Member]] = []
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
         """The tasks these GPUs can judge at all; each one too large is said and left out."""
@@ -252,7 +254,11 @@ class Runner:
             audits = self.archive.latest_audits([r.id for r in rows if r.accepted and r.reuse_of is None])
             demoted |= {i for i, a in audits.items() if not a.passed}
             waiting = population.contenders()
-            if waiting:
+            if waiting and not self.devices.on_cpu:
+                self._leftover += [(state, member) for member in waiting]
+                self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
+                                  "audit (a stopped run left them): audited before anything new is judged")
+            elif waiting:
                 self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
                                   f"audit, so none is the best; `kernforge archive audit --task {task.name}` audits them")
         replay.sort(key=lambda r: r.id)
@@ -298,6 +304,9 @@ class Runner:
         self._progress = asyncio.Event()
         self._late: list[tuple[TaskState, Proposal]] = []
         n = self.proposer.config.concurrency if isinstance(self.proposer, LLMProposer) else 1
+        if self._leftover:
+            self._consumers = [asyncio.create_task(self._audit_leftover(i)) for i in range(n_devices)]
+            await asyncio.gather(*self._consumers, return_exceptions=True)
         self._consumers = [asyncio.create_task(self._consume(i)) for i in range(n_devices)]
         self._producers = [asyncio.create_task(self._produce()) for _ in range(n)]
         watch = asyncio.create_task(self._watch_clock())
@@ -318,6 +327,25 @@ class Runner:
             for _ in self._consumers:
                 await self._queue.put(None)
         await asyncio.gather(*self._consumers, return_exceptions=True)
+
+    async def _audit_leftover(self, index: int) -> None:
+        """Audit, on device ``index``, the kernels an earlier session of this run judged but left
+        unaudited (stopped between a verdict and its audit), before anything new: each one is the
+        task's best if its audit passes. Without it a resumed benchmark reported such a problem's
+        fastest kernel as untimed, and the tuner worked around a best that was not the fittest."""
+        while self._leftover and self.stopping is None and not self._out_of_time():
+            state, member = self._leftover.pop(0)
+            try:
+                audit = await self._audit(index, state, member)
+            except JudgeError as error:
+                self.display.note(f"[{state.task.name}] attempt {member.attempt_id} could not be audited: {error}"[:600])
+                continue
+            if audit is None:
+                continue
+            if state.population.settle(replace(member, audit_passed=audit.passed)):
+                state.note_best()
+            outcome = "passed" if audit.passed else f"failed ({audit.reason[:200]})"
+            self.display.note(f"[{state.task.name}] attempt {member.attempt_id}, left unaudited, audited: {outcome}")
 
     async def _watch_clock(self) -> None:
         assert self.meter is not None

@@ -276,6 +276,22 @@ class Population:
         del self.accepted[self.keep:]
         return new_best
 
+    def settle(self, member: Member) -> bool:
+        """``member``, added before its audit was made (a stopped run left it unaudited), with that
+        audit now (``audit_passed`` set): taken out and added again, so a passed audit may make it
+        the best and a failed one demotes it. True when it is the new best."""
+        if member.audit_passed is None or member.code not in self._codes:
+            raise ValueError("settle takes an audited member already in the population")
+        self.accepted = [m for m in self.accepted if m.code != member.code]
+        self.elites = {n: e for n, e in self.elites.items() if e.code != member.code}
+        for m in self.accepted:  # a niche whose elite it was has the next fittest as its elite
+            if m.niche not in self.elites or m.fitness > self.elites[m.niche].fitness:
+                self.elites[m.niche] = m
+        if self._best is not None and self._best.code == member.code:
+            self._best = max((m for m in self.accepted if m.confirmed), key=lambda m: m.fitness, default=None)
+        self._codes.discard(member.code)
+        return self.add(member)
+
     def set_seed(self, code: str) -> None:
         """The task's seed kernel, a parent before anything is judged (its verdict comes later)."""
         if code not in self._codes:

@@ -861,3 +861,55 @@ def test_baselines_travel_between_the_archive_and_the_judges_cache(tmp_path, mon
     with Archive.open(tmp_path / "kernforge.db", readonly=True) as archive:
         assert archive.judge_baselines() == {"from-archive": {"eager_us": 10.0, "compile_us": 8.0},
                                        "held-by-the-judge": {"eager_us": 5.0}, "measured": {"eager_us": 7.0}}
+
+
+def test_a_resumed_run_audits_the_kernels_left_unaudited_before_anything_new(tmp_path):
+    """A run stopped between a verdict and its audit (a benchmark call cut by its time limit) left a
+    kernel fitter than the best unaudited: the resumed run audits it first, and a passed audit makes
+    it the best; a failed one demotes it; a judge failure is said and the next is audited."""
+    import asyncio
+    import random
+
+    from kernforge.loop.display import QuietDisplay, TaskStats
+    from kernforge.loop.lessons import Lessons
+    from kernforge.loop.plan import RunSettings, TaskState
+    from kernforge.loop.runner import Runner
+    from kernforge.loop.search import Member, Population
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier.audit import Audit
+    from kernforge.verifier.judge import JudgeError
+    from kernforge.verifier.verdict import Accepted, ShapeResult
+
+    def kernel(n: int, us: float, passed=None) -> Member:
+        shapes = (ShapeResult({"T": 4}, False, "float32", "graph", time_us=us, compile_us=100.0),)
+        return Member(HONEST + f"\n# {n}\n", Accepted(shapes=shapes), attempt_id=n, audit_passed=passed)
+
+    def state(name: str, *members: Member) -> TaskState:
+        pop = Population(rng=random.Random(0))
+        for m in members:
+            pop.add(m)
+        return TaskState(load_task(TASKS / "tiny_norm"), 1, pop, Lessons(), TaskStats(name))
+
+    a = state("a", kernel(1, 50.0, True), kernel(2, 20.0))
+    b = state("b", kernel(3, 50.0, True), kernel(4, 20.0))
+    c = state("c", kernel(5, 50.0, True), kernel(6, 20.0))
+    display = QuietDisplay()
+    runner = Runner(RunSettings(db=tmp_path / "k.db"), display)
+    runner._leftover = [(s, m) for s in (a, b, c) for m in s.population.contenders()]
+    audited = []
+
+    async def audit(index, st, member):
+        audited.append((index, member.attempt_id))
+        if member.attempt_id == 6:
+            raise JudgeError("the reference worker failed on arena: OutOfMemoryError")
+        return Audit(passed=member.attempt_id == 2, reason="" if member.attempt_id == 2 else "slower by 30%",
+                     recorded_us=20.0, measured_us=20.0 if member.attempt_id == 2 else 26.0)
+
+    runner._audit = audit
+    asyncio.run(runner._audit_leftover(0))
+    assert audited == [(0, 2), (0, 4), (0, 6)] and runner._leftover == []
+    assert a.population.best.attempt_id == 2 and a.stats.best_attempt == 2
+    assert b.population.best.attempt_id == 3 and [m.attempt_id for m in b.population.demoted] == [4]
+    assert c.population.best.attempt_id == 5 and c.population.contenders()[0].attempt_id == 6
+    assert any("attempt 6 could not be audited" in n for n in display.notes)
+    assert any("attempt 4, left unaudited, audited: failed (slower by 30%)" in n for n in display.notes)

@@ -267,3 +267,32 @@ def test_compile_times_are_the_judges_baselines_on_public_gpu_timed_shapes():
     pop.add(Member(variant(4), Accepted(shapes=(public(3, 7.0, "interpreter"),)), attempt_id=4))
     pop.add(Member(variant(5), Rejected(Status.INCORRECT, "wrong", shapes=(public(4, 8.0),)), attempt_id=5))
     assert dict(pop.compile_times()) == {"T=1": 11.0, "T=2": 40.0}
+
+
+# ---- an audit made after the kernel was taken in (a stopped run left it unaudited) ----------------
+def test_a_left_over_kernel_that_passes_its_audit_settles_as_the_best():
+    pop = population()  # best: attempt 2, 50 us
+    unaudited = Member(variant(7), accepted(20.0), attempt_id=7)
+    assert pop.add(unaudited) is False and pop.contenders() == [unaudited] and pop.best.attempt_id == 2
+    assert pop.elites[niche_of(HONEST)].attempt_id == 7, "an elite before its audit"
+    assert pop.settle(Member(variant(7), accepted(20.0), attempt_id=7, audit_passed=True)) is True
+    assert pop.best.attempt_id == 7 and pop.contenders() == []
+    assert [m.attempt_id for m in pop.accepted].count(7) == 1
+
+
+def test_a_left_over_kernel_that_fails_its_audit_is_demoted_and_its_niche_falls_back():
+    pop = population()
+    pop.add(Member(variant(7), accepted(20.0), attempt_id=7))
+    assert pop.settle(Member(variant(7), accepted(20.0), attempt_id=7, audit_passed=False)) is False
+    assert pop.best.attempt_id == 2 and pop.contenders() == []
+    assert [m.attempt_id for m in pop.demoted] == [7] and 7 not in [m.attempt_id for m in pop.accepted]
+    assert pop.elites[niche_of(HONEST)].attempt_id == 2, "the niche's next fittest is its elite again"
+
+
+def test_settle_takes_only_an_audited_member_already_there():
+    pop = population()
+    with pytest.raises(ValueError):
+        pop.settle(Member(variant(8), accepted(20.0), attempt_id=8, audit_passed=True))
+    pop.add(Member(variant(8), accepted(20.0), attempt_id=8))
+    with pytest.raises(ValueError):
+        pop.settle(Member(variant(8), accepted(20.0), attempt_id=8))
