@@ -118,10 +118,14 @@ class Runner:
         self._leftover: list[tuple[TaskState, Member]] = []
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
-        """The tasks these GPUs can judge at all; each one too large is said and left out."""
+        """The tasks these GPUs can judge at all; each one too large is said and left out. A task
+        whose attempts are all recorded (a resumed run) is not sized: it judges nothing more, and
+        sizing runs its reference at every shape (on the H200 a resumed KernelBench run of 43
+        problems spent its first minute sizing problems it had finished)."""
+        assert self.meter is not None
         kept = []
         for task, task_id in zip(tasks, task_ids):
-            why = await self.devices.too_large(task)
+            why = None if self.meter.task_done(task.name) else await self.devices.too_large(task)
             if why:
                 self.display.note(f"left out: {why}")
             else:
@@ -164,10 +168,10 @@ class Runner:
             self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
             await self.devices.open()
             self._share_baselines()
+            self.meter = Meter(s.budget, before)
             tasks, task_ids = await self._fitting(tasks, task_ids)
             self._load_states(tasks, task_ids)
             self.fair = FairShare((state.task.name for state in self.states), earlier=self._before.attempts)
-            self.meter = Meter(s.budget, before)
             # a capture on a GPU never overlaps a timed phase there (verifier/gate.py)
             gpu_hold = None if self.devices.on_cpu else self.devices.gpu_work
             if config is None:

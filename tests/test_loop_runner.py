@@ -325,8 +325,13 @@ def test_a_task_too_large_for_the_gpu_is_left_out_and_said():
 
     small, big = load_task("rms_norm"), load_task("softmax")
 
+    from kernforge.loop.budget import Budget, Meter, Spent
+
     class Devices:
+        sized: list[str] = []
+
         async def too_large(self, task):
+            self.sized.append(task.name)
             return f"{task.name}: task too large for this GPU: ..." if task.name == "softmax" else None
 
     class Display:
@@ -337,11 +342,17 @@ def test_a_task_too_large_for_the_gpu_is_left_out_and_said():
 
     runner = object.__new__(Runner)
     runner.devices, runner.display = Devices(), Display()
+    runner.meter = Meter(Budget(max_attempts=2))
     kept = asyncio.run(runner._fitting([small, big], [1, 2]))
     assert kept == ([small], [1])
     assert any("left out: softmax: task too large for this GPU" in n for n in runner.display.notes)
     with pytest.raises(LoopError, match="no task of this run fits this GPU"):
         asyncio.run(runner._fitting([big], [2]))
+    # resumed with rms_norm's attempts all recorded: it judges nothing more, so it is not sized
+    runner.devices.sized.clear()
+    runner.meter = Meter(Budget(max_attempts=2), Spent(attempts={"rms_norm": 2}))
+    assert asyncio.run(runner._fitting([small, big], [1, 2])) == ([small], [1])
+    assert runner.devices.sized == ["softmax"]
 
 
 def test_a_cpu_run_keeps_verdicts_typed_learns_by_check_and_never_ranks_interpreter_times(tmp_path, monkeypatch):
