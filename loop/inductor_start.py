@@ -1,8 +1,16 @@
 """A starting candidate for any task, offline: TorchInductor's own Triton kernels as a ``ModelNew``.
 
-``derive(task, device_kind)`` captures Inductor's wrapper for the reference (``inductor_code``, in a
-child process: the capture imports the reference and resets Dynamo) and rewrites it into a
-standalone candidate of the usual three layers:
+``derive(task, device_kind)`` captures Inductor's wrapper for the reference twice (``inductor_code``,
+in one child process: the capture imports the reference and resets Dynamo; both captures within
+its one ``CAPTURE_TIMEOUT_S``): with every size dynamic, which any shape can run, hidden ones
+included, and with static sizes at the timed public shape, which is what ``torch.compile``
+itself runs there and much faster on reductions (its reduction strategy and block sizes chosen
+knowing the sizes). Each is rewritten by the same translator (``translate``), the static one's
+kernels prefixed ``static_``, into one standalone candidate whose ``forward`` takes the static
+path at exactly those sizes and the dynamic one elsewhere (``inductor_paths``: why, and how the
+sizes are compared). Where the static capture fails or is not all Triton, the start is the
+dynamic path alone and its description says why; where the dynamic one fails there is no start.
+The candidate has the usual three layers:
 
 * the ``@triton.jit`` kernels as Inductor wrote them, less the ``triton_heuristics`` decorator (its
   autotuner needs a driver and is Inductor's runtime, not the kernel);
@@ -17,10 +25,11 @@ standalone candidate of the usual three layers:
   (``inductor_init``: the judge seeds both constructions alike, so it draws the same weights, with
   the same names); else one that takes any arguments and holds nothing;
 * ``ModelNew.forward``: its inputs, then its own parameters and buffers by name in the capture's
-  order, bound to the wrapper's arguments; then the body of Inductor's ``call(args)``, statement
-  by statement: size arithmetic is kept (``.size()`` of an argument too), ``empty_strided_*``
-  becomes ``torch.empty_strided`` on the inputs' device, ``reinterpret_tensor`` ``torch.as_strided``,
-  ``kernel.run(...)`` the launcher, a GEMM call ``_launch_kf_gemm``. Guards
+  order, bound to the wrapper's arguments; then, on each path, the body of Inductor's
+  ``call(args)``, statement by statement: size arithmetic is kept (``.size()`` of an argument
+  too), ``empty_strided_*`` becomes ``torch.empty_strided`` on the inputs' device,
+  ``reinterpret_tensor`` ``torch.as_strided``, ``kernel.run(...)`` the launcher, a GEMM call
+  ``_launch_kf_gemm``. Guards
   (``assert_size_stride``), streams and ``del`` go. Anything else (``extern_kernels.convolution``,
   another ATen fallback, a C++ kernel) means Inductor did not write this reference in Triton:
   there is no Inductor start, and ``NoStart`` says which call was in the way; so too where the
@@ -49,8 +58,9 @@ from typing import AsyncContextManager, Callable, Sequence
 
 from kernforge.tasks.spec import Task
 
-from . import inductor_gemm
+from . import inductor_gemm, inductor_paths
 from .inductor_init import Methods, NoInit, model_methods
+from .inductor_paths import NotStatic, StaticCode
 
 #: Launch block sizes by kernel axis; the offline tuner moves them from here.
 BLOCKS = {"cpu": {"X": 1024, "Y": 32, "Z": 16, "R": 64, "XR": 8},
@@ -66,8 +76,11 @@ class Start:
 
     source: str
     kernels: tuple[str, ...]
+    #: Inductor's output code with dynamic sizes (the path every shape can take)
     output_code: str
     description: str
+    #: Inductor's output code with static sizes at the timed shape; "" where the start has no static path
+    static_output_code: str = ""
 
 
 @dataclass(frozen=True)
@@ -164,21 +177,22 @@ def _from_child(reply: dict | None, problem: str, device_kind: str, reference_so
         methods = model_methods(reference_source) if state else None
     except (NoInit, SyntaxError) as why:
         return NoStart(f"ModelNew cannot draw the reference's weights as Model does: {why}")
+    bindings = [tuple(b) for b in reply["bindings"]]
+    static, why_not = inductor_paths.static_code(reply.get("static"))
+    if static is not None:  # a failure here is the dynamic code's too, or the static code's alone
+        try:
+            source, kernels = translate(reply["wrapper"], bindings, reply["n_inputs"], device_kind,
+                                        state=state, methods=methods, static=static)
+            description = inductor_paths.description(kernels, static.shape)
+            return Start(source, kernels, reply["wrapper"], description, static.wrapper)
+        except (Untranslatable, NotStatic) as why:
+            why_not = f"its static code is not all Triton or cannot be told apart: {why}"
     try:
-        source, kernels = translate(reply["wrapper"], [tuple(b) for b in reply["bindings"]], reply["n_inputs"],
-                                    device_kind, state=state, methods=methods)
+        source, kernels = translate(reply["wrapper"], bindings, reply["n_inputs"], device_kind,
+                                    state=state, methods=methods)
     except Untranslatable as why:
         return NoStart(f"Inductor's code for this reference is not all Triton: {why}")
-    return Start(source, kernels, reply["wrapper"], _description(kernels))
-
-
-def _description(kernels: Sequence[str]) -> str:
-    inductors = ", ".join(k for k in kernels if k != "_kf_gemm")
-    theirs = f"TorchInductor's Triton kernels for the reference ({inductors}), as torch.compile generates them"
-    ours = "kernforge's Triton GEMM for the matmuls TorchInductor hands to ATen"
-    if "_kf_gemm" not in kernels:
-        return theirs
-    return f"{theirs}, and {ours}" if inductors else ours
+    return Start(source, kernels, reply["wrapper"], inductor_paths.description(kernels, None, why_not))
 
 
 def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:
@@ -186,13 +200,32 @@ def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:
 
     from .inductor_code import NoInductorCode, capture
 
+    task = load_task(ref)
     try:
-        captured = capture(load_task(ref), device_kind, public_only=public_only)
+        captured = capture(task, device_kind, public_only=public_only)
     except NoInductorCode as why:
         print(json.dumps({"error": str(why)}))
         return
-    print(json.dumps({"wrapper": captured.wrapper, "bindings": captured.bindings, "n_inputs": captured.n_inputs,
-                      "state": captured.state, "shape": captured.shape.as_dict()}))
+    reply = {"wrapper": captured.wrapper, "bindings": captured.bindings, "n_inputs": captured.n_inputs,
+             "state": captured.state, "shape": captured.shape.as_dict()}
+    if not public_only:  # the start: also the static code for the timed shape, in this same child
+        reply["static"] = _static_reply(task, device_kind)
+    print(json.dumps(reply))
+
+
+def _static_reply(task: Task, device_kind: str) -> dict:
+    """The static capture at the timed shape, or its error: the dynamic capture has succeeded, and
+    a start still stands on it alone, so any failure here is a reason to say, not a crash."""
+    from .inductor_code import NoInductorCode, capture
+
+    try:
+        captured = capture(task, device_kind, static=True)
+    except NoInductorCode as why:
+        return {"error": str(why)}
+    except Exception as why:  # a reference that compiles dynamically but not statically: said in the description
+        return {"error": f"{type(why).__name__}: {str(why).strip()[:300]}"}
+    return {"wrapper": captured.wrapper, "bindings": captured.bindings, "signature": captured.signature,
+            "shape": captured.shape.as_dict()}
 
 
 # ---- what a prompt shows -------------------------------------------------------------------------
@@ -269,46 +302,56 @@ from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
 
 
 def translate(wrapper: str, bindings: Sequence[tuple[str, str]], n_inputs: int, device_kind: str = "cpu", *,
-              state: Sequence[tuple[str, str]] = (), methods: Methods | None = None) -> tuple[str, tuple[str, ...]]:
+              state: Sequence[tuple[str, str]] = (), methods: Methods | None = None,
+              static: StaticCode | None = None) -> tuple[str, tuple[str, ...]]:
     """The candidate module for Inductor's ``wrapper``, and its kernels' names (``_kf_gemm`` among
     them where an ATen GEMM was replaced). ``state``: the reference's parameters and buffers that
     follow the ``n_inputs`` forward inputs among the wrapper's arguments (``inductor_code.Captured``);
-    ``methods``: the reference's ``__init__`` (and helpers) that make them, needed when there are any."""
+    ``methods``: the reference's ``__init__`` (and helpers) that make them, needed when there are any.
+    ``static``: Inductor's code with static sizes, a second path taken at its sizes alone
+    (``inductor_paths``); its kernels are prefixed ``static_``. Raises ``NotStatic`` where its
+    inputs cannot be compared with literals."""
     if state and methods is None:
         raise ValueError("a reference with parameters or buffers needs its methods to build them")
-    tree = ast.parse(wrapper)
-    kernels = _kernels(tree)
-    call = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"), None)
-    if call is None:
-        raise Untranslatable("the wrapper has no call()")
-    body = _forward_body(call.body, kernels, bindings)
-    gemm = any(inductor_gemm.LAUNCHER + "(" in line for line in body)
-    if not kernels and not gemm:
-        raise Untranslatable("Inductor emitted no Triton kernel")
+    paths = [_Path.of(wrapper, bindings)]
+    if static is not None:
+        paths.insert(0, _Path.of(inductor_paths.renamed(static.wrapper), static.bindings))
+    gemm = any(p.gemm for p in paths)
     parts = [_HEADER + "".join(f"{line}\n" for line in (methods.imports if methods else ()) if line not in _HEADER)]
-    for name, (src, params) in kernels.items():
-        parts.append(f"\n# ---- {name}: Inductor's kernel ----\n{src.strip()}\n")
-        parts.append(_launcher(name, src, params, BLOCKS.get(device_kind, BLOCKS["cuda"])))
+    for path in paths:
+        for name, (src, params) in path.kernels.items():
+            parts.append(f"\n# ---- {name}: Inductor's kernel ----\n{src.strip()}\n")
+            parts.append(_launcher(name, src, params, BLOCKS.get(device_kind, BLOCKS["cuda"])))
     if gemm:
         parts.append(inductor_gemm.source(device_kind))
-    parts.append(_model_new(body, n_inputs, state, methods))
-    return "\n".join(parts), tuple(kernels) + (("_kf_gemm",) if gemm else ())
+    if static is not None:
+        parts.append(inductor_paths.guard(static.signature))
+    parts.append(inductor_paths.model_new(paths[-1].body, paths[0].body if static is not None else None,
+                                          n_inputs, state, methods))
+    kernels = tuple(name for path in paths for name in path.kernels)
+    return "\n".join(parts), kernels + (("_kf_gemm",) if gemm else ())
 
 
-def _model_new(body: list[str], n_inputs: int, state: Sequence[tuple[str, str]], methods: Methods | None) -> str:
-    """``ModelNew``: the reference's own ``__init__`` where it holds weights (so it draws the same
-    ones), and a ``forward`` whose inputs are the call's then those weights, in the wrapper's order."""
-    args = ", ".join(f"x{i}" for i in range(n_inputs))
-    held = [f'self.get_{kind}("{name}")' for kind, name in state]
-    items = [f"x{i}" for i in range(n_inputs)] + held
-    init = (textwrap.indent(methods.source, "    ") if methods is not None else
-            "    def __init__(self, *args, **kwargs):\n        super().__init__()")
-    return ("\nclass ModelNew(nn.Module):\n" + init + "\n\n"
-            f"    def forward(self, {args}):\n"
-            + ("        # the reference's parameters and buffers follow the inputs, as Inductor's call() takes them\n" if held else "")
-            + f"        inputs = ({', '.join(items)}{',' if len(items) == 1 else ''})\n"
-            "        device = next(x.device for x in inputs if isinstance(x, torch.Tensor))\n"
-            + "".join(f"        {line}\n" for line in body))
+@dataclass(frozen=True)
+class _Path:
+    """One wrapper translated: its kernels (name -> source, parameters) and its ``call()`` body."""
+
+    kernels: dict[str, tuple[str, list[str]]]
+    body: list[str]
+    gemm: bool
+
+    @classmethod
+    def of(cls, wrapper: str, bindings: Sequence[tuple[str, str]]) -> "_Path":
+        tree = ast.parse(wrapper)
+        kernels = _kernels(tree)
+        call = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"), None)
+        if call is None:
+            raise Untranslatable("the wrapper has no call()")
+        body = _forward_body(call.body, kernels, bindings)
+        gemm = any(inductor_gemm.LAUNCHER + "(" in line for line in body)
+        if not kernels and not gemm:
+            raise Untranslatable("Inductor emitted no Triton kernel")
+        return cls(kernels, body, gemm)
 
 
 def _kernels(tree: ast.Module) -> dict[str, tuple[str, list[str]]]:
@@ -356,8 +399,10 @@ def _launcher(name: str, src: str, params: list[str], blocks: dict[str, int]) ->
     constexprs = [p for p in params if p not in runtime]
     axes = {m.group(1): int(m.group(2)) for m in re.finditer(r"\b([xyz])offset = tl\.program_id\((\d)\) \* [XYZ]BLOCK\b", src)}
     lines = [f"def _launch_{name}({', '.join(runtime)}):"]
-    persistent = name.startswith("triton_per_")
-    reduction = any(p.startswith("R") for p in constexprs)
+    persistent = name.removeprefix(inductor_paths.STATIC).startswith("triton_per_")
+    # a reduction takes XBLOCK rows of a whole block of the reduced axis each: few rows. Inductor's
+    # static code makes a persistent reduction's R0_BLOCK a literal of the kernel, no parameter.
+    reduction = any(p.startswith("R") for p in constexprs) or any(re.fullmatch(r"r\d_numel", p) for p in runtime)
     for p in constexprs:
         if p.startswith("R"):
             numel = f"r{p[1]}_numel"

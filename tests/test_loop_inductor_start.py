@@ -37,6 +37,7 @@ def test_inductor_start_accepted_on_cpu_shapes(judge, stem):
     assert isinstance(start, Start), start
     assert "@triton.jit" in start.source and start.kernels
     assert "def call(" in start.output_code  # the output code itself, for a prompt to show
+    _assert_two_paths(start)
     verdict = judge.verify(start.source, task)
     assert verdict.accepted, describe(verdict)
 
@@ -53,6 +54,126 @@ def test_inductor_start_with_gemm_or_weights_accepted_on_cpu_shapes(judge, stem)
     start = derive(task, "cpu")
     assert isinstance(start, Start), start
     assert "extern_kernels" not in start.source.split("class ModelNew")[1]
+    _assert_two_paths(start)
+    verdict = judge.verify(start.source, task)
+    assert verdict.accepted, describe(verdict)
+
+
+def _assert_two_paths(start: Start) -> None:
+    """Inductor's static code for the timed shape and its dynamic code, apart in one module: the
+    static kernels prefixed, both sets named in the description, forward choosing between them."""
+    static = [k for k in start.kernels if k.startswith("static_")]
+    dynamic = [k for k in start.kernels if k != "_kf_gemm" and not k.startswith("static_")]
+    assert "def _at_static_sizes(inputs)" in start.source and "def call(" in start.static_output_code
+    assert "def _inductor_static(" in start.source and "def _inductor_dynamic(" in start.source
+    assert "with static sizes for the timed shape" in start.description
+    for name in static + dynamic:
+        assert f"def {name}(" in start.source and f"_launch_{name}(" in start.source and name in start.description
+    gemm = "_kf_gemm" in start.kernels
+    assert (static and dynamic) or gemm  # a plain matmul has only kernforge's GEMM on each path
+    if gemm:
+        paths = start.source.split("def _inductor_static(")[1].split("def _inductor_dynamic(")
+        assert all("_launch_kf_gemm(" in path for path in paths)
+
+
+def _load(source: str, tmp_path: Path, name: str):
+    """The start's module, imported from a file as the judge imports a candidate."""
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _launches(module) -> list[str]:
+    """Every ``_launch_*`` function of ``module`` wrapped to record its name when called: the
+    forward paths look their launchers up in the module's globals at each call."""
+    ran: list[str] = []
+    for name in [n for n in vars(module) if n.startswith("_launch_")]:
+        def recorded(*args, _name=name, _launch=getattr(module, name), **kwargs):
+            ran.append(_name.removeprefix("_launch_"))
+            return _launch(*args, **kwargs)
+        setattr(module, name, recorded)
+    return ran
+
+
+# RMSNorm (a persistent reduction at the timed shape, a looped one with dynamic sizes) and a
+# Linear (kernforge's GEMM on both paths, weights compared with their literal sizes too)
+@pytest.mark.parametrize("stem", ["36_RMSNorm_", "76_Gemm_Add_ReLU"])
+def test_static_kernels_run_at_the_timed_shape_and_dynamic_ones_elsewhere(tmp_path, stem):
+    import torch
+
+    from kernforge.tasks.runtime import build_model, make_init_inputs, make_inputs, reference_module
+
+    task = load_task(COPIES / f"{stem}.py")
+    start = derive(task, "cpu")
+    assert isinstance(start, Start), start
+    candidate = _load(start.source, tmp_path, f"start_{stem}")
+    ran = _launches(candidate)
+    timed, hidden = task.shapes("cpu", hidden=False)[0], task.shapes("cpu", hidden=True)
+    for shape in (timed, *hidden):
+        ran.clear()
+        init = make_init_inputs(task, shape)
+        reference = build_model(reference_module(task).Model, init, 0, "cpu")
+        model = build_model(candidate.ModelNew, init, 0, "cpu")
+        inputs = make_inputs(task, shape, "default", 0, "cpu")
+        with torch.no_grad():
+            torch.testing.assert_close(model(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
+        inductors = [k for k in ran if k != "kf_gemm"]
+        assert inductors, (shape, ran)
+        on_static = all(k.startswith("static_") for k in inductors)
+        on_dynamic = not any(k.startswith("static_") for k in inductors)
+        assert on_static if shape == timed else on_dynamic, (shape.as_dict(), ran)
+        assert ("kf_gemm" in ran) == ("_kf_gemm" in start.kernels)
+
+
+def test_the_tuner_moves_the_block_sizes_of_both_paths_and_the_start_stays_correct(judge):
+    """The offline tuner's knob analysis finds the launches of both paths' kernels; a configuration
+    that moves every block size of both is still accepted on every CPU shape."""
+    from kernforge.loop import knobs
+
+    task = load_task(COPIES / "36_RMSNorm_.py")
+    start = derive(task, "cpu")
+    assert isinstance(start, Start), start
+    analysis = knobs.analyse(start.source)
+    blocks = [k for k in analysis.knobs if k.kind not in ("option", "eviction")]
+    tuned = {k.kernel for k in blocks}
+    assert {k for k in start.kernels if k.startswith("static_")} <= tuned, analysis.notes
+    assert {k for k in start.kernels if not k.startswith("static_")} <= tuned, analysis.notes
+    moved = knobs.rewrite(start.source, analysis, {k.label: max(1, k.value // 2) for k in blocks})
+    assert moved != start.source
+    verdict = judge.verify(moved, task)
+    assert verdict.accepted, describe(verdict)
+
+
+@pytest.mark.parametrize("broken", ["untranslatable", "capture failed"])
+def test_without_a_usable_static_capture_the_start_is_dynamic_only_and_says_why(judge, monkeypatch, broken):
+    """Where the static capture fails, or its code is not all Triton, the start is the dynamic one
+    alone (still a start: hidden shapes need only that), and its description says why."""
+    from kernforge.loop import inductor_start
+
+    held = inductor_start._child_reply_held
+
+    async def static_broken(command, timeout_s):
+        reply = await held(command, timeout_s)
+        if broken == "capture failed":
+            reply["static"] = {"error": "torch.compile failed on the reference: a test's reason"}
+        else:  # an ATen fallback where the static code allocates: nothing of ours stands in
+            reply["static"]["wrapper"] = reply["static"]["wrapper"].replace("empty_strided_cpu(", "extern_kernels.empty(", 1)
+        return reply
+
+    monkeypatch.setattr(inductor_start, "_child_reply_held", static_broken)
+    task = load_task(COPIES / "23_Softmax.py")
+    start = derive(task, "cpu")
+    assert isinstance(start, Start), start
+    assert "_at_static_sizes" not in start.source and "_inductor_static" not in start.source
+    assert start.kernels and not any(k.startswith("static_") for k in start.kernels)
+    assert start.static_output_code == ""
+    assert "dynamic sizes only, on every shape" in start.description
+    assert ("a test's reason" if broken == "capture failed" else "extern_kernels.empty") in start.description
     verdict = judge.verify(start.source, task)
     assert verdict.accepted, describe(verdict)
 
