@@ -112,8 +112,10 @@ class Devices:
             cache.put_many({k: v for k, v in entries.items() if k not in have})
 
     def _baseline_caches(self) -> list[Any]:
-        """The judges' baseline caches, each file once (judges on one machine share theirs)."""
-        return list({str(j.baseline_cache.path): j.baseline_cache for j in self.judges}.values())
+        """The judges' baseline caches, each file once (judges on one machine share theirs); a
+        judge without one (a stand-in of the tests) has none to share."""
+        caches = [c for c in (getattr(j, "baseline_cache", None) for j in self.judges) if c is not None]
+        return list({str(c.path): c for c in caches}.values())
 
     async def too_large(self, task: Task) -> str | None:
         """Why no candidate of ``task`` can be judged on these GPUs (verifier/fits.py), or None."""

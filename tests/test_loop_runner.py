@@ -635,11 +635,15 @@ def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, m
     with Archive.open(db, readonly=True) as archive:
         assert archive.best() == [] and [w.accepted for w in archive.awaiting_audit()] == [1]
 
-    # the next run starts from it as a parent, not as the best, and says so; its own new best is audited
-    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [60.0, 61.0], attempts=1)
-    assert result.status == "finished" and len(judge.judged) == 2 and judge.judged[0] != rows[0]["code"]
-    assert "[tiny_seeded] 1 archived kernel(s) fitter than the audited best have no audit" in shown
-    assert "kernforge archive audit --task tiny_seeded" in shown
+    # the next run audits the kernel left unaudited before anything new (it passes: the best), then
+    # judges a new kernel, which is faster and audited in turn
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [101.0, 60.0, 61.0], attempts=1)
+    assert result.status == "finished" and len(judge.judged) == 3 and judge.judged[0] == rows[0]["code"]
+    assert "[tiny_seeded] 1 archived kernel(s) fitter than the audited best have no audit (a stopped run left " \
+           "them): audited before anything new is judged" in shown
+    assert f"attempt {rows[0]['id']}, left unaudited, audited: passed" in shown
+    audited = audit_rows(db)
+    assert [(a["attempt_id"], a["run_id"], a["passed"]) for a in audited][0] == (rows[0]["id"], 2, 1)
     with Archive.open(db, readonly=True) as archive:
         (best,) = archive.best()
         assert best.attempt_id == attempts(db)[-1]["id"] and best.attempt_id != rows[0]["id"]
