@@ -100,11 +100,16 @@ async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float
     """``derive`` without blocking the event loop, in a child process that is killed if this is
     cancelled: a run that stops does not wait for a capture (a thread running ``derive`` would
     hold the run's exit until its child ended, minutes at KernelBench's sizes). ``hold``: held
-    around the child on a GPU, so that its allocations and fills never fall in a timed window."""
-    reply = await _child_reply(_child_command(task, device_kind), timeout_s, hold)
-    if isinstance(reply, NoStart):
-        return reply
-    return _from_child(reply, "", device_kind, task.reference_path.read_text())
+    around the child on a GPU, so that its allocations and fills never fall in a timed window. A
+    child that could not start (OSError), or a reply or wrapper that could not be read (ValueError,
+    SyntaxError), is a start that is not there, said as the reason: never the end of a run."""
+    try:
+        reply = await _child_reply(_child_command(task, device_kind), timeout_s, hold)
+        if isinstance(reply, NoStart):
+            return reply
+        return _from_child(reply, "", device_kind, task.reference_path.read_text())
+    except (OSError, ValueError, SyntaxError) as error:
+        return NoStart(f"{type(error).__name__}: {error}")
 
 
 async def output_code_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S,

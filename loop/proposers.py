@@ -275,14 +275,9 @@ class OfflineTuner:
         return self._derivations[task.name]
 
     async def _derive(self, task: Task) -> Start | NoStart:
-        """``task``'s Inductor start once a slot is free. A child that could not start (OSError), or a
-        reply or wrapper that could not be read (ValueError, SyntaxError), is a start that is not there:
-        said as the reason, like any other ``NoStart``, never the end of the run."""
+        """``task``'s Inductor start (or why there is none) once a slot is free."""
         async with self._derive_slots:
-            try:
-                return await derive_async(task, self.device_kind, hold=self.gpu_hold)
-            except (OSError, ValueError, SyntaxError) as error:
-                return NoStart(f"{type(error).__name__}: {error}")
+            return await derive_async(task, self.device_kind, hold=self.gpu_hold)
 
     def _tuner(self, task: Task) -> OfflineProposer:
         if task.name not in self._tuners:

@@ -869,8 +869,6 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     calls as fit beside the arena, inputs of their own per call, written inside the window). torch.compile is compiled
     afresh per shape with static sizes: after compiles at other shapes dynamo would reuse
     symbolic-size kernels, which are slower than what a user gets for this shape."""
-    import torch
-
     from . import library, timing
 
     task = load_task(msg["task_ref"])
