@@ -18,7 +18,9 @@
 * **A would-be best is audited** before it counts (search.py ``needs_audit``): accepted with GPU
   times and fitter than the task's best, it is judged again on the same device, in a fresh worker
   on fresh inputs (``Devices.audit``, device time), after its attempt is recorded; the audit is
-  recorded in a transaction of its own (``Archive.record_audit``). Passed, it is the new best;
+  recorded in a transaction of its own (``Archive.record_audit``). While another task has had no
+  verdict yet in this session, the audit waits (``_deferred``) until none has: first verdicts
+  come first, and the run's end audits what still waits. Passed, it is the new best;
   failed, it is demoted (an accepted attempt, never the best) and the display says why. A run
   stopped between the two leaves an attempt without an audit: simply not a best (``kernforge
   archive audit`` can audit it later). Interpreter verdicts and rejections are never audited.
@@ -116,6 +118,8 @@ class Runner:
         self._kept_baselines: set[str] = set()  # the judges' baseline keys the archive holds
         #: kernels an earlier session of the run left unaudited, fitter than their task's best
         self._leftover: list[tuple[TaskState, Member]] = []
+        #: would-be bests judged while another task still awaited its first verdict: audited once none does
+        self._deferred: list[tuple[TaskState, Member]] = []
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
         """The tasks these GPUs can judge at all; each one too large is said and left out. A task
@@ -331,14 +335,41 @@ class Runner:
             for _ in self._consumers:
                 await self._queue.put(None)
         await asyncio.gather(*self._consumers, return_exceptions=True)
+        if self._deferred and not self.abandon:  # the run ended before every task had its first verdict
+            ends = await asyncio.gather(*(self._audit_deferred(i, at_end=True) for i in range(n_devices)),
+                                        return_exceptions=True)
+            for error in ends:
+                if isinstance(error, Exception):
+                    self._fail(error)
 
     async def _audit_leftover(self, index: int) -> None:
         """Audit, on device ``index``, the kernels an earlier session of this run judged but left
         unaudited (stopped between a verdict and its audit), before anything new: each one is the
         task's best if its audit passes. Without it a resumed benchmark reported such a problem's
         fastest kernel as untimed, and the tuner worked around a best that was not the fittest."""
-        while self._leftover and self.stopping is None and not self._out_of_time():
-            state, member = self._leftover.pop(0)
+        await self._audit_waiting(index, self._leftover, "left unaudited", lambda: self.stopping is None)
+
+    def _first_verdicts_pending(self, but: TaskState | None = None) -> bool:
+        """Some open task (other than ``but``) has had no verdict yet in this session of the run."""
+        return any(s is not but and s.stats.first_verdict_s is None and not self._finished(s) for s in self.states)
+
+    async def _audit_deferred(self, index: int, at_end: bool = False) -> None:
+        """Audit the would-be bests whose audits waited for every task's first verdict, once no task
+        waits for one (``at_end``: the run has nothing more to judge, unless it was interrupted)."""
+        if at_end:
+            await self._audit_waiting(index, self._deferred, "its audit deferred to the run's end",
+                                      lambda: not self.abandon and not self._interrupts)
+        else:
+            await self._audit_waiting(index, self._deferred, "its audit deferred until every task had a verdict",
+                                      lambda: self.stopping is None and not self._first_verdicts_pending())
+
+    async def _audit_waiting(self, index: int, waiting: list[tuple[TaskState, Member]], why: str,
+                             go_on: Callable[[], bool]) -> None:
+        """Audit the kernels in ``waiting`` (judged, recorded, in their populations, not yet audited),
+        oldest first, while ``go_on()`` and time is left: a passed audit may make one the best
+        (``Population.settle``), a failed one demotes it; a judge failure is said, the next goes on."""
+        while waiting and go_on() and not self._out_of_time():
+            state, member = waiting.pop(0)
             try:
                 audit = await self._audit(index, state, member)
             except JudgeError as error:
@@ -346,10 +377,11 @@ class Runner:
                 continue
             if audit is None:
                 continue
-            if state.population.settle(replace(member, audit_passed=audit.passed)):
+            best = state.population.settle(replace(member, audit_passed=audit.passed))
+            if best:
                 state.note_best()
-            outcome = "passed" if audit.passed else f"failed ({audit.reason[:200]})"
-            self.display.note(f"[{state.task.name}] attempt {member.attempt_id}, left unaudited, audited: {outcome}")
+            outcome = ("passed, the new best" if best else "passed") if audit.passed else f"failed ({audit.reason[:200]})"
+            self.display.note(f"[{state.task.name}] attempt {member.attempt_id}, {why}, audited: {outcome}")
 
     async def _watch_clock(self) -> None:
         assert self.meter is not None
@@ -500,6 +532,12 @@ class Runner:
 
     async def _consume(self, index: int) -> None:
         while True:
+            try:
+                await self._audit_deferred(index)
+            except asyncio.CancelledError:
+                return
+            except Exception as error:  # ours or a bug: ends the run cleanly, marked failed
+                self._fail(error)
             item = await self._queue.get()
             if item is None:
                 return
@@ -573,7 +611,11 @@ class Runner:
         member = Member(code, verdict, reuse_of or attempt_id, proposal.proposer, depth=depth,
                         audit_passed=hit.audit_passed if hit is not None else None)
         audit: Audit | None = None
-        if state.population.needs_audit(member):
+        if state.population.needs_audit(member) and self._first_verdicts_pending(but=state):
+            # an audit is a second verdict's device time: every task's first verdict comes before it
+            # (a seed's audit per task would otherwise hold the later tasks back by minutes)
+            self._deferred.append((state, member))
+        elif state.population.needs_audit(member):
             try:
                 audit = await self._audit(index, state, member)
             except asyncio.CancelledError:

@@ -649,6 +649,58 @@ def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, m
         assert best.attempt_id == attempts(db)[-1]["id"] and best.attempt_id != rows[0]["id"]
 
 
+def test_audits_wait_until_every_task_has_had_its_first_verdict(tmp_path, monkeypatch):
+    """On the H200 each seed's audit (a second verdict: 25-30 s) followed its verdict at once, so
+    14 tasks' first verdicts took 80-100 s each and 11 of 14 had none after five minutes. A would-be
+    best's audit now waits while another task has had no verdict; the run's end audits what waits."""
+    import contextlib
+    import io
+    import shutil
+
+    from kernforge.archive.store import Archive
+    from kernforge.loop import devices
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.display import PlainDisplay
+    from kernforge.loop.runner import RunSettings, run
+
+    first = seeded_task(tmp_path)
+    second = tmp_path / "tiny_second"
+    shutil.copytree(first, second)
+
+    class Judge(GpuStandInJudge):
+        def verify(self, code, task, bar=None):
+            self.tasks.append(task.name)
+            return super().verify(code, task, bar)
+
+    # each task's seed (100 us), then a faster kernel of each (50 us); every audit agrees
+    judge = Judge([100.0, 100.0, 100.0, 100.0, 50.0, 50.0, 50.0, 50.0])
+    judge.tasks = []
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        yield judge
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
+    shown = io.StringIO()
+    db = tmp_path / "k.db"
+    result = run(RunSettings(tasks=(str(first), str(second)), db=db, offline=True, budget=Budget(max_attempts=2)),
+                 PlainDisplay(shown))
+    assert result.status == "finished", shown.getvalue()
+    rows = attempts(db)
+    by_id = {r["id"]: r for r in rows}
+    audits = audit_rows(db)
+    # the two seeds' verdicts first (one task each), and only then anyone's audit
+    assert sorted(judge.tasks[:2]) == ["tiny_second", "tiny_seeded"]
+    assert [by_id[a["attempt_id"]]["proposer"] for a in audits[:2]] == ["seed", "seed"]
+    assert len(judge.tasks) == 8 and len(audits) == 4 and all(a["passed"] for a in audits)
+    assert "its audit deferred until every task had a verdict, audited: passed, the new best" in shown.getvalue()
+    with Archive.open(db, readonly=True) as archive:
+        bests = {b.task: b.attempt_id for b in archive.best()}
+    faster = {r["task_id"]: r["id"] for r in rows if r["proposer"] != "seed"}
+    assert sorted(bests.values()) == sorted(faster.values())  # each task's faster kernel, audited, is its best
+
+
 def _llm_run(fake_llm, tmp_path, db: Path, *extra: str) -> subprocess.Popen:
     """`kernforge run` in a process of its own against the fake LLM (one request at a time), its
     stdout and stderr piped."""

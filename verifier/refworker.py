@@ -18,6 +18,7 @@ record. It also times the PyTorch baselines the same way, and measures the hardw
 from __future__ import annotations
 
 import gc
+import os
 import secrets
 import socket
 import time
@@ -64,14 +65,17 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
         "baseline": _baseline, "compile_baseline": _compile_baseline, "ceilings": _ceilings, "environment": _environment, "forget": _forget,
         "calibrate": _calibrate, "memory": _memory,
     }
+    profiler = _Profiler(payload.get("profile_dir"))
     while True:
         msg = channel.recv()
         op = msg.get("op")
         if op == "done":
+            profiler.dump()
             channel.send({"op": "done", "ok": True})
             return
         try:
-            reply = handlers[op](device, msg)
+            with profiler:
+                reply = handlers[op](device, msg)
             reply.setdefault("ok", True)
         except KeyError as err:
             reply = {"ok": False, "error": f"unknown op or field: {err}"}
@@ -87,6 +91,36 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
 
 #: ops whose answer starts with a message on the descriptor channel (sent by the handler itself)
 DESCRIPTOR_REPLIES = frozenset({"arena"})
+
+
+class _Profiler:
+    """cProfile over the worker's requests, written to ``folder``/refworker-PID.prof every
+    ``EVERY`` requests and at the end (bench/: where a verdict's time goes); nothing without a folder."""
+
+    EVERY = 25
+
+    def __init__(self, folder: str | None) -> None:
+        import cProfile
+
+        self._path = os.path.join(folder, f"refworker-{os.getpid()}.prof") if folder else None
+        self._profile = cProfile.Profile() if folder else None
+        self._count = 0
+
+    def __enter__(self) -> None:
+        if self._profile is not None:
+            self._profile.enable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._profile is None:
+            return
+        self._profile.disable()
+        self._count += 1
+        if self._count % self.EVERY == 0:
+            self.dump()
+
+    def dump(self) -> None:
+        if self._profile is not None and self._path is not None:
+            self._profile.dump_stats(self._path)
 
 
 # ---- state -------------------------------------------------------------------------------------
@@ -720,12 +754,14 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     arena = _arena_of()
     task = load_task(batch.task_ref)
     started = time.perf_counter()
+    laps = _Laps()
     incomplete = []
     if batch.probe is not None:
         final = arena.data[batch.probe_index]
         if not integrity.bits_equal(final, batch.probe):
             incomplete = _changed_calls(batch, final)
     mutated = _batch_mutations(batch, arena, task)
+    laps.lap("inputs")
     if mutated:
         return {"failed_call": -1, "results": [], "incomplete_calls": incomplete, "mutated_inputs": mutated,
                 "steps": {"verify": time.perf_counter() - started}}
@@ -749,7 +785,10 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         hits = bad.nonzero()
         return int(chunk[int(hits[0])][0]) if hits.numel() else -1
 
+    laps.lap("model")
+    first = batch.ref_graph is None
     captured = _batch_reference(batch, model, task, device)
+    laps.lap("capture" if first else "replay")
 
     def reference_of(k: int) -> tuple[list[Any], list[Any]]:
         """Call k's (high, low): from the batch's graph where it has one, else run now."""
@@ -767,6 +806,7 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             chunk, held = [], 0
             if failed >= 0:
                 break
+    laps.lap("compare")
     if failed >= 0:
         high, low = reference_of(failed)
         outs = [arena.view(r) for r in batch.outputs[failed]]
@@ -777,8 +817,23 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         for j, (o, h, lo) in enumerate(zip([arena.view(r) for r in batch.outputs[-1]], high, low)):
             d = _judge_output(j, o, h, lo, msg["tolerances"])["details"]
             worst = (max(worst[0], d.get("max_abs_err", 0.0)), max(worst[1], d.get("max_rel_err", 0.0)))
+    laps.lap("errors")
     return {"failed_call": failed, "results": results, "incomplete_calls": incomplete, "mutated_inputs": [],
-            "max_abs_err": worst[0], "max_rel_err": worst[1], "steps": {"verify": time.perf_counter() - started}}
+            "max_abs_err": worst[0], "max_rel_err": worst[1], "steps": {"verify": time.perf_counter() - started, **laps.seconds}}
+
+
+class _Laps:
+    """Where one request's time went, step by step (diagnostics in the verdict's phase_seconds,
+    never evidence)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._since = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = self.seconds.get(step, 0.0) + now - self._since
+        self._since = now
 
 
 def _batch_reference(batch: _Batch, model: Any, task: Any, device: str) -> list[Any] | None:
