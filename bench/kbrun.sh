@@ -26,3 +26,5 @@ else
   kf bench kernelbench --offline --max-attempts 2 --lanes 1 --db "$DB" $ORDER
 fi
 python3 -c "from kernforge.cli import main; main()" bench report 1 --db "$DB" --json > "${DB%.db}.json"
+# one file to bring back: the archive out of WAL mode (its -wal and -shm folded in)
+python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.execute('PRAGMA journal_mode=DELETE'); c.close()" "$DB"
