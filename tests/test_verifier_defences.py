@@ -101,6 +101,42 @@ def test_wrong_values_name_the_signature_they_have(details, earlier, hidden, thr
     assert values.wrong([OutputResult(output=0, ok=True)], "c", hidden=False, public_all_passed=False) is None
 
 
+@pytest.mark.parametrize("details, fitted", [
+    ({"bad": 1, "numel": 3_178_496, "worst_excess": 1.4}, False),  # the H200's honest K = 32768 GEMM
+    ({"bad": 40, "numel": 3_178_496, "worst_excess": 30.0}, False),
+    ({"bad": 1, "numel": 3_178_496, "worst_excess": 5e3}, True),  # far off: a wrong computation
+    ({"bad": 4_000, "numel": 3_178_496, "worst_excess": 1.2}, True),  # a share of the output
+    ({"bad": 1, "numel": 3_178_496, "worst_excess": 1.1, "nonfinite_mismatch": 1}, True),
+    ({"bad": 1, "numel": 3_178_496}, True),  # no figure to tell by: as before
+])
+def test_only_a_grossly_wrong_hidden_shape_is_called_fitted(details, fitted):
+    """A hidden shape just out of tolerance, every public one passing, was called #14 "shape
+    fitting" for Inductor's own honest GEMM (1 of 3.2M elements). Fitted only when grossly wrong."""
+    verdict = values.wrong([_wrong(**details)], "c", hidden=True, public_all_passed=True)
+    assert verdict.status.value == "incorrect" and verdict.threat == (14 if fitted else None)
+    assert ("not a sign of shape fitting" in verdict.reason) is not fitted
+    assert verdict.evidence.get("worst_excess") == details.get("worst_excess")
+
+
+def test_the_worst_excess_is_the_worst_error_over_its_allowance():
+    import torch
+
+    from kernforge.tasks.spec import Tolerance
+    from kernforge.verifier import compare
+
+    high = torch.linspace(-2.0, 2.0, 4096, dtype=torch.float64)
+    tol = Tolerance(atol=1e-5, rtol=1e-4)
+    allowed = tol.rtol * high[100].abs() + tol.atol * high.pow(2).mean().sqrt()
+    near = high.clone()
+    near[100] += 1.5 * allowed  # one element half again beyond what it is allowed
+    mism = compare.compare(near.float(), high, tol)
+    assert not mism.ok and mism.bad == 1 and mism.worst_excess == pytest.approx(1.5, rel=1e-3)
+    far = high.clone()
+    far[7:9] = 1e3
+    assert compare.compare(far.float(), high, tol).worst_excess > 1e6
+    assert compare.compare(high.float(), high, tol).worst_excess == 0.0
+
+
 def test_lowered_precision_is_told_with_its_evidence_and_a_mere_look_alike_is_not_a_threat():
     """#15 names the lowered run that explains the output; errors of a lower precision's size that
     no lowered run explains are described, and the rejection is a plain "incorrect"."""

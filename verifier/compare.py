@@ -49,6 +49,9 @@ class Mismatch:
     nonfinite_mismatch: int = 0
     #: the candidate's output is one value everywhere while the reference varies (THREATS #2)
     constant: bool = False
+    #: the worst element's error over what it is allowed (inf for a non-finite mismatch): just
+    #: above 1 is a numerical difference, orders of magnitude above it a wrong computation
+    worst_excess: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -144,6 +147,7 @@ def compare(
         worst_expected=float(high.detach()[index] if index else high.detach()),
         nonfinite_mismatch=nonfinite,
         constant=numel > 1 and _constant(candidate, high, blocks, part),
+        worst_excess=min(worst[0], 1e30),  # a non-finite mismatch: finite in JSON
     )
 
 
