@@ -77,6 +77,9 @@ class Captured:
     state: tuple[tuple[str, str], ...] = ()
     #: each graph input (the forward inputs, then the state) as ``_signature`` gives it
     signature: tuple = ()
+    #: (input, dimension, size) of every tensor size that is a literal in dynamic code: Dynamo
+    #: specialised it (a size of 1, or one a guard fixed), so the code holds only where it is so
+    fixed: tuple[tuple[int, int, int], ...] = ()
 
 
 def example_shape(task: Task, device_kind: str, *, public_only: bool = False) -> Shape:
@@ -139,7 +142,8 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
     def keep_code(graph: GraphLowering) -> Any:
         wrapper, _ = graph.codegen()
         taken = [(name, graph.graph_inputs.get(name)) for name in graph.graph_input_names]
-        captured.append((wrapper.value, _bindings(taken, args, tensors, graph.sizevars)))
+        bindings = _bindings(taken, args, tensors, graph.sizevars)
+        captured.append((wrapper.value, bindings, () if static else _fixed(taken, bindings)))
         raise _Stop
 
     def forward(reference: Any, *xs: Any) -> Any:
@@ -182,8 +186,26 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
             torch._dynamo.reset()
     if len(captured) != 1:
         raise NoInductorCode(f"Inductor compiled {len(captured)} graphs for the reference, not one")
-    wrapper, bindings = captured[0]
-    return Captured(wrapper, bindings, shape, len(inputs), held, _signature(args))
+    wrapper, bindings, fixed = captured[0]
+    return Captured(wrapper, bindings, shape, len(inputs), held, _signature(args), fixed)
+
+
+def _fixed(taken: Sequence[tuple[str, Any]], bindings: Sequence[tuple[str, str]]) -> tuple[tuple[int, int, int], ...]:
+    """The literal sizes of the graph's tensor inputs, as (input, dimension, size): those Dynamo
+    specialised although every size was marked dynamic (41_Max_Pooling_1D's length was one, and
+    its start gave a wrong output length at every other length)."""
+    import sympy
+
+    where = dict(bindings)
+    out = []
+    for name, node in taken:
+        found = re.fullmatch(r"inputs\[(\d+)\]", where.get(name, ""))
+        if found is None or node is None or isinstance(node, sympy.Expr):
+            continue
+        for d, size in enumerate(node.get_size()):
+            if isinstance(size, (int, sympy.Integer)):
+                out.append((int(found.group(1)), d, int(size)))
+    return tuple(out)
 
 
 def _signature(args: Sequence[Any]) -> tuple:

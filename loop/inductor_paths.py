@@ -137,8 +137,21 @@ def _value_term(i: int, text: str) -> str:
     return f"type(inputs[{i}]) is {type(value).__name__} and inputs[{i}] == {text}"
 
 
+def fixed_check(fixed: Sequence[tuple[int, int, int]]) -> str:
+    """``_dynamic_code_holds(inputs)``: raises where a size the dynamic code holds as a literal
+    (Dynamo specialised it) differs, so such a call fails with the reason, never gives an output
+    of the wrong size or from the wrong elements."""
+    return ("\n#: (input, dimension, size) that Inductor's dynamic code holds as literals: Dynamo specialised them\n"
+            f"_FIXED_SIZES = {tuple(tuple(f) for f in fixed)!r}\n\n\n"
+            "def _dynamic_code_holds(inputs):\n"
+            "    for i, d, size in _FIXED_SIZES:\n"
+            "        if inputs[i].shape[d] != size:\n"
+            "            raise ValueError(f\"this start's dynamic code is Inductor's with dimension {d} of input {i} \"\n"
+            "                             f\"fixed at {size} (Dynamo specialised it); this call has {inputs[i].shape[d]}\")\n")
+
+
 def model_new(dynamic: Sequence[str], static: Sequence[str] | None, n_inputs: int,
-              state: Sequence[tuple[str, str]], methods: Methods | None) -> str:
+              state: Sequence[tuple[str, str]], methods: Methods | None, *, fixed: bool = False) -> str:
     """``ModelNew``: the reference's own ``__init__`` where it holds weights (so it draws the same
     ones); a ``forward`` that binds its inputs, then those weights in the wrapper's order, and
     takes the static path (``static``: its translated body) at the static sizes, else the
@@ -155,6 +168,7 @@ def model_new(dynamic: Sequence[str], static: Sequence[str] | None, n_inputs: in
                "        device = next(x.device for x in inputs if isinstance(x, torch.Tensor))",
                *(["        if _at_static_sizes(inputs):",
                   "            return self._inductor_static(inputs, device)"] if static is not None else []),
+               *(["        _dynamic_code_holds(inputs)"] if fixed else []),
                "        return self._inductor_dynamic(inputs, device)"]
     paths = [_path("_inductor_dynamic", "Inductor's code with dynamic sizes: any shape", dynamic)]
     if static is not None:

@@ -183,18 +183,19 @@ def _from_child(reply: dict | None, problem: str, device_kind: str, reference_so
     except (NoInit, SyntaxError) as why:
         return NoStart(f"ModelNew cannot draw the reference's weights as Model does: {why}")
     bindings = [tuple(b) for b in reply["bindings"]]
+    fixed = tuple(tuple(int(v) for v in f) for f in reply.get("fixed", ()))
     static, why_not = inductor_paths.static_code(reply.get("static"))
     if static is not None:  # a failure here is the dynamic code's too, or the static code's alone
         try:
             source, kernels = translate(reply["wrapper"], bindings, reply["n_inputs"], device_kind,
-                                        state=state, methods=methods, static=static)
+                                        state=state, methods=methods, static=static, fixed=fixed)
             description = inductor_paths.description(kernels, static.shape)
             return Start(source, kernels, reply["wrapper"], description, static.wrapper)
         except (Untranslatable, NotStatic) as why:
             why_not = f"its static code is not all Triton or cannot be told apart: {why}"
     try:
         source, kernels = translate(reply["wrapper"], bindings, reply["n_inputs"], device_kind,
-                                    state=state, methods=methods)
+                                    state=state, methods=methods, fixed=fixed)
     except Untranslatable as why:
         return NoStart(f"Inductor's code for this reference is not all Triton: {why}")
     return Start(source, kernels, reply["wrapper"], inductor_paths.description(kernels, None, why_not))
@@ -212,7 +213,7 @@ def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:
         print(json.dumps({"error": str(why)}))
         return
     reply = {"wrapper": captured.wrapper, "bindings": captured.bindings, "n_inputs": captured.n_inputs,
-             "state": captured.state, "shape": captured.shape.as_dict()}
+             "state": captured.state, "shape": captured.shape.as_dict(), "fixed": captured.fixed}
     if not public_only:  # the start: also the static code for the timed shape, in this same child
         reply["static"] = _static_reply(task, device_kind)
     print(json.dumps(reply))
@@ -308,14 +309,15 @@ from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
 
 def translate(wrapper: str, bindings: Sequence[tuple[str, str]], n_inputs: int, device_kind: str = "cpu", *,
               state: Sequence[tuple[str, str]] = (), methods: Methods | None = None,
-              static: StaticCode | None = None) -> tuple[str, tuple[str, ...]]:
+              static: StaticCode | None = None, fixed: Sequence[tuple[int, int, int]] = ()) -> tuple[str, tuple[str, ...]]:
     """The candidate module for Inductor's ``wrapper``, and its kernels' names (``_kf_gemm`` among
     them where an ATen GEMM was replaced). ``state``: the reference's parameters and buffers that
     follow the ``n_inputs`` forward inputs among the wrapper's arguments (``inductor_code.Captured``);
     ``methods``: the reference's ``__init__`` (and helpers) that make them, needed when there are any.
     ``static``: Inductor's code with static sizes, a second path taken at its sizes alone
-    (``inductor_paths``); its kernels are prefixed ``static_``. Raises ``NotStatic`` where its
-    inputs cannot be compared with literals."""
+    (``inductor_paths``); its kernels are prefixed ``static_``. ``fixed``: the sizes the dynamic
+    code holds as literals (``Captured.fixed``): its path refuses a call where one differs. Raises
+    ``NotStatic`` where its inputs cannot be compared with literals."""
     if state and methods is None:
         raise ValueError("a reference with parameters or buffers needs its methods to build them")
     paths = [_Path.of(wrapper, bindings)]
@@ -331,8 +333,10 @@ def translate(wrapper: str, bindings: Sequence[tuple[str, str]], n_inputs: int, 
         parts.append(inductor_gemm.source(device_kind))
     if static is not None:
         parts.append(inductor_paths.guard(static.signature))
+    if fixed:
+        parts.append(inductor_paths.fixed_check(fixed))
     parts.append(inductor_paths.model_new(paths[-1].body, paths[0].body if static is not None else None,
-                                          n_inputs, state, methods))
+                                          n_inputs, state, methods, fixed=bool(fixed)))
     kernels = tuple(name for path in paths for name in path.kernels)
     return "\n".join(parts), kernels + (("_kf_gemm",) if gemm else ())
 

@@ -138,6 +138,25 @@ def test_static_kernels_run_at_the_timed_shape_and_dynamic_ones_elsewhere(tmp_pa
         assert ("kf_gemm" in ran) == ("_kf_gemm" in start.kernels)
 
 
+def test_a_size_dynamo_specialised_is_refused_by_the_dynamic_path_with_the_reason(tmp_path):
+    """41_Max_Pooling_1D: Dynamo fixes the sequence length although every size is marked dynamic.
+    On the H200 the start's dynamic code then gave an output of the example's length at every
+    other length (rejected as wrong). The dynamic path now refuses a call whose fixed size differs,
+    saying so, and runs where it holds."""
+    import torch
+
+    task = load_task(COPIES / "41_Max_Pooling_1D.py")
+    start = derived("41_Max_Pooling_1D")
+    assert isinstance(start, Start), start
+    length = example_shape(task, "cpu").as_dict()["sequence_length"]
+    candidate = _load(start.source, tmp_path, "start_41")
+    assert (0, 2, length) in candidate._FIXED_SIZES
+    other = torch.randn(3, 5, length + 15)
+    with pytest.raises(ValueError, match=f"dimension 2 of input 0 fixed at {length} .*this call has {length + 15}"):
+        candidate.ModelNew(8, 1, 4, 3, False)(other)
+    assert candidate._dynamic_code_holds((torch.randn(3, 5, length),)) is None
+
+
 def test_the_tuner_moves_the_block_sizes_of_both_paths_and_the_start_stays_correct(judge):
     """The offline tuner's knob analysis finds the launches of both paths' kernels; a configuration
     that moves every block size of both is still accepted on every CPU shape."""
