@@ -64,7 +64,8 @@ from .inductor_paths import NotStatic, StaticCode
 
 #: Launch block sizes by kernel axis; the offline tuner moves them from here.
 BLOCKS = {"cpu": {"X": 1024, "Y": 32, "Z": 16, "R": 64, "XR": 8},
-          "cuda": {"X": 1024, "Y": 32, "Z": 16, "R": 512, "XR": 1}}
+          # XO, RO: an outer reduction's (OUTER_HINT), as Inductor's outer config launches it
+          "cuda": {"X": 1024, "Y": 32, "Z": 16, "R": 512, "XR": 1, "XO": 64, "RO": 8}}
 CAPTURE_TIMEOUT_S = 300
 #: what a capture on a GPU holds while its child runs (the run's ``Devices.gpu_work``: every gate shared)
 GpuHold = Callable[[], AsyncContextManager[None]]
@@ -364,7 +365,9 @@ class _Path:
 
 
 def _kernels(tree: ast.Module) -> dict[str, tuple[str, list[str]]]:
-    """name -> (kernel source without Inductor's decorator and driver setup, parameter names)."""
+    """name -> (kernel source without Inductor's decorator and driver setup, parameter names).
+    An outer reduction's source keeps Inductor's hint as a comment (``OUTER_HINT``): the launcher
+    reads it."""
     out: dict[str, tuple[str, list[str]]] = {}
     for node in tree.body:
         if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
@@ -379,8 +382,16 @@ def _kernels(tree: ast.Module) -> dict[str, tuple[str, list[str]]]:
         if jitted is None:
             raise Untranslatable(f"{name} has no @triton.jit function")
         src, kernel = jitted
+        if re.search(r"reduction_hint\s*=\s*ReductionHint\.OUTER\b", node.value.args[1].value):
+            src = f"{OUTER_HINT}\n{src}"
         out[name] = (_portable(src), [a.arg for a in kernel.args.args])
     return out
+
+
+#: Inductor's hint that a reduction runs along a strided axis (its x axis is the contiguous one),
+#: kept above the kernel's source: such a kernel is launched with many rows and a short block of
+#: the reduced axis (Inductor's own outer config), so that each load of a block is coalesced.
+OUTER_HINT = "# Inductor: ReductionHint.OUTER"
 
 
 def _jit_source(text: str) -> tuple[str, ast.FunctionDef] | None:
@@ -412,13 +423,16 @@ def _launcher(name: str, src: str, params: list[str], blocks: dict[str, int]) ->
     # a reduction takes XBLOCK rows of a whole block of the reduced axis each: few rows. Inductor's
     # static code makes a persistent reduction's R0_BLOCK a literal of the kernel, no parameter.
     reduction = any(p.startswith("R") for p in constexprs) or any(re.fullmatch(r"r\d_numel", p) for p in runtime)
+    # an outer reduction (a strided reduced axis), looped: XBLOCK contiguous rows, a short R block
+    outer = reduction and not persistent and src.startswith(OUTER_HINT) and "XO" in blocks
     for p in constexprs:
         if p.startswith("R"):
             numel = f"r{p[1]}_numel"
-            value = f"triton.next_power_of_2({numel})" if persistent else str(blocks["R"])
+            value = f"triton.next_power_of_2({numel})" if persistent else str(blocks["RO" if outer else "R"])
             lines.append(f"    {p} = {value}")
         else:
-            lines.append(f"    {p} = {blocks['XR'] if reduction and p == 'XBLOCK' else blocks[p[0]]}")
+            x_reduction = blocks["XO"] if outer else blocks["XR"]
+            lines.append(f"    {p} = {x_reduction if reduction and p == 'XBLOCK' else blocks[p[0]]}")
     grid = [None, None, None]
     for axis in "xyz":
         if f"{axis.upper()}BLOCK" in constexprs:

@@ -157,6 +157,26 @@ def test_a_size_dynamo_specialised_is_refused_by_the_dynamic_path_with_the_reaso
     assert candidate._dynamic_code_holds((torch.randn(3, 5, length),)) is None
 
 
+def test_an_outer_reduction_is_launched_with_many_rows_and_a_short_block_on_a_gpu():
+    """48_Mean_reduction_over_a_dimension reduces a strided axis (Inductor's ReductionHint.OUTER).
+    Launched as an inner one (one row per program, 512 of the reduced axis: every load strided),
+    its start ran at 0.10x eager on the H200. On a GPU it now gets Inductor's outer config; a
+    contiguous reduction (a softmax row) keeps one row per program."""
+    from kernforge.loop import inductor_start
+
+    def launchers(stem: str) -> list[str]:
+        start = derived(stem)
+        assert isinstance(start, Start), start
+        kernels = inductor_start._kernels(ast.parse(start.output_code))
+        return [inductor_start._launcher(name, src, params, inductor_start.BLOCKS["cuda"])
+                for name, (src, params) in kernels.items() if any(p.startswith("R0_") for p in params)]
+
+    outer = launchers("48_Mean_reduction_over_a_dimension")
+    assert outer and all("XBLOCK = 64" in text and "R0_BLOCK = 8" in text for text in outer), outer
+    inner = launchers("23_Softmax")
+    assert inner and all("XBLOCK = 1\n" in text and "R0_BLOCK = 512" in text for text in inner), inner
+
+
 def test_the_tuner_moves_the_block_sizes_of_both_paths_and_the_start_stays_correct(judge):
     """The offline tuner's knob analysis finds the launches of both paths' kernels; a configuration
     that moves every block size of both is still accepted on every CPU shape."""
