@@ -20,7 +20,8 @@
   on fresh inputs (``Devices.audit``, device time), after its attempt is recorded; the audit is
   recorded in a transaction of its own (``Archive.record_audit``). While another task has had no
   verdict yet in this session, the audit waits (``_deferred``) until none has: first verdicts
-  come first, and the run's end audits what still waits. Passed, it is the new best;
+  come first, and the run's end audits what still waits (so does a time budget about to run out:
+  ``_audits_due``). Passed, it is the new best;
   failed, it is demoted (an accepted attempt, never the best) and the display says why. A run
   stopped between the two leaves an attempt without an audit: simply not a best (``kernforge
   archive audit`` can audit it later). Interpreter verdicts and rejections are never audited.
@@ -79,6 +80,18 @@ __all__ = ["RunResult", "RunSettings", "Runner", "run", "run_async"]
 
 #: An LLM provider failing this many requests in a row (after each one's own retries) ends the run.
 MAX_CONSECUTIVE_LLM_FAILURES = 5
+
+
+#: the time budget kept for the audits that wait for every task's first verdict: this many times
+#: the seconds their verdicts took (an audit judges the kernel again, in a fresh worker)
+AUDIT_RESERVE = 1.5
+
+
+def _verdict_seconds(member: Member) -> float:
+    """How long ``member``'s verdict took, as the judge said (0 where it did not)."""
+    env = member.verdict.environment if member.verdict is not None else {}
+    seconds = env.get("verify_seconds") if isinstance(env, Mapping) else None
+    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else 0.0
 
 
 class Runner:
@@ -361,7 +374,17 @@ class Runner:
                                       lambda: not self.abandon and not self._interrupts)
         else:
             await self._audit_waiting(index, self._deferred, "its audit deferred until every task had a verdict",
-                                      lambda: self.stopping is None and not self._first_verdicts_pending())
+                                      lambda: self.stopping is None and (not self._first_verdicts_pending()
+                                                                         or self._audits_due()))
+
+    def _audits_due(self) -> bool:
+        """The time budget would run out before the waiting audits were made, each about as long as
+        its verdict took (``AUDIT_RESERVE`` times that): they start now, first verdicts or not, so
+        a benchmark cut by its budget does not end with its bests unaudited (untimed)."""
+        if self.meter is None or self.meter.budget.hours is None or not self._deferred:
+            return False
+        left = self.meter.budget.hours * 3600 - self.meter.seconds
+        return left <= AUDIT_RESERVE * sum(_verdict_seconds(member) for _, member in self._deferred)
 
     async def _audit_waiting(self, index: int, waiting: list[tuple[TaskState, Member]], why: str,
                              go_on: Callable[[], bool]) -> None:

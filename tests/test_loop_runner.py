@@ -701,6 +701,50 @@ def test_audits_wait_until_every_task_has_had_its_first_verdict(tmp_path, monkey
     assert sorted(bests.values()) == sorted(faster.values())  # each task's faster kernel, audited, is its best
 
 
+def test_waiting_audits_start_when_the_time_budget_would_end_before_them(tmp_path, monkeypatch):
+    """Audits wait for every task's first verdict, but not past the time budget: a run cut by it
+    would leave its bests unaudited (a benchmark's problems correct but untimed). Verdicts that
+    took 3000 s each, in a one-hour budget: each seed's audit is made at once."""
+    import contextlib
+    import io
+    import shutil
+
+    from kernforge.archive import synthetic
+    from kernforge.loop import devices
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.display import PlainDisplay
+    from kernforge.loop.runner import RunSettings, run
+    from kernforge.verifier.verdict import Accepted
+
+    first = seeded_task(tmp_path)
+    second = tmp_path / "tiny_second"
+    shutil.copytree(first, second)
+    slow = gpu_accepted(100.0)
+    slow = Accepted(shapes=slow.shapes, environment=dict(synthetic.H200, verify_seconds=3000.0))
+
+    class Judge(GpuStandInJudge):
+        def verify(self, code, task, bar=None):
+            self.tasks.append(task.name)
+            return super().verify(code, task, bar)
+
+    judge = Judge([slow] * 4)
+    judge.tasks = []
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        yield judge
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
+    shown = io.StringIO()
+    db = tmp_path / "k.db"
+    result = run(RunSettings(tasks=(str(first), str(second)), db=db, offline=True,
+                             budget=Budget(max_attempts=1, hours=1.0)), PlainDisplay(shown))
+    assert result.status == "finished", shown.getvalue()
+    assert judge.tasks[0] == judge.tasks[1] and judge.tasks[2] == judge.tasks[3] != judge.tasks[0]
+    assert len(audit_rows(db)) == 2
+
+
 def _llm_run(fake_llm, tmp_path, db: Path, *extra: str) -> subprocess.Popen:
     """`kernforge run` in a process of its own against the fake LLM (one request at a time), its
     stdout and stderr piped."""
