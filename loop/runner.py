@@ -634,18 +634,19 @@ class Runner:
         member = Member(code, verdict, reuse_of or attempt_id, proposal.proposer, depth=depth,
                         audit_passed=hit.audit_passed if hit is not None else None)
         audit: Audit | None = None
-        if state.population.needs_audit(member) and self._first_verdicts_pending(but=state):
-            # an audit is a second verdict's device time: every task's first verdict comes before it
-            # (a seed's audit per task would otherwise hold the later tasks back by minutes)
-            self._deferred.append((state, member))
-        elif state.population.needs_audit(member):
-            try:
-                audit = await self._audit(index, state, member)
-            except asyncio.CancelledError:
-                self._learn(state, proposal, member, attempt_id, seq, reuse_of, verify_s, None)
-                raise
-            if audit is not None:
-                member = replace(member, audit_passed=audit.passed)
+        if state.population.needs_audit(member):
+            if self._first_verdicts_pending(but=state):
+                # an audit is a second verdict's device time: every task's first verdict comes before
+                # it (a seed's audit per task would otherwise hold the later tasks back by minutes)
+                self._deferred.append((state, member))
+            else:
+                try:
+                    audit = await self._audit(index, state, member)
+                except asyncio.CancelledError:
+                    self._learn(state, proposal, member, attempt_id, seq, reuse_of, verify_s, None)
+                    raise
+                if audit is not None:
+                    member = replace(member, audit_passed=audit.passed)
         self._learn(state, proposal, member, attempt_id, seq, reuse_of, verify_s, audit)
 
     async def _audit(self, index: int, state: TaskState, member: Member) -> Audit | None:

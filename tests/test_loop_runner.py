@@ -649,32 +649,29 @@ def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, m
         assert best.attempt_id == attempts(db)[-1]["id"] and best.attempt_id != rows[0]["id"]
 
 
-def test_audits_wait_until_every_task_has_had_its_first_verdict(tmp_path, monkeypatch):
-    """On the H200 each seed's audit (a second verdict: 25-30 s) followed its verdict at once, so
-    14 tasks' first verdicts took 80-100 s each and 11 of 14 had none after five minutes. A would-be
-    best's audit now waits while another task has had no verdict; the run's end audits what waits."""
+class TaskNamingJudge(GpuStandInJudge):
+    """``GpuStandInJudge`` that also keeps the task of each ``verify`` (an audit is one)."""
+
+    def verify(self, code, task, bar=None):
+        self.__dict__.setdefault("tasks", []).append(task.name)
+        return super().verify(code, task, bar)
+
+
+def two_task_run(tmp_path, monkeypatch, script, budget):
+    """The offline tuner on two seeded tasks (tiny_seeded, tiny_second) judged by
+    ``TaskNamingJudge(script)`` on "cuda:0": (result, judge, db, what the display showed)."""
     import contextlib
     import io
     import shutil
 
-    from kernforge.archive.store import Archive
     from kernforge.loop import devices
-    from kernforge.loop.budget import Budget
     from kernforge.loop.display import PlainDisplay
     from kernforge.loop.runner import RunSettings, run
 
     first = seeded_task(tmp_path)
     second = tmp_path / "tiny_second"
     shutil.copytree(first, second)
-
-    class Judge(GpuStandInJudge):
-        def verify(self, code, task, bar=None):
-            self.tasks.append(task.name)
-            return super().verify(code, task, bar)
-
-    # each task's seed (100 us), then a faster kernel of each (50 us); every audit agrees
-    judge = Judge([100.0, 100.0, 100.0, 100.0, 50.0, 50.0, 50.0, 50.0])
-    judge.tasks = []
+    judge = TaskNamingJudge(script)
 
     @contextlib.contextmanager
     def stand_in(device, **kw):
@@ -684,9 +681,21 @@ def test_audits_wait_until_every_task_has_had_its_first_verdict(tmp_path, monkey
     monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
     shown = io.StringIO()
     db = tmp_path / "k.db"
-    result = run(RunSettings(tasks=(str(first), str(second)), db=db, offline=True, budget=Budget(max_attempts=2)),
-                 PlainDisplay(shown))
-    assert result.status == "finished", shown.getvalue()
+    result = run(RunSettings(tasks=(str(first), str(second)), db=db, offline=True, budget=budget), PlainDisplay(shown))
+    return result, judge, db, shown.getvalue()
+
+
+def test_audits_wait_until_every_task_has_had_its_first_verdict(tmp_path, monkeypatch):
+    """On the H200 each seed's audit (a second verdict: 25-30 s) followed its verdict at once, so
+    14 tasks' first verdicts took 80-100 s each and 11 of 14 had none after five minutes. A would-be
+    best's audit now waits while another task has had no verdict; the run's end audits what waits."""
+    from kernforge.archive.store import Archive
+    from kernforge.loop.budget import Budget
+
+    # each task's seed (100 us), then a faster kernel of each (50 us); every audit agrees
+    result, judge, db, shown = two_task_run(tmp_path, monkeypatch, [100.0, 100.0, 100.0, 100.0, 50.0, 50.0, 50.0, 50.0],
+                                            Budget(max_attempts=2))
+    assert result.status == "finished", shown
     rows = attempts(db)
     by_id = {r["id"]: r for r in rows}
     audits = audit_rows(db)
@@ -694,7 +703,7 @@ def test_audits_wait_until_every_task_has_had_its_first_verdict(tmp_path, monkey
     assert sorted(judge.tasks[:2]) == ["tiny_second", "tiny_seeded"]
     assert [by_id[a["attempt_id"]]["proposer"] for a in audits[:2]] == ["seed", "seed"]
     assert len(judge.tasks) == 8 and len(audits) == 4 and all(a["passed"] for a in audits)
-    assert "its audit deferred until every task had a verdict, audited: passed, the new best" in shown.getvalue()
+    assert "its audit deferred until every task had a verdict, audited: passed, the new best" in shown
     with Archive.open(db, readonly=True) as archive:
         bests = {b.task: b.attempt_id for b in archive.best()}
     faster = {r["task_id"]: r["id"] for r in rows if r["proposer"] != "seed"}
@@ -705,42 +714,13 @@ def test_waiting_audits_start_when_the_time_budget_would_end_before_them(tmp_pat
     """Audits wait for every task's first verdict, but not past the time budget: a run cut by it
     would leave its bests unaudited (a benchmark's problems correct but untimed). Verdicts that
     took 3000 s each, in a one-hour budget: each seed's audit is made at once."""
-    import contextlib
-    import io
-    import shutil
-
     from kernforge.archive import synthetic
-    from kernforge.loop import devices
     from kernforge.loop.budget import Budget
-    from kernforge.loop.display import PlainDisplay
-    from kernforge.loop.runner import RunSettings, run
     from kernforge.verifier.verdict import Accepted
 
-    first = seeded_task(tmp_path)
-    second = tmp_path / "tiny_second"
-    shutil.copytree(first, second)
-    slow = gpu_accepted(100.0)
-    slow = Accepted(shapes=slow.shapes, environment=dict(synthetic.H200, verify_seconds=3000.0))
-
-    class Judge(GpuStandInJudge):
-        def verify(self, code, task, bar=None):
-            self.tasks.append(task.name)
-            return super().verify(code, task, bar)
-
-    judge = Judge([slow] * 4)
-    judge.tasks = []
-
-    @contextlib.contextmanager
-    def stand_in(device, **kw):
-        yield judge
-
-    monkeypatch.setattr(devices, "open_judge", stand_in)
-    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
-    shown = io.StringIO()
-    db = tmp_path / "k.db"
-    result = run(RunSettings(tasks=(str(first), str(second)), db=db, offline=True,
-                             budget=Budget(max_attempts=1, hours=1.0)), PlainDisplay(shown))
-    assert result.status == "finished", shown.getvalue()
+    slow = Accepted(shapes=gpu_accepted(100.0).shapes, environment=dict(synthetic.H200, verify_seconds=3000.0))
+    result, judge, db, shown = two_task_run(tmp_path, monkeypatch, [slow] * 4, Budget(max_attempts=1, hours=1.0))
+    assert result.status == "finished", shown
     assert judge.tasks[0] == judge.tasks[1] and judge.tasks[2] == judge.tasks[3] != judge.tasks[0]
     assert len(audit_rows(db)) == 2
 

@@ -116,9 +116,6 @@ class JudgeOptions:
     static_screen: bool = True
 
 
-#: an environment variable naming a folder: the reference worker writes its cProfile there (bench/)
-PROFILE_ENV = "KERNFORGE_PROFILE_DIR"
-
 #: profiled workers started per audit before it says there is no Nsight Compute record
 PROFILE_ATTEMPTS = 2
 
@@ -214,11 +211,8 @@ class Judge:
     # ---- the reference worker ------------------------------------------------------------------
     def _ref_session(self) -> Session:
         if self._ref is None:
-            payload: dict[str, Any] = {"device": self.worker_device}
-            if os.environ.get(PROFILE_ENV):  # bench/: the reference worker profiles its requests there
-                payload["profile_dir"] = os.environ[PROFILE_ENV]
             self._ref = self.references.session(
-                REFERENCE_ENTRY, payload,
+                REFERENCE_ENTRY, {"device": self.worker_device},
                 Limits(wall_seconds=None, cpu_seconds=10**7, memory_bytes=self.options.limits.memory_bytes * 2))
         return self._ref
 

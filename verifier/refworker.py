@@ -18,7 +18,6 @@ record. It also times the PyTorch baselines the same way, and measures the hardw
 from __future__ import annotations
 
 import gc
-import os
 import secrets
 import socket
 import time
@@ -65,17 +64,14 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
         "baseline": _baseline, "compile_baseline": _compile_baseline, "ceilings": _ceilings, "environment": _environment, "forget": _forget,
         "calibrate": _calibrate, "memory": _memory,
     }
-    profiler = _Profiler(payload.get("profile_dir"))
     while True:
         msg = channel.recv()
         op = msg.get("op")
         if op == "done":
-            profiler.dump()
             channel.send({"op": "done", "ok": True})
             return
         try:
-            with profiler:
-                reply = handlers[op](device, msg)
+            reply = handlers[op](device, msg)
             reply.setdefault("ok", True)
         except KeyError as err:
             reply = {"ok": False, "error": f"unknown op or field: {err}"}
@@ -91,36 +87,6 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
 
 #: ops whose answer starts with a message on the descriptor channel (sent by the handler itself)
 DESCRIPTOR_REPLIES = frozenset({"arena"})
-
-
-class _Profiler:
-    """cProfile over the worker's requests, written to ``folder``/refworker-PID.prof every
-    ``EVERY`` requests and at the end (bench/: where a verdict's time goes); nothing without a folder."""
-
-    EVERY = 25
-
-    def __init__(self, folder: str | None) -> None:
-        import cProfile
-
-        self._path = os.path.join(folder, f"refworker-{os.getpid()}.prof") if folder else None
-        self._profile = cProfile.Profile() if folder else None
-        self._count = 0
-
-    def __enter__(self) -> None:
-        if self._profile is not None:
-            self._profile.enable()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._profile is None:
-            return
-        self._profile.disable()
-        self._count += 1
-        if self._count % self.EVERY == 0:
-            self.dump()
-
-    def dump(self) -> None:
-        if self._profile is not None and self._path is not None:
-            self._profile.dump_stats(self._path)
 
 
 # ---- state -------------------------------------------------------------------------------------
