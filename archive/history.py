@@ -106,7 +106,8 @@ def _kept(evidence: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _geomean_times(archive: Archive, ids: Iterable[int]) -> dict[int, float]:
-    """GPU-timed geometric means by attempt (interpreter times are never ranked: none here)."""
+    """GPU-timed geometric means by attempt over its public shapes, as the score's (score.ranked;
+    interpreter times are never ranked: none here)."""
     ids = list(ids)
     times: dict[int, list[float]] = {}
     timings = ", ".join(f"'{t}'" for t in GPU_TIMINGS)
@@ -114,7 +115,7 @@ def _geomean_times(archive: Archive, ids: Iterable[int]) -> dict[int, float]:
         chunk = ids[start:start + 500]
         cur = archive.conn.execute(
             f"SELECT attempt_id, time_us FROM measurements WHERE attempt_id IN ({','.join('?' * len(chunk))})"
-            f" AND time_us > 0 AND timing IN ({timings})", chunk)
+            f" AND time_us > 0 AND timing IN ({timings}) AND hidden = 0", chunk)
         for attempt_id, time_us in cur:
             times.setdefault(attempt_id, []).append(time_us)
         # a verdict with shapes not timed (verifier/contender.py) has no ranked time

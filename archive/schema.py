@@ -7,6 +7,7 @@ migration; append a new one to ``MIGRATIONS``.
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 from sqlite_utils import Database
@@ -165,13 +166,38 @@ def _v5_baselines(db: Database) -> None:
     db["judge_baselines"].create({"key": str, "figures": str, "recorded": str}, pk="key")
 
 
+def _v6_public_scores(db: Database) -> None:
+    """Scores over the public shapes only (score.py): routine verdicts stopped timing the hidden
+    shapes (an audit times them), so an attempt whose score took its hidden shapes in is scored
+    again from its public measurements, and old and new attempts rank on the same shapes. The
+    measurements themselves are kept as they were measured."""
+    from kernforge.verifier.verdict import ShapeResult
+
+    from .score import summarize
+
+    names = {f for f in ShapeResult.__dataclass_fields__}
+    scored = [r[0] for r in db.execute("SELECT id FROM attempts WHERE score IS NOT NULL OR speedup_eager IS NOT NULL")]
+    for attempt_id in scored:
+        cur = db.execute("SELECT * FROM measurements WHERE attempt_id = ? ORDER BY idx", [attempt_id])
+        cols = [c[0] for c in cur.description]
+        shapes = []
+        for row in cur.fetchall():
+            values = {k: v for k, v in zip(cols, row) if k in names}
+            shapes.append(ShapeResult.from_dict(values | {"shape": json.loads(values["shape"]), "hidden": bool(values["hidden"])}))
+        figures = summarize(shapes)
+        db.execute("UPDATE attempts SET score = ?, speedup_eager = ?, pct_roofline = ? WHERE id = ?",
+                   [figures["score"], figures["speedup_eager"], figures["pct_roofline"], attempt_id])
+
+
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits, _v3_run_owner, _v4_library_baseline,
-                                                      _v5_baselines)
+                                                      _v5_baselines, _v6_public_scores)
 LATEST = len(MIGRATIONS)
 #: Migrations a read-only reader can do without: they add nothing any query needs (an archive
 #: missing only these is read as it is, a missing measurement column as NULL; the next writer
-#: migrates it).
-READ_COMPATIBLE = frozenset({_v3_run_owner, _v4_library_baseline, _v5_baselines})
+#: migrates it). v6's scores too: before it, every attempt of an archive was scored on the same
+#: (public and hidden) shapes, so its ranking is consistent as it stands; attempts scored the new
+#: way join it only through a writer, which migrates first.
+READ_COMPATIBLE = frozenset({_v3_run_owner, _v4_library_baseline, _v5_baselines, _v6_public_scores})
 
 
 def version(db: Database) -> int:

@@ -1,8 +1,13 @@
 """The score that ranks accepted attempts ("best", parent selection).
 
-**score** = geometric mean, over every shape of the verdict (public and hidden) that has a GPU
-time, of the speedup against ``torch.compile`` of the reference measured side by side in the same
-process (``compile_us / time_us``). Higher is better; 1.0 ties ``torch.compile``.
+**score** = geometric mean, over every public shape of the verdict that has a GPU time, of the
+speedup against ``torch.compile`` of the reference measured side by side in the same process
+(``compile_us / time_us``). Higher is better; 1.0 ties ``torch.compile``.
+
+* Public shapes only (``ranked``): every verdict checks the hidden shapes, but a routine one times
+  only the public ones; an audit times the hidden ones too and says how the speedup carries over
+  there (verifier/audit.py). An attempt judged when routine verdicts timed hidden shapes was
+  re-scored on its public measurements (schema v6), so every score is over the same shapes.
 
 * Only GPU timings count: ``timing`` is "graph" (CUDA-graph replay, the default) or "eager" (the
   flagged fallback, whose candidate and baselines were both timed eagerly, so the ratio holds).
@@ -29,6 +34,11 @@ GPU_TIMINGS = ("graph", "eager")
 
 def is_gpu_timed(shape: ShapeResult) -> bool:
     return shape.timing in GPU_TIMINGS and shape.time_us is not None and shape.time_us > 0
+
+
+def ranked(shape: ShapeResult) -> bool:
+    """A shape the score, the tuner and the ranked times count: a public one with a GPU time."""
+    return is_gpu_timed(shape) and not shape.hidden
 
 
 def speedup_vs_compile(shape: ShapeResult) -> float | None:
@@ -88,10 +98,10 @@ def partly_timed(shapes: Iterable[ShapeResult]) -> bool:
 
 
 def summarize(shapes: Iterable[ShapeResult]) -> dict[str, float | None]:
-    """Score and the aggregates stored beside it on the attempt row (GPU-timed shapes only;
+    """Score and the aggregates stored beside it on the attempt row (``ranked`` shapes only;
     none for a verdict ``partly_timed``)."""
     shapes = list(shapes)
-    timed = [s for s in shapes if is_gpu_timed(s)]
+    timed = [s for s in shapes if ranked(s)]
     pcts = [p for p in (roofline_pct(s) for s in timed) if p is not None]
     whole = not partly_timed(shapes)
     return {

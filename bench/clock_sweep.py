@@ -86,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     cache = Path(tempfile.mkdtemp(prefix="kf-sweep-"))
-    options = JudgeOptions(device="cuda:0", time_hidden=False, baselines=False, max_batch_calls=2048, cache_dir=cache)
+    options = JudgeOptions(device="cuda:0", time_hidden="never", baselines=False, max_batch_calls=2048, cache_dir=cache)
     with open_judge("cuda:0", pool_size=1, options=options) as judge:
         for name in args.tasks:
             sweep(judge, name, args.windows, rows)

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from kernforge.archive.content import code_hash, text_hash
-from kernforge.archive.score import geomean, is_gpu_timed, partly_timed
+from kernforge.archive.score import geomean, partly_timed, ranked
 from kernforge.archive.tables import fmt_us
 from kernforge.verifier.verdict import Verdict
 
@@ -304,14 +304,15 @@ def _ring(index: list[int], sizes: list[int], distance: int):
 
 
 def _times(feedback: Verdict) -> dict[str, float] | None:
-    """Per-shape GPU device times of an accepted verdict (µs), keyed by shape; None if rejected.
-    Interpreter shapes are left out (empty for a CPU verdict): accepted, but nothing to rank by."""
+    """Per-shape GPU device times of an accepted verdict's public shapes (µs), keyed by shape;
+    None if rejected. Interpreter shapes are left out (empty for a CPU verdict): accepted, but
+    nothing to rank by."""
     if not feedback.accepted:
         return None
     if partly_timed(feedback.shapes):  # slower than the best at a shape (verifier/contender.py): nothing to rank
         return {}
     return {json.dumps([dict(s.shape), s.hidden, s.dtype], sort_keys=True): float(s.time_us)
-            for s in feedback.shapes if is_gpu_timed(s) and math.isfinite(s.time_us)}
+            for s in feedback.shapes if ranked(s) and math.isfinite(s.time_us)}
 
 
 def _out_of_shared_memory(feedback: Verdict) -> bool:

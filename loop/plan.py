@@ -181,11 +181,12 @@ def resumed_spent(archive: Archive, run_id: int, tasks: list[Task], task_ids: li
 
 
 def judge_options(settings: RunSettings) -> JudgeOptions:
-    """How the run's judges time. A KernelBench run is ranked as KernelBench ranks it, at each
-    problem's public (default) size: its hidden shapes are checked for correctness on every
-    candidate but not timed, which saves most of a GPU verdict (up to 8 hidden shapes, each with
-    both baselines, at sizes up to the default's)."""
-    return JudgeOptions(time_hidden=settings.benchmark is None)
+    """How the run's judges time. Every verdict checks every hidden shape; a routine one is timed
+    at the public shapes only (about half a GPU verdict's timing and baselines), and an audit
+    times the hidden ones too before a best is believed. A KernelBench run is ranked as
+    KernelBench ranks it, at each problem's public (default) size: not even its audits time the
+    hidden shapes (up to 8 of them, at sizes up to the default's)."""
+    return JudgeOptions(time_hidden="never" if settings.benchmark is not None else "audit")
 
 
 def dead_gap_s(config: Any, options: JudgeOptions) -> float:

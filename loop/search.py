@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from kernforge.archive.history import HistoryRow
 from kernforge.archive.queries import REPAIRABLE
 from kernforge.archive.records import AttemptRecord, Population as ArchivedPopulation
-from kernforge.archive.score import geomean, is_gpu_timed, partly_timed, summarize
+from kernforge.archive.score import geomean, partly_timed, ranked, summarize
 from kernforge.verifier.audit import auditable
 from kernforge.verifier.verdict import Status, Verdict
 
@@ -72,20 +72,20 @@ _REPAIRABLE = frozenset(Status(s) for s in REPAIRABLE)
 
 
 def geomean_us(verdict: Verdict | None) -> float | None:
-    """Geometric-mean time of a verdict's shapes, any timing (the interpreter's too): for the
-    display only, which labels interpreter times as such; nothing ranks by it. None when some
+    """Geometric-mean time of a verdict's public shapes, any timing (the interpreter's too): for
+    the display only, which labels interpreter times as such; nothing ranks by it. None when some
     shapes were not timed (``partly_timed``): a mean over some shapes would mislead beside others."""
     if verdict is None or partly_timed(verdict.shapes):
         return None
-    return geomean(s.time_us for s in verdict.shapes)
+    return geomean(s.time_us for s in verdict.shapes if not s.hidden)
 
 
 def gpu_geomean_us(verdict: Verdict | None) -> float | None:
-    """Geometric-mean device time of a verdict's GPU-timed shapes (graph or eager); None without
-    any, or when some shapes were not timed (``partly_timed``: not comparable)."""
+    """Geometric-mean device time of a verdict's ranked shapes (public, graph or eager); None
+    without any, or when some shapes were not timed (``partly_timed``: not comparable)."""
     if verdict is None or partly_timed(verdict.shapes):
         return None
-    return geomean(s.time_us for s in verdict.shapes if is_gpu_timed(s))
+    return geomean(s.time_us for s in verdict.shapes if ranked(s))
 
 
 def speedups(verdict: Verdict | None) -> dict[str, float | None]:
@@ -361,7 +361,7 @@ class Population:
         seen: dict[str, list[float]] = {}
         for m in (*self.accepted, *self.demoted):
             for s in m.verdict.shapes:
-                if not s.hidden and s.compile_us and is_gpu_timed(s):
+                if s.compile_us and ranked(s):
                     seen.setdefault(s.label, []).append(s.compile_us)
         return tuple((label, statistics.median(times)) for label, times in seen.items())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+from dataclasses import replace
 
 import pytest
 import sqlite_utils
@@ -386,7 +387,7 @@ def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
     with pytest.raises(ArchiveError, match="kernforge archive migrate"):
         Archive.open(path, readonly=True)
     with Archive.open(path) as archive:  # a writable open migrates
-        assert schema.version(archive.db) == schema.LATEST == 5
+        assert schema.version(archive.db) == schema.LATEST == 6
         assert {"attempt_id", "run_id", "passed", "reason", "recorded_us", "measured_us", "verdict", "created"} \
             <= set(archive.db["audits"].columns_dict)
         assert archive.get_attempt(first).audit_passed is None and archive.best() == []
@@ -434,3 +435,36 @@ def test_an_archive_from_before_v5_reads_no_baselines_and_a_writer_adds_the_tabl
     with Archive.open(path) as archive:
         assert schema.version(archive.db) == schema.LATEST
         assert archive.keep_judge_baselines({"k": {"eager_us": 1.0}}) == 1
+
+
+# ---- scores over the public shapes ------------------------------------------------------------
+def test_an_attempt_scored_with_its_hidden_shapes_is_scored_again_on_its_public_ones(tmp_path, monkeypatch):
+    """Routine verdicts no longer time the hidden shapes (an audit does): v6 scores an attempt
+    judged before that from its public measurements, which it keeps, so old and new attempts
+    rank on the same shapes. A read-only open reads the old scores as they are (consistent among
+    themselves); a writer, which adds new ones, migrates first."""
+    path = tmp_path / "v5.db"
+    public, hidden = timed(1, 10.0, compile_us=20.0), replace(timed(2, 40.0, compile_us=10.0), hidden=True)
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:5])
+    monkeypatch.setattr(schema, "LATEST", 5)
+    with Archive.create(path) as old:
+        task, run = old.register_task(synthetic.task_record("rms_norm")), old.start_run({})
+        both = old.record_attempt(NewAttempt(run, 0, task, "c = 1", Accepted(shapes=(public, hidden), environment=dict(H200))))
+        # as the code of v5 stored it: the geometric mean of 2x (public) and 0.25x (hidden)
+        with old.conn:
+            old.conn.execute("UPDATE attempts SET score = ?, speedup_eager = ? WHERE id = ?", [(2.0 * 0.25) ** 0.5, 1.0, both])
+    monkeypatch.undo()
+    with Archive.open(path, readonly=True) as archive:
+        assert archive.conn.execute("SELECT score FROM attempts").fetchone()[0] == pytest.approx(0.5 ** 0.5)
+    with Archive.open(path) as archive:
+        row = archive.conn.execute("SELECT score, speedup_eager FROM attempts WHERE id = ?", [both]).fetchone()
+        assert row == (pytest.approx(2.0), pytest.approx(4.0))
+        assert len(archive.get_attempt(both).verdict.shapes) == 2, "the hidden measurement is kept"
+
+
+def test_a_score_counts_the_public_shapes_only(archive, ids):
+    task, run = ids
+    hidden = replace(timed(2, 100.0, compile_us=10.0), hidden=True)
+    attempt = archive.record_attempt(NewAttempt(run, 0, task, "c = 1", Accepted(shapes=(timed(1, 10.0), hidden),
+                                                                                environment=dict(H200))))
+    assert archive.conn.execute("SELECT score FROM attempts WHERE id = ?", [attempt]).fetchone()[0] == pytest.approx(2.0)

@@ -56,7 +56,7 @@ class StandInJudge:
     def __init__(self, again, env=H200):
         self.again, self.env, self.judged = again, env, []
 
-    def verify(self, code, task, bar=None):
+    def verify(self, code, task, bar=None, audit=False):
         assert task.name == "rms_norm"
         self.judged.append(code)
         item = self.again[code]

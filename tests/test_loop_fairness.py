@@ -95,7 +95,7 @@ def test_a_slow_task_cannot_starve_the_others(tmp_path, monkeypatch, slow_s):
     clock = [0.0]
 
     class ClockedJudge(StandInJudge):
-        def verify(self, code, task, bar=None):
+        def verify(self, code, task, bar=None, audit=False):
             clock[0] += slow_s if task.name == "slow" else 1.0
             self.script.append("accepted")
             return super().verify(code, task)

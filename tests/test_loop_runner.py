@@ -292,7 +292,7 @@ class StandInJudge:
         self.script = list(script)
         self.judged: list[str] = []
 
-    def verify(self, code, task, bar=None):
+    def verify(self, code, task, bar=None, audit=False):
         from kernforge.verifier.verdict import Accepted, ShapeResult
 
         self.judged.append(code)
@@ -425,7 +425,7 @@ class GpuStandInJudge(StandInJudge):
     """The n-th call of ``verify`` (an audit is one: a second ``verify``) gets ``script[n]``: a GPU
     time (accepted, ``gpu_accepted``), a verdict, or an exception to raise."""
 
-    def verify(self, code, task, bar=None):
+    def verify(self, code, task, bar=None, audit=False):
         self.judged.append(code)
         self.bars.append(bar)
         item = self.script[len(self.judged) - 1]
@@ -596,7 +596,7 @@ def test_a_task_whose_reference_fails_is_set_aside_and_the_night_goes_on(tmp_pat
     shutil.copytree(good, broken)
 
     class Judge(GpuStandInJudge):
-        def verify(self, code, task, bar=None):
+        def verify(self, code, task, bar=None, audit=False):
             if task.name == "tiny_broken":
                 raise ReferenceFailed("the task's reference failed on prepare: OutOfMemoryError: CUDA out of memory")
             self.judged.append(code)
@@ -652,7 +652,7 @@ def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, m
 class TaskNamingJudge(GpuStandInJudge):
     """``GpuStandInJudge`` that also keeps the task of each ``verify`` (an audit is one)."""
 
-    def verify(self, code, task, bar=None):
+    def verify(self, code, task, bar=None, audit=False):
         self.__dict__.setdefault("tasks", []).append(task.name)
         return super().verify(code, task, bar)
 
@@ -802,7 +802,7 @@ def test_a_time_budget_starts_nothing_once_it_is_spent(tmp_path, monkeypatch):
     started: list[float] = []
 
     class SlowJudge:
-        def verify(self, code, task, bar=None):
+        def verify(self, code, task, bar=None, audit=False):
             started.append(time.monotonic())
             time.sleep(0.5)
             return StandInJudge(["accepted"]).verify(code, task)
@@ -849,7 +849,7 @@ def test_two_lanes_judge_two_candidates_at_once_through_one_gate(tmp_path, monke
     opened = []
 
     class Lane(StandInJudge):
-        def verify(self, code, task, bar=None):
+        def verify(self, code, task, bar=None, audit=False):
             if not self.judged:
                 both.wait()  # passes only once the other lane's first verdict is in flight too
             return super().verify(code, task)
@@ -888,7 +888,7 @@ def test_an_offline_run_prepares_the_inductor_starts_it_will_need_untried_tasks_
         shutil.copytree(TASKS / "tiny_norm", folder)
 
     class Judge(StandInJudge):
-        def verify(self, code, task, bar=None):
+        def verify(self, code, task, bar=None, audit=False):
             if task.name == "tiny_a":
                 return Rejected(Status.INCORRECT, "max abs err 0.5 at index (0, 3) on public shape T=4")
             return super().verify(code, task)

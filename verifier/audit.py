@@ -8,6 +8,12 @@ the geometric mean, over the shapes both verdicts timed on the GPU, of the new t
 recorded one is above ``1 + tolerance``. A candidate that behaves well once and cheats later, or
 whose recorded time was luck, is demoted with the reason.
 
+A routine verdict is timed at the public shapes only; the audit's verdict times the hidden ones
+too (``JudgeOptions.time_hidden``), so a best's speed at shapes it never saw is on record: the
+audit says its speedup over torch.compile there beside the public one. It is said, not judged:
+tiny hidden shapes are launch-bound, where an honest two-kernel design trails a one-kernel
+compile by design, so a gap alone is no evidence of anything.
+
 Then, where Nsight Compute is installed and the sandbox can run it, a third run in a worker
 whose parent is ncu lists the kernels the GPU really ran in a few calls (verifier/ncu.py): torch
 compute where the task forbids it, none of the candidate's own kernels, or more device time per
@@ -80,7 +86,7 @@ def audit(judge: Any, source: str, task: Task, recorded: Verdict, tolerance: flo
     """Judge ``source`` again (``judge.verify``: a fresh worker, fresh seeds) and compare."""
     if not auditable(recorded):
         return Audit(False, "only accepted verdicts with GPU times are audited (interpreter runs are correctness only)")
-    again = judge.verify(source, task)
+    again = judge.verify(source, task, audit=True)
     result = compare(recorded, again, tolerance)
     if not result.passed or not hasattr(judge, "profile"):
         return result
@@ -116,10 +122,33 @@ def compare(recorded: Verdict, again: Verdict, tolerance: float = TOLERANCE) -> 
     rec = math.exp(sum(math.log(before[k]) for k in common) / len(common))
     mea = math.exp(sum(math.log(after[k]) for k in common) / len(common))
     worst = max(common, key=lambda k: after[k] / before[k])
-    details = {"ratio": ratio, "shapes": len(common), "worst_shape": worst[0], "worst_ratio": after[worst] / before[worst]}
+    details = {"ratio": ratio, "shapes": len(common), "worst_shape": worst[0], "worst_ratio": after[worst] / before[worst],
+               **_speedups(again)}
     if ratio > 1 + tolerance:
         return Audit(False, f"its time did not hold: {rec:.2f} us recorded, {mea:.2f} us judged again in a fresh worker "
                             f"({100 * (ratio - 1):+.1f}% over {len(common)} shapes; worst {worst[0]})",
                      recorded_us=rec, measured_us=mea, verdict=again, details=details)
     return Audit(True, f"accepted again in a fresh worker on fresh inputs; time {mea:.2f} us against {rec:.2f} us recorded "
-                       f"({100 * (ratio - 1):+.1f}%)", recorded_us=rec, measured_us=mea, verdict=again, details=details)
+                       f"({100 * (ratio - 1):+.1f}%){_hidden_note(details)}", recorded_us=rec, measured_us=mea, verdict=again,
+                 details=details)
+
+
+def _speedups(verdict: Verdict) -> dict[str, Any]:
+    """Geometric-mean speedup over torch.compile at the public and at the hidden shapes the
+    verdict timed on the GPU, with how many of each (the entries it has figures for)."""
+    out: dict[str, Any] = {}
+    for name, hidden in (("public", False), ("hidden", True)):
+        ratios = [s.compile_us / s.time_us for s in verdict.shapes
+                  if s.hidden == hidden and s.timing in ("graph", "eager") and s.time_us and s.compile_us]
+        if ratios:
+            out[f"{name}_x_compile"] = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+            out[f"{name}_shapes"] = len(ratios)
+    return out
+
+
+def _hidden_note(details: Mapping[str, Any]) -> str:
+    if "hidden_x_compile" not in details:
+        return ""
+    public = f" (public {details['public_x_compile']:.2f}x)" if "public_x_compile" in details else ""
+    n = details["hidden_shapes"]
+    return f"; at its {n} hidden shape{'s' if n != 1 else ''} {details['hidden_x_compile']:.2f}x torch.compile{public}"

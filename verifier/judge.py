@@ -79,7 +79,11 @@ class TaskTooLarge(JudgeError):
 class JudgeOptions:
     #: "cpu" (Triton interpreter) or "cuda" (the GPU the backends are pinned to)
     device: str = "cpu"
-    time_hidden: bool = True
+    #: when the hidden shapes are timed on a GPU (every verdict checks them): "audit" (in an
+    #: audit's second verdict only: a routine verdict is timed and ranked at the public shapes,
+    #: and a would-be best's speed at shapes it never saw is measured before it becomes one),
+    #: "always", or "never" (a benchmark ranked at its public sizes, as KernelBench ranks)
+    time_hidden: str = "audit"
     #: which public shapes to time: "all", or "largest" (by roofline bytes; benchmarks)
     time_shapes: str = "all"
     #: each timed batch's calls should take at least this long together (its fixed cost, the
@@ -114,6 +118,14 @@ class JudgeOptions:
     cache_dir: Path | None = None
     #: tests switch the static screen off to show each runtime defence working on its own
     static_screen: bool = True
+
+    def __post_init__(self) -> None:
+        if self.time_hidden not in HIDDEN_TIMING:
+            raise ValueError(f"time_hidden must be one of {', '.join(HIDDEN_TIMING)}, not {self.time_hidden!r}")
+
+
+#: JudgeOptions.time_hidden's values
+HIDDEN_TIMING = ("audit", "always", "never")
 
 
 #: profiled workers started per audit before it says there is no Nsight Compute record
@@ -154,6 +166,8 @@ class _Verdict:
     capture_queries: int = 0
     #: the task's best time per shape (contender.py); None: time every shape
     bar: Mapping[str, float] | None = None
+    #: an audit's second verdict (JudgeOptions.time_hidden)
+    audit: bool = False
     #: the batch clock's fixed cost (ms), calibrated before the module was loaded (GPU)
     clock_cost_ms: float = 0.0
     calibration: dict[str, Any] = field(default_factory=dict)
@@ -296,12 +310,14 @@ class Judge:
         self._drop_ref()
 
     # ---- one candidate -------------------------------------------------------------------------
-    def verify(self, source: str, task: Task, bar: contender.Bar | None = None) -> Verdict:
+    def verify(self, source: str, task: Task, bar: contender.Bar | None = None, *, audit: bool = False) -> Verdict:
         """The verdict on ``source`` for ``task``. ``bar``: the task's best time per shape on this
-        GPU (contender.py): a candidate clearly slower than it at a shape is not timed further."""
+        GPU (contender.py): a candidate clearly slower than it at a shape is not timed further.
+        ``audit``: the second verdict of an audit (audit.py), which times the hidden shapes too
+        unless the options say never."""
         started = time.perf_counter()
         self._phases = {}
-        self._state = _Verdict(bar=bar)
+        self._state = _Verdict(bar=bar, audit=audit)
         with self.gate.shared():  # other lanes' checks may run beside this verdict, never its timing
             # a task no GPU call of which fits is the task's problem, not a candidate's
             alone = self._needs_the_gpu(self.check_fits(task))
@@ -313,7 +329,7 @@ class Judge:
                 # the reference ran out of GPU memory: what other lanes, or its own cache, held may be
                 # why. Once more, with a fresh reference worker and the GPU to itself.
                 self._drop_ref()
-                self._state = _Verdict(bar=bar)
+                self._state = _Verdict(bar=bar, audit=audit)
                 verdict = self._verify_held(source, task, True)
         env = dict(self.environment())
         env["verify_seconds"] = round(time.perf_counter() - started, 3)
@@ -718,9 +734,12 @@ class Judge:
         if self.options.time_shapes == "largest":
             public = [runtime.largest_shape(task, kind)]
         shapes = [(s, False) for s in public]
-        if self.on_gpu and self.options.time_hidden and self.options.time_shapes == "all":
+        if self.on_gpu and self.options.time_shapes == "all" and self._times_hidden():
             shapes += [(s, True) for s in task.shapes(kind, hidden=True)]
         return shapes
+
+    def _times_hidden(self) -> bool:
+        return self.options.time_hidden == "always" or (self.options.time_hidden == "audit" and self._state.audit)
 
     def _interpreter_times(self, task: Task, timed: list[tuple[Shape, bool]]) -> tuple[list[ShapeResult], list[str]]:
         """The CPU's figures: the judge's own wall clock over each checked call (every one of them
