@@ -1,8 +1,10 @@
 """The library baseline (verifier/library.py): a task names a production kernel library's op in its
 meta.py; the reference worker times it beside eager and torch.compile where it is installed, and
-the judge reports ``library_us`` with the library's name and version. Liger-Kernel needs a GPU,
-so here a test task names a fake library function (under the ``torch`` distribution, which is
-installed) and the timer is a stand-in that counts calls: the plumbing, not the numbers."""
+the judge reports ``library_us`` with the library's name and version. The plumbing is tested with
+a test task that names a fake library function (under the ``torch`` distribution, which is
+installed) and a stand-in timer that counts calls, not the numbers. Where Liger-Kernel is
+installed, the built-in tasks' wrappers are checked against their references (on the CPU under
+the Triton interpreter)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from kernforge.archive import synthetic
@@ -24,6 +27,7 @@ from kernforge.tasks import runtime
 from kernforge.tasks.errors import TaskError
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import library
+from kernforge.verifier.compare import compare
 from kernforge.verifier.judge import Judge
 from kernforge.verifier.verdict import Accepted, ShapeResult
 
@@ -142,8 +146,13 @@ def test_the_judge_reads_the_library_entry_of_a_baseline(tmp_path):
     assert "library_us" not in out and out["library_note"] == "liger-kernel is not installed"
 
 
-@pytest.mark.parametrize("name, call", [("rms_norm", "liger_rms_norm"), ("fused_add_rms_norm", "liger_fused_add_rms_norm"),
-                                        ("silu_and_mul", "liger_silu_and_mul")])
+#: the built-in tasks Liger-Kernel covers -> the wrapper in their meta.py (fused_moe's meta.py says
+#: why Liger's fused MoE is not timed; no Liger op computes the others)
+LIGER = {"rms_norm": "liger_rms_norm", "fused_add_rms_norm": "liger_fused_add_rms_norm",
+         "silu_and_mul": "liger_silu_and_mul", "softmax": "liger_softmax", "rotary_embedding": "liger_rotary_embedding"}
+
+
+@pytest.mark.parametrize("name, call", LIGER.items())
 def test_the_builtin_tasks_liger_covers_name_it(name, call):
     spec = load_task(name).library
     assert spec is not None and (spec.package, spec.call) == ("liger-kernel", call)
@@ -151,9 +160,46 @@ def test_the_builtin_tasks_liger_covers_name_it(name, call):
 
 def test_liger_names_resolve_where_it_is_installed():
     pytest.importorskip("liger_kernel")
-    for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"):
+    for name in LIGER:
         lib = library.resolve(load_task(name))
         assert lib.fn is not None and lib.version and lib.missing is None
+
+
+def _reference(task, shape, inputs, device):
+    """The reference's outputs on copies of ``inputs`` (a library may write its inputs in place)."""
+    model = runtime.build_model(runtime.reference_module(task).Model, runtime.make_init_inputs(task, shape), 0, device)
+    copies = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    return runtime.collect_outputs(model(*copies), copies, task.mutated_inputs)
+
+
+# On the CPU Liger's kernels run under the Triton interpreter (conftest), which has no bf16
+# arithmetic: bf16 inputs there check the wrappers' loads and stores and that they compute in
+# float32 (a bf16 computation comes out as NaN), not bf16 rounding.
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name, shape", [(name, shape) for name in ("softmax", "rotary_embedding")
+                                         for shape in load_task(name).cpu_public_shapes + load_task(name).cpu_hidden_shapes],
+                         ids=str)
+def test_the_liger_wrapper_equals_the_reference(name, shape, dtype, device):
+    pytest.importorskip("liger_kernel")
+    task = load_task(name)
+    wrapper = library.resolve(task).fn
+    for dist in task.distributions:
+        generator = torch.Generator(device=device).manual_seed(1)
+        inputs = runtime.meta_module(task).make_inputs(shape.as_dict(), dist, getattr(torch, dtype), device, generator)
+        want = _reference(task, shape, inputs, device)
+        got = wrapper(*inputs)
+        got = list(got) if isinstance(got, tuple) else [got]
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert g.dtype == w.dtype, f"{dist} output {i}: {g.dtype}, the reference's {w.dtype}"
+            found = compare(g, w, task.tolerance(str(w.dtype).removeprefix("torch.")))
+            assert found.ok, f"{dist} output {i}: {found.describe()}"
+
+
+def test_liger_softmax_refuses_rows_over_65536():
+    """Why softmax's library time is missing at V = 128256 and wider: the judge's note says this."""
+    pytest.importorskip("liger_kernel")
+    with pytest.raises(RuntimeError, match="exceeds the recommended Triton blocksize = 65536"):
+        library.resolve(load_task("softmax")).fn(torch.zeros(1, 65537))
 
 
 # ---- shown where measured ----------------------------------------------------------------------

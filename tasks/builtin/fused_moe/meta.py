@@ -111,3 +111,13 @@ def roofline(shape, dtype):
     nbytes = 2 * t * h * elem + t * k * 8 + touched * 3 * inter * h * elem
     flops = 2 * t * k * 3 * h * inter  # gate, up and down projections per (token, expert)
     return nbytes, flops
+
+
+# No library baseline (verifier/library.py), though one exists: Liger-Kernel 0.8.5's
+# LigerFusedMoEFunction computes this op (w13 with the gate rows first, SwiGLU, the top-k weighted
+# sum; bf16 intermediates, which the tolerance above allows) and equals the reference on the CPU
+# shapes (under the Triton interpreter, one config). The judge cannot time it as it times the
+# others: each call reads the routing's tile count on the host (.item()), so no CUDA graph can hold
+# it, and its first call at every (H, I) autotunes 32 configs of each GEMM and 40 of the gather,
+# about a hundred Triton compiles per shape inside the reference worker (only
+# LIGER_FUSED_MOE_AUTOTUNE=0, read when Liger is imported, turns that off).

@@ -95,3 +95,7 @@ def roofline(shape, dtype):
     nbytes = t * e * elem + t * k * (4 + 4)  # read the logits; write float32 weights, int32 ids
     flops = (4 + k) * t * e  # softmax (max, subtract, exp, sum) and k passes of selection
     return nbytes, flops
+
+
+# No library baseline: Liger-Kernel 0.8.5 has no routing op (its fused MoE takes the top-k ids and
+# weights already computed).

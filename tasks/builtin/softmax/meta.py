@@ -58,3 +58,19 @@ def roofline(shape, dtype):
     nbytes = b * v * elem + b * v * 4  # read the logits once, write float32 probabilities
     flops = 5 * b * v  # max, subtract, exp, sum, divide
     return nbytes, flops
+
+
+# The production library to beat (verifier/library.py), timed beside eager and torch.compile where
+# installed: Liger-Kernel's softmax on the logits cast to float32 first, as the reference casts
+# them. Liger writes its input's dtype: fed bf16 logits it would return bf16 probabilities (2^-9
+# relative, far outside float32's 1e-4), so the cast is a pass of its own, as in eager. Liger keeps
+# a whole row in one block and refuses rows over 65536 entries (its calculate_settings raises): at
+# V = 128256 and wider the call fails and the judge reports that error as the library's note, so
+# Liger is timed at the V = 32000 shapes only (the largest public shape is one of them).
+LIBRARY_BASELINE = {"package": "liger-kernel", "call": "liger_softmax"}
+
+
+def liger_softmax(logits):
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    return LigerSoftmaxFunction.apply(logits.float())
