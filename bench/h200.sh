@@ -9,6 +9,8 @@
 #   verify1    bench/verify.py on two tasks (rms_norm, silu_and_mul)
 #   verify3    bench/verify.py on three tasks (rms_norm, silu_and_mul, softmax)
 #   seeds      bench/verify.py on every built-in task, one repeat (first verdict and a warm one each)
+#   baselines  bench/baselines.py on every built-in task (the judge's eager, torch.compile and library baselines
+#              and the seed, beside a standalone torch.compile timed in a fresh process; baselines.json)
 #   rcache     bench/verify.py on reshape_and_cache and silu_and_mul, one repeat (the baselines' regions per dtype)
 #   compare    bench/compare_probe.py (timed batches' pass/fail: PyTorch's ops against the fused kernel)
 #   ncu        bench/ncu_check.py (the trusted time of record against the old per-call graph time and ncu)
@@ -55,6 +57,7 @@ for p in "$@"; do
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
     verify1) phase verify1 120 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
     seeds) phase seeds 320 python3 bench/verify.py --repeats 1 --json "$OUT/seeds.json" ;;
+    baselines) phase baselines 300 python3 bench/baselines.py --json "$OUT/baselines.json" ;;
     rcache) phase rcache 100 python3 bench/verify.py --repeats 1 --tasks reshape_and_cache silu_and_mul --json "$OUT/rcache.json" ;;
     verify3) phase verify3 200 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
     compare) phase compare 120 python3 bench/compare_probe.py --calls 8 ;;
