@@ -7,6 +7,7 @@
 #   final      a quick subset of tests/test_verifier_gpu.py (side streams, Triton, stale outputs, rms_norm)
 #   verify     bench/verify.py on every built-in task (seeds vs eager and torch.compile, spread, time to verdict)
 #   verify1    bench/verify.py on two tasks (rms_norm, silu_and_mul)
+#   routine    bench/verify.py --shapes public on three tasks (a routine verdict's steps: every public shape timed)
 #   verify3    bench/verify.py on three tasks (rms_norm, silu_and_mul, softmax)
 #   seeds      bench/verify.py on every built-in task, one repeat (first verdict and a warm one each)
 #   baselines  bench/baselines.py on every built-in task (the judge's eager, torch.compile and library baselines
@@ -56,6 +57,7 @@ for p in "$@"; do
     final) phase final 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_verifier_gpu.py -k "side_stream or triton or stale or rms_norm" ;;
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
     verify1) phase verify1 120 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
+    routine) phase routine 240 python3 bench/verify.py --shapes public --repeats 2 --tasks fp8_quant_per_group rms_norm silu_and_mul --json "$OUT/routine.json" ;;
     seeds) phase seeds 320 python3 bench/verify.py --repeats 1 --json "$OUT/seeds.json" ;;
     baselines) phase baselines 300 python3 bench/baselines.py --json "$OUT/baselines.json" ;;
     rcache) phase rcache 100 python3 bench/verify.py --repeats 1 --tasks reshape_and_cache silu_and_mul --json "$OUT/rcache.json" ;;

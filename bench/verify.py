@@ -4,13 +4,17 @@ the time to a verdict.
 
     python bench/verify.py                         # every built-in task, GPU 0
     python bench/verify.py --tasks rms_norm silu_and_mul --repeats 5 --json out.json
+    python bench/verify.py --shapes public        # a routine verdict: every public shape timed
 
 The first evaluation of a task measures (and caches) the baselines; the repeats run with the
 baselines cached, which is the steady state of a run. Spread: (max - min) / mean of the seed's
 median time over the repeats (target <= 1%). Time to verdict: median over the repeats (target
 <= 5 s for elementwise tasks), each starting on a warm worker; the JSON rows add every
-verdict's time and the median time per step (environment.phase_seconds). Checks still cover every public and hidden shape and input
-distribution; only the timing is restricted to the largest public shape.
+verdict's time and the median time per step (environment.phase_seconds), and a second table
+lists each task's slowest steps. Checks still cover every public and hidden shape and input
+distribution; only the timing is restricted to the largest public shape (``--shapes largest``,
+the default) or to the public ones, as in a run's routine verdict (``--shapes public``; the
+table's figures are then those of the largest of them).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
             row.update(error=f"{verdict.status.value}: {verdict.reason}"[:300],
                        evidence=str(getattr(verdict, "evidence", ""))[-3000:])
             return row
-        shape = verdict.shapes[0]
+        shape = max(verdict.shapes, key=lambda s: s.floor_us or 0.0)  # the largest timed shape
         if i == 0:  # measures and caches the baselines
             row.update(shape=shape.label, first_verdict_s=elapsed, eager_us=shape.eager_us, compile_us=shape.compile_us,
                        pct_bandwidth=shape.pct_bandwidth, floor_us=shape.floor_us, timing=shape.timing,
@@ -84,12 +88,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--gpu", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--shapes", choices=("largest", "public"), default="largest",
+                        help="time the largest public shape, or every public shape as a run's routine verdict does")
     parser.add_argument("--memory", action="store_true", help="after every verdict, print where the GPU's memory is (free, the reference worker's, its arena)")
     args = parser.parse_args()
 
     device = resolve_device(args.gpu)
     names = args.tasks or builtin_names()
-    options = JudgeOptions(time_shapes="largest", cache_dir=Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
+    options = JudgeOptions(time_shapes="largest" if args.shapes == "largest" else "all", cache_dir=Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
     rows = []
     console = Console()
     # Three warm workers: each verdict starts on one that is ready, as in a run with a pool
@@ -118,6 +124,15 @@ def main() -> None:
                       f(r["speedup_eager"], ".2f"), f(r["speedup_compile"], ".2f"), f(r["pct_bandwidth"], ".0f"),
                       f(r["spread_pct"], ".2f"), f(r["verdict_s"], ".1f"), f(r["first_verdict_s"], ".1f"))
     console.print(table)
+    steps = Table(title="Where a warm verdict's time goes (median seconds per step; steps nest, so they need not add up)")
+    steps.add_column("task")
+    steps.add_column("verdict s", justify="right")
+    steps.add_column("slowest steps")
+    for r in rows:
+        if "phase_seconds" in r:
+            top = [f"{k} {v:.2f}" for k, v in list(r["phase_seconds"].items())[:8]]
+            steps.add_row(r["task"], f(r["verdict_s"], ".2f"), ", ".join(top))
+    console.print(steps)
     if args.json:
         args.json.write_text(json.dumps({"ceilings": ceilings, "rows": rows}, indent=1, default=str))
 

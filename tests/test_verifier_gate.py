@@ -179,3 +179,48 @@ def test_gpu_work_of_the_event_loop_holds_the_gate_shared_until_it_ends():
     thread.join(LONG)
     assert order == ["checked beside it", "capture done", "timed"]
     assert gate._shared == 0 and gate._writer is None
+
+
+# ---- what a timed shape holds the GPU alone for (verifier/judge.py) ----------------------------
+class _Session:
+    def extend(self, seconds):
+        pass
+
+
+def test_only_a_batchs_window_and_the_baselines_hold_the_gpu_alone():
+    """A timed batch's window holds the gate alone; its verification and the next batch's draw
+    hold it shared, so another lane's checks run beside them instead of waiting (before, the
+    whole shape was one exclusive hold: verification is most of its seconds)."""
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier import messages as M
+    from kernforge.verifier.judge import Judge, JudgeOptions
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(2))
+    task = load_task("rms_norm")
+    shape = task.shapes("cuda", hidden=False)[0]
+    alone: dict[str, list[bool]] = {}
+
+    def held(op):
+        alone.setdefault(op, []).append(judge.gate._writer == threading.get_ident())
+
+    def ask_ref(reply_type, msg, **kw):
+        held(msg["op"])
+        if msg["op"] == "time_batch":
+            return M.BatchTimed(op="time_batch", ok=True, done=True, window_ms=1.0, write_ms=0.0, write_floor_ms=0.0)
+        if msg["op"] == "verify_batch":
+            return M.BatchVerified(op="verify_batch", ok=True, failed_call=-1)
+        return M.BatchPlanned(op="plan_batch", ok=True, sets=[]) if msg["op"] == "plan_batch" else None
+
+    def reply(session, reply_type, op, what, timeout=None):
+        held(f"worker {op}")
+        return M.BatchRan(op="run_batch", ok=True, claimed_s=1e-3)
+
+    def baseline(*args):
+        held("baseline")
+        return {"eager_us": 10.0, "compile_us": 5.0}
+
+    judge._ask_ref, judge._reply, judge._send, judge._baseline = ask_ref, reply, lambda s, m: held(f"send {m['op']}"), baseline
+    ready = M.BatchReady(op="prepare_batch", ok=True, outputs=[], mode="graph")
+    judge._time_prepared(_Session(), task, shape, False, 1, 8, 0, [("long", 8)], {"long": ready}, [], {}, 1 << 30, "timing")
+    assert alone == {"plan_batch": [False] * 3, "send run_batch": [True] * 3, "time_batch": [True] * 3,
+                     "worker run_batch": [True] * 3, "verify_batch": [False] * 3, "baseline": [True]}

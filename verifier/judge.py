@@ -764,9 +764,8 @@ class Judge:
         flags: list[str] = []
         for i, (shape, hidden) in enumerate(turns):
             self._compile_baseline(session, task, shape, plan[shape.params], init_seed)
-            with self._gpu_alone(session):  # the batches and the baselines beside them
-                outcome = self._time_shape(session, task, shape, hidden, init_seed, own, sizes[shape.params],
-                                           plan[shape.params], ceilings, arena_size)
+            outcome = self._time_shape(session, task, shape, hidden, init_seed, own, sizes[shape.params],
+                                       plan[shape.params], ceilings, arena_size)
             if isinstance(outcome, Rejected):
                 return _with_shape(outcome, shape, hidden)
             result, shape_flags = outcome
@@ -783,7 +782,13 @@ class Judge:
     def _time_shape(self, session: Session, task: Task, shape: Shape, hidden: bool, init_seed: int, own: list[str],
                     size: dict[str, Any], calls: int, ceilings: Mapping[str, Any], arena_size: int) -> tuple[ShapeResult, list[str]] | Rejected:
         """Time one shape by two batch sizes (clock.per_call): a long batch of ``calls`` and a
-        short one, in turns, each on fresh inputs, every output of every call verified."""
+        short one, in turns, each on fresh inputs, every output of every call verified.
+
+        Only the timed windows and the baselines hold the GPU alone (``_gpu_alone``). Drawing a
+        batch's inputs, the candidate's capture of it and the verification of its outputs hold
+        it shared, as checks do: nothing they run can change what a neighbour measures, since no
+        timed window runs beside them, and another lane's checks and verifications run beside
+        them instead of waiting (they are most of a timed shape's seconds)."""
         dist = task.distributions[0]
         short = clock.short_calls(calls)
         ctx = f"timing the {where(shape, hidden, dist)} in batches of {calls}" + (f" and {short} calls" if short else " calls")
@@ -877,7 +882,8 @@ class Judge:
                 return rejection
         if self.options.baselines:
             t0 = time.monotonic()
-            base = self._baseline(task, shape, calls, dist, init_seed)
+            with self._gpu_alone(session):
+                base = self._baseline(task, shape, calls, dist, init_seed)
             session.extend(time.monotonic() - t0)  # the worker waited on the judge's own measurement
             eager, comp = base.get("eager_us"), base.get("compile_us")
             result.update(eager_us=eager, compile_us=comp,
@@ -896,9 +902,30 @@ class Judge:
 
     def _one_batch(self, session: Session, task: Task, key: str, ready: M.BatchReady, calls: int, expected: list[M.OutputMeta],
                    arena_size: int, ctx: str) -> tuple[M.BatchTimed, M.BatchVerified, float] | Rejected:
-        """One timed batch: the worker waits for go; the reference worker writes the inputs,
-        says go, waits for done and probes (all inside its own events); then every output is
-        verified."""
+        """One timed batch (``_run_timed``, the GPU held alone), then every output of every call
+        verified (held shared)."""
+        with self._gpu_alone(session):  # the window, and the worker's reply (an eager batch's probe after it)
+            ran = self._run_timed(session, key, ready, calls, expected, arena_size, ctx)
+        if isinstance(ran, Rejected):
+            return ran
+        timed, ran = ran
+        rejection = _signals_rules(ran.signals, f"while {ctx}", task, [], self.on_gpu, call=False)
+        if rejection is not None:
+            return rejection
+        verified = self._ask_ref(M.BatchVerified, {"op": "verify_batch", "key": key, "tolerances": task.tolerance_table()})
+        rejection = (batch_rules.incomplete(verified.incomplete_calls, calls, ctx)
+                     or input_mutation.mutated(verified.mutated_inputs, ctx))
+        if rejection is None and verified.failed_call >= 0:
+            rejection = batch_rules.replay_wrong(verified.failed_call, verified.results, ctx, ready.mode,
+                                                 queried=ready.signals.capture_queries > 0)
+        if rejection is not None:
+            return rejection
+        return timed, verified, ran.claimed_s
+
+    def _run_timed(self, session: Session, key: str, ready: M.BatchReady, calls: int, expected: list[M.OutputMeta],
+                   arena_size: int, ctx: str) -> tuple[M.BatchTimed, M.BatchRan] | Rejected:
+        """The worker runs the batch on go; the reference worker writes the inputs, says go,
+        waits for done and probes, all inside its own events."""
         self._send(session, {"op": "run_batch", "id": key[:12]})
         eager = ready.mode == "eager"
         timeout_s = self._batch_timeout(calls)
@@ -920,18 +947,7 @@ class Judge:
                 return rejection
             timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "probe": True,
                                                  "outputs": [[r.to_dict() for r in call] for call in outputs]})
-        rejection = _signals_rules(ran.signals, f"while {ctx}", task, [], self.on_gpu, call=False)
-        if rejection is not None:
-            return rejection
-        verified = self._ask_ref(M.BatchVerified, {"op": "verify_batch", "key": key, "tolerances": task.tolerance_table()})
-        rejection = (batch_rules.incomplete(verified.incomplete_calls, calls, ctx)
-                     or input_mutation.mutated(verified.mutated_inputs, ctx))
-        if rejection is None and verified.failed_call >= 0:
-            rejection = batch_rules.replay_wrong(verified.failed_call, verified.results, ctx, ready.mode,
-                                                 queried=ready.signals.capture_queries > 0)
-        if rejection is not None:
-            return rejection
-        return timed, verified, ran.claimed_s
+        return timed, ran
 
     def _call_timeout(self, shape: Shape) -> float:
         """How long one checked call may take: bounded by the task itself, so a hung candidate

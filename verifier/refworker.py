@@ -747,13 +747,17 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         for j in range(len(chunk[0][1])):
             outs = stacked(1, j)
             highs, lows = stacked(2, j, outs.device), stacked(3, j, outs.device)
+            laps.lap("gather")
             bad |= ~compare.within_tolerance(outs, highs, _tolerance(lows, msg["tolerances"]), lows)
         hits = bad.nonzero()
+        laps.lap("check")
         return int(chunk[int(hits[0])][0]) if hits.numel() else -1
 
     laps.lap("model")
     first = batch.ref_graph is None
     captured = _batch_reference(batch, model, task, device)
+    if captured is not None:  # the reference's device time is its own step, not the comparison's
+        torch.cuda.synchronize(arena.data.device)
     laps.lap("capture" if first else "replay")
 
     def reference_of(k: int) -> tuple[list[Any], list[Any]]:
@@ -772,7 +776,7 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             chunk, held = [], 0
             if failed >= 0:
                 break
-    laps.lap("compare")
+    laps.lap("gather")
     if failed >= 0:
         high, low = reference_of(failed)
         outs = [arena.view(r) for r in batch.outputs[failed]]
