@@ -17,8 +17,11 @@ is the median over several replays, per call. ``triton.testing.do_bench_cudagrap
 input set is reported beside it, for reference (at small shapes that set stays in the L2). A
 judge/standalone ratio outside 0.95-1.05 is flagged with a "!".
 
-The standalone processes run while the judge's workers sit idle, one task after the other; the
-JSON file is rewritten after every task, so a run cut short keeps the tasks it finished.
+Before anything is timed, every task's standalone process compiles once, all of them at a time
+on the CPU cores (``--prewarm``): the timed processes then find Inductor's and Triton's caches
+warm, and take seconds instead of tens. Then the standalone processes run while the judge's
+workers sit idle, one task after the other; the JSON file is rewritten after every task, so a run
+cut short keeps the tasks it finished.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +75,10 @@ def _first_line(err: BaseException) -> str:
     return ((str(err).strip().splitlines() or [""])[0] or type(err).__name__)[:120]
 
 
-def measure_standalone(name: str, shape: dict[str, int], gpu: int) -> dict[str, Any]:
+def measure_standalone(name: str, shape: dict[str, int], gpu: int, compile_only: bool = False) -> dict[str, Any]:
     """In this process: the static torch.compile of task ``name``'s reference at ``shape``, timed
-    as the module docstring says. Its figures (microseconds per call)."""
+    as the module docstring says. Its figures (microseconds per call); with ``compile_only``,
+    the compile's seconds alone (the caches it leaves are what counts)."""
     import torch
     import triton.testing
 
@@ -95,6 +101,8 @@ def measure_standalone(name: str, shape: dict[str, int], gpu: int) -> dict[str, 
     outputs = runtime.collect_outputs(fn(*first), first, ())
     torch.cuda.synchronize(device)
     compile_s = time.perf_counter() - t0
+    if compile_only:
+        return {"compile_s": compile_s}
     set_bytes = reference.nbytes(first, False) + reference.nbytes(outputs, False)
     l2_bytes = int(torch.cuda.get_device_properties(device).L2_cache_size)
     sets = [first] + [runtime.make_inputs(task, at, dist, seed, str(device))
@@ -142,10 +150,12 @@ def measure_standalone(name: str, shape: dict[str, int], gpu: int) -> dict[str, 
             "gpu": torch.cuda.get_device_name(device)}
 
 
-def standalone(name: str, shape: dict[str, int], gpu: int, timeout_s: float = STANDALONE_TIMEOUT_S) -> dict[str, Any]:
+def standalone(name: str, shape: dict[str, int], gpu: int, timeout_s: float = STANDALONE_TIMEOUT_S,
+               compile_only: bool = False) -> dict[str, Any]:
     """``measure_standalone`` in a fresh Python process (nothing compiled or cached in memory, no
     judge beside it): its figures, or ``{"error": why}``."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--standalone", name, json.dumps(shape), "--gpu", str(gpu)]
+    cmd += ["--compile-only"] if compile_only else []
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -155,6 +165,15 @@ def standalone(name: str, shape: dict[str, int], gpu: int, timeout_s: float = ST
         said = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
         return {"error": said[-1][:300]}
     return json.loads(lines[-1])
+
+
+def prewarm(shapes: dict[str, dict[str, int]], gpu: int) -> dict[str, float | str]:
+    """Every task's standalone compile at once, one process each (the CPU's cores compile; the
+    GPU runs each reference once): the compile's seconds per task, or why it failed. Nothing is
+    timed meanwhile, so the work beside it disturbs no figure."""
+    with ThreadPoolExecutor(max_workers=max(1, min(len(shapes), (os.cpu_count() or 2) - 1))) as pool:
+        done = {name: pool.submit(standalone, name, shape, gpu, compile_only=True) for name, shape in shapes.items()}
+    return {name: f.result().get("compile_s", f.result().get("error", "?")) for name, f in done.items()}
 
 
 # ---- the judge's figures ------------------------------------------------------------------------
@@ -217,9 +236,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here (after every task)")
     parser.add_argument("--standalone", nargs=2, metavar=("TASK", "SHAPE_JSON"), default=None,
                         help="(what this script runs in a fresh process) time the standalone torch.compile and print it as JSON")
+    parser.add_argument("--compile-only", action="store_true", help="(with --standalone) compile, time nothing")
     args = parser.parse_args()
     if args.standalone:
-        print(json.dumps(measure_standalone(args.standalone[0], json.loads(args.standalone[1]), args.gpu)))
+        print(json.dumps(measure_standalone(args.standalone[0], json.loads(args.standalone[1]), args.gpu, args.compile_only)))
         return
 
     import torch
@@ -235,8 +255,14 @@ def main() -> None:
     except EvaluationError as err:
         raise SystemExit(str(err)) from None
     names = args.tasks or builtin_names()
-    options = JudgeOptions(time_shapes="largest", cache_dir=Path(tempfile.mkdtemp(prefix="kf-baselines-cache-")))
+    from kernforge.tasks import runtime
+    from kernforge.tasks.loader import load_task
+
     console = Console()
+    t0 = time.perf_counter()
+    warmed = prewarm({n: runtime.largest_shape(load_task(n), "cuda").as_dict() for n in names}, args.gpu)
+    console.print(f"standalone compiles, all at once ({time.perf_counter() - t0:.0f} s): {json.dumps(warmed, default=str)}")
+    options = JudgeOptions(time_shapes="largest", cache_dir=Path(tempfile.mkdtemp(prefix="kf-baselines-cache-")))
     rows: list[dict[str, Any]] = []
     with open_judge(device, pool_size=2, options=options) as judge:
         console.print(f"device {device}: {judge.environment().get('gpu')}")

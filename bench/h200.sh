@@ -10,8 +10,8 @@
 #   routine    bench/verify.py --shapes public on three tasks (a routine verdict's steps: every public shape timed)
 #   verify3    bench/verify.py on three tasks (rms_norm, silu_and_mul, softmax)
 #   seeds      bench/verify.py on every built-in task, one repeat (first verdict and a warm one each)
-#   baselines  bench/baselines.py on every built-in task (the judge's eager, torch.compile and library baselines
-#              and the seed, beside a standalone torch.compile timed in a fresh process; baselines.json)
+#   baselines  bench/baselines.py: each task's judge baselines (eager, compile, library) and seed at its largest public shape beside a
+#              standalone static torch.compile in a fresh process (BASELINE_TASKS: a subset; log, baselines.json)
 #   rcache     bench/verify.py on reshape_and_cache and silu_and_mul, one repeat (the baselines' regions per dtype)
 #   compare    bench/compare_probe.py (timed batches' pass/fail: PyTorch's ops against the fused kernel)
 #   ncu        bench/ncu_check.py (the trusted time of record against the old per-call graph time and ncu)
@@ -36,7 +36,7 @@
 #   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
-#   loop14     bench/loop.py on all 14 built-in tasks from an empty archive, LOOP_S seconds (default 290; issue #17:
+#   loop14     bench/loop.py on all 14 built-in tasks from an empty archive, LOOP_S seconds (default 290), LANES lanes (1; issue #17:
 #              every task's first verdict within 5 minutes; log, loop14.db, loop14.json)
 #   loop14b    the same tasks again on that archive (baselines kept, tried configurations not proposed again): the
 #              carried .loop14/loop14.db, else this call's loop14.db (log, loop14b.db, loop14b.json)
@@ -59,7 +59,7 @@ for p in "$@"; do
     verify1) phase verify1 120 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
     routine) phase routine 240 python3 bench/verify.py --shapes public --repeats 2 --tasks fp8_quant_per_group rms_norm silu_and_mul --json "$OUT/routine.json" ;;
     seeds) phase seeds 320 python3 bench/verify.py --repeats 1 --json "$OUT/seeds.json" ;;
-    baselines) phase baselines 300 python3 bench/baselines.py --json "$OUT/baselines.json" ;;
+    baselines) phase baselines 330 python3 bench/baselines.py ${BASELINE_TASKS:+--tasks $BASELINE_TASKS} --json "$OUT/baselines.json" ;;
     rcache) phase rcache 100 python3 bench/verify.py --repeats 1 --tasks reshape_and_cache silu_and_mul --json "$OUT/rcache.json" ;;
     verify3) phase verify3 200 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
     compare) phase compare 120 python3 bench/compare_probe.py --calls 8 ;;
@@ -87,10 +87,10 @@ for p in "$@"; do
     lanes) phase lanes2 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 2; phase lanes1 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 1 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     loop14) phase loop14 "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
-              --attempts 1000 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --db "$OUT/loop14.db" --json "$OUT/loop14.json" ;;
+              --attempts 1000 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/loop14.db" --json "$OUT/loop14.json" ;;
     loop14b) if [ -f .loop14/loop14.db ]; then cp .loop14/loop14.db "$OUT/loop14b.db"; else cp "$OUT/loop14.db" "$OUT/loop14b.db"; fi
              phase loop14b "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
-              --attempts 1000 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --db "$OUT/loop14b.db" --json "$OUT/loop14b.json" ;;
+              --attempts 1000 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/loop14b.db" --json "$OUT/loop14b.json" ;;
     *) echo "unknown phase $p" ;;
   esac
 done
