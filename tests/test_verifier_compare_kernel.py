@@ -23,7 +23,8 @@ def kernel_says(cand, high, tol=TOL, low=None):
     h = high.reshape(n, -1).to(work)
     scale = (torch.where(torch.isfinite(h), h, torch.zeros_like(h)).pow(2).mean(dim=1, keepdim=True)).sqrt()
     assert compare_kernel.applies(cand, high, low, interpret=True)
-    return compare_kernel.passing_calls(cand, high, scale, tol.rtol, tol.atol, low, work == torch.float64).tolist()
+    return compare_kernel.passing_calls(cand, high, scale, tol.rtol, tol.atol, low, work == torch.float64,
+                                        compare.MARGINAL_FACTOR, compare.marginal_allowed(h.shape[1])).tolist()
 
 
 def torch_says(cand, high, tol=TOL, low=None):
@@ -116,8 +117,8 @@ def test_a_calls_figures_are_compares(cand_dtype, high_dtype, amount):
     work = compare._work_dtype(cand, high)
     h = high.to(torch.float64)
     scale = h.pow(2).mean().sqrt().to(work).reshape(1, 1)
-    bad, max_abs, max_rel = compare_kernel.errors(cand.reshape(1, -1), high.reshape(1, -1), scale, TOL.rtol, TOL.atol,
-                                                  low.reshape(1, -1), work == torch.float64)
+    bad, _, max_abs, max_rel = compare_kernel.errors(cand.reshape(1, -1), high.reshape(1, -1), scale, TOL.rtol, TOL.atol,
+                                                     low.reshape(1, -1), work == torch.float64, compare.MARGINAL_FACTOR)
     assert int(bad[0]) == want.bad
     assert float(max_abs[0]) == pytest.approx(want.max_abs_err, rel=1e-6)
     assert float(max_rel[0]) == pytest.approx(want.max_rel_err, rel=1e-6)
@@ -146,3 +147,19 @@ def test_every_fp8_byte_is_read_as_pytorch_reads_it(dtype):
     moved = exact * 1.5 + 1.0
     assert kernel_says(cand, moved) == torch_says(cand, moved)
     assert sum(kernel_says(cand, moved)) == int((exact.isnan() | (moved == exact)).sum())  # NaN, and -2 (a fixed point)
+
+
+def test_a_vanishing_number_of_marginal_elements_judged_alike(monkeypatch):
+    """At most one element per MARGINAL_PER out, each within MARGINAL_FACTOR times its allowance:
+    the kernel and the PyTorch ops count them alike (one per 1000 elements here, so that the
+    interpreter's calls stay small)."""
+    monkeypatch.setattr(compare, "MARGINAL_PER", 1000)
+    width = 2000  # two may be out
+    high = torch.randn(5, width, dtype=torch.float64).abs() + 1.0
+    cand = high.clone()
+    tol = Tolerance(rtol=1e-3, atol=0.0)
+    cand[1, 10] *= 1.002  # 2x its allowance: marginal
+    cand[2, [10, 900]] *= 1.003  # two at 3x: as many as may be
+    cand[3, [10, 900, 1500]] *= 1.002  # three: one too many
+    cand[4, 10] *= 1.005  # one at 5x: beyond the factor
+    assert kernel_says(cand, high, tol) == torch_says(cand, high, tol) == [True, True, True, False, False]

@@ -11,6 +11,14 @@ root-mean-square of the reference, which makes ``atol`` relative to the output's
 softmax over 150k entries (values near 1e-5) cannot pass as zeros. NaN and Inf pass only where
 the reference has the same value at the same place.
 
+An output of millions of elements may have a vanishing number just out: at most one per
+``MARGINAL_PER`` elements (so none below that many), each within ``MARGINAL_FACTOR`` times its
+allowance. The bound holds an element's error where rounding puts it; across millions of
+independent roundings its extreme sits a little further out. On the H200 an honest float32 GEMM
+with K = 32768 had one element of 3,178,496 just beyond it and was rejected. What this lets pass
+is worth nothing to a cheat: work skipped or approximated shows at far more elements or by far
+more (THREATS #3, #15), and a non-finite mismatch is never marginal.
+
 The report names the worst element's index, the values and the errors; the same text is shown
 to people and quoted back to the model.
 
@@ -33,6 +41,23 @@ from kernforge.tasks.spec import Tolerance
 from . import compare_kernel
 
 
+#: at most one element per this many may be out of tolerance, each only marginally (above)
+MARGINAL_PER = 1_000_000
+#: ...within this many times its allowance
+MARGINAL_FACTOR = 4.0
+
+
+def marginal_allowed(numel: int) -> int:
+    """How many of ``numel`` elements may be marginally out of tolerance."""
+    return numel // MARGINAL_PER
+
+
+def passes(bad: int, gross: int, numel: int) -> bool:
+    """The rule over one output's counts: ``bad`` elements out of tolerance, ``gross`` of them
+    beyond ``MARGINAL_FACTOR`` times their allowance or non-finite mismatches."""
+    return gross == 0 and bad <= marginal_allowed(numel)
+
+
 @dataclass(frozen=True)
 class Mismatch:
     """Where and by how much one output differs; ``ok`` when every element passes."""
@@ -52,6 +77,8 @@ class Mismatch:
     #: the worst element's error over what it is allowed (inf for a non-finite mismatch): just
     #: above 1 is a numerical difference, orders of magnitude above it a wrong computation
     worst_excess: float = 0.0
+    #: elements out of tolerance that still pass: few enough, each marginally (module docstring)
+    marginal: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -59,6 +86,10 @@ class Mismatch:
         return d
 
     def describe(self) -> str:
+        if self.ok and self.marginal:
+            return (f"all but {self.marginal} of {self.numel} elements within tolerance, those within "
+                    f"{self.worst_excess:.2f}x their allowance (at most one per {MARGINAL_PER:,} may be, within "
+                    f"{MARGINAL_FACTOR:g}x; max abs err {self.max_abs_err:.3g})")
         if self.ok:
             return f"all {self.numel} elements within tolerance (max abs err {self.max_abs_err:.3g})"
         parts = [f"{self.bad} of {self.numel} elements out of tolerance"]
@@ -107,12 +138,12 @@ def compare(
     scale = float((squares / numel).sqrt())
     scale_t = torch.tensor(scale, dtype=work, device=device)
     if compare_kernel.applies(candidate, high, low):  # on a GPU the figures of a pass come in one pass;
-        bad_n, abs_n, rel_n = compare_kernel.errors(  # a failure is explained below, at leisure
+        bad_n, _, abs_n, rel_n = compare_kernel.errors(  # anything out is explained below, at leisure
             candidate.reshape(1, -1), high.reshape(1, -1), scale_t.reshape(1, 1), tolerance.rtol, tolerance.atol,
-            low.reshape(1, -1) if low is not None else None, work == torch.float64)
+            low.reshape(1, -1) if low is not None else None, work == torch.float64, MARGINAL_FACTOR)
         if int(bad_n[0]) == 0:
             return Mismatch(ok=True, numel=numel, max_abs_err=float(abs_n[0]), max_rel_err=float(rel_n[0]))
-    bad = nonfinite = 0
+    bad = nonfinite = gross = 0
     max_abs = max_rel = 0.0
     worst: tuple[float, int] = (-1.0, 0)
     row = max(1, numel // max(high.shape[0], 1)) if high.dim() else 1
@@ -124,6 +155,7 @@ def compare(
         bad_mask = finite_bad | nonfinite_bad
         bad += int(bad_mask.sum())
         nonfinite += int(nonfinite_bad.sum())
+        gross += int((both & (err > MARGINAL_FACTOR * allowed)).sum()) + int(nonfinite_bad.sum())
         max_abs = max(max_abs, float(err.max()))
         max_rel = max(max_rel, float((err / hf.abs().clamp_min(max(scale, 1e-30))).max()))
         if bool(bad_mask.any()):  # the worst element: non-finite mismatches first, else error over allowance
@@ -136,17 +168,19 @@ def compare(
         return Mismatch(ok=True, numel=numel, max_abs_err=max_abs, max_rel_err=max_rel)
     flat = worst[1]
     index = tuple(int(i) for i in _unravel(flat, tuple(high.shape)))
+    ok = passes(bad, gross, numel)
     return Mismatch(
-        ok=False,
+        ok=ok,
         numel=numel,
-        bad=bad,
+        bad=0 if ok else bad,
+        marginal=bad if ok else 0,
         max_abs_err=max_abs,
         max_rel_err=max_rel,
         worst_index=index,
         worst_value=float(candidate.detach()[index] if index else candidate.detach()),
         worst_expected=float(high.detach()[index] if index else high.detach()),
         nonfinite_mismatch=nonfinite,
-        constant=numel > 1 and _constant(candidate, high, blocks, part),
+        constant=not ok and numel > 1 and _constant(candidate, high, blocks, part),
         worst_excess=min(worst[0], 1e30),  # a non-finite mismatch: finite in JSON
     )
 
@@ -243,9 +277,9 @@ def _work_dtype(candidate: torch.Tensor, high: torch.Tensor) -> torch.dtype:
 
 def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: Tolerance, lows: torch.Tensor | None = None,
                      *, fused: bool | None = None) -> torch.Tensor:
-    """Per call (the first dimension), whether every element passes: the rule of ``compare``
-    (each call's own rms scale), for many calls at once, a block of columns at a time. A bool
-    tensor on the device. ``fused``: compare_kernel.py's one pass (True) or the PyTorch ops
+    """Per call (the first dimension), whether it passes: the rule of ``compare`` (each call's
+    own rms scale, its marginal elements), for many calls at once, a block of columns at a time.
+    A bool tensor on the device. ``fused``: compare_kernel.py's one pass (True) or the PyTorch ops
     (False); None: the kernel wherever it applies."""
     work = _work_dtype(candidates, highs)
     n = candidates.shape[0]
@@ -269,13 +303,15 @@ def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: T
     scale = (squares / max(width, 1)).sqrt().to(work)
     if compare_kernel.applies(candidates, highs, lows) if fused is None else fused:  # the same rule in one pass
         return compare_kernel.passing_calls(candidates, highs, scale, tolerance.rtol, tolerance.atol, lows,
-                                            work == torch.float64)
-    ok = torch.ones(n, dtype=torch.bool, device=device)
+                                            work == torch.float64, MARGINAL_FACTOR, marginal_allowed(width))
+    bad = torch.zeros(n, dtype=torch.int64, device=device)
+    gross = torch.zeros(n, dtype=torch.bool, device=device)
     for sl in blocks:
         lo = part(lo_all, sl) if lo_all is not None else None
         err, allowed, nonfinite_bad, _, both = _errors(part(c_all, sl), part(h_all, sl), lo, tolerance, scale)
-        ok &= ~((both & (err > allowed)) | nonfinite_bad).any(dim=1)
-    return ok
+        bad += ((both & (err > allowed)) | nonfinite_bad).sum(dim=1)
+        gross |= ((both & (err > MARGINAL_FACTOR * allowed)) | nonfinite_bad).any(dim=1)
+    return ~gross & (bad <= marginal_allowed(width))
 
 
 def _errors(c: torch.Tensor, h: torch.Tensor, lo: torch.Tensor | None, tolerance: Tolerance,

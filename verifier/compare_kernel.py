@@ -62,11 +62,12 @@ if triton is not None:
         return x.to(tl.float32)
 
     @triton.jit
-    def _bad_blocks(c_ptr, h_ptr, lo_ptr, scale_ptr, bad_ptr, abs_ptr, rel_ptr, width, c_row, h_row, lo_row, blocks,
-                    rtol, atol, tiny, HAS_LO: tl.constexpr, WIDE: tl.constexpr, C_FP8: tl.constexpr,
+    def _bad_blocks(c_ptr, h_ptr, lo_ptr, scale_ptr, bad_ptr, gross_ptr, abs_ptr, rel_ptr, width, c_row, h_row, lo_row,
+                    blocks, rtol, atol, tiny, margin, HAS_LO: tl.constexpr, WIDE: tl.constexpr, C_FP8: tl.constexpr,
                     H_FP8: tl.constexpr, LO_FP8: tl.constexpr, BLOCK: tl.constexpr):
-        """Per block of call ``row``: how many elements fail the rule, the largest |c - h| and
-        the largest |c - h| / max(|h|, rms) among the finite pairs (``compare``'s figures)."""
+        """Per block of call ``row``: how many elements fail the rule, how many fail it grossly
+        (beyond ``margin`` times their allowance, or a non-finite mismatch), the largest |c - h|
+        and the largest |c - h| / max(|h|, rms) among the finite pairs (``compare``'s figures)."""
         block = tl.program_id(0)
         row = tl.program_id(1).to(tl.int64)
         cols = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -92,9 +93,11 @@ if triton is not None:
         allowed = tl.maximum(allowed, tiny)
         err = tl.where(both, tl.abs(c - hf), 0.0)
         bad = ((both & (err > allowed)) | nonfinite_bad) & inside
+        gross = ((both & (err > margin * allowed)) | nonfinite_bad) & inside
         rel = err / tl.maximum(tl.abs(hf), tl.maximum(scale, 1e-30))
         at = row * blocks + block
         tl.store(bad_ptr + at, tl.sum(bad.to(tl.int32), axis=0))
+        tl.store(gross_ptr + at, tl.sum(gross.to(tl.int32), axis=0))
         tl.store(abs_ptr + at, tl.max(tl.where(inside, err, 0.0), axis=0))
         tl.store(rel_ptr + at, tl.max(tl.where(inside, rel, 0.0), axis=0))
 
@@ -158,8 +161,9 @@ def _self_checked(c_dtype: torch.dtype, h_dtype: torch.dtype, lo_dtype: torch.dt
 
 
 def errors(candidates: torch.Tensor, highs: torch.Tensor, scale: torch.Tensor, rtol: float, atol: float,
-           lows: torch.Tensor | None, wide: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per call (the first dimension, ``n``): how many elements fail, the largest absolute and
+           lows: torch.Tensor | None, wide: bool, margin: float) -> tuple[torch.Tensor, ...]:
+    """Per call (the first dimension, ``n``): how many elements fail, how many fail beyond
+    ``margin`` times their allowance (non-finite mismatches among them), the largest absolute and
     relative errors (as ``compare`` measures them). ``scale``: each call's rms of the reference,
     shape (n, 1); ``wide``: float64 arithmetic, else float32. Tensors on the device."""
     n = candidates.shape[0]
@@ -176,17 +180,20 @@ def errors(candidates: torch.Tensor, highs: torch.Tensor, scale: torch.Tensor, r
     blocks = max(1, triton.cdiv(width, BLOCK))
     work = torch.float64 if wide else torch.float32
     bad = torch.zeros((n, blocks), dtype=torch.int32, device=c.device)
+    gross = torch.zeros((n, blocks), dtype=torch.int32, device=c.device)
     abs_err = torch.zeros((n, blocks), dtype=work, device=c.device)
     rel_err = torch.zeros((n, blocks), dtype=work, device=c.device)
     scale = scale.detach().reshape(n).to(work).contiguous()
-    _bad_blocks[(blocks, n)](c, h, lo, scale, bad, abs_err, rel_err, width, c.stride(0), h.stride(0), lo.stride(0),
-                             blocks, float(rtol), float(atol), float(torch.finfo(torch.float32).tiny),
+    _bad_blocks[(blocks, n)](c, h, lo, scale, bad, gross, abs_err, rel_err, width, c.stride(0), h.stride(0), lo.stride(0),
+                             blocks, float(rtol), float(atol), float(torch.finfo(torch.float32).tiny), float(margin),
                              HAS_LO=lows is not None, WIDE=wide, C_FP8=bits[0], H_FP8=bits[1], LO_FP8=bits[2],
                              BLOCK=BLOCK)
-    return bad.sum(dim=1, dtype=torch.int64), abs_err.amax(dim=1), rel_err.amax(dim=1)
+    return bad.sum(dim=1, dtype=torch.int64), gross.sum(dim=1, dtype=torch.int64), abs_err.amax(dim=1), rel_err.amax(dim=1)
 
 
 def passing_calls(candidates: torch.Tensor, highs: torch.Tensor, scale: torch.Tensor, rtol: float, atol: float,
-                  lows: torch.Tensor | None, wide: bool) -> torch.Tensor:
-    """Per call, whether every element passes (``errors``' arguments)."""
-    return errors(candidates, highs, scale, rtol, atol, lows, wide)[0] == 0
+                  lows: torch.Tensor | None, wide: bool, margin: float, marginal: int) -> torch.Tensor:
+    """Per call, whether it passes: no element beyond ``margin`` times its allowance and at most
+    ``marginal`` out of it (``errors``' arguments; compare.py's rule)."""
+    bad, gross = errors(candidates, highs, scale, rtol, atol, lows, wide, margin)[:2]
+    return (gross == 0) & (bad <= marginal)

@@ -175,6 +175,8 @@ class _Verdict:
     heap_bytes: int = 0
     #: the slowest checked call so far per shape, by the judge's clock (seconds; timeouts only)
     slowest: dict[tuple, float] = field(default_factory=dict)
+    #: what an accepted verdict must say beside its figures (checks' marginal elements)
+    flags: list[str] = field(default_factory=list)
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -526,7 +528,7 @@ class Judge:
         except (WorkerFailure, OSError):
             pass
         shapes, flags = results
-        return Accepted(shapes=tuple(shapes), flags=tuple(sorted(set(flags))))
+        return Accepted(shapes=tuple(shapes), flags=tuple(sorted(set(flags + self._state.flags))))
 
     @contextlib.contextmanager
     def _gpu_alone(self, session: Session) -> Iterator[None]:
@@ -700,6 +702,11 @@ class Judge:
                      or values.wrong(compared.results, ctx, hidden=call.hidden, public_all_passed=public_passed, earlier=earlier))
         if rejection is not None:
             return rejection
+        marginal = [(r.output, r.details) for r in compared.results if r.details.get("marginal")]
+        if marginal:  # passed, with a vanishing number of elements just out (compare.py): said with the verdict
+            j, d = marginal[0]
+            self._state.flags.append(f"{d['marginal']} of {d.get('numel')} elements of output {j} just out of tolerance "
+                                     f"(within {float(d.get('worst_excess', 0.0)):.2f}x their allowance) at the {ctx}")
         worst = self._state.errors.get(call.shape.params, (0.0, 0.0))
         self._state.errors[call.shape.params] = (
             max([worst[0]] + [float(r.details.get("max_abs_err", 0.0)) for r in compared.results]),
