@@ -31,7 +31,7 @@ import ast
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from .inductor_init import Methods
 
@@ -148,6 +148,39 @@ def fixed_check(fixed: Sequence[tuple[int, int, int]]) -> str:
             "        if inputs[i].shape[d] != size:\n"
             "            raise ValueError(f\"this start's dynamic code is Inductor's with dimension {d} of input {i} \"\n"
             "                             f\"fixed at {size} (Dynamo specialised it); this call has {inputs[i].shape[d]}\")\n")
+
+
+def varied_fixed_size(task: Any, device_kind: str, fixed: Sequence[tuple[int, int, int]],
+                      static_shape: Mapping[str, Any] | None) -> str | None:
+    """Why a start whose dynamic code holds ``fixed`` sizes (``fixed_check``) would fail one of
+    the task's shapes, or None: at a shape other than the static path's (``static_shape``) an
+    input has another size there. Its verdict would be a rejection, so the start is not made.
+    Sizes come from the reference's ``get_inputs`` on the meta device (no memory at any size); a
+    task whose inputs cannot be drawn there (its meta.py draws them) is not judged here. A hidden
+    shape is said as such, never by its sizes."""
+    import torch
+
+    from kernforge.tasks import runtime
+
+    if not fixed or hasattr(runtime.meta_module(task), "make_inputs"):
+        return None
+    module = runtime.load_module(task.reference_path, fresh=True)  # its size globals are set below: a copy of its own
+    for hidden in (False, True):
+        for shape in task.shapes(device_kind, hidden=hidden):
+            if static_shape is not None and shape.as_dict() == dict(static_shape):
+                continue
+            runtime.set_shape(module, shape)
+            try:
+                with torch.device("meta"):
+                    sizes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in module.get_inputs()]
+            except Exception:  # noqa: BLE001 - an input the meta device cannot draw: not judged here
+                return None
+            for i, d, size in fixed:
+                if i < len(sizes) and sizes[i] is not None and d < len(sizes[i]) and sizes[i][d] != size:
+                    where = "a hidden shape" if hidden else f"public shape {shape.label}"
+                    return (f"Inductor's dynamic code holds dimension {d} of input {i} at {size} (Dynamo specialised "
+                            f"it), and {where} has {sizes[i][d]} there: a start from it would be rejected")
+    return None
 
 
 def model_new(dynamic: Sequence[str], static: Sequence[str] | None, n_inputs: int,

@@ -54,7 +54,7 @@ import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncContextManager, Callable, Sequence
+from typing import Any, AsyncContextManager, Callable, Mapping, Sequence
 
 from kernforge.tasks.spec import Task
 
@@ -82,6 +82,10 @@ class Start:
     description: str
     #: Inductor's output code with static sizes at the timed shape; "" where the start has no static path
     static_output_code: str = ""
+    #: (input, dimension, size) its dynamic code holds as literals (inductor_code.Captured.fixed)
+    fixed: tuple[tuple[int, int, int], ...] = ()
+    #: the shape its static path is taken at; None without one
+    static_shape: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,12 @@ async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float
     around the child on a GPU, so that its allocations and fills never fall in a timed window. A
     child that could not start (OSError), or a reply or wrapper that could not be read (ValueError,
     SyntaxError), is a start that is not there, said as the reason: never the end of a run."""
+    return checked(task, device_kind, await captured_async(task, device_kind, timeout_s=timeout_s, hold=hold))
+
+
+async def captured_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S,
+                         hold: GpuHold | None = None) -> Start | NoStart:
+    """``derive_async`` before ``checked``: the start as Inductor's code gives it."""
     try:
         reply = await _child_reply(_child_command(task, device_kind), timeout_s, hold)
         if isinstance(reply, NoStart):
@@ -111,6 +121,15 @@ async def derive_async(task: Task, device_kind: str = "cpu", *, timeout_s: float
         return _from_child(reply, "", device_kind, task.reference_path.read_text())
     except (OSError, ValueError, SyntaxError) as error:
         return NoStart(f"{type(error).__name__}: {error}")
+
+
+def checked(task: Task, device_kind: str, start: Start | NoStart) -> Start | NoStart:
+    """``start``, or NoStart where its dynamic code holds a size that one of the task's shapes
+    varies (``inductor_paths.varied_fixed_size``): its verdict would be a rejection there."""
+    if not isinstance(start, Start):
+        return start
+    why = inductor_paths.varied_fixed_size(task, device_kind, start.fixed, start.static_shape)
+    return start if why is None else NoStart(why)
 
 
 async def output_code_async(task: Task, device_kind: str = "cpu", *, timeout_s: float = CAPTURE_TIMEOUT_S,
@@ -191,7 +210,7 @@ def _from_child(reply: dict | None, problem: str, device_kind: str, reference_so
             source, kernels = translate(reply["wrapper"], bindings, reply["n_inputs"], device_kind,
                                         state=state, methods=methods, static=static, fixed=fixed)
             description = inductor_paths.description(kernels, static.shape)
-            return Start(source, kernels, reply["wrapper"], description, static.wrapper)
+            return Start(source, kernels, reply["wrapper"], description, static.wrapper, fixed, static.shape)
         except (Untranslatable, NotStatic) as why:
             why_not = f"its static code is not all Triton or cannot be told apart: {why}"
     try:
@@ -199,7 +218,7 @@ def _from_child(reply: dict | None, problem: str, device_kind: str, reference_so
                                     state=state, methods=methods, fixed=fixed)
     except Untranslatable as why:
         return NoStart(f"Inductor's code for this reference is not all Triton: {why}")
-    return Start(source, kernels, reply["wrapper"], inductor_paths.description(kernels, None, why_not))
+    return Start(source, kernels, reply["wrapper"], inductor_paths.description(kernels, None, why_not), fixed=fixed)
 
 
 def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from kernforge.loop.evaluate import open_judge
 from kernforge.loop.inductor_code import example_shape
+from kernforge.loop import inductor_start
 from kernforge.loop.inductor_start import NoStart, Start, derive, listing, output_code_async
 from kernforge.tasks.loader import load_task
 from kernforge.verifier.judge import JudgeOptions
@@ -22,11 +23,18 @@ COPIES = Path(__file__).resolve().parent / "kernelbench"
 TASKS = Path(__file__).resolve().parent / "tasks"
 
 
+def derived(stem: str, *, check: bool = True) -> Start | NoStart:
+    """The start of a KernelBench copy as ``derive`` gives it; with ``check`` False, before
+    ``inductor_start.checked`` looks at its fixed sizes."""
+    start = _captured(stem)
+    return inductor_start.checked(load_task(COPIES / f"{stem}.py"), "cpu", start) if check else start
+
+
 @functools.lru_cache(maxsize=None)
-def derived(stem: str) -> Start | NoStart:
-    """The start of a KernelBench copy, derived once for this module (each derivation is a child
-    process that runs two Inductor captures: tens of seconds on the CPU). A Start is frozen."""
-    return derive(load_task(COPIES / f"{stem}.py"), "cpu")
+def _captured(stem: str) -> Start | NoStart:
+    """Derived once for this module (each derivation is a child process that runs two Inductor
+    captures: tens of seconds on the CPU). A Start is frozen."""
+    return asyncio.run(inductor_start.captured_async(load_task(COPIES / f"{stem}.py"), "cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +154,7 @@ def test_a_size_dynamo_specialised_is_refused_by_the_dynamic_path_with_the_reaso
     import torch
 
     task = load_task(COPIES / "41_Max_Pooling_1D.py")
-    start = derived("41_Max_Pooling_1D")
+    start = derived("41_Max_Pooling_1D", check=False)
     assert isinstance(start, Start), start
     length = example_shape(task, "cpu").as_dict()["sequence_length"]
     candidate = _load(start.source, tmp_path, "start_41")
@@ -155,6 +163,28 @@ def test_a_size_dynamo_specialised_is_refused_by_the_dynamic_path_with_the_reaso
     with pytest.raises(ValueError, match=f"dimension 2 of input 0 fixed at {length} .*this call has {length + 15}"):
         candidate.ModelNew(8, 1, 4, 3, False)(other)
     assert candidate._dynamic_code_holds((torch.randn(3, 5, length),)) is None
+
+
+def test_no_start_where_a_size_dynamo_specialised_varies_across_the_tasks_shapes(tmp_path):
+    """41_Max_Pooling_1D's copy has a hidden shape of another length: a start whose dynamic code
+    holds the length would be rejected there, so there is none, and the reason says why without
+    the hidden shape's sizes. Where every other shape keeps the fixed size (the hidden lengths
+    set to the public one's), the start stands."""
+    task = load_task(COPIES / "41_Max_Pooling_1D.py")
+    length = example_shape(task, "cpu").as_dict()["sequence_length"]  # what the dynamic code holds
+    other = ({s.as_dict()["sequence_length"] for s in task.shapes("cpu", hidden=True)} - {length}).pop()
+    start = derived("41_Max_Pooling_1D")
+    assert isinstance(start, NoStart)
+    assert (f"holds dimension 2 of input 0 at {length} (Dynamo specialised it), and a hidden shape has {other} there"
+            in start.reason), start.reason
+    folder = tmp_path / "same_length"
+    folder.mkdir()
+    (folder / "41_Max_Pooling_1D.py").write_text((COPIES / "41_Max_Pooling_1D.py").read_text())
+    meta = (COPIES / "41_Max_Pooling_1D.meta.py").read_text()
+    hidden = meta[meta.index("CPU_HIDDEN_SHAPES"):].replace(f"'sequence_length': {other}", f"'sequence_length': {length}")
+    (folder / "41_Max_Pooling_1D.meta.py").write_text(meta[:meta.index("CPU_HIDDEN_SHAPES")] + hidden)
+    same = inductor_start.checked(load_task(folder / "41_Max_Pooling_1D.py"), "cpu", derived("41_Max_Pooling_1D", check=False))
+    assert isinstance(same, Start) and (0, 2, length) in same.fixed
 
 
 def test_an_outer_reduction_is_launched_with_many_rows_and_a_short_block_on_a_gpu():
