@@ -38,6 +38,8 @@
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
 #   loop14     bench/loop.py on all 14 built-in tasks from an empty archive, LOOP_S seconds (default 290), LANES lanes (1; issue #17:
 #              every task's first verdict within 5 minutes; log, loop14.db, loop14.json)
+#   loop14before  loop14 with the code of the carried .before/ (`git archive COMMIT | tar -x -C .before`; workers import it
+#              through PYTHONPATH too; a cache of its own): before and after on one lease (log, loop14before.db/.json)
 #   loop14b    the same tasks again on that archive (baselines kept, tried configurations not proposed again): the
 #              carried .loop14/loop14.db, else this call's loop14.db (log, loop14b.db, loop14b.json)
 #   lanes      bench/loop.py, 3 tasks x 12 attempts, with two lanes and then one (caches the first run warms favour
@@ -86,10 +88,15 @@ for p in "$@"; do
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     lanes) phase lanes2 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 2; phase lanes1 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 1 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
-    loop14) phase loop14 "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
+    loop14before) if [ ! -f .before/bench/loop.py ]; then echo "loop14before: carry .before (git archive COMMIT | tar -x -C .before)"; continue; fi
+              mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
+              PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14before "$((${LOOP_S:-290} + 30))" \
+                python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
+                --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/loop14before.db" --json "$OUT/loop14before.json" ;;
+    loop14) KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase loop14 "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
               --attempts 1000 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/loop14.db" --json "$OUT/loop14.json" ;;
     loop14b) if [ -f .loop14/loop14.db ]; then cp .loop14/loop14.db "$OUT/loop14b.db"; else cp "$OUT/loop14.db" "$OUT/loop14b.db"; fi
-             phase loop14b "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
+             KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase loop14b "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
               --attempts 1000 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/loop14b.db" --json "$OUT/loop14b.json" ;;
     *) echo "unknown phase $p" ;;
   esac
