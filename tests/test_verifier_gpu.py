@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,23 @@ def test_honest_kernel_accepted_with_timings(judge, source):
     for s in verdict.shapes:
         assert s.timing in ("graph", "eager") and s.time_us > 0
         assert s.eager_us and s.eager_us > 0, "the eager baseline is measured in the same run"
+
+
+def test_a_routine_verdict_times_the_public_shapes_and_an_audit_the_hidden_ones_too(tmp_path_factory):
+    """Every verdict checks the hidden shapes; a routine one times the public shapes only, the
+    audit's second verdict the hidden ones as well (JudgeOptions.time_hidden), and the audit
+    compares like shapes and says the hidden speedup."""
+    from kernforge.verifier.audit import audit
+
+    options = replace(_options(tmp_path_factory, baselines=True), time_shapes="all")
+    task = load_task(TASKS / "tiny_norm")
+    with open_judge("cuda:0", pool_size=2, options=options) as judge:
+        routine = judge.verify(C.HONEST, task)
+        assert routine.accepted, _describe(routine)
+        assert sorted((dict(s.shape)["T"], s.hidden) for s in routine.shapes) == [(4, False), (8, False)]
+        result = audit(judge, C.HONEST, task, routine, tolerance=1.0)  # time-sliced by xdist's workers: not the point here
+    assert result.verdict is not None and sorted(s.hidden for s in result.verdict.shapes) == [False, False, True, True]
+    assert result.details["shapes"] == 2 and "hidden_x_compile" in result.details, result.details
 
 
 def test_torch_compile_is_compiled_before_the_gpu_is_taken_alone(tmp_path_factory):
