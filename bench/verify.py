@@ -55,6 +55,7 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
             return row
         shape = max(verdict.shapes, key=lambda s: s.floor_us or 0.0)  # the largest timed shape
         if i == 0:  # measures and caches the baselines
+            row.update(first_phase_seconds=verdict.environment.get("phase_seconds", {}))  # the baselines' compiles among them
             row.update(shape=shape.label, first_verdict_s=elapsed, eager_us=shape.eager_us, compile_us=shape.compile_us,
                        pct_bandwidth=shape.pct_bandwidth, floor_us=shape.floor_us, timing=shape.timing,
                        batch_calls=shape.batch_calls, flags=list(verdict.flags))
