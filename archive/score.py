@@ -67,10 +67,10 @@ def speedup_vs_library(shape: ShapeResult) -> float | None:
 
 
 def library_summary(shapes: Iterable[ShapeResult]) -> tuple[float | None, str | None]:
-    """(geometric-mean speedup over the library, which library) over the GPU-timed shapes where
-    it was measured; (None, None) where it never was. Not part of the score: a library covers
-    only some ops."""
-    timed = [s for s in shapes if is_gpu_timed(s) and speedup_vs_library(s) is not None]
+    """(geometric-mean speedup over the library, which library) over the ``ranked`` shapes (the
+    score's) where it was measured; (None, None) where it never was. Not part of the score: a
+    library covers only some ops."""
+    timed = [s for s in shapes if ranked(s) and speedup_vs_library(s) is not None]
     if not timed:
         return None, None
     names = sorted({s.library for s in timed if s.library})

@@ -216,6 +216,8 @@ def test_the_library_speedup_is_a_geometric_mean_where_measured():
     assert library_summary(shapes(None)) == (None, None)
     interpreter = [ShapeResult({"T": 1}, False, "float32", "interpreter", time_us=1.0, library_us=5.0)]
     assert library_summary(interpreter) == (None, None)  # never from interpreter times
+    hidden = ShapeResult({"T": 3, "H": 4096}, True, "bfloat16", "graph", time_us=1.0, library_us=10.0, library="liger-kernel 0.8.5")
+    assert library_summary((*shapes(1.5), hidden))[0] == pytest.approx(1.5), "over the score's shapes: public ones"
 
 
 @pytest.mark.parametrize("library_x", [1.5, None])
