@@ -18,6 +18,7 @@
 #   sandbox    bench/sandbox.py on the GPU
 #   ipc        bench/ipc_probe.py (shared device memory, trusted batch clock, time-slicing, ncu)
 #   ipc1       the same, one configuration (64 MB calls)
+#   quiet      bench/quiet_probe.py (can a probe before a timed window tell that another process has GPU work queued?)
 #   gputest    the verifier's GPU tests alone (tests/test_verifier_gpu.py), every failure listed
 #   probe      bench/overhead_probe.py (where a batch's time goes, one process, against the judge)
 #   gputestx   the verifier's GPU tests (and the reference graph's) on three pytest-xdist workers sharing the GPU
@@ -68,6 +69,7 @@ for p in "$@"; do
     ncu) phase ncu 120 python3 bench/ncu_check.py --tasks rms_norm silu_and_mul softmax ;;
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
     ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;
+    quiet) phase quiet 90 python3 bench/quiet_probe.py ;;
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;

@@ -380,7 +380,9 @@ class Judge:
         if rejection is not None:
             return rejection
         source = source.removeprefix("\ufeff")  # a byte-order mark, as Python's import reads past it
+        t0 = time.perf_counter()
         found = screen(source, allow_torch_ops=task.allow_torch_ops)
+        self._spent("screen", t0)
         if self.options.static_screen:
             rejection = static.findings(found)
             if rejection is not None:
@@ -390,9 +392,11 @@ class Judge:
         kind = "cuda" if self.on_gpu else "cpu"
         checked = list(task.shapes(kind, hidden=False)) + list(task.shapes(kind, hidden=True))
         timed = self._timed_shapes(task)
+        t0 = time.perf_counter()
         sizes = self._shape_sizes(task, checked + [s for s, _ in timed], init_seed)
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan)
+        self._spent("plan", t0)
         try:
             with self._candidate_session(self.candidates, source, task, init_seed, layout) as (session, arena_size):
                 return self._judge(session, task, own, init_seed, sizes, plan, timed, arena_size)
@@ -421,12 +425,17 @@ class Judge:
         try:
             t0 = time.perf_counter()
             limits = self.options.limits.capped(self.time_box.get(task.name))
-            with backend.session(HARNESS_ENTRY, payload, limits) as session:
-                self._spent("worker.start", t0)
+            session = backend.session(HARNESS_ENTRY, payload, limits)
+            self._spent("worker.start", t0)
+            try:
                 session.send_fds([arena_fd], "arena")
                 if go_theirs is not None:
                     session.send_fds([go_theirs.fileno()], "go")
                 yield session, arena["size"]
+            finally:
+                t0 = time.perf_counter()
+                session.close()
+                self._spent("worker.close", t0)
         finally:
             os.close(arena_fd)
             for sock in (go_ours, go_theirs):
