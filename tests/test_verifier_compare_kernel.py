@@ -163,3 +163,22 @@ def test_a_vanishing_number_of_marginal_elements_judged_alike(monkeypatch):
     cand[3, [10, 900, 1500]] *= 1.002  # three: one too many
     cand[4, 10] *= 1.005  # one at 5x: beyond the factor
     assert kernel_says(cand, high, tol) == torch_says(cand, high, tol) == [True, True, True, False, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2])
+def test_the_rms_scales_squares_are_the_float64_sum_of_the_finite_elements(dtype):
+    """The per-call sum of squares behind each call's rms scale, in one read of the reference:
+    non-finite elements count as zero, every block (the last partial one too) is summed, and a
+    reference with strides of its own is read in its logical order."""
+    gen = torch.Generator().manual_seed(3)
+    width = compare_kernel.BLOCK + 77
+    high = (3 * torch.randn(4, width, generator=gen, dtype=torch.float64)).to(dtype)
+    if dtype.itemsize > 1:
+        high[1, 5], high[2, width - 1], high[3, 0] = float("nan"), float("inf"), float("-inf")
+    wide = high.to(torch.float64)
+    want = torch.where(torch.isfinite(wide), wide, torch.zeros_like(wide)).pow(2).sum(dim=1)
+    got = compare_kernel.square_sums(high)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, want, rtol=1e-12, atol=0)
+    strided = high.reshape(4, 1, width).transpose(1, 2).contiguous().transpose(1, 2)
+    assert torch.allclose(compare_kernel.square_sums(strided), want, rtol=1e-12, atol=0)

@@ -79,6 +79,11 @@ def test_calls_of_a_batch_must_not_share_their_outputs():
     shared = memory.separate_calls([[ref(0)], [ref(32)]], "c")  # the second call's output starts inside the first's
     assert (shared.status.value, shared.threat, shared.check) == ("incorrect", None, Check.OUTPUT_MEMORY)
     assert memory.separate_calls([[ref(0), ref(0)]], "c") is None  # one call may return a tensor twice
+    # one call's own overlap comes first in address order; another call's output inside its
+    # larger output must still clash (64 bytes each: a 4x8 bfloat16)
+    hidden = memory.separate_calls([[ref(0), ref(8)], [ref(48)]], "c")
+    assert hidden is not None and "call 0 output" in hidden.reason and "call 1 output 0" in hidden.reason
+    assert memory.separate_calls([[ref(0), ref(8)], [ref(72)]], "c") is None
 
 
 def _wrong(**details):

@@ -329,7 +329,8 @@ def test_a_new_batch_leaves_valid_inputs_where_its_calls_are_captured():
         b = W._STATE["batches"]["v"]
         assert torch.equal(b.region, b.pristine)
         captured = b.region.clone()
-        W._plan_batch("cpu", {**msg, "seeds": [43, 44]})
+        again = W._plan_batch("cpu", {**msg, "seeds": [43, 44]})
+        assert again["sets"] == [], "the layout is the first plan's: not sent again"
         assert torch.equal(b.region, captured), "the arena is written only inside the timed window"
         assert not torch.equal(b.pristine, captured), "every window gets inputs of its own"
     finally:

@@ -131,13 +131,17 @@ def compare(
     def part(t: torch.Tensor, sl: slice) -> torch.Tensor:
         return _rows(t, sl).to(device=device, dtype=work)
 
-    squares = torch.zeros((), dtype=torch.float64, device=device)
-    for sl in blocks:
-        h = part(high, sl)
-        squares += torch.where(torch.isfinite(h), h, torch.zeros_like(h)).double().pow(2).sum()
+    fused = compare_kernel.applies(candidate, high, low)
+    if fused:  # the scale's float64 squares in one read of the reference
+        squares = compare_kernel.square_sums(high.reshape(1, -1))[0]
+    else:
+        squares = torch.zeros((), dtype=torch.float64, device=device)
+        for sl in blocks:
+            h = part(high, sl)
+            squares += torch.where(torch.isfinite(h), h, torch.zeros_like(h)).double().pow(2).sum()
     scale = float((squares / numel).sqrt())
     scale_t = torch.tensor(scale, dtype=work, device=device)
-    if compare_kernel.applies(candidate, high, low):  # on a GPU the figures of a pass come in one pass;
+    if fused:  # on a GPU the figures of a pass come in one pass;
         bad_n, _, abs_n, rel_n = compare_kernel.errors(  # anything out is explained below, at leisure
             candidate.reshape(1, -1), high.reshape(1, -1), scale_t.reshape(1, 1), tolerance.rtol, tolerance.atol,
             low.reshape(1, -1) if low is not None else None, work == torch.float64, MARGINAL_FACTOR)
@@ -293,15 +297,19 @@ def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: T
     def part(t: torch.Tensor, sl: slice) -> torch.Tensor:
         return t[:, sl].to(device=device, dtype=work)
 
+    fused = compare_kernel.applies(candidates, highs, lows) if fused is None else fused  # the same rule in one pass
     # the sum of squares in float64 whatever the work dtype: in float32 a reference of 1e20 would
     # overflow it to inf, and an infinite scale would let every finite output pass
-    squares = torch.zeros((n, 1), dtype=torch.float64, device=device)
-    for sl in blocks:
-        # float64 first: nan_to_num has no float8 kernel, and a float8 reference is a real case
-        h = torch.nan_to_num(h_all[:, sl].to(device=device, dtype=torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
-        squares += torch.linalg.vector_norm(h, dim=1, keepdim=True, dtype=torch.float64).pow(2)
+    if fused:
+        squares = compare_kernel.square_sums(highs).reshape(n, 1)
+    else:
+        squares = torch.zeros((n, 1), dtype=torch.float64, device=device)
+        for sl in blocks:
+            # float64 first: nan_to_num has no float8 kernel, and a float8 reference is a real case
+            h = torch.nan_to_num(h_all[:, sl].to(device=device, dtype=torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
+            squares += torch.linalg.vector_norm(h, dim=1, keepdim=True, dtype=torch.float64).pow(2)
     scale = (squares / max(width, 1)).sqrt().to(work)
-    if compare_kernel.applies(candidates, highs, lows) if fused is None else fused:  # the same rule in one pass
+    if fused:
         return compare_kernel.passing_calls(candidates, highs, scale, tolerance.rtol, tolerance.atol, lows,
                                             work == torch.float64, MARGINAL_FACTOR, marginal_allowed(width))
     bad = torch.zeros(n, dtype=torch.int64, device=device)

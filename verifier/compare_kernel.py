@@ -102,6 +102,22 @@ if triton is not None:
         tl.store(rel_ptr + at, tl.max(tl.where(inside, rel, 0.0), axis=0))
 
 
+if triton is not None:
+
+    @triton.jit
+    def _square_blocks(h_ptr, out_ptr, width, h_row, blocks, H_FP8: tl.constexpr, BLOCK: tl.constexpr):
+        """Per block of call ``row``: the sum of the squares of the reference's finite elements,
+        in float64 (compare.py's rms scale, whose float64 temporaries cost several times this)."""
+        block = tl.program_id(0)
+        row = tl.program_id(1).to(tl.int64)
+        cols = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        inside = cols < width
+        h = _value(h_ptr, row * h_row + cols, inside, H_FP8, True)
+        finite = (h == h) & (tl.abs(h) != float("inf")) & inside
+        h = tl.where(finite, h, 0.0)
+        tl.store(out_ptr + row * blocks + block, tl.sum(h * h, axis=0))
+
+
 def applies(candidates: torch.Tensor, highs: torch.Tensor, lows: torch.Tensor | None, *, interpret: bool = False) -> bool:
     """Whether the kernel can judge these: floats of 8, 16, 32 or 64 bits, on a GPU (or under the
     Triton interpreter, for the tests), every tensor on the same device, and the kernel for
@@ -160,6 +176,26 @@ def _self_checked(c_dtype: torch.dtype, h_dtype: torch.dtype, lo_dtype: torch.dt
     return _CHECKED[key]
 
 
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """One row per call, unit stride along it; an 8-bit float as its bytes (``_fp8`` decodes it)."""
+    t = t.detach().reshape(n, -1)
+    t = t if t.stride(-1) == 1 else t.contiguous()
+    return t.view(torch.uint8) if t.dtype in FP8 else t
+
+
+def square_sums(highs: torch.Tensor) -> torch.Tensor:
+    """Per call (the first dimension): the float64 sum of the squares of the reference's finite
+    elements, in one read of it; shape (n,)."""
+    n = highs.shape[0]
+    bits = EXP_BITS.get(highs.dtype, 0)
+    h = _rows(highs, n)
+    width = h.shape[1]
+    blocks = max(1, triton.cdiv(width, BLOCK))
+    out = torch.zeros((n, blocks), dtype=torch.float64, device=h.device)
+    _square_blocks[(blocks, n)](h, out, width, h.stride(0), blocks, H_FP8=bits, BLOCK=BLOCK)
+    return out.sum(dim=1)
+
+
 def errors(candidates: torch.Tensor, highs: torch.Tensor, scale: torch.Tensor, rtol: float, atol: float,
            lows: torch.Tensor | None, wide: bool, margin: float) -> tuple[torch.Tensor, ...]:
     """Per call (the first dimension, ``n``): how many elements fail, how many fail beyond
@@ -167,15 +203,9 @@ def errors(candidates: torch.Tensor, highs: torch.Tensor, scale: torch.Tensor, r
     relative errors (as ``compare`` measures them). ``scale``: each call's rms of the reference,
     shape (n, 1); ``wide``: float64 arithmetic, else float32. Tensors on the device."""
     n = candidates.shape[0]
-
-    def rows(t: torch.Tensor) -> torch.Tensor:  # one row per call, unit stride along it
-        t = t.detach().reshape(n, -1)
-        return t if t.stride(-1) == 1 else t.contiguous()
-
-    c, h = rows(candidates), rows(highs)
-    lo = rows(lows) if lows is not None else c
-    bits = [EXP_BITS.get(t.dtype, 0) for t in (c, h, lo)]
-    c, h, lo = (t.view(torch.uint8) if t.dtype in FP8 else t for t in (c, h, lo))  # decoded in the kernel (_fp8)
+    bits = [EXP_BITS.get(t.dtype, 0) for t in (candidates, highs, lows if lows is not None else candidates)]
+    c, h = _rows(candidates, n), _rows(highs, n)
+    lo = _rows(lows, n) if lows is not None else c
     width = c.shape[1]
     blocks = max(1, triton.cdiv(width, BLOCK))
     work = torch.float64 if wide else torch.float32

@@ -14,6 +14,7 @@ reads them is trusted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -222,6 +223,7 @@ class Compared:
 class BatchPlanned:
     op: str = _meta(equals="plan_batch")
     ok: bool = _meta(equals=True)
+    #: each call's arguments where they lie: a batch's first plan (a plan again keeps them; empty)
     sets: list[list[Arg]] = _meta(max_items=MAX_LIST)
 
 
@@ -300,35 +302,48 @@ def parse(cls: type[T], data: Any) -> T:
         raise Malformed(f"{cls.__name__} cannot be read: {type(err).__name__}: {str(err)[:200]}") from None
 
 
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[str, Any, Mapping[str, Any], bool], ...]:
+    """Each field of a record: its name, type, metadata and whether a reply may leave it out
+    (worked out once per record type: a batch's reply holds thousands of records)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name], f.metadata,
+                  f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
+                 for f in dataclasses.fields(cls))
+
+
+@functools.cache
+def _form(tp: Any) -> tuple[Any, tuple[Any, ...], bool]:
+    """A type's origin, its arguments and whether it is a record (worked out once per type)."""
+    return typing.get_origin(tp), typing.get_args(tp), dataclasses.is_dataclass(tp)
+
+
 def _record(cls: type, data: Any, path: str) -> Any:
     if type(data) is not dict:
         raise Malformed(f"{path} is a {type(data).__name__}, not an object")
-    hints = typing.get_type_hints(cls)
     values = {}
-    for f in dataclasses.fields(cls):
-        where = f"{path}.{f.name}"
-        if f.name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise Malformed(f"{where} is missing")
+    for name, hint, meta, optional in _fields(cls):
+        if name not in data:
+            if not optional:
+                raise Malformed(f"{path}.{name} is missing")
             continue
-        values[f.name] = _value(hints[f.name], data[f.name], where, f.metadata)
+        values[name] = _value(hint, data[name], f"{path}.{name}", meta)
     return cls(**values)
 
 
 def _value(tp: Any, v: Any, path: str, meta: Mapping[str, Any]) -> Any:
-    origin = typing.get_origin(tp)
+    origin, args, record = _form(tp)
     if origin in (Union, types.UnionType):
-        options = typing.get_args(tp)
-        if v is None and type(None) in options:
+        if v is None and type(None) in args:
             return None
-        (inner,) = [o for o in options if o is not type(None)]
+        (inner,) = [o for o in args if o is not type(None)]
         return _value(inner, v, path, meta)
     if tp is Any:
         return _plain(v, path, depth=0)
-    if dataclasses.is_dataclass(tp):
+    if record:
         return _record(tp, v, path)
     if origin is list:
-        (inner,) = typing.get_args(tp)
+        (inner,) = args
         if type(v) is not list:
             raise Malformed(f"{path} is a {type(v).__name__}, not a list")
         if len(v) > meta.get("max_items", MAX_LIST):
@@ -336,7 +351,7 @@ def _value(tp: Any, v: Any, path: str, meta: Mapping[str, Any]) -> Any:
         item_meta = {k: meta[k] for k in ("min", "max", "max_len", "choices", "nonfinite") if k in meta}
         return [_value(inner, x, f"{path}[{i}]", item_meta) for i, x in enumerate(v)]
     if origin is dict:
-        _, inner = typing.get_args(tp)
+        _, inner = args
         if type(v) is not dict:
             raise Malformed(f"{path} is a {type(v).__name__}, not an object")
         if len(v) > meta.get("max_items", 1024):

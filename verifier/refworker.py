@@ -18,10 +18,12 @@ record. It also times the PyTorch baselines the same way, and measures the hardw
 from __future__ import annotations
 
 import gc
+import os
 import secrets
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 from kernforge.tasks import runtime
@@ -64,14 +66,17 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
         "baseline": _baseline, "compile_baseline": _compile_baseline, "ceilings": _ceilings, "environment": _environment, "forget": _forget,
         "calibrate": _calibrate, "memory": _memory,
     }
+    profiler = _profiler()
     while True:
         msg = channel.recv()
         op = msg.get("op")
         if op == "done":
+            if profiler is not None:
+                profiler.dump_stats(Path(os.environ[PROFILE_ENV]) / f"refworker-{os.getpid()}.prof")
             channel.send({"op": "done", "ok": True})
             return
         try:
-            reply = handlers[op](device, msg)
+            reply = handlers[op](device, msg) if profiler is None else profiler.runcall(handlers[op], device, msg)
             reply.setdefault("ok", True)
         except KeyError as err:
             reply = {"ok": False, "error": f"unknown op or field: {err}"}
@@ -83,6 +88,19 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
             channel.send_fds([], "failed")
         reply["op"] = op
         channel.send(reply)
+
+
+#: a folder: each reference worker profiles its requests (cProfile) and writes its record there
+#: when it is done (bench/, where a verdict's seconds go; never set in a run)
+PROFILE_ENV = "KERNFORGE_REFWORKER_PROFILE"
+
+
+def _profiler() -> Any:
+    if not os.environ.get(PROFILE_ENV):
+        return None
+    import cProfile
+
+    return cProfile.Profile()
 
 
 #: ops whose answer starts with a message on the descriptor channel (sent by the handler itself)
@@ -473,7 +491,8 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     A new batch's first draw is also written into the region at once: the candidate's worker
     warms its kernels up on those places before it captures them, and an index input must hold
     valid indices there (a block table, a slot mapping), not what an earlier layout left. The
-    judge draws again before every timed window, so no timed call sees what the capture saw."""
+    judge draws again before every timed window, so no timed call sees what the capture saw:
+    that reply holds no layout (it is the first plan's)."""
     import torch
 
     from .arena import Slots
@@ -515,7 +534,7 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     if len(seeds) != len(batch.sets):
         raise RuntimeError("a planned batch keeps its number of calls")
     _fill(batch, task, seeds, device)
-    return {"sets": batch.sets}
+    return {"sets": []}  # the judge has the layout; a batch of 512 calls made a reply of thousands of records
 
 
 #: a batch whose inputs take at most this many bytes keeps the inputs its layout drew, to write

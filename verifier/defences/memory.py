@@ -62,12 +62,17 @@ def overlapping(ranges: Sequence[tuple[int, int, str]]) -> tuple[str, str] | Non
 
 
 def separate_calls(per_call: Sequence[Sequence[TensorRef]], ctx: str) -> Rejected | None:
-    """No byte of one call's outputs is another call's (a batch's calls each compute their own)."""
-    ranges = [(r.offset, r.offset + r.span, f"call {k} output {j}") for k, refs in enumerate(per_call) for j, r in enumerate(refs)]
-    # outputs of one call may share bytes (a view returned twice); across calls they may not
-    clash = overlapping(ranges)
-    if clash and clash[0].split(" output")[0] != clash[1].split(" output")[0]:
-        return reused(clash[0], clash[1], ctx)
+    """No byte of one call's outputs is another call's (a batch's calls each compute their own).
+    Outputs of one call may share bytes (a view returned twice): a sweep in address order keeps
+    the range reaching furthest so far, and any range of another call that starts inside it
+    clashes, wherever the first overlap of all lies."""
+    live = sorted((r.offset, r.offset + r.span, k, j) for k, refs in enumerate(per_call) for j, r in enumerate(refs) if r.span)
+    reach: tuple[int, int, int] | None = None  # (end, call, output) of the range reaching furthest
+    for start, end, k, j in live:
+        if reach is not None and start < reach[0] and reach[1] != k:
+            return reused(f"call {reach[1]} output {reach[2]}", f"call {k} output {j}", ctx)
+        if reach is None or end > reach[0]:
+            reach = (end, k, j)
     return None
 
 
