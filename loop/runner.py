@@ -57,7 +57,7 @@ from kernforge.tasks.spec import Task
 from kernforge.verifier import contender
 from kernforge.verifier.audit import Audit
 from kernforge.verifier.checks import Check
-from kernforge.verifier.judge import JudgeError, JudgeOptions
+from kernforge.verifier.judge import GpuBusy, JudgeError, JudgeOptions
 from kernforge.verifier.verdict import Rejected, Status, Verdict
 
 from .budget import Meter, Spent
@@ -572,6 +572,8 @@ class Runner:
                 await self._judge_and_record(index, state, proposal)
             except asyncio.CancelledError:
                 return
+            except GpuBusy as error:  # another process's GPU work: nobody's verdict, the task goes on
+                self.display.note(f"[{state.task.name}] an attempt was left unjudged: {error}"[:600])
             except JudgeError as error:
                 # the task's reference (or the judge on it) failed, not the candidate: that task is set
                 # aside and said why; the other tasks of the night go on
@@ -645,6 +647,8 @@ class Runner:
                 except asyncio.CancelledError:
                     self._learn(state, proposal, member, attempt_id, seq, reuse_of, verify_s, None)
                     raise
+                except GpuBusy as error:  # not audited now: not a best (a later audit may make it one)
+                    self.display.note(f"[{state.task.name}] attempt {attempt_id} could not be audited: {error}"[:600])
                 if audit is not None:
                     member = replace(member, audit_passed=audit.passed)
         self._learn(state, proposal, member, attempt_id, seq, reuse_of, verify_s, audit)

@@ -97,6 +97,7 @@ class DockerWorker:
         self.private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-"))
         self.workdir = self.private / "work"
         self.lease: uids.Lease | None = None
+        self._paused: set[int] = set()
         self.frames = FrameBuffer()
         self.ready_info: dict[str, Any] | None = None
         self.started = time.monotonic()
@@ -302,6 +303,15 @@ class DockerWorker:
         """Back to normal CPU priority: the worker has its job now (root parents only)."""
         if self.host_pid is not None and os.geteuid() == 0 and self.plan.worker.get("nice"):
             procs.renice_tree(self.host_pid, 0)
+
+    def pause(self) -> None:
+        """Stop every process of the job until ``resume`` (procs.freeze)."""
+        if self.host_pid is not None and not self._exited():
+            self._paused |= procs.freeze(self.host_pid, self.lease.uid if self.lease is not None else None)
+
+    def resume(self) -> None:
+        procs.thaw(self._paused)
+        self._paused = set()
 
     def idle_alive(self) -> bool:
         """A warm worker sends nothing until it has a job: anything readable means it died."""

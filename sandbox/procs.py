@@ -119,6 +119,33 @@ def kill_tree(root: int, pgid: int | None = None) -> None:
         _signal(pid, signal.SIGKILL)
 
 
+def freeze(root: int, uid: int | None = None) -> set[int]:
+    """SIGSTOP ``root``'s tree and every process of ``uid`` (a worker's own uid: a process
+    re-parented out of the tree still has it), re-reading /proc until no new member shows up and
+    every member has stopped; the pids stopped (``thaw`` them). A stopped process launches no GPU
+    work: another lane times meanwhile (verifier/gate.py)."""
+    stopped: set[int] = set()
+    for _ in range(500):
+        procs = snapshot()
+        members = set(descendants(root, procs)) if root in procs else set()
+        if uid is not None:
+            members.update(pids_of_uid(uid))
+        fresh = [pid for pid in members if pid not in stopped]
+        for pid in fresh:
+            _signal(pid, signal.SIGSTOP)
+        stopped.update(fresh)
+        if not fresh and all(procs[pid].state in "tTZX" for pid in members if pid in procs):
+            break
+        time.sleep(0.001)
+    return stopped
+
+
+def thaw(pids: set[int]) -> None:
+    """SIGCONT what ``freeze`` stopped."""
+    for pid in pids:
+        _signal(pid, signal.SIGCONT)
+
+
 def renice_tree(root: int, value: int) -> None:
     """Set the nice value of every thread of ``root``'s tree (nice is per thread on Linux)."""
     for pid in descendants(root, snapshot()):

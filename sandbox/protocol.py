@@ -321,6 +321,17 @@ class Session(Protocol):
         """Push the wall deadline back by ``seconds``: time the parent kept the job waiting."""
         ...
 
+    def pause(self) -> None:
+        """Stop every process of the job (SIGSTOP, its whole tree and its uid) until ``resume``:
+        while its judge waits for the GPU, another lane may be timing, and a stopped job launches
+        nothing into that window (verifier/gate.py). Work it queued on the GPU before still runs:
+        the reference worker waits for the GPU to be quiet before it times (refworker.py)."""
+        ...
+
+    def resume(self) -> None:
+        """Let the processes ``pause`` stopped go on."""
+        ...
+
     def close(self) -> Diagnostics: ...
 
     def __enter__(self) -> "Session": ...

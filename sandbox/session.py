@@ -177,6 +177,12 @@ class ProcessSession:
         with self._lock:
             self.deadline += max(0.0, seconds)
 
+    def pause(self) -> None:
+        self.worker.pause()
+
+    def resume(self) -> None:
+        self.worker.resume()
+
     def close(self) -> Diagnostics:
         with self._lock:
             if self._closed is not None:

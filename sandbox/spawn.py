@@ -43,6 +43,7 @@ class Worker:
         self.private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-"))
         self.workdir = self.private / "work"
         self.lease: uids.Lease | None = None
+        self._paused: set[int] = set()
         self.proc: subprocess.Popen | None = None
         self.frames = FrameBuffer()
         self.ready_info: dict[str, Any] | None = None
@@ -140,6 +141,15 @@ class Worker:
         """Back to normal CPU priority: the worker has its job now."""
         if self.proc is not None and os.geteuid() == 0 and self.proc.returncode is None:
             procs.renice_tree(self.proc.pid, 0)
+
+    def pause(self) -> None:
+        """Stop every process of the job until ``resume`` (procs.freeze)."""
+        if self.proc is not None and self.proc.returncode is None:
+            self._paused |= procs.freeze(self.proc.pid, self.lease.uid if self.lease is not None else None)
+
+    def resume(self) -> None:
+        procs.thaw(self._paused)
+        self._paused = set()
 
     def idle_alive(self) -> bool:
         """A warm worker sends nothing until it has a job: anything readable means it died."""

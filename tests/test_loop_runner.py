@@ -621,6 +621,47 @@ def test_a_task_whose_reference_fails_is_set_aside_and_the_night_goes_on(tmp_pat
     assert "OutOfMemoryError" in shown.getvalue()
 
 
+def test_an_attempt_the_gpu_could_not_time_is_left_unjudged_and_its_task_goes_on(tmp_path, monkeypatch):
+    """GpuBusy (another process kept the GPU busy before a window) is nobody's verdict: the
+    attempt is not recorded, the run says why, and the same task is judged on (not set aside)."""
+    import contextlib
+    import io
+
+    from kernforge.loop import devices
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.display import PlainDisplay
+    from kernforge.loop.runner import RunSettings, run
+    from kernforge.verifier.judge import GpuBusy
+
+    good = seeded_task(tmp_path)
+
+    class Judge(GpuStandInJudge):
+        busy = 1
+
+        def verify(self, code, task, bar=None, audit=False):
+            if self.busy and not audit:
+                self.busy -= 1
+                raise GpuBusy("another process kept the GPU busy for 20 s (timing the public shape T=4)")
+            self.judged.append(code)
+            return gpu_accepted(100.0 - len(self.judged))
+
+    judge = Judge([])
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        yield judge
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
+    shown = io.StringIO()
+    settings = RunSettings(tasks=(str(good),), db=tmp_path / "k.db", offline=True, budget=Budget(max_attempts=3))
+    result = run(settings, PlainDisplay(shown))
+    assert result.status == "finished", shown.getvalue()
+    assert "an attempt was left unjudged: another process kept the GPU busy" in shown.getvalue()
+    assert "set aside" not in shown.getvalue()
+    assert len(judge.judged) >= 1 and len(attempts(tmp_path / "k.db")) == len(set(judge.judged))
+
+
 def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, monkeypatch):
     from kernforge.archive.store import Archive
 

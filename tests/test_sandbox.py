@@ -137,6 +137,41 @@ def test_fork_spray_is_limited_and_reaped(pool):
     assert_next_job_ok(pool)
 
 
+def test_a_paused_job_is_stopped_whole_until_resumed(pool):
+    """While its judge waits for the GPU another lane may be timing: every process of the job,
+    the children it double-forked away from its tree among them, is stopped, then goes on."""
+    with pool.session("sandbox_jobs.hostile:fork_spray", {"attempts": 3}, LIMITS) as session:
+        workdir, uid = session.workdir, session.worker.lease.uid if session.worker.lease else None
+        assert session.recv(30)["started"] == 3
+        members = leftovers(workdir, uid)
+        assert len(members) >= 4, "the job and its three detached children"
+        session.pause()
+        running = {pid: state for pid in members if (state := _state(pid)) not in "TZ"}  # Z: the double fork's exited middle
+        assert running == {}, "every process of the job is stopped"
+        session.resume()
+        for pid in members:
+            if _state(pid) == "Z":
+                continue
+            assert _wait_state(pid, lambda s: s != "T"), f"process {pid} stayed stopped after resume"
+    assert_next_job_ok(pool)
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_state(pid: int, want, patience: float = 10.0) -> bool:
+    import time
+
+    end = time.monotonic() + patience
+    while time.monotonic() < end:
+        if want(_state(pid)):
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def test_fork_bomb_is_contained(pool):
     only_once(pool)
     if not nproc_enforced(pool):

@@ -183,8 +183,20 @@ def test_gpu_work_of_the_event_loop_holds_the_gate_shared_until_it_ends():
 
 # ---- what a timed shape holds the GPU alone for (verifier/judge.py) ----------------------------
 class _Session:
+    def __init__(self):
+        self.events: list[str] = []
+
     def extend(self, seconds):
         pass
+
+    def pause(self):
+        self.events.append("pause")
+
+    def resume(self):
+        self.events.append("resume")
+
+    def close(self):
+        self.events.append("close")
 
 
 def test_only_a_batchs_window_and_the_baselines_hold_the_gpu_alone():
@@ -224,3 +236,69 @@ def test_only_a_batchs_window_and_the_baselines_hold_the_gpu_alone():
     judge._time_prepared(_Session(), task, shape, False, 1, 8, 0, [("long", 8)], {"long": ready}, [], {}, 1 << 30, "timing")
     assert alone == {"plan_batch": [False] * 3, "send run_batch": [True] * 3, "time_batch": [True] * 3,
                      "worker run_batch": [True] * 3, "verify_batch": [False] * 3, "baseline": [True]}
+
+
+def test_a_judge_waiting_for_the_gpu_has_its_worker_stopped():
+    """With two lanes, a judge waits at the gate while the other lane may be timing: its
+    candidate's worker is stopped before it waits, going in and coming out, and runs again only
+    once the judge holds the GPU (or is past the gate): it launches nothing into another
+    lane's window. One lane: never stopped."""
+    from kernforge.verifier.judge import Judge, JudgeOptions
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(2))
+    session = _Session()
+    other = threading.Event()
+    release = threading.Event()
+
+    def other_lane():
+        with judge.gate.exclusive():
+            other.set()
+            release.wait(LONG)
+
+    thread = threading.Thread(target=other_lane)
+    thread.start()
+    assert other.wait(LONG)
+
+    def our_turn():
+        with judge._gpu_alone(session):
+            session.events.append("timed")
+
+    ours = threading.Thread(target=our_turn)
+    ours.start()
+    until(lambda: judge.gate._waiting_writers, "our judge waits for the other lane's window")
+    assert session.events == ["pause"], "stopped while the other lane times"
+    release.set()
+    ours.join(LONG)
+    thread.join(LONG)
+    assert session.events == ["pause", "resume", "timed", "pause", "resume"]
+
+    alone = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(1))
+    single = _Session()
+    with alone._gpu_alone(single):
+        pass
+    assert single.events == []
+
+
+def test_a_gpu_kept_busy_by_another_process_times_nothing_and_judges_nobody():
+    """The reference worker's quiet probe waited in vain before a window: no verdict (neither the
+    candidate's failure nor the task's), the worker closed, and the run is told why (GpuBusy)."""
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier import messages as M
+    from kernforge.verifier.judge import GpuBusy, Judge, JudgeOptions
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(1))
+    task = load_task("rms_norm")
+    shape = task.shapes("cuda", hidden=False)[0]
+
+    def ask_ref(reply_type, msg, **kw):
+        if msg["op"] == "time_batch":
+            return M.BatchTimed(op="time_batch", ok=True, done=False, busy="another process kept the GPU busy for 20 s",
+                                window_ms=0.0, write_ms=0.0, write_floor_ms=0.0)
+        return M.BatchPlanned(op="plan_batch", ok=True, sets=[]) if msg["op"] == "plan_batch" else None
+
+    judge._ask_ref, judge._send = ask_ref, lambda s, m: None
+    session = _Session()
+    ready = M.BatchReady(op="prepare_batch", ok=True, outputs=[], mode="graph")
+    with pytest.raises(GpuBusy, match="busy for 20 s"):
+        judge._time_prepared(session, task, shape, False, 1, 8, 0, [("long", 8)], {"long": ready}, [], {}, 1 << 30, "timing")
+    assert session.events == ["close"]

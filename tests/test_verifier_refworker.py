@@ -391,3 +391,24 @@ def test_sizing_a_task_leaves_no_model_behind(fresh_worker):
     got = W._sizes("cpu", {"task_ref": TASK, "shapes": [SHAPE, {"T": 3, "H": 200}], "init_seed": 9})
     assert [s["shape"] for s in got["sizes"]] == [SHAPE, {"T": 3, "H": 200}]
     assert list(W._MODELS.values()) == [kept], "a model built before is kept; those built to size are gone"
+
+
+def test_nothing_is_timed_until_no_other_process_runs_gpu_work(monkeypatch):
+    """Before a window, a baseline, the calibration or the ceilings, the reference worker probes
+    the GPU: a tiny kernel that waits for another process's time slice (2.4 ms on the H200,
+    against 14 us idle) means work is running or queued there, stopped neighbour or not. It
+    waits until the least of three probes is quick, and gives up with GpuBusy."""
+    slices = iter([2400.0] * 3 + [2400.0, 14.0, 2400.0])
+    asked = []
+
+    def probe(device):
+        asked.append(device)
+        return next(slices)
+
+    monkeypatch.setattr(W.time, "sleep", lambda s: None)
+    W._quiet_gpu("cuda:0", probe=probe)
+    assert len(asked) == 6, "a second round of three, whose least probe was quick"
+    monkeypatch.setattr(W, "QUIET_WAIT_S", 0.0)
+    with pytest.raises(W.GpuBusy, match="busy"):
+        W._quiet_gpu("cuda:0", probe=lambda device: 2400.0)
+    assert W._quiet_gpu("cpu", probe=lambda device: pytest.fail("nothing to probe off a GPU")) == 0.0

@@ -71,6 +71,13 @@ class ReferenceFailed(JudgeError):
     says why): the worker, and the arena it owns, can go on to the next request."""
 
 
+class GpuBusy(JudgeError):
+    """Another process kept the GPU busy before a timed window (the reference worker's quiet
+    probe waited it out in vain): the verdict cannot be timed. Neither the candidate's failure
+    nor the task's: the attempt is left unjudged (a lane's stopped neighbour, or a process
+    outside kernforge, ran work that would have landed in the window)."""
+
+
 class TaskTooLarge(JudgeError):
     """The task's largest call needs more memory than this GPU has: no candidate can be judged."""
 
@@ -544,9 +551,27 @@ class Judge:
         """The GPU's gate held alone for a timed phase of the verdict in ``session``. The wait for
         other lanes is not the candidate's: its worker's wall deadline moves back by it."""
         asked = time.monotonic()
-        with self.gate.exclusive():
-            session.extend(time.monotonic() - asked)
-            yield
+        if self.gate.lanes == 1:  # nobody else times on this GPU
+            with self.gate.exclusive():
+                session.extend(time.monotonic() - asked)
+                yield
+            return
+        # While this judge waits at the gate, going in or coming out, another lane may be timing:
+        # its worker is stopped meanwhile, so it launches nothing into that lane's windows (what
+        # it queued before is the reference worker's quiet probe's to wait out)
+        session.pause()
+        try:
+            with self.gate.exclusive():
+                session.resume()
+                session.extend(time.monotonic() - asked)
+                try:
+                    yield
+                finally:
+                    left = time.monotonic()
+                    session.pause()
+            session.extend(time.monotonic() - left)
+        finally:
+            session.resume()
 
     def _calibrate(self, session: Session) -> None:
         """The batch clock's fixed cost, measured with the harness alone (clock.fixed_cost)."""
@@ -948,6 +973,9 @@ class Judge:
         timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "timeout_s": timeout_s,
                                              "outputs": [] if eager else [[r.to_dict() for r in call] for call in ready.outputs],
                                              "probe_later": eager})
+        if timed.busy:
+            session.close()
+            raise GpuBusy(f"{timed.busy} ({ctx})")
         if not timed.done:
             session.close()
             return failures.SANDBOX.reject(Status.TIMEOUT, f"the candidate did not finish a timed batch of {calls} calls within "

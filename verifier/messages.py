@@ -237,6 +237,8 @@ class BatchTimed:
     window_ms: float = _meta(min=0.0)
     write_ms: float = _meta(min=0.0)
     write_floor_ms: float = _meta(min=0.0)
+    #: why nothing was timed: another process kept the GPU busy (refworker._quiet_gpu)
+    busy: str = _meta_default("", max_len=500)
     steps: dict[str, float] = _meta_default(factory=dict, min=0.0, max_items=32)
 
 
