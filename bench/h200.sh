@@ -9,7 +9,8 @@
 #   verify1    bench/verify.py on two tasks (rms_norm, silu_and_mul)
 #   routine    bench/verify.py --shapes public on three tasks (a routine verdict's steps: every public shape timed)
 #   verify3    bench/verify.py on three tasks (rms_norm, silu_and_mul, softmax)
-#   routinep   routine with every reference worker profiled (cProfile records under $OUT/prof, packed as prof.tgz)
+#   routinep   routine with every reference worker profiled (cProfile records under $OUT/prof, packed as prof.tgz; the
+#              profiler slows every Python call: where the time goes, not how much)
 #   seeds      bench/verify.py on every built-in task, one repeat (first verdict and a warm one each)
 #   baselines  bench/baselines.py: each task's judge baselines (eager, compile, library) and seed at its largest public shape beside a
 #              standalone static torch.compile in a fresh process (BASELINE_TASKS: a subset; log, baselines.json)

@@ -71,8 +71,6 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
         msg = channel.recv()
         op = msg.get("op")
         if op == "done":
-            if profiler is not None:
-                profiler.dump_stats(Path(os.environ[PROFILE_ENV]) / f"refworker-{os.getpid()}.prof")
             channel.send({"op": "done", "ok": True})
             return
         try:
@@ -87,11 +85,14 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
             # (else it waits out its message timeout, ten minutes, for descriptors never sent)
             channel.send_fds([], "failed")
         reply["op"] = op
+        if profiler is not None and op == "forget":  # a verdict's end: the record so far (the judge may kill it at "done")
+            profiler.dump_stats(Path(os.environ[PROFILE_ENV]) / f"refworker-{os.getpid()}.prof")
         channel.send(reply)
 
 
 #: a folder: each reference worker profiles its requests (cProfile) and writes its record there
-#: when it is done (bench/, where a verdict's seconds go; never set in a run)
+#: at the end of every verdict (bench/, where a verdict's seconds go; never set in a run). The
+#: profiler's own cost falls on every Python call: a profiled verdict's seconds are not a figure)
 PROFILE_ENV = "KERNFORGE_REFWORKER_PROFILE"
 
 
