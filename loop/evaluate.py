@@ -16,6 +16,7 @@ from kernforge.sandbox.pool import ProcessBackend
 from kernforge.sandbox.protocol import Backend, WorkerSpec
 from kernforge.tasks.loader import secret_paths
 from kernforge.tasks.spec import Task
+from kernforge.verifier.cache import compiled_dir, default_dir
 from kernforge.verifier.gate import DeviceGate
 from kernforge.verifier.judge import (
     HARNESS_PRELOAD, HARNESS_WARMUP, REFERENCE_PRELOAD, REFERENCE_WARMUP, Judge, JudgeOptions,
@@ -87,9 +88,15 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
     a wall limit in seconds per task name for each candidate's worker (fairness.py); ``gate``: the
     device's gate, shared by every judge of one GPU (verifier/gate.py)."""
     slot = "cpu" if device == "cpu" else device.split(":", 1)[1]
+    # the judge's cache (baselines, ceilings, trusted code's compiles) is never a candidate's to
+    # see: outside the home folder (KERNFORGE_CACHE_DIR) a worker of the same uid could rewrite a
+    # baseline, or a compiled kernel the reference worker would run
+    cache = (options or JudgeOptions()).cache_dir or default_dir()
+    compiled = compiled_dir(cache)
     candidate_spec = WorkerSpec(device=slot, preload=HARNESS_PRELOAD, warmup=HARNESS_WARMUP, isolation="strict",
-                                hidden_paths=secret_paths(tasks))
-    reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none")
+                                hidden_paths=secret_paths(tasks) + (str(cache),))
+    reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none",
+                                trusted_cache=str(compiled))
     candidates = make_backend(sandbox, candidate_spec, pool_size)
     try:
         # The reference worker is trusted and long-lived: one process, no twin warming behind it.

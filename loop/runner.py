@@ -56,11 +56,13 @@ from kernforge.archive.store import Archive
 from kernforge.tasks.spec import Task
 from kernforge.verifier import contender
 from kernforge.verifier.audit import Audit
+from kernforge.verifier.cache import compiled_dir
 from kernforge.verifier.checks import Check
 from kernforge.verifier.judge import GpuBusy, JudgeError, JudgeOptions
 from kernforge.verifier.verdict import Rejected, Status, Verdict
 
 from .budget import Meter, Spent
+from .compile_ahead import CompileAhead
 from .display import AttemptEvent, Display, GuardedDisplay, QuietDisplay, RunView
 from .errors import LoopError
 from .devices import Devices
@@ -131,6 +133,8 @@ class Runner:
         self._kept_baselines: set[str] = set()  # the judges' baseline keys the archive holds
         #: kernels an earlier session of the run left unaudited, fitter than their task's best
         self._leftover: list[tuple[TaskState, Member]] = []
+        #: torch.compile's baselines compiled ahead, in the background (loop/compile_ahead.py)
+        self._ahead: asyncio.Task | None = None
         #: would-be bests judged while another task still awaited its first verdict: audited once none does
         self._deferred: list[tuple[TaskState, Member]] = []
 
@@ -189,6 +193,7 @@ class Runner:
             tasks, task_ids = await self._fitting(tasks, task_ids)
             self._load_states(tasks, task_ids)
             self.fair = FairShare((state.task.name for state in self.states), earlier=self._before.attempts)
+            self._compile_ahead()
             # a capture on a GPU never overlaps a timed phase there (verifier/gate.py)
             gpu_hold = None if self.devices.on_cpu else self.devices.gpu_work
             if config is None:
@@ -253,6 +258,10 @@ class Runner:
         return s.resume, spent
 
     async def _close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.cancel()
+            with contextlib.suppress(BaseException):
+                await self._ahead
         if self.devices is not None:
             await self.devices.close()
         if self._db_executor is not None:
@@ -292,6 +301,17 @@ class Runner:
             ids = list(state.ids.values())[-2000:]
             judged = judged_code(self.archive, ids)
             self.proposer.prime(state.task, judged)
+
+    def _compile_ahead(self) -> None:
+        """torch.compile's baselines of every task compiled in the background, on the CPU cores,
+        into the reference workers' trusted compiler cache (loop/compile_ahead.py): a GPU run only."""
+        if self.devices is None or self.devices.on_cpu or not self.states or not _cuda_here():
+            return
+        device = self.devices.names[0]
+        cache = compiled_dir(self.devices.options.cache_dir)
+        ahead = CompileAhead([s.task for s in self.states if not self._finished(s)], device, str(cache),
+                             self.devices.gates[device].shared_async, note=self.display.note)
+        self._ahead = asyncio.create_task(ahead.run(), name="kernforge-compile-ahead")
 
     def _prepare_starts(self) -> None:
         """Have the offline tuner derive, in the background, the Inductor start of every task that
@@ -833,3 +853,10 @@ async def run_async(settings: RunSettings, display: Display | None = None) -> Ru
 def run(settings: RunSettings, display: Display | None = None) -> RunResult:
     """Run (or resume) the loop to the end of its budget; Ctrl-C stops it cleanly."""
     return asyncio.run(run_async(settings, display))
+
+
+def _cuda_here() -> bool:
+    """Whether this machine has a GPU to compile for (a run's judges may be stand-ins without one)."""
+    import torch
+
+    return torch.cuda.is_available()

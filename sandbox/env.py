@@ -66,6 +66,11 @@ def physical_device(index: str, parent_visible: str | None) -> str:
     return visible[int(index)]
 
 
+def trusted_cache_env(folder: str) -> dict[str, str]:
+    """The compiler caches' variables for a trusted process whose caches live in ``folder``."""
+    return {"TRITON_CACHE_DIR": f"{folder}/triton", "TORCHINDUCTOR_CACHE_DIR": f"{folder}/inductor"}
+
+
 def worker_env(spec: WorkerSpec, workdir: Path, parent_env: Mapping[str, str]) -> dict[str, str]:
     """The complete environment of a worker whose private directory is ``workdir``."""
     check_spec_env(spec.env)
@@ -85,6 +90,8 @@ def worker_env(spec: WorkerSpec, workdir: Path, parent_env: Mapping[str, str]) -
         # What a candidate printed just before it crashed or was killed is the useful part.
         "PYTHONUNBUFFERED": "1",
     })
+    if spec.trusted_cache is not None:  # a trusted worker's compiles outlive it (WorkerSpec.trusted_cache)
+        env.update(trusted_cache_env(spec.trusted_cache))
     if spec.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["TRITON_INTERPRET"] = "1"

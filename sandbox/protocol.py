@@ -145,10 +145,16 @@ class WorkerSpec:
     #: worker's parent, whose report lies where nothing in the sandbox can reach it; a
     #: profiled worker's session ends by waiting for the worker to exit, so the report is whole
     profiler: tuple[str, ...] = ()
+    #: a folder for the compiler caches (Triton, Inductor) of a trusted worker, kept across its
+    #: workers and runs: its compiles are made once. Only for isolation "none": what a cache
+    #: holds is code the next reader runs, so no candidate may write (or read) it
+    trusted_cache: str | None = None
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:
             raise SandboxError(f"isolation must be one of {ISOLATION_LEVELS}, not {self.isolation!r}")
+        if self.trusted_cache is not None and self.isolation != "none":
+            raise SandboxError("trusted_cache is for trusted workers (isolation 'none') only: a candidate could poison it")
         if self.device != "cpu" and not self.device.isdigit():
             raise SandboxError(f"device must be 'cpu' or a GPU index such as '0', not {self.device!r}")
 

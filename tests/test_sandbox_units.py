@@ -78,9 +78,24 @@ def test_spec_env_refused(env, tmp_path):
         worker_env(WorkerSpec(env=env), tmp_path, {})
 
 
+def test_only_a_trusted_worker_keeps_its_compiles_in_a_shared_folder(tmp_path):
+    """The reference worker's Triton and Inductor caches outlive it (its torch.compile baselines
+    compile once); a candidate's worker may never be given such a folder: what a compiler cache
+    holds is code its next reader runs."""
+    trusted = worker_env(WorkerSpec(isolation="none", trusted_cache="/cache/compiled"), tmp_path, PARENT_ENV)
+    assert trusted["TRITON_CACHE_DIR"] == "/cache/compiled/triton"
+    assert trusted["TORCHINDUCTOR_CACHE_DIR"] == "/cache/compiled/inductor"
+    candidate = worker_env(WorkerSpec(), tmp_path, PARENT_ENV)
+    assert candidate["TRITON_CACHE_DIR"] == f"{tmp_path}/.triton"
+    with pytest.raises(SandboxError, match="trusted workers"):
+        WorkerSpec(isolation="strict", trusted_cache="/cache/compiled")
+
+
 def test_records_round_trip():
     spec = WorkerSpec(device="1", preload=("torch",), warmup="m:f", env={"OMP_NUM_THREADS": "1"}, hidden_paths=("/a",))
     assert WorkerSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    trusted = WorkerSpec(isolation="none", trusted_cache="/cache/compiled")
+    assert WorkerSpec.from_dict(json.loads(json.dumps(trusted.to_dict()))) == trusted
     limits = Limits(wall_seconds=None, cpu_seconds=5)
     assert Limits.from_dict(json.loads(json.dumps(limits.to_dict()))) == limits
 

@@ -75,3 +75,30 @@ def test_a_kernel_fitted_to_the_shapes_its_process_can_read_fails_the_hidden_one
         verdict = judge.verify(FITS_WHAT_IT_CAN_READ, task)
     assert (verdict.status.value, verdict.threat) == ("incorrect", 14), verdict.reason
     assert verdict.evidence.get("hidden") is True
+
+
+def test_the_judges_cache_is_hidden_from_candidates_and_compiles_for_trusted_workers(tmp_path, monkeypatch):
+    """Baselines, ceilings and the reference worker's compiles live in the judge's cache folder:
+    a candidate's worker never sees it (outside the home folder, KERNFORGE_CACHE_DIR, a worker of
+    the same uid could otherwise rewrite a baseline or a kernel the reference worker runs); the
+    reference worker keeps its Triton and Inductor caches in its private ``compiled/``."""
+    from kernforge.loop import evaluate
+    from kernforge.verifier.judge import JudgeOptions
+
+    specs = {}
+
+    class Recorder:
+        def __init__(self, spec, *args, **kw):
+            specs.setdefault("reference" if spec.isolation == "none" else "candidate", spec)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(evaluate, "make_backend", lambda kind, spec, size, **kw: Recorder(spec))
+    monkeypatch.setattr(evaluate, "ProcessBackend", Recorder)
+    cache = tmp_path / "kf-cache"
+    with evaluate.open_judge("cpu", options=JudgeOptions(cache_dir=cache)):
+        pass
+    assert str(cache) in specs["candidate"].hidden_paths and specs["candidate"].trusted_cache is None
+    assert specs["reference"].trusted_cache == str(cache / "compiled")
+    assert (cache / "compiled").stat().st_mode & 0o077 == 0, "private to this user"

@@ -25,6 +25,17 @@ def default_dir() -> Path:
     return Path(base)
 
 
+def compiled_dir(base: Path | None = None) -> Path:
+    """The trusted reference workers' compiler caches (Triton, Inductor): ``compiled/`` of the
+    judge's cache folder, made private to this user. torch.compile's baselines and the judge's
+    own kernels compile there once, not once per worker; no candidate's worker sees it
+    (WorkerSpec.trusted_cache, hidden from candidates by loop/evaluate.open_judge)."""
+    folder = (base or default_dir()) / "compiled"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    return folder
+
+
 def key_of(*parts: Any) -> str:
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]

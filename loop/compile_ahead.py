@@ -1,0 +1,104 @@
+"""torch.compile's baselines compiled on the CPU cores while the GPU verifies.
+
+A task's first verdict on a GPU measures its baselines, and torch.compile's is compiled afresh
+per timed shape with static sizes: seconds of code generation per shape, about 10 s of a first
+verdict of 35 s on the H200. At the start of a GPU run, ``CompileAhead`` hands every task's
+public shapes to a few trusted processes (verifier/compile_ahead.py) that compile them exactly as
+the reference worker will, into the trusted compiler cache the reference workers read
+(WorkerSpec.trusted_cache): the reference worker's compile is then a cache hit. Each compile
+runs one call on the GPU, so it holds the GPU's gate shared (it may overlap checks, never a
+timed window). It is only ever a head start: a compile that fails, times out or is not done yet
+is made by the reference worker as before, and nothing a compile-ahead process says is evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from typing import Any, Callable, Sequence
+
+from kernforge.sandbox.env import worker_env
+from kernforge.sandbox.protocol import WorkerSpec
+from kernforge.tasks.spec import Task
+
+#: a compile that takes longer than this is left to the reference worker (the process is stopped)
+COMPILE_TIMEOUT_S = 300.0
+
+
+def processes_for(cores: int | None) -> int:
+    """How many compile processes: a quarter of the CPU cores (the judges' workers need the rest), 1 to 4."""
+    return max(1, min(4, (cores or 1) // 4))
+
+
+def requests(tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    """One ``compile_baseline`` request per task and public shape (routine verdicts time those),
+    largest tasks' shapes interleaved so that every task gets its first compiles early."""
+    per_task = [[{"task_ref": t.ref, "shape": s.as_dict(), "dist": t.distributions[0], "seeds": [secrets.randbits(31)],
+                  "init_seed": secrets.randbits(31)} for s in t.shapes("cuda", hidden=False)] for t in tasks]
+    out = []
+    for k in range(max((len(p) for p in per_task), default=0)):
+        out += [p[k] for p in per_task if k < len(p)]
+    return out
+
+
+class CompileAhead:
+    """Compiles ``tasks``' baselines ahead on ``device`` ("cuda:N"), the cache in ``cache``;
+    ``hold``: an async context manager factory that holds the device's gate shared."""
+
+    def __init__(self, tasks: Sequence[Task], device: str, cache: str, hold: Callable[[], Any],
+                 note: Callable[[str], None] = lambda text: None, processes: int | None = None) -> None:
+        self.queue = requests(tasks)
+        self.device, self.cache, self.hold, self.note = device, cache, hold, note
+        self.processes = processes or processes_for(os.cpu_count())
+        self.done = 0
+        self.failed: list[str] = []
+        self.seconds = 0.0
+
+    async def run(self) -> None:
+        """Compile everything queued; returns when done (or cancelled: its processes are killed)."""
+        home = tempfile.mkdtemp(prefix="kf-compile-ahead-")
+        slot = self.device.split(":", 1)[1] if ":" in self.device else "0"
+        env = worker_env(WorkerSpec(device=slot, isolation="none", trusted_cache=self.cache), home, os.environ)
+        procs: list[asyncio.subprocess.Process] = []
+        try:
+            for _ in range(min(self.processes, len(self.queue))):
+                procs.append(await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "kernforge.verifier.compile_ahead", "cuda:0", env=env, cwd=home,
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL))
+            await asyncio.gather(*(self._feed(p) for p in procs))
+            self.note(f"torch.compile baselines compiled ahead: {self.done} shapes in {self.seconds:.0f} s of compiles"
+                      + (f", {len(self.failed)} left to the judge ({self.failed[0][:120]})" if self.failed else ""))
+        finally:
+            for p in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    p.kill()
+                with contextlib.suppress(Exception):
+                    await p.wait()
+            shutil.rmtree(home, ignore_errors=True)
+
+    async def _feed(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        while self.queue:
+            msg = self.queue.pop(0)
+            async with self.hold():  # one call on the GPU: never inside a timed window
+                proc.stdin.write((json.dumps(msg) + "\n").encode())
+                await proc.stdin.drain()
+                try:
+                    line = await asyncio.wait_for(proc.stdout.readline(), COMPILE_TIMEOUT_S)
+                except asyncio.TimeoutError:
+                    line = b""
+            if not line:  # the process died or hung: the rest of its share goes to the others
+                self.failed.append(f"{msg['task_ref']}: no answer from the compile process")
+                return
+            got = json.loads(line)
+            self.seconds += float(got.get("seconds") or 0.0)
+            if got.get("error"):
+                self.failed.append(f"{msg['task_ref']} {msg['shape']}: {got['error']}")
+            else:
+                self.done += 1

@@ -1,0 +1,60 @@
+"""torch.compile's baselines compiled ahead (verifier/compile_ahead.py, loop/compile_ahead.py): a
+trusted process compiles exactly what the reference worker will, into the trusted compiler cache,
+and the reference worker's own compile is then a cache hit. Here on the CPU (Inductor's C++ code);
+on a GPU the same path writes Triton kernels."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernforge.loop.compile_ahead import processes_for, requests
+from kernforge.sandbox.env import worker_env
+from kernforge.sandbox.protocol import WorkerSpec
+from kernforge.tasks.loader import load_task
+
+TASK = str(Path(__file__).parent / "tasks" / "tiny_norm")
+
+HIT = """
+import json, sys
+from torch._dynamo.utils import counters
+from kernforge.tasks.spec import Shape
+from kernforge.verifier import refworker
+refworker.warm_up()
+msg = json.loads(sys.argv[1])
+compiled = refworker._compiled(msg, refworker._model(msg["task_ref"], Shape.of(msg["shape"]), 7, "cpu"), "cpu")
+print(json.dumps({"error": repr(compiled.error) if compiled.error else None, "hits": counters["inductor"]["fxgraph_cache_hit"]}))
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="Inductor's CPU code needs a C++ compiler")
+def test_a_compile_made_ahead_is_the_reference_workers_cache_hit(tmp_path):
+    cache = tmp_path / "compiled"
+    env = worker_env(WorkerSpec(isolation="none", trusted_cache=str(cache)), tmp_path, os.environ)
+    msg = {"task_ref": TASK, "shape": {"T": 5, "H": 200}, "dist": "normal", "seeds": [3], "init_seed": 11}
+    ahead = subprocess.run([sys.executable, "-m", "kernforge.verifier.compile_ahead", "cpu"], input=json.dumps(msg) + "\n",
+                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    said = json.loads(ahead.stdout.strip().splitlines()[-1])
+    assert said["error"] is None, ahead.stderr[-2000:]
+    assert any((cache / "inductor").rglob("*")), "the compile landed in the trusted cache"
+    # the reference worker's compile of the same shape, in a process of its own, other weights
+    again = subprocess.run([sys.executable, "-c", HIT, json.dumps({**msg, "seeds": [4]})], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+    got = json.loads(again.stdout.strip().splitlines()[-1])
+    assert got["error"] is None and got["hits"] >= 1, again.stderr[-2000:]
+
+
+def test_every_task_gets_its_first_compiles_early():
+    """Requests interleave the tasks' shapes: each task's first shape before any task's second."""
+    tasks = [load_task("rms_norm"), load_task("softmax")]
+    got = requests(tasks)
+    assert len(got) == sum(len(t.shapes("cuda", hidden=False)) for t in tasks)
+    assert [r["task_ref"] for r in got[:2]] == [tasks[0].ref, tasks[1].ref]
+    assert {tuple(sorted(r)) for r in got} == {("dist", "init_seed", "seeds", "shape", "task_ref")}
+    assert processes_for(16) == 4 and processes_for(2) == 1 and processes_for(None) == 1

@@ -1,0 +1,43 @@
+"""torch.compile's baselines compiled ahead: a trusted process that compiles a task's reference
+at its timed shapes exactly as the reference worker will (``refworker._compiled``: static
+sizes, the baseline's layout, one call), so that the reference worker's own compile later finds
+Inductor's graph and Triton's kernels in the trusted compiler cache (WorkerSpec.trusted_cache)
+instead of spending seconds of code generation inside a task's first verdict.
+
+Run by the loop (loop/compile_ahead.py) with the reference worker's environment, several at once
+on the CPU cores while the GPU verifies. It reads one JSON request per line on stdin (the
+reference worker's ``compile_baseline`` message) and answers one JSON line per request. Nothing
+it says is evidence: a compile it failed or never made is made by the reference worker as before.
+
+Usage: python -m kernforge.verifier.compile_ahead DEVICE
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from kernforge.tasks.spec import Shape
+
+
+def main() -> None:
+    from . import refworker
+
+    device = sys.argv[1] if len(sys.argv) > 1 else "cuda:0"
+    refworker.warm_up()  # the reference worker's precision settings: part of what a compile is keyed by
+    for line in sys.stdin:
+        msg = json.loads(line)
+        model = refworker._model(msg["task_ref"], Shape.of(msg["shape"]), int(msg["init_seed"]), device)
+        compiled = refworker._compiled(msg, model, device)
+        refworker._MODELS.clear()
+        model = compiled.fn = None
+        if device.startswith("cuda"):  # between compiles it holds no more of the GPU than its context
+            import torch
+
+            torch.cuda.empty_cache()
+        error = None if compiled.error is None else f"{type(compiled.error).__name__}: {str(compiled.error)[:300]}"
+        print(json.dumps({"seconds": round(compiled.seconds, 3), "error": error}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
