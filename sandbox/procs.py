@@ -120,24 +120,45 @@ def kill_tree(root: int, pgid: int | None = None) -> None:
 
 
 def freeze(root: int, uid: int | None = None) -> set[int]:
-    """SIGSTOP ``root``'s tree and every process of ``uid`` (a worker's own uid: a process
-    re-parented out of the tree still has it), re-reading /proc until no new member shows up and
+    """SIGSTOP every process of ``uid`` (a worker's own uid, which everything the candidate's code
+    runs has: a process re-parented out of the tree too), or without one ``root``'s tree, re-reading /proc until no new member shows up and
     every member has stopped; the pids stopped (``thaw`` them). A stopped process launches no GPU
-    work: another lane times meanwhile (verifier/gate.py)."""
+    work: another lane times meanwhile (verifier/gate.py). With a uid, one pass over /proc per
+    round finds the members and their states (a window's pause costs a few milliseconds)."""
     stopped: set[int] = set()
     for _ in range(500):
-        procs = snapshot()
-        members = set(descendants(root, procs)) if root in procs else set()
-        if uid is not None:
-            members.update(pids_of_uid(uid))
-        fresh = [pid for pid in members if pid not in stopped]
+        if uid is not None:  # the candidate's code runs as the uid; the tree's others are the sandbox's own
+            states = uid_states(uid)
+        else:
+            procs = snapshot()
+            states = {pid: procs[pid].state for pid in descendants(root, procs) if pid in procs} if root in procs else {}
+        fresh = [pid for pid in states if pid not in stopped]
         for pid in fresh:
             _signal(pid, signal.SIGSTOP)
         stopped.update(fresh)
-        if not fresh and all(procs[pid].state in "tTZX" for pid in members if pid in procs):
+        if not fresh and all(state in "tTZX" for state in states.values()):
             break
         time.sleep(0.001)
     return stopped
+
+
+def uid_states(uid: int) -> dict[int, str]:
+    """Every process whose real, effective, saved or file-system uid is ``uid``, with its state
+    letter (``pids_of_uid``'s reading of /proc/<pid>/status)."""
+    found, wanted = {}, str(uid).encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                status = f.read()
+        except OSError:
+            continue
+        start = status.find(b"\nUid:")
+        if start >= 0 and wanted in status[start + 5 : status.find(b"\n", start + 1)].split():
+            at = status.find(b"\nState:")
+            found[int(name)] = status[at + 7: at + 16].decode(errors="replace").strip()[:1] if at >= 0 else "R"
+    return found
 
 
 def thaw(pids: set[int]) -> None:

@@ -140,10 +140,13 @@ def test_fork_spray_is_limited_and_reaped(pool):
 def test_a_paused_job_is_stopped_whole_until_resumed(pool):
     """While its judge waits for the GPU another lane may be timing: every process of the job,
     the children it double-forked away from its tree among them, is stopped, then goes on."""
+    from kernforge.sandbox import procs
+
     with pool.session("sandbox_jobs.hostile:fork_spray", {"attempts": 3}, LIMITS) as session:
         workdir, uid = session.workdir, session.worker.lease.uid if session.worker.lease else None
         assert session.recv(30)["started"] == 3
-        members = leftovers(workdir, uid)
+        # the processes running the job's code: its uid's (the sandbox's own supervisors run as root)
+        members = sorted(procs.uid_states(uid)) if uid is not None else leftovers(workdir, None)
         assert len(members) >= 4, "the job and its three detached children"
         session.pause()
         running = {pid: state for pid in members if (state := _state(pid)) not in "TZ"}  # Z: the double fork's exited middle

@@ -239,42 +239,69 @@ def test_only_a_batchs_window_and_the_baselines_hold_the_gpu_alone():
 
 
 def test_a_judge_waiting_for_the_gpu_has_its_worker_stopped():
-    """With two lanes, a judge waits at the gate while the other lane may be timing: its
-    candidate's worker is stopped before it waits, going in and coming out, and runs again only
-    once the judge holds the GPU (or is past the gate): it launches nothing into another
-    lane's window. One lane: never stopped."""
+    """With two lanes, a judge may wait at the gate while the other lane times: its candidate's
+    worker is stopped before it waits (still holding its shared hold, so nobody times yet), going
+    in and coming out, and runs again once the judge holds the gate again. Where nothing waits,
+    nothing is stopped; with one lane, never."""
     from kernforge.verifier.judge import Judge, JudgeOptions
 
     judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(2))
-    session = _Session()
-    other = threading.Event()
-    release = threading.Event()
+    gate = judge.gate
 
-    def other_lane():
-        with judge.gate.exclusive():
-            other.set()
+    def verdict(session, during=None):
+        with gate.shared():  # a verdict holds the gate shared from start to end
+            with judge._gpu_alone(session):
+                session.events.append("timed")
+                if during is not None:
+                    during()
+
+    free = _Session()
+    verdict(free)
+    assert free.events == ["timed"], "the gate was free and nobody waited for it"
+
+    # going in: the other lane is in its checks (it holds the gate shared)
+    checking, release = threading.Event(), threading.Event()
+
+    def other_checks():
+        with gate.shared():
+            checking.set()
             release.wait(LONG)
 
-    thread = threading.Thread(target=other_lane)
+    thread = threading.Thread(target=other_checks)
     thread.start()
-    assert other.wait(LONG)
-
-    def our_turn():
-        with judge._gpu_alone(session):
-            session.events.append("timed")
-
-    ours = threading.Thread(target=our_turn)
+    assert checking.wait(LONG)
+    waiting = _Session()
+    ours = threading.Thread(target=verdict, args=(waiting,))
     ours.start()
-    until(lambda: judge.gate._waiting_writers, "our judge waits for the other lane's window")
-    assert session.events == ["pause"], "stopped while the other lane times"
+    until(lambda: gate._waiting_writers, "our judge waits for the other lane's checks")
+    assert waiting.events == ["pause"], "stopped while it waits"
     release.set()
     ours.join(LONG)
     thread.join(LONG)
-    assert session.events == ["pause", "resume", "timed", "pause", "resume"]
+    assert waiting.events == ["pause", "resume", "timed"]
 
-    alone = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(1))
+    # coming out: the other lane waits to time when ours gives the gate back
+    other = threading.Event()
+    release.clear()
+
+    def other_lane():  # e.g. a verdict that needs the whole GPU's memory, alone from its start
+        with gate.exclusive():
+            other.set()
+
+    late = threading.Thread(target=other_lane)
+    leaving = _Session()
+
+    def another_waits():
+        late.start()
+        until(lambda: gate._waiting_writers, "the other lane waits to time")
+
+    verdict(leaving, during=another_waits)
+    late.join(LONG)
+    assert other.is_set()
+    assert leaving.events == ["timed", "pause", "resume"], "stopped while the other lane timed after it"
+
     single = _Session()
-    with alone._gpu_alone(single):
+    with Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(1))._gpu_alone(single):
         pass
     assert single.events == []
 

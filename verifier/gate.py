@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator, Callable, Iterator
 
 
 class DeviceGate:
@@ -70,8 +70,14 @@ class DeviceGate:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Hold the gate alone; a shared hold of this thread is let go meanwhile and taken back after."""
+    def exclusive(self, pause: Callable[[], None] | None = None, resume: Callable[[], None] | None = None) -> Iterator[None]:
+        """Hold the gate alone; a shared hold of this thread is let go meanwhile and taken back after.
+
+        ``pause`` and ``resume`` bracket every wait of this thread at the gate, going in and coming
+        out: ``pause`` runs while it still holds what it held (so no other judge can be timing
+        yet), ``resume`` once it holds the gate again. A judge stops its candidate's worker there
+        (judge._gpu_alone): another judge may time while it waits. Where the gate is free, or
+        nobody waits to time when it is given back, nothing waits and neither is called."""
         me = threading.get_ident()
         if self._writer == me:  # nested
             self._depth += 1
@@ -82,25 +88,46 @@ class DeviceGate:
             return
         mine = self._held_shared()
         with self._cond:
-            self._shared -= mine
-            self._waiting_writers += 1
-            self._cond.notify_all()
-            try:
-                while self._writer is not None or self._shared:
-                    self._cond.wait()
-            finally:
-                self._waiting_writers -= 1
-            self._writer, self._depth = me, 1
+            free = self._writer is None and self._shared == mine and not self._waiting_writers
+            if free:
+                self._shared -= mine
+                self._writer, self._depth = me, 1
+        if not free:
+            if pause is not None:
+                pause()
+            with self._cond:
+                self._shared -= mine
+                self._waiting_writers += 1
+                self._cond.notify_all()
+                try:
+                    while self._writer is not None or self._shared:
+                        self._cond.wait()
+                finally:
+                    self._waiting_writers -= 1
+                self._writer, self._depth = me, 1
+            if resume is not None:
+                resume()
         try:
             yield
         finally:
             with self._cond:
-                self._writer, self._depth = None, 0
-                self._cond.notify_all()
-                # the verdict goes on holding the gate shared: back in line behind waiting writers
-                while mine and (self._writer is not None or self._waiting_writers):
-                    self._cond.wait()
-                self._shared += mine
+                # the verdict goes on holding the gate shared; a judge waiting to time goes first
+                queue = bool(mine and self._waiting_writers)
+                if not queue:
+                    self._writer, self._depth = None, 0
+                    self._shared += mine
+                    self._cond.notify_all()
+            if queue:
+                if pause is not None:
+                    pause()
+                with self._cond:
+                    self._writer, self._depth = None, 0
+                    self._cond.notify_all()
+                    while self._writer is not None or self._waiting_writers:
+                        self._cond.wait()
+                    self._shared += mine
+                if resume is not None:
+                    resume()
 
     @contextlib.asynccontextmanager
     async def shared_async(self) -> AsyncIterator[None]:

@@ -551,27 +551,18 @@ class Judge:
         """The GPU's gate held alone for a timed phase of the verdict in ``session``. The wait for
         other lanes is not the candidate's: its worker's wall deadline moves back by it."""
         asked = time.monotonic()
-        if self.gate.lanes == 1:  # nobody else times on this GPU
-            with self.gate.exclusive():
-                session.extend(time.monotonic() - asked)
-                yield
-            return
         # While this judge waits at the gate, going in or coming out, another lane may be timing:
-        # its worker is stopped meanwhile, so it launches nothing into that lane's windows (what
-        # it queued before is the reference worker's quiet probe's to wait out)
-        session.pause()
-        try:
-            with self.gate.exclusive():
-                session.resume()
-                session.extend(time.monotonic() - asked)
-                try:
-                    yield
-                finally:
-                    left = time.monotonic()
-                    session.pause()
-            session.extend(time.monotonic() - left)
-        finally:
-            session.resume()
+        # its worker is stopped meanwhile (the gate calls pause and resume around every wait), so
+        # it launches nothing into that lane's windows; what it queued before is the reference
+        # worker's quiet probe's to wait out (refworker._quiet_gpu)
+        hooks = (session.pause, session.resume) if self.gate.lanes > 1 else (None, None)
+        with self.gate.exclusive(*hooks):
+            session.extend(time.monotonic() - asked)
+            try:
+                yield
+            finally:
+                left = time.monotonic()
+        session.extend(time.monotonic() - left)
 
     def _calibrate(self, session: Session) -> None:
         """The batch clock's fixed cost, measured with the harness alone (clock.fixed_cost)."""
