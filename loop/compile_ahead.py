@@ -53,7 +53,9 @@ class CompileAhead:
 
     def __init__(self, tasks: Sequence[Task], device: str, cache: str, hold: Callable[[], Any],
                  note: Callable[[str], None] = lambda text: None, processes: int | None = None) -> None:
-        self.queue = requests(tasks)
+        # the judge's own comparison kernels first (a first verdict's checks compile them), then the baselines
+        self.queue = ([{"op": "judge_kernels", "task_ref": "the judge's comparison kernels", "shape": {}}] if tasks else []) \
+            + requests(tasks)
         self.device, self.cache, self.hold, self.note = device, cache, hold, note
         self.processes = processes or processes_for(os.cpu_count())
         self.done = 0

@@ -38,10 +38,11 @@ def test_a_compile_made_ahead_is_the_reference_workers_cache_hit(tmp_path):
     cache = tmp_path / "compiled"
     env = worker_env(WorkerSpec(isolation="none", trusted_cache=str(cache)), tmp_path, os.environ)
     msg = {"task_ref": TASK, "shape": {"T": 5, "H": 200}, "dist": "normal", "seeds": [3], "init_seed": 11}
-    ahead = subprocess.run([sys.executable, "-m", "kernforge.verifier.compile_ahead", "cpu"], input=json.dumps(msg) + "\n",
+    asks = json.dumps({"op": "judge_kernels"}) + "\n" + json.dumps(msg) + "\n"  # the judge's own kernels: GPU only
+    ahead = subprocess.run([sys.executable, "-m", "kernforge.verifier.compile_ahead", "cpu"], input=asks,
                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    said = json.loads(ahead.stdout.strip().splitlines()[-1])
-    assert said["error"] is None, ahead.stderr[-2000:]
+    said = [json.loads(line) for line in ahead.stdout.strip().splitlines()]
+    assert len(said) == 2 and all(s["error"] is None for s in said), ahead.stderr[-2000:]
     assert any((cache / "inductor").rglob("*")), "the compile landed in the trusted cache"
     # the reference worker's compile of the same shape, in a process of its own, other weights
     again = subprocess.run([sys.executable, "-c", HIT, json.dumps({**msg, "seeds": [4]})], env=env, cwd=tmp_path,

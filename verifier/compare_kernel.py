@@ -61,7 +61,11 @@ if triton is not None:
             return x.to(tl.float64)
         return x.to(tl.float32)
 
-    @triton.jit
+    # sizes and strides are not specialised on (Triton would compile again for every width or
+    # row stride that is, or is not, a multiple of 16: on the H200 a task's first verdict spent
+    # 16 s compiling this kernel), only the dtypes are: a handful of compiles per process, kept
+    # in the reference workers' trusted cache (WorkerSpec.trusted_cache)
+    @triton.jit(do_not_specialize=["width", "c_row", "h_row", "lo_row", "blocks"])
     def _bad_blocks(c_ptr, h_ptr, lo_ptr, scale_ptr, bad_ptr, gross_ptr, abs_ptr, rel_ptr, width, c_row, h_row, lo_row,
                     blocks, rtol, atol, tiny, margin, HAS_LO: tl.constexpr, WIDE: tl.constexpr, C_FP8: tl.constexpr,
                     H_FP8: tl.constexpr, LO_FP8: tl.constexpr, BLOCK: tl.constexpr):
@@ -104,7 +108,7 @@ if triton is not None:
 
 if triton is not None:
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["width", "h_row", "blocks"])
     def _square_blocks(h_ptr, out_ptr, width, h_row, blocks, H_FP8: tl.constexpr, BLOCK: tl.constexpr):
         """Per block of call ``row``: the sum of the squares of the reference's finite elements,
         in float64 (compare.py's rms scale, whose float64 temporaries cost several times this)."""

@@ -9,6 +9,9 @@ on the CPU cores while the GPU verifies. It reads one JSON request per line on s
 reference worker's ``compile_baseline`` message) and answers one JSON line per request. Nothing
 it says is evidence: a compile it failed or never made is made by the reference worker as before.
 
+A request ``{"op": "judge_kernels"}`` builds the judge's own comparison kernels for the dtypes
+tasks produce (``judge_kernels``), which a first verdict would otherwise compile in its checks.
+
 Usage: python -m kernforge.verifier.compile_ahead DEVICE
 """
 
@@ -16,8 +19,30 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from kernforge.tasks.spec import Shape
+
+
+#: (output, reference, eager reference) dtypes the judge's comparison kernels meet: 16-bit outputs
+#: against float32, float32 against float64 (KernelBench) or float32 (an fp8 task's scales), fp8
+DTYPES = (("bfloat16", "float32", "bfloat16"), ("float16", "float32", "float16"), ("float32", "float64", "float32"),
+          ("float32", "float32", "float32"), ("float8_e4m3fn", "float8_e4m3fn", "float8_e4m3fn"),
+          ("float8_e4m3fn", "float32", "float8_e4m3fn"))
+
+
+def judge_kernels(device: str) -> None:
+    """The judge's own comparison kernels (compare_kernel.py), built and self-checked once for
+    each dtype combination, so that a task's first verdict finds them in the trusted cache."""
+    import torch
+
+    from . import compare_kernel
+
+    if not device.startswith("cuda"):
+        return
+    for names in DTYPES:
+        c, h, lo = (torch.zeros(2, 8, device=device).to(getattr(torch, n)) for n in names)
+        compare_kernel.applies(c, h, lo)
 
 
 def main() -> None:
@@ -27,6 +52,11 @@ def main() -> None:
     refworker.warm_up()  # the reference worker's precision settings: part of what a compile is keyed by
     for line in sys.stdin:
         msg = json.loads(line)
+        if msg.get("op") == "judge_kernels":  # GPU work too: asked for while the GPU's gate is held shared
+            t0 = time.perf_counter()
+            judge_kernels(device)
+            print(json.dumps({"seconds": round(time.perf_counter() - t0, 3), "error": None}), flush=True)
+            continue
         model = refworker._model(msg["task_ref"], Shape.of(msg["shape"]), int(msg["init_seed"]), device)
         compiled = refworker._compiled(msg, model, device)
         refworker._MODELS.clear()

@@ -336,10 +336,11 @@ class Judge:
                 if not (self.on_gpu and _out_of_memory(error)):
                     raise
                 # the reference ran out of GPU memory: what other lanes, or its own cache, held may be
-                # why. Once more, with a fresh reference worker and the GPU to itself.
+                # why. Once more, with a fresh reference worker and the GPU to itself, planned for the
+                # memory that is free then (another lane's reference worker keeps what it cached)
                 self._drop_ref()
                 self._state = _Verdict(bar=bar, audit=audit)
-                verdict = self._verify_held(source, task, True)
+                verdict = self._verify_held(source, task, True, free=True)
         env = dict(self.environment())
         env["verify_seconds"] = round(time.perf_counter() - started, 3)
         if self._state.calibration:
@@ -349,11 +350,16 @@ class Judge:
             return Accepted(shapes=verdict.shapes, reason=verdict.reason, flags=verdict.flags, environment=env)
         return Rejected(verdict.status, verdict.reason, verdict.threat, verdict.evidence, verdict.shapes, env, check=verdict.check)
 
-    def _verify_held(self, source: str, task: Task, alone: bool) -> Verdict:
-        """``_verify`` with the lane's memory share, alone on the GPU if asked; the reference
-        worker then forgets the verdict's calls (a fresh one when it holds too much)."""
+    def _verify_held(self, source: str, task: Task, alone: bool, free: bool = False) -> Verdict:
+        """``_verify`` with the lane's memory share, alone on the GPU if asked (``free``: with the
+        share of the GPU's memory free once it is held); the reference worker then forgets the
+        verdict's calls (a fresh one when it holds too much)."""
         self._memory_share = 1.0 if alone else 1.0 / self.gate.lanes
         with self.gate.exclusive() if alone else contextlib.nullcontext():
+            if free:
+                memory = self.device_memory()
+                if memory.get("total_bytes"):
+                    self._memory_share = min(1.0, max(0.05, memory.get("free_bytes", 0) / memory["total_bytes"]))
             try:
                 return self._verify(source, task)
             finally:  # whatever happened, the reference worker forgets this verdict's calls
