@@ -68,19 +68,7 @@ def pids_of_uid(uid: int) -> list[int]:
     """Processes whose real, effective, saved or file-system uid is ``uid``. Read from
     /proc/<pid>/status, not the owner of /proc/<pid>, which a process can turn to root by making
     itself non-dumpable."""
-    found, wanted = [], str(uid).encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status", "rb") as f:
-                status = f.read()
-        except OSError:
-            continue
-        start = status.find(b"\nUid:")
-        if start >= 0 and wanted in status[start + 5 : status.find(b"\n", start + 1)].split():
-            found.append(int(name))
-    return found
+    return list(uid_states(uid))
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -143,8 +131,8 @@ def freeze(root: int, uid: int | None = None) -> set[int]:
 
 
 def uid_states(uid: int) -> dict[int, str]:
-    """Every process whose real, effective, saved or file-system uid is ``uid``, with its state
-    letter (``pids_of_uid``'s reading of /proc/<pid>/status)."""
+    """Every process whose real, effective, saved or file-system uid is ``uid`` (``pids_of_uid``),
+    with its state letter, from one reading of each /proc/<pid>/status."""
     found, wanted = {}, str(uid).encode()
     for name in os.listdir("/proc"):
         if not name.isdigit():

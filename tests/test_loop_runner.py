@@ -577,18 +577,35 @@ def archive_history(archive, task_id):
     return task_history(archive, task_id)
 
 
-def test_a_task_whose_reference_fails_is_set_aside_and_the_night_goes_on(tmp_path, monkeypatch):
-    """On the H200 one KernelBench problem's reference ran out of memory while preparing a call,
-    and that ReferenceFailed ended the whole run. The judge failing on one task is not the
-    candidate's fault nor the run's: that task is set aside, said why, and the others go on."""
+def _run_on_a_stand_in_gpu(judge, tasks, tmp_path, monkeypatch, budget=None):
+    """An offline run of ``tasks`` (folders) whose one GPU judge is ``judge``, into tmp_path/k.db
+    (``budget``: three attempts a task unless given): its result and what it showed."""
     import contextlib
     import io
-    import shutil
 
     from kernforge.loop import devices
     from kernforge.loop.budget import Budget
     from kernforge.loop.display import PlainDisplay
     from kernforge.loop.runner import RunSettings, run
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        yield judge
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
+    shown = io.StringIO()
+    settings = RunSettings(tasks=tuple(str(t) for t in tasks), db=tmp_path / "k.db", offline=True,
+                           budget=budget or Budget(max_attempts=3))
+    return run(settings, PlainDisplay(shown)), shown.getvalue()
+
+
+def test_a_task_whose_reference_fails_is_set_aside_and_the_night_goes_on(tmp_path, monkeypatch):
+    """On the H200 one KernelBench problem's reference ran out of memory while preparing a call,
+    and that ReferenceFailed ended the whole run. The judge failing on one task is not the
+    candidate's fault nor the run's: that task is set aside, said why, and the others go on."""
+    import shutil
+
     from kernforge.verifier.judge import ReferenceFailed
 
     good = seeded_task(tmp_path)
@@ -603,37 +620,18 @@ def test_a_task_whose_reference_fails_is_set_aside_and_the_night_goes_on(tmp_pat
             return gpu_accepted(100.0 - len(self.judged))
 
     judge = Judge([])
-
-    @contextlib.contextmanager
-    def stand_in(device, **kw):
-        yield judge
-
-    monkeypatch.setattr(devices, "open_judge", stand_in)
-    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
-    shown = io.StringIO()
-    settings = RunSettings(tasks=(str(broken), str(good)), db=tmp_path / "k.db", offline=True,
-                           budget=Budget(max_attempts=3))
-    result = run(settings, PlainDisplay(shown))
-    assert result.status == "finished", shown.getvalue()
+    result, shown = _run_on_a_stand_in_gpu(judge, (broken, good), tmp_path, monkeypatch)
+    assert result.status == "finished", shown
     rows = attempts(tmp_path / "k.db")
     assert rows and all(r["task_id"] == rows[0]["task_id"] for r in rows) and len(judge.judged) >= 3
-    assert "[tiny_broken] set aside: the judge failed on it, not a candidate" in shown.getvalue()
-    assert "OutOfMemoryError" in shown.getvalue()
+    assert "[tiny_broken] set aside: the judge failed on it, not a candidate" in shown
+    assert "OutOfMemoryError" in shown
 
 
 def test_an_attempt_the_gpu_could_not_time_is_left_unjudged_and_its_task_goes_on(tmp_path, monkeypatch):
     """GpuBusy (another process kept the GPU busy before a window) is nobody's verdict: the
     attempt is not recorded, the run says why, and the same task is judged on (not set aside)."""
-    import contextlib
-    import io
-
-    from kernforge.loop import devices
-    from kernforge.loop.budget import Budget
-    from kernforge.loop.display import PlainDisplay
-    from kernforge.loop.runner import RunSettings, run
     from kernforge.verifier.judge import GpuBusy
-
-    good = seeded_task(tmp_path)
 
     class Judge(GpuStandInJudge):
         busy = 1
@@ -646,19 +644,10 @@ def test_an_attempt_the_gpu_could_not_time_is_left_unjudged_and_its_task_goes_on
             return gpu_accepted(100.0 - len(self.judged))
 
     judge = Judge([])
-
-    @contextlib.contextmanager
-    def stand_in(device, **kw):
-        yield judge
-
-    monkeypatch.setattr(devices, "open_judge", stand_in)
-    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
-    shown = io.StringIO()
-    settings = RunSettings(tasks=(str(good),), db=tmp_path / "k.db", offline=True, budget=Budget(max_attempts=3))
-    result = run(settings, PlainDisplay(shown))
-    assert result.status == "finished", shown.getvalue()
-    assert "an attempt was left unjudged: another process kept the GPU busy" in shown.getvalue()
-    assert "set aside" not in shown.getvalue()
+    result, shown = _run_on_a_stand_in_gpu(judge, (seeded_task(tmp_path),), tmp_path, monkeypatch)
+    assert result.status == "finished", shown
+    assert "an attempt was left unjudged: another process kept the GPU busy" in shown
+    assert "set aside" not in shown
     assert len(judge.judged) >= 1 and len(attempts(tmp_path / "k.db")) == len(set(judge.judged))
 
 
@@ -701,29 +690,14 @@ class TaskNamingJudge(GpuStandInJudge):
 def two_task_run(tmp_path, monkeypatch, script, budget):
     """The offline tuner on two seeded tasks (tiny_seeded, tiny_second) judged by
     ``TaskNamingJudge(script)`` on "cuda:0": (result, judge, db, what the display showed)."""
-    import contextlib
-    import io
     import shutil
-
-    from kernforge.loop import devices
-    from kernforge.loop.display import PlainDisplay
-    from kernforge.loop.runner import RunSettings, run
 
     first = seeded_task(tmp_path)
     second = tmp_path / "tiny_second"
     shutil.copytree(first, second)
     judge = TaskNamingJudge(script)
-
-    @contextlib.contextmanager
-    def stand_in(device, **kw):
-        yield judge
-
-    monkeypatch.setattr(devices, "open_judge", stand_in)
-    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cuda:0"])
-    shown = io.StringIO()
-    db = tmp_path / "k.db"
-    result = run(RunSettings(tasks=(str(first), str(second)), db=db, offline=True, budget=budget), PlainDisplay(shown))
-    return result, judge, db, shown.getvalue()
+    result, shown = _run_on_a_stand_in_gpu(judge, (first, second), tmp_path, monkeypatch, budget=budget)
+    return result, judge, tmp_path / "k.db", shown
 
 
 def test_audits_wait_until_every_task_has_had_its_first_verdict(tmp_path, monkeypatch):
