@@ -86,21 +86,9 @@ def kill_group(pgid: int) -> None:
 
 
 def kill_tree(root: int, pgid: int | None = None) -> None:
-    """SIGKILL ``root``'s process group and its whole tree. The tree is frozen first: SIGSTOP to
-    every member, re-reading /proc until no new child shows up and every member has actually
-    stopped (a fork in flight when SIGSTOP arrived can still complete), so nothing can fork or be
-    re-parented out of reach between being found and being killed."""
-    stopped: set[int] = set()
-    for _ in range(500):
-        procs = snapshot()
-        tree = descendants(root, procs)
-        fresh = [pid for pid in tree if pid not in stopped]
-        for pid in fresh:
-            _signal(pid, signal.SIGSTOP)
-        stopped.update(fresh)
-        if not fresh and all(procs[pid].state in "tTZX" for pid in tree if pid in procs):
-            break
-        time.sleep(0.001)
+    """SIGKILL ``root``'s process group and its whole tree. The tree is frozen first (``freeze``),
+    so nothing can fork or be re-parented out of reach between being found and being killed."""
+    stopped = freeze(root)
     if pgid is not None:
         kill_group(pgid)
     for pid in stopped:
@@ -109,10 +97,11 @@ def kill_tree(root: int, pgid: int | None = None) -> None:
 
 def freeze(root: int, uid: int | None = None) -> set[int]:
     """SIGSTOP every process of ``uid`` (a worker's own uid, which everything the candidate's code
-    runs has: a process re-parented out of the tree too), or without one ``root``'s tree, re-reading /proc until no new member shows up and
-    every member has stopped; the pids stopped (``thaw`` them). A stopped process launches no GPU
-    work: another lane times meanwhile (verifier/gate.py). With a uid, one pass over /proc per
-    round finds the members and their states (a window's pause costs a few milliseconds)."""
+    runs as has, a process re-parented out of the tree too), or without one ``root``'s tree,
+    re-reading /proc until no new member shows up and every member has actually stopped (a fork
+    in flight when SIGSTOP arrived can still complete); the pids stopped (``thaw`` them, or kill
+    them: ``kill_tree``). A stopped process launches no GPU work while another lane times
+    (verifier/gate.py); with a uid, one pass over /proc per round finds members and states."""
     stopped: set[int] = set()
     for _ in range(500):
         if uid is not None:  # the candidate's code runs as the uid; the tree's others are the sandbox's own

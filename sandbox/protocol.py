@@ -328,7 +328,7 @@ class Session(Protocol):
         ...
 
     def pause(self) -> None:
-        """Stop every process of the job (SIGSTOP, its whole tree and its uid) until ``resume``:
+        """Stop every process of the job (SIGSTOP to its uid's, or its tree's) until ``resume``:
         while its judge waits for the GPU, another lane may be timing, and a stopped job launches
         nothing into that window (verifier/gate.py). Work it queued on the GPU before still runs:
         the reference worker waits for the GPU to be quiet before it times (refworker.py)."""

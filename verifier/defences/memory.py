@@ -52,15 +52,6 @@ def inside(outputs: Sequence[TensorRef], size: int, ctx: str) -> Rejected | None
     return None
 
 
-def overlapping(ranges: Sequence[tuple[int, int, str]]) -> tuple[str, str] | None:
-    """Two of the labelled byte ranges ``(start, end, label)`` that overlap, if any do."""
-    live = sorted((s, e, label) for s, e, label in ranges if e > s)
-    for (s1, e1, l1), (s2, e2, l2) in zip(live, live[1:]):
-        if s2 < e1:
-            return l1, l2
-    return None
-
-
 def separate_calls(per_call: Sequence[Sequence[TensorRef]], ctx: str) -> Rejected | None:
     """No byte of one call's outputs is another call's (a batch's calls each compute their own).
     Outputs of one call may share bytes (a view returned twice): a sweep in address order keeps
