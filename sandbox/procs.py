@@ -86,13 +86,37 @@ def kill_group(pgid: int) -> None:
 
 
 def kill_tree(root: int, pgid: int | None = None) -> None:
-    """SIGKILL ``root``'s process group and its whole tree. The tree is frozen first (``freeze``),
-    so nothing can fork or be re-parented out of reach between being found and being killed."""
+    """SIGKILL ``root``'s process group and its whole tree, and wait until they have died. The tree
+    is frozen first (``freeze``), so nothing can fork or be re-parented out of reach between being
+    found and being killed."""
     stopped = freeze(root)
     if pgid is not None:
         kill_group(pgid)
     for pid in stopped:
         _signal(pid, signal.SIGKILL)
+    _wait_dead(stopped)
+
+
+def _wait_dead(pids: set[int], patience: float = 5.0) -> None:
+    """Wait (at most ``patience`` seconds) until each of ``pids`` has died: gone, or a zombie. A
+    process killed while stopped still has to be scheduled to run its exit, and until it has, it
+    holds its memory, its files and its GPU context; on a loaded machine that takes a while."""
+    deadline = time.monotonic() + patience
+    left = set(pids)
+    while left and time.monotonic() < deadline:
+        left = {pid for pid in left if _state(pid) not in ("", "Z", "X")}
+        if left:
+            time.sleep(0.002)
+
+
+def _state(pid: int) -> str:
+    """``pid``'s state letter, or "" when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return ""
+    return raw[raw.rfind(b")") + 2 :][:1].decode()
 
 
 def freeze(root: int, uid: int | None = None) -> set[int]:
@@ -103,6 +127,7 @@ def freeze(root: int, uid: int | None = None) -> set[int]:
     them: ``kill_tree``). A stopped process launches no GPU work while another lane times
     (verifier/gate.py); with a uid, one pass over /proc per round finds members and states."""
     stopped: set[int] = set()
+    settled = False
     for _ in range(500):
         if uid is not None:  # the candidate's code runs as the uid; the tree's others are the sandbox's own
             states = uid_states(uid)
@@ -110,12 +135,21 @@ def freeze(root: int, uid: int | None = None) -> set[int]:
             procs = snapshot()
             states = {pid: procs[pid].state for pid in descendants(root, procs) if pid in procs} if root in procs else {}
         fresh = [pid for pid in states if pid not in stopped]
-        for pid in fresh:
+        # Stopped again: a member not yet stopped may have sent SIGCONT to one that was, and a
+        # zombie's state hides threads of its process still running.
+        awake = [pid for pid, state in states.items() if state not in "tT"]
+        for pid in set(fresh) | set(awake):
             _signal(pid, signal.SIGSTOP)
         stopped.update(fresh)
-        if not fresh and all(state in "tTZX" for state in states.values()):
+        calm = not fresh and all(state in "tTZX" for state in states.values())
+        # The states are read after the listing: a member forking in between shows up stopped
+        # with its child missing. Once a round saw every member stopped, the next listing holds
+        # every child they made; it must find nobody new.
+        if calm and settled:
             break
+        settled = calm
         time.sleep(0.001)
+    return stopped
     return stopped
 
 

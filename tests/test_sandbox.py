@@ -159,6 +159,29 @@ def test_a_paused_job_is_stopped_whole_until_resumed(pool):
     assert_next_job_ok(pool)
 
 
+def test_a_pause_holds_processes_that_wake_each_other(pool):
+    """Each process sends SIGCONT to the others without end: a pause must stop them again until
+    none is left to wake anyone, then hold them all for as long as it lasts."""
+    import time
+
+    from kernforge.sandbox import procs
+
+    with pool.session("sandbox_jobs.hostile:wake_each_other", {"children": 6}, LIMITS) as session:
+        workdir, uid = session.workdir, session.worker.lease.uid if session.worker.lease else None
+        assert len(session.recv(30)["pids"]) == 7
+        pids = sorted(procs.uid_states(uid)) if uid is not None else leftovers(workdir, None)  # host pids
+        assert len(pids) >= 7
+        for _ in range(5):
+            session.pause()
+            end = time.monotonic() + 0.2
+            while time.monotonic() < end:
+                running = {pid: state for pid in pids if (state := _state(pid)) != "T"}
+                assert running == {}, "a process woken by another runs during the pause"
+            session.resume()
+            assert all(_wait_state(pid, lambda s: s != "T") for pid in pids), "the job stayed stopped after resume"
+    assert_next_job_ok(pool)
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]

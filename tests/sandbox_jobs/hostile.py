@@ -62,6 +62,26 @@ def fork_spray(channel, payload):
     time.sleep(3600)
 
 
+def wake_each_other(channel, payload):
+    """Processes that keep sending SIGCONT to each other: one stopped before its neighbour is
+    woken again by it, so a pause that stops each process once leaves some running."""
+    pids = [os.getpid()]
+    for _ in range(payload.get("children", 6)):
+        pid = os.fork()
+        if pid == 0:
+            pids.append(os.getpid())
+            break
+        pids.append(pid)
+    if os.getpid() == pids[0]:
+        channel.send({"pids": pids})
+    while True:  # each knows the job and the siblings forked before it; the job knows them all
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+
+
 def fork_bomb(channel, payload):
     channel.send({"bombing": True})
     while True:
