@@ -199,7 +199,7 @@ class _Session:
         self.events.append("close")
 
 
-def test_only_a_batchs_window_and_the_baselines_hold_the_gpu_alone():
+def test_only_a_batchs_window_holds_the_gpu_alone():
     """A timed batch's window holds the gate alone; its verification and the next batch's draw
     hold it shared, so another lane's checks run beside them instead of waiting (before, the
     whole shape was one exclusive hold: verification is most of its seconds)."""
@@ -227,15 +227,59 @@ def test_only_a_batchs_window_and_the_baselines_hold_the_gpu_alone():
         held(f"worker {op}")
         return M.BatchRan(op="run_batch", ok=True, claimed_s=1e-3)
 
-    def baseline(*args):
-        held("baseline")
-        return {"eager_us": 10.0, "compile_us": 5.0}
-
-    judge._ask_ref, judge._reply, judge._send, judge._baseline = ask_ref, reply, lambda s, m: held(f"send {m['op']}"), baseline
+    judge._ask_ref, judge._reply, judge._send = ask_ref, reply, lambda s, m: held(f"send {m['op']}")
+    judge._state.baselines = {shape.params: {"eager_us": 10.0, "compile_us": 5.0}}  # measured before the worker started
     ready = M.BatchReady(op="prepare_batch", ok=True, outputs=[], mode="graph")
     judge._time_prepared(_Session(), task, shape, False, 1, 8, 0, [("long", 8)], {"long": ready}, [], {}, 1 << 30, "timing")
     assert alone == {"plan_batch": [False] * 3, "send run_batch": [True] * 3, "time_batch": [True] * 3,
-                     "worker run_batch": [True] * 3, "verify_batch": [False] * 3, "baseline": [True]}
+                     "worker run_batch": [True] * 3, "verify_batch": [False] * 3}
+
+
+def test_the_baselines_are_measured_before_the_candidates_worker_exists(tmp_path):
+    """A baseline is cached and every later candidate of the task is measured against it. Timed
+    beside the candidate's worker, a thread or process of that worker could launch GPU work into
+    the baseline's windows (the quiet probe looks only before they start), slowing the reference:
+    a fake speedup for the whole night. So each timed shape's baseline is compiled (GPU held
+    shared) and timed (held alone) before the worker is started; from the cache the next time."""
+    import contextlib
+
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier.cache import JsonCache
+    from kernforge.verifier.judge import Judge, JudgeOptions, _Verdict
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0", cache_dir=tmp_path), gate=DeviceGate(2))
+    judge.baseline_cache = JsonCache(tmp_path / "baselines.json")
+    judge.environment = lambda: {"gpu": "stand-in", "driver": "0"}
+    task = load_task("rms_norm")
+    timed = [s for s, _ in judge._timed_shapes(task)]
+    assert len(timed) > 1
+    events: list[tuple[str, bool]] = []
+
+    def ask_ref(reply_type, msg, **kw):
+        events.append((msg["op"], judge.gate._writer == threading.get_ident()))
+        return {"eager": {"median_us": 10.0}, "compile": {"median_us": 5.0}} if msg["op"] == "baseline" else {}
+
+    @contextlib.contextmanager
+    def candidate_session(backend, source, task, init_seed, layout):
+        events.append(("worker started", False))
+        yield object(), 1 << 20
+
+    def judged(session, task, *args):
+        events.append(("judged", False))
+        return sorted(judge._state.baselines.values(), key=str)
+
+    judge._ask_ref, judge._candidate_session, judge._judge = ask_ref, candidate_session, judged
+    judge._shape_sizes = lambda task, shapes, seed: {s.params: {} for s in shapes}
+    judge._batch_plan = lambda task, sizes, shapes: {s.params: 8 for s in shapes}
+    judge._arena_layout = lambda sizes, checked, plan: {}
+    for first in (True, False):
+        events.clear()
+        judge._state, judge._phases = _Verdict(), {}
+        got = judge._verify(task.seed_source, task)
+        assert got == [{"compile_us": 5.0, "eager_us": 10.0, "eager_mode": None, "eager_spread_pct": None,
+                        "compile_mode": None, "compile_spread_pct": None}] * len(timed)
+        asked = [("compile_baseline", False), ("baseline", True)] * len(timed) if first else []
+        assert events == asked + [("worker started", False), ("judged", False)], "the cached baselines are not measured again"
 
 
 def test_a_judge_waiting_for_the_gpu_has_its_worker_stopped():

@@ -89,10 +89,11 @@ def test_a_routine_verdict_times_the_public_shapes_and_an_audit_the_hidden_ones_
 
 def test_torch_compile_is_compiled_before_the_gpu_is_taken_alone(tmp_path_factory):
     """The baseline's compile (seconds of Inductor and Triton on the CPU) is asked for while the
-    judge holds the GPU shared; under the exclusive hold the baseline times that very compile."""
+    judge holds the GPU shared; under the exclusive hold the baseline times that very compile.
+    Both before the candidate's worker exists: nothing of it can run beside the baseline."""
     options = _options(tmp_path_factory, baselines=True)
     with open_judge("cuda:0", pool_size=1, options=options) as j:
-        asked, ask = [], j._ask_ref
+        asked, ask, start = [], j._ask_ref, j._candidate_session
 
         def recording(reply_type, msg, **kw):
             got = ask(reply_type, msg, **kw)
@@ -100,10 +101,14 @@ def test_torch_compile_is_compiled_before_the_gpu_is_taken_alone(tmp_path_factor
                 asked.append((msg["op"], j.gate._writer == threading.get_ident(), got))
             return got
 
-        j._ask_ref = recording
+        def starting(*args, **kw):
+            asked.append(("worker", False, None))
+            return start(*args, **kw)
+
+        j._ask_ref, j._candidate_session = recording, starting
         verdict = j.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
     assert verdict.accepted and all(s.compile_us for s in verdict.shapes), _describe(verdict)
-    assert [(op, alone) for op, alone, _ in asked] == [("compile_baseline", False), ("baseline", True)]
+    assert [(op, alone) for op, alone, _ in asked] == [("compile_baseline", False), ("baseline", True), ("worker", False)]
     assert asked[1][2]["compile"]["compile_seconds"] == asked[0][2]["seconds"], "compiled once, ahead"
 
 

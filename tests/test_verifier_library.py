@@ -28,6 +28,7 @@ from kernforge.tasks.errors import TaskError
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import library
 from kernforge.verifier.compare import compare
+from kernforge.verifier.gate import DeviceGate
 from kernforge.verifier.judge import Judge
 from kernforge.verifier.verdict import Accepted, ShapeResult
 
@@ -136,6 +137,7 @@ def test_the_judge_reads_the_library_entry_of_a_baseline(tmp_path):
     judge.baseline_cache = Cache()
     judge.options = type("O", (), {"batches": 3})()
     judge._env = {"gpu": "NVIDIA H200"}
+    judge.gate = DeviceGate(1)
     reply = {"eager": {"median_us": 30.0, "mode": "graph"}, "compile": {"median_us": 20.0},
              "library": {"library": "liger-kernel", "version": "0.8.5", "median_us": 10.0, "spread_pct": 0.2}}
     judge._ask_ref = lambda reply_type, msg, **kw: reply

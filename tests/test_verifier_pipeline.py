@@ -18,6 +18,7 @@ import candidates as C
 import pytest
 from kernforge.loop.evaluate import open_judge
 from kernforge.tasks.loader import load_task
+from kernforge.verifier.gate import DeviceGate
 from kernforge.verifier.judge import Judge, JudgeOptions
 
 TASKS = Path(__file__).parent / "tasks"
@@ -171,6 +172,7 @@ def test_a_baseline_the_reference_cannot_run_leaves_the_verdict_its_times(tmp_pa
     judge.options = JudgeOptions(cache_dir=tmp_path)
     judge.baseline_cache = JsonCache(tmp_path / "baselines.json")
     judge.environment = lambda: {"gpu": "test", "driver": "0"}
+    judge.gate = DeviceGate(1)
     asked = []
 
     def ask(reply_type, msg, **_):
@@ -180,7 +182,7 @@ def test_a_baseline_the_reference_cannot_run_leaves_the_verdict_its_times(tmp_pa
     judge._ask_ref = ask
     task = load_task(TASKS / "tiny_norm")
     got = judge._baseline(task, Shape.of({"T": 4, "H": 64}), 8, "default", 0)
-    assert asked == ["baseline"] and "OutOfMemoryError" in got["baseline_error"]
+    assert asked == ["compile_baseline", "baseline"] and "OutOfMemoryError" in got["baseline_error"]
     assert got.get("eager_us") is None and not (tmp_path / "baselines.json").exists()
 
 

@@ -3,8 +3,8 @@
 Two verdicts on one GPU can overlap where neither can disturb what the other measures: while one
 candidate's worker starts, imports and compiles its kernels, or is checked, another can be
 checked too. Checks compare values, which no neighbour can change. What is timed must have the
-GPU to itself: the batch clock's calibration, the timed batches and the baselines beside them,
-the ceilings, an Nsight Compute profile. One GPU runs one process's kernels at a time, so a
+GPU to itself: the batch clock's calibration, the timed batches, the baselines (timed before the
+candidate's worker starts), the ceilings, an Nsight Compute profile. One GPU runs one process's kernels at a time, so a
 neighbour's kernels inside a timed window would be counted in it.
 
 So each judge holds its GPU's gate *shared* for a whole verdict and *exclusively* for each timed

@@ -184,6 +184,8 @@ class _Verdict:
     slowest: dict[tuple, float] = field(default_factory=dict)
     #: what an accepted verdict must say beside its figures (checks' marginal elements)
     flags: list[str] = field(default_factory=list)
+    #: the eager, torch.compile and library baselines per timed shape (``Judge._baselines``)
+    baselines: dict[tuple, dict[str, Any]] = field(default_factory=dict)
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -410,6 +412,8 @@ class Judge:
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan)
         self._spent("plan", t0)
+        if self.on_gpu and self.options.baselines:
+            self._state.baselines = self._baselines(task, [s for s, _ in timed], plan, init_seed)
         try:
             with self._candidate_session(self.candidates, source, task, init_seed, layout) as (session, arena_size):
                 return self._judge(session, task, own, init_seed, sizes, plan, timed, arena_size)
@@ -801,7 +805,6 @@ class Judge:
         results: dict[tuple, ShapeResult] = {}
         flags: list[str] = []
         for i, (shape, hidden) in enumerate(turns):
-            self._compile_baseline(session, task, shape, plan[shape.params], init_seed)
             outcome = self._time_shape(session, task, shape, hidden, init_seed, own, sizes[shape.params],
                                        plan[shape.params], ceilings, arena_size)
             if isinstance(outcome, Rejected):
@@ -822,7 +825,8 @@ class Judge:
         """Time one shape by two batch sizes (clock.per_call): a long batch of ``calls`` and a
         short one, in turns, each on fresh inputs, every output of every call verified.
 
-        Only the timed windows and the baselines hold the GPU alone (``_gpu_alone``). Drawing a
+        Only the timed windows hold the GPU alone here (``_gpu_alone``; the baselines were timed
+        before the worker started, ``_baselines``). Drawing a
         batch's inputs, the candidate's capture of it and the verification of its outputs hold
         it shared, as checks do: nothing they run can change what a neighbour measures, since no
         timed window runs beside them, and another lane's checks and verifications run beside
@@ -919,10 +923,7 @@ class Judge:
             if rejection is not None:
                 return rejection
         if self.options.baselines:
-            t0 = time.monotonic()
-            with self._gpu_alone(session):
-                base = self._baseline(task, shape, calls, dist, init_seed)
-            session.extend(time.monotonic() - t0)  # the worker waited on the judge's own measurement
+            base = self._state.baselines.get(shape.params, {})
             eager, comp = base.get("eager_us"), base.get("compile_us")
             result.update(eager_us=eager, compile_us=comp,
                           speedup_eager=eager / median if eager and median else None,
@@ -1012,28 +1013,39 @@ class Judge:
         return key_of("baseline", 3, source, shape.as_dict(), task.dtype("cuda"), calls, env.get("gpu"), env.get("driver"),
                       env.get("torch"), env.get("triton"), env.get("cuda"))
 
-    def _compile_baseline(self, session: Session, task: Task, shape: Shape, calls: int, init_seed: int) -> None:
-        """torch.compile's compile for the shape's baseline, before the GPU is taken alone (the
-        judge holds it shared here): its seconds of code generation keep no other lane's timed
-        phase waiting. Nothing when the baseline is cached; a failure is the baseline's to report.
-        The candidate's worker waits meanwhile: its wall deadline moves back by the wait."""
-        if not self.options.baselines or self.baseline_cache.get(self._baseline_key(task, shape, calls)) is not None:
-            return
-        t0 = time.monotonic()
-        with contextlib.suppress(ReferenceFailed):
-            self._ask_ref(None, {"op": "compile_baseline", "task_ref": task.ref, "shape": shape.as_dict(),
-                                 "dist": task.distributions[0], "seeds": [secrets.randbits(31)], "init_seed": init_seed})
-        session.extend(time.monotonic() - t0)
+    def _baselines(self, task: Task, shapes: list[Shape], plan: dict[tuple, int], init_seed: int) -> dict[tuple, dict[str, Any]]:
+        """The eager, torch.compile and library baselines of each of ``shapes``: from the cache,
+        or measured now, before the candidate's worker exists. Measured beside it, a thread or
+        process of its own could launch GPU work into the baseline's windows (the quiet probe
+        looks only before they start) and slow the reference: every later candidate of the task
+        would then carry the inflated speedup, the baseline being cached. Other lanes' workers
+        are stopped while this judge holds the GPU alone (``_gpu_alone``)."""
+        t0 = time.perf_counter()
+        got: dict[tuple, dict[str, Any]] = {}
+        for shape in shapes:
+            if shape.params not in got:
+                got[shape.params] = self._baseline(task, shape, plan[shape.params], task.distributions[0], init_seed)
+        self._spent("baselines", t0)
+        return got
 
     def _baseline(self, task: Task, shape: Shape, calls: int, dist: str, init_seed: int) -> dict[str, Any]:
+        """One shape's baselines: cached, or torch.compile's compile made while the judge holds the
+        GPU shared (its seconds of code generation keep no other lane's timed phase waiting), then
+        every baseline timed with the GPU held alone. A failure is reported, not cached."""
         key = self._baseline_key(task, shape, calls)
         cached = self.baseline_cache.get(key)
         if cached is not None:
             return cached
         try:
-            got = self._ask_ref(None, {"op": "baseline", "task_ref": task.ref, "shape": shape.as_dict(), "dist": dist,
-                                       "seeds": [secrets.randbits(31) for _ in range(calls)], "init_seed": init_seed,
-                                       "batches": self.options.batches})
+            self._ask_ref(None, {"op": "compile_baseline", "task_ref": task.ref, "shape": shape.as_dict(), "dist": dist,
+                                 "seeds": [secrets.randbits(31)], "init_seed": init_seed})
+        except ReferenceFailed:
+            pass  # the baseline itself says why
+        try:
+            with self.gate.exclusive():
+                got = self._ask_ref(None, {"op": "baseline", "task_ref": task.ref, "shape": shape.as_dict(), "dist": dist,
+                                           "seeds": [secrets.randbits(31) for _ in range(calls)], "init_seed": init_seed,
+                                           "batches": self.options.batches})
         except ReferenceFailed as err:  # no figures to compare with; the candidate's verdict stands (not cached)
             return {"baseline_error": str(err)}
         out = {"eager_us": got["eager"].get("median_us"), "eager_spread_pct": got["eager"].get("spread_pct"),
