@@ -211,6 +211,7 @@ def test_only_a_batchs_window_holds_the_gpu_alone():
     task = load_task("rms_norm")
     shape = task.shapes("cuda", hidden=False)[0]
     alone: dict[str, list[bool]] = {}
+    rates: list[float] = []
 
     def held(op):
         alone.setdefault(op, []).append(judge.gate._writer == threading.get_ident())
@@ -218,6 +219,7 @@ def test_only_a_batchs_window_holds_the_gpu_alone():
     def ask_ref(reply_type, msg, **kw):
         held(msg["op"])
         if msg["op"] == "time_batch":
+            rates.append(msg["write_gbps"])
             return M.BatchTimed(op="time_batch", ok=True, done=True, window_ms=1.0, write_ms=0.0, write_floor_ms=0.0)
         if msg["op"] == "verify_batch":
             return M.BatchVerified(op="verify_batch", ok=True, failed_call=-1)
@@ -230,7 +232,11 @@ def test_only_a_batchs_window_holds_the_gpu_alone():
     judge._ask_ref, judge._reply, judge._send = ask_ref, reply, lambda s, m: held(f"send {m['op']}")
     judge._state.baselines = {shape.params: {"eager_us": 10.0, "compile_us": 5.0}}  # measured before the worker started
     ready = M.BatchReady(op="prepare_batch", ok=True, outputs=[], mode="graph")
-    judge._time_prepared(_Session(), task, shape, False, 1, 8, 0, [("long", 8)], {"long": ready}, [], {}, 1 << 30, "timing")
+    judge._time_prepared(_Session(), task, shape, False, 1, 8, 0, [("long", 8)], {"long": ready}, [], {"write_gbps": 4321.0},
+                         1 << 30, "timing")
+    # the write's floor from the ceilings' rate, measured before any candidate's worker existed;
+    # measured by the reference worker beside this one, the candidate could have lowered it
+    assert rates == [4321.0] * 3
     assert alone == {"plan_batch": [False] * 3, "send run_batch": [True] * 3, "time_batch": [True] * 3,
                      "worker run_batch": [True] * 3, "verify_batch": [False] * 3}
 
@@ -363,6 +369,7 @@ def test_a_gpu_kept_busy_by_another_process_times_nothing_and_judges_nobody():
 
     def ask_ref(reply_type, msg, **kw):
         if msg["op"] == "time_batch":
+            rates.append(msg["write_gbps"])
             return M.BatchTimed(op="time_batch", ok=True, done=False, busy="another process kept the GPU busy for 20 s",
                                 window_ms=0.0, write_ms=0.0, write_floor_ms=0.0)
         return M.BatchPlanned(op="plan_batch", ok=True, sets=[]) if msg["op"] == "plan_batch" else None

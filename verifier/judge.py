@@ -888,7 +888,7 @@ class Judge:
             self._ask_ref(M.BatchPlanned, {"op": "plan_batch", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
                                            "dist": dist, "seeds": [secrets.randbits(31) for _ in range(n)],
                                            "init_seed": init_seed})
-            outcome = self._one_batch(session, task, key, prepared[key], n, expected, arena_size, ctx)
+            outcome = self._one_batch(session, task, key, prepared[key], n, expected, arena_size, ceilings, ctx)
             if isinstance(outcome, Rejected):
                 return outcome
             timed_ms, verified, claimed_s = outcome
@@ -940,11 +940,11 @@ class Judge:
         return ShapeResult(**result), flags
 
     def _one_batch(self, session: Session, task: Task, key: str, ready: M.BatchReady, calls: int, expected: list[M.OutputMeta],
-                   arena_size: int, ctx: str) -> tuple[M.BatchTimed, M.BatchVerified, float] | Rejected:
+                   arena_size: int, ceilings: Mapping[str, Any], ctx: str) -> tuple[M.BatchTimed, M.BatchVerified, float] | Rejected:
         """One timed batch (``_run_timed``, the GPU held alone), then every output of every call
         verified (held shared)."""
         with self._gpu_alone(session):  # the window, and the worker's reply (an eager batch's probe after it)
-            ran = self._run_timed(session, key, ready, calls, expected, arena_size, ctx)
+            ran = self._run_timed(session, key, ready, calls, expected, arena_size, ceilings.get("write_gbps"), ctx)
         if isinstance(ran, Rejected):
             return ran
         timed, ran = ran
@@ -962,15 +962,17 @@ class Judge:
         return timed, verified, ran.claimed_s
 
     def _run_timed(self, session: Session, key: str, ready: M.BatchReady, calls: int, expected: list[M.OutputMeta],
-                   arena_size: int, ctx: str) -> tuple[M.BatchTimed, M.BatchRan] | Rejected:
+                   arena_size: int, write_gbps: float | None, ctx: str) -> tuple[M.BatchTimed, M.BatchRan] | Rejected:
         """The worker runs the batch on go; the reference worker writes the inputs, says go,
-        waits for done and probes, all inside its own events."""
+        waits for done and probes, all inside its own events. ``write_gbps``: the trusted write's
+        rate from the ceilings, measured before any candidate's worker existed (what a preempted
+        write is taken off by: clock.write_allowance)."""
         self._send(session, {"op": "run_batch", "id": key[:12]})
         eager = ready.mode == "eager"
         timeout_s = self._batch_timeout(calls)
         timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "timeout_s": timeout_s,
                                              "outputs": [] if eager else [[r.to_dict() for r in call] for call in ready.outputs],
-                                             "probe_later": eager})
+                                             "probe_later": eager, "write_gbps": write_gbps})
         if timed.busy:
             session.close()
             raise GpuBusy(f"{timed.busy} ({ctx})")
@@ -987,7 +989,7 @@ class Judge:
             rejection = _batch_outputs(outputs, calls, expected, arena_size, ctx)
             if rejection is not None:
                 return rejection
-            timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "probe": True,
+            timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "probe": True, "write_gbps": write_gbps,
                                                  "outputs": [[r.to_dict() for r in call] for call in outputs]})
         return timed, ran
 

@@ -577,7 +577,12 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
 
     batch: _Batch = _STATE["batches"][msg["key"]]
     arena = _arena_of()
-    floor_ms = 2 * batch.region.numel() / (_write_bps(device) * WRITE_HEADROOM) * 1e3
+    # the trusted write's rate from the ceilings (measured before any candidate's worker existed):
+    # measured here, a candidate's work beside it could lower it and so raise the floor that a
+    # preempted write is taken off by (clock.write_allowance)
+    if not msg.get("write_gbps"):
+        raise ValueError("a timed batch needs the trusted write's rate (write_gbps) from the ceilings")
+    floor_ms = 2 * batch.region.numel() / (float(msg["write_gbps"]) * 1e9 * WRITE_HEADROOM) * 1e3
     if msg.get("probe"):  # the second half of an eager batch's window
         batch.outputs = [[TensorRef(**r) for r in call] for call in msg["outputs"]]
         batch.probe_index = _probe_index(batch.outputs, arena.data.device)
@@ -940,17 +945,6 @@ def _dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def _write_bps(device: str) -> float:
-    """The fastest trusted write on this GPU (measured once per worker)."""
-    if "write_bps" not in _STATE:
-        import torch
-
-        from . import timing
-
-        _STATE["write_bps"] = timing.write_throughput(torch.device(device))
-    return _STATE["write_bps"]
-
-
 def _l2(device: str) -> Any:
     import torch
 
@@ -1138,6 +1132,7 @@ def _ceilings(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from . import integrity as I
+    from . import timing
 
     if not device.startswith("cuda"):
         return {"bandwidth_gbps": None, "tflops": None, "write_gbps": None}
@@ -1161,7 +1156,7 @@ def _ceilings(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     dst = torch.empty_like(src)
     copy_ms = median_ms(lambda: dst.copy_(src), 20)
     del src, dst
-    write_bps = _write_bps(device)
+    write_bps = timing.write_throughput(torch.device(device))  # the fastest trusted write
     m = 8192
     a = torch.randn(m, m, device=device, dtype=torch.bfloat16)
     b = torch.randn(m, m, device=device, dtype=torch.bfloat16)
