@@ -369,7 +369,6 @@ def test_a_gpu_kept_busy_by_another_process_times_nothing_and_judges_nobody():
 
     def ask_ref(reply_type, msg, **kw):
         if msg["op"] == "time_batch":
-            rates.append(msg["write_gbps"])
             return M.BatchTimed(op="time_batch", ok=True, done=False, busy="another process kept the GPU busy for 20 s",
                                 window_ms=0.0, write_ms=0.0, write_floor_ms=0.0)
         return M.BatchPlanned(op="plan_batch", ok=True, sets=[]) if msg["op"] == "plan_batch" else None
