@@ -55,7 +55,9 @@ def warm_up() -> None:
         torch.empty(1, device="cuda")  # create the context now, not on the candidate's clock
         _first_triton_launch()
     if os.environ.get("TRITON_INTERPRET") == "1":
-        _interpreter_autotune()
+        from . import interpreter
+
+        interpreter.install()
     from . import arena, heap, integrity, messages, timing, trace  # noqa: F401  (bind originals)
 
     global I_TENSOR_DICT
@@ -73,18 +75,6 @@ def warm_up() -> None:
 
     _STATE["gc_callbacks"] = {id(cb) for cb in gc.callbacks}
     trace.install_audit_hook()
-
-
-def _interpreter_autotune() -> None:
-    """Under the Triton interpreter there is no device to time an autotuner's configs on (Triton
-    asks for a GPU driver and fails): every config times alike and the first one is used. The
-    interpreter's times mean nothing anyway; a GPU worker times the configs for real."""
-    from triton.runtime import autotuner
-
-    def alike(kernel_call: Any, quantiles: Any = None, **_: Any) -> list[float]:
-        return [0.0] * len(quantiles or (0.5,))
-
-    autotuner.Autotuner.do_bench = property(lambda self: alike)
 
 
 def _first_triton_launch() -> None:
