@@ -1020,8 +1020,8 @@ class Judge:
         or measured now, before the candidate's worker exists. Measured beside it, a thread or
         process of its own could launch GPU work into the baseline's windows (the quiet probe
         looks only before they start) and slow the reference: every later candidate of the task
-        would then carry the inflated speedup, the baseline being cached. Other lanes' workers
-        are stopped while this judge holds the GPU alone (``_gpu_alone``)."""
+        would then carry the inflated speedup, the baseline being cached. Another lane's worker
+        is stopped meanwhile: its judge stops it while it waits at the gate (``_gpu_alone``)."""
         t0 = time.perf_counter()
         got: dict[tuple, dict[str, Any]] = {}
         for shape in shapes:
