@@ -46,15 +46,11 @@ POISON_BYTE = 0xFF  # all-ones: a NaN in every float format, and no kernel's can
 def warm_up() -> None:
     """Trusted start-up, before any candidate code: called by the sandbox worker."""
     import torch
+    import torch._dynamo  # noqa: F401  (it rewraps torch.manual_seed & co. on import: do it now)
     import torch.profiler  # noqa: F401
     import triton  # noqa: F401  (imported now so its modules are snapshotted as they will stay)
 
     if torch.cuda.is_available():
-        # dynamo rewraps torch.manual_seed as it is imported (Inductor's helpers import it): done
-        # now on a GPU; a CPU worker leaves it to the candidate that needs it, two of the three and
-        # a half seconds its warm-up took (integrity._rewrapped_by_dynamo)
-        import torch._dynamo  # noqa: F401
-
         torch.cuda.init()
         torch.empty(1, device="cuda")  # create the context now, not on the candidate's clock
         _first_triton_launch()

@@ -126,25 +126,6 @@ def snapshot() -> dict[str, int]:
 
 
 def tampered(before: dict[str, int]) -> list[str]:
-    """Names whose object changed or vanished since ``before`` (a rewrap by torch's own import of
-    dynamo aside: ``_rewrapped_by_dynamo``)."""
+    """Names whose object changed or vanished since ``before``."""
     now = snapshot()
-    return sorted(name for name, ident in before.items() if now.get(name) != ident and not _rewrapped_by_dynamo(name, ident))
-
-
-def _rewrapped_by_dynamo(name: str, ident: int) -> bool:
-    """Whether ``name`` is ``torch.manual_seed`` as importing ``torch._dynamo`` leaves it: the
-    original (``ident``) inside ``torch._disable_dynamo``'s wrapper (torch/_dynamo/__init__.py),
-    the one identity that import changes. A CPU worker's warm-up does not import dynamo (two of
-    its three and a half seconds), so a candidate importing Inductor's helpers imports it; the
-    harness seeds the weights with ``torch.manual_seed`` and compares what they give, so even a
-    forged wrapper could only make the candidate's own answers wrong."""
-    if name != "torch.manual_seed":
-        return False
-    current = vars(torch).get("manual_seed")
-    wrapper = torch._disable_dynamo(_unwrapped).__code__
-    return id(getattr(current, "__wrapped__", None)) == ident and getattr(current, "__code__", None) is wrapper
-
-
-def _unwrapped() -> None:
-    """A function to read ``torch._disable_dynamo``'s wrapper code from."""
+    return sorted(name for name, ident in before.items() if now.get(name) != ident)
