@@ -30,13 +30,7 @@ def snapshot() -> dict[int, Proc]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
-            continue
-        # The command name sits in parentheses and may itself contain spaces or ')'.
-        rest = raw[raw.rfind(b")") + 2 :].split()
+        rest = _stat(int(name))
         if len(rest) < 22:
             continue
         procs[int(name)] = Proc(int(name), int(rest[1]), int(rest[21]) * PAGE, rest[0].decode())
@@ -111,12 +105,19 @@ def _wait_dead(pids: set[int], patience: float = 5.0) -> None:
 
 def _state(pid: int) -> str:
     """``pid``'s state letter, or "" when it is gone."""
+    rest = _stat(pid)
+    return rest[0].decode() if rest else ""
+
+
+def _stat(pid: int) -> list[bytes]:
+    """The fields of /proc/<pid>/stat after the command name (state first); [] when it is gone.
+    The command name sits in parentheses and may itself contain spaces or ')'."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
-        return ""
-    return raw[raw.rfind(b")") + 2 :][:1].decode()
+        return []
+    return raw[raw.rfind(b")") + 2 :].split()
 
 
 def freeze(root: int, uid: int | None = None) -> set[int]:
@@ -149,7 +150,6 @@ def freeze(root: int, uid: int | None = None) -> set[int]:
             break
         settled = calm
         time.sleep(0.001)
-    return stopped
     return stopped
 
 

@@ -62,10 +62,10 @@ def folded(self: Any, input: tuple[Any, ...]) -> list[Any]:
                                  *(self.to_tensor(np.take(d, k, axis=axis), arg.dtype) for d, arg in zip(data, input)))
         got = got if isinstance(got, tuple) else (got,)
         for j, value in enumerate(got):
-            value = value.handle.data if isinstance(value, tl.core.tensor) else value
-            # a scalar's handle holds one element: spread it over the output's positions
-            acc[j] = np.array(np.broadcast_to(np.asarray(value).reshape(-1)[0] if np.size(value) == 1 else value, out_shape),
-                              dtype=data[j].dtype)
+            value = np.asarray(value.handle.data if isinstance(value, tl.core.tensor) else value)
+            # a scalar's handle holds one element in a 1-d array: spread it over the output
+            value = value.reshape(()) if value.size == 1 else value
+            acc[j] = np.broadcast_to(value, out_shape).astype(data[j].dtype)
     ret = []
     for j, out in enumerate(acc):
         if self.keep_dims:
