@@ -95,8 +95,30 @@ def main() -> None:
     console.print(f"attempts {result.attempts}   wall {result.wall_s:.1f} s (startup {result.startup_s:.1f} s, "
                   f"pipeline {span:.1f} s)   device time verifying {result.verify_s:.1f} s   "
                   f"device busy {busy} (target >= 80%)")
+    console.print(_steps_table(result.verdict_log))
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+def _steps_table(log: list[dict]) -> Table:
+    """Per task: its verdicts, their median length, and the judge's steps that took longest over all of them."""
+    table = Table(title="where the verdicts' time went (per task: seconds; steps nest, so they need not add up)",
+                  title_justify="left")
+    for col in ("task", "verdicts", "audits", "first s", "median s", "slowest steps, summed over its verdicts"):
+        table.add_column(col, justify="left" if col in ("task", "slowest steps, summed over its verdicts") else "right")
+    for task in sorted({e["task"] for e in log}):
+        mine = [e for e in log if e["task"] == task]
+        verdicts = sorted(e["seconds"] for e in mine if e["kind"] == "verdict")
+        steps: dict[str, float] = {}
+        for e in mine:
+            for name, seconds in e.get("steps", {}).items():
+                if ":" not in name:  # a worker's own breakdown nests inside the judge's step
+                    steps[name] = steps.get(name, 0.0) + seconds
+        top = sorted(steps.items(), key=lambda kv: -kv[1])[:5]
+        first = next((e["seconds"] for e in mine if e["kind"] == "verdict"), None)
+        table.add_row(task, str(len(verdicts)), str(len(mine) - len(verdicts)), "-" if first is None else f"{first:.1f}",
+                      f"{verdicts[len(verdicts) // 2]:.1f}" if verdicts else "-", ", ".join(f"{k} {v:.1f}" for k, v in top))
+    return table
 
 
 if __name__ == "__main__":

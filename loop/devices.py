@@ -57,6 +57,10 @@ class Devices:
         #: per device: lanes inside a verification now, and since when the first of them was
         self._active = {d: 0 for d in self.names}
         self._since = {d: 0.0 for d in self.names}
+        #: one entry per verification and audit, in the order they ended: where a run's device time
+        #: went (bench/loop.py keeps it; diagnostics, never evidence)
+        self.log: list[dict[str, Any]] = []
+        self._t0 = time.monotonic()
 
     @property
     def on_cpu(self) -> bool:
@@ -140,6 +144,7 @@ class Devices:
         finally:
             self._leave(device)
         self.verified[device] += 1
+        self._note("verdict", index, task, started, verdict)
         return verdict, time.monotonic() - started
 
     async def audit(self, index: int, code: str, task: Task, verdict: Verdict) -> tuple[Audit, float]:
@@ -153,7 +158,20 @@ class Devices:
         finally:
             self._leave(device)
         self.audited[device] += 1
+        self._note("audit", index, task, started, None)
         return result, time.monotonic() - started
+
+    def _note(self, kind: str, index: int, task: Task, started: float, verdict: Verdict | None) -> None:
+        """Log one verification: its lane, task, start and length, and the judge's slowest steps."""
+        entry: dict[str, Any] = {"kind": kind, "slot": index, "task": task.name,
+                                 "start_s": round(started - self._t0, 2),
+                                 "seconds": round(time.monotonic() - started, 2)}
+        if verdict is not None:
+            entry["status"] = verdict.status.value
+            steps = verdict.environment.get("phase_seconds")
+            if isinstance(steps, Mapping):
+                entry["steps"] = dict(list(steps.items())[:12])
+        self.log.append(entry)
 
     def _enter(self, device: str) -> float:
         """A lane of ``device`` starts work (on the event loop's thread, like ``_leave``)."""

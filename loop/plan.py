@@ -92,6 +92,8 @@ class RunResult:
     audited_per_device: dict[str, int] = field(default_factory=dict)
     #: proposals made but never judged: the time budget was spent before a device was free
     unjudged: int = 0
+    #: every verification and audit: lane, task, start, seconds, the judge's slowest steps (Devices.log)
+    verdict_log: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "tasks"}

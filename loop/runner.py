@@ -823,7 +823,7 @@ class Runner:
             startup_s=(self._t_devices or time.monotonic()) - self._t0, busy=self._busy(), tokens=self.meter.tokens,
             cost=self.meter.cost, retries=self.retries, llm_failures=self.llm_failures,
             stop_reason=self.stopping, arms=self.bandit.table() if self.bandit else [], notes=list(notes),
-            unjudged=self.unjudged,
+            unjudged=self.unjudged, verdict_log=list(self.devices.log),
         )
 
 
