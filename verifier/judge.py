@@ -1133,9 +1133,10 @@ class Judge:
 
 
 def _out_of_memory(error: BaseException) -> bool:
-    """A reference that failed because the GPU's memory ran out (PyTorch's words for it)."""
+    """A reference that failed because the GPU's memory ran out: PyTorch's words for it, or the
+    driver's (the arena's own allocation, verifier/vmm.py)."""
     text = str(error)
-    return "OutOfMemoryError" in text or "out of memory" in text.lower()
+    return "OutOfMemoryError" in text or "out of memory" in text.lower() or "CUDA_ERROR_OUT_OF_MEMORY" in text
 
 
 # ---- rules over the worker's own signals ---------------------------------------------------------
