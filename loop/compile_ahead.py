@@ -38,13 +38,13 @@ def processes_for(cores: int | None) -> int:
 
 def requests(tasks: Sequence[Task]) -> list[dict[str, Any]]:
     """One ``compile_baseline`` request per task and public shape (routine verdicts time those),
-    largest tasks' shapes interleaved so that every task gets its first compiles early."""
-    per_task = [[{"task_ref": t.ref, "shape": s.as_dict(), "dist": t.distributions[0], "seeds": [secrets.randbits(31)],
-                  "init_seed": secrets.randbits(31)} for s in t.shapes("cuda", hidden=False)] for t in tasks]
-    out = []
-    for k in range(max((len(p) for p in per_task), default=0)):
-        out += [p[k] for p in per_task if k < len(p)]
-    return out
+    task after task in the order given: the order the run's first verdicts take (``FairShare``).
+    A task's first verdict measures the baselines of all its public shapes, so a task is ready
+    once every shape of it is compiled; interleaved (each task's first shape, then each task's
+    second...), no task but the last was ready before nearly everything was compiled, and the
+    reference workers compiled the missing shapes again inside the first verdicts."""
+    return [{"task_ref": t.ref, "shape": s.as_dict(), "dist": t.distributions[0], "seeds": [secrets.randbits(31)],
+             "init_seed": secrets.randbits(31)} for t in tasks for s in t.shapes("cuda", hidden=False)]
 
 
 class CompileAhead:

@@ -170,7 +170,7 @@ class Devices:
             entry["status"] = verdict.status.value
             steps = verdict.environment.get("phase_seconds")
             if isinstance(steps, Mapping):
-                entry["steps"] = dict(list(steps.items())[:12])
+                entry["steps"] = dict(steps)
         self.log.append(entry)
 
     def _enter(self, device: str) -> float:

@@ -303,13 +303,18 @@ class Runner:
             self.proposer.prime(state.task, judged)
 
     def _compile_ahead(self) -> None:
-        """torch.compile's baselines of every task compiled in the background, on the CPU cores,
-        into the reference workers' trusted compiler cache (loop/compile_ahead.py): a GPU run only."""
+        """torch.compile's baselines of every task with no verdict in this environment yet compiled
+        in the background, on the CPU cores, into the reference workers' trusted compiler cache
+        (loop/compile_ahead.py), in the order of first verdicts: a GPU run only."""
         if self.devices is None or self.devices.on_cpu or not self.states or not _cuda_here():
             return
         device = self.devices.names[0]
         cache = compiled_dir(self.devices.options.cache_dir)
-        ahead = CompileAhead([s.task for s in self.states if not self._finished(s)], device, str(cache),
+        # a task judged in this environment before has its baselines in the archive: nothing to compile
+        fresh = [s.task for s in self._turn_order() if not s.ids]
+        if not fresh:
+            return
+        ahead = CompileAhead(fresh, device, str(cache),
                              self.devices.gates[device].shared_async, note=self.display.note)
         self._ahead = asyncio.create_task(ahead.run(), name="kernforge-compile-ahead")
 
@@ -318,9 +323,13 @@ class Runner:
         needs one, in the order the tasks will first be picked (``FairShare.order``: those with no
         verdict yet first), so the devices do not wait on each task's derivation in turn."""
         assert isinstance(self.proposer, OfflineTuner)
+        self.proposer.prepare(s.task for s in self._turn_order() if self.proposer.needs_start(s.task, s.population))
+
+    def _turn_order(self) -> list[TaskState]:
+        """The open tasks in the order they will be picked (``FairShare.order``: those with no
+        verdict yet first): the order their starts are derived and their baselines compiled ahead."""
         open_ = {s.task.name: s for s in self.states if not self._finished(s)}
-        order = [open_[name] for name in self.fair.order([(name, s.pending) for name, s in open_.items()])]
-        self.proposer.prepare(s.task for s in order if self.proposer.needs_start(s.task, s.population))
+        return [open_[name] for name in self.fair.order([(name, s.pending) for name, s in open_.items()])]
 
     def _note_reach(self) -> None:
         """Say up front, per task, when --max-attempts is more than the offline tuner can reach."""

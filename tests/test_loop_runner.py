@@ -1019,3 +1019,41 @@ def test_a_resumed_run_audits_the_kernels_left_unaudited_before_anything_new(tmp
     assert c.population.best.attempt_id == 5 and c.population.contenders()[0].attempt_id == 6
     assert any("attempt 6 could not be audited" in n for n in display.notes)
     assert any("attempt 4, left unaudited, audited: failed (slower by 30%)" in n for n in display.notes)
+
+
+def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_never_judged_here(tmp_path, monkeypatch):
+    """A GPU run hands torch.compile's baselines to the compile-ahead processes task by task in
+    the order the first verdicts take the tasks; a second run on the archive, where every task
+    was judged in this environment (its baselines kept), compiles nothing ahead."""
+    import contextlib
+    import shutil
+
+    from kernforge.loop import devices, runner
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.runner import RunSettings, run
+
+    seeded = seeded_task(tmp_path)
+    other = tmp_path / "tiny_other"
+    shutil.copytree(seeded, other)
+    handed: list[list[str]] = []
+
+    class Ahead:
+        def __init__(self, tasks, device, cache, hold, note=None):
+            handed.append([t.name for t in tasks])
+
+        async def run(self):
+            return None
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        yield GpuStandInJudge([40.0] * 40)
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr(runner, "resolve_devices", lambda gpus: ["cuda:0"])
+    monkeypatch.setattr(runner, "_cuda_here", lambda: True)
+    monkeypatch.setattr(runner, "CompileAhead", Ahead)
+    db = tmp_path / "k.db"
+    first = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=2)))
+    assert first.status == "finished" and handed == [["tiny_other", "tiny_seeded"]]
+    again = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=3)))
+    assert again.status == "finished" and handed == [["tiny_other", "tiny_seeded"]], "nothing compiled ahead again"

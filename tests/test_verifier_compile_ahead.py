@@ -51,11 +51,14 @@ def test_a_compile_made_ahead_is_the_reference_workers_cache_hit(tmp_path):
     assert got["error"] is None and got["hits"] >= 1, again.stderr[-2000:]
 
 
-def test_every_task_gets_its_first_compiles_early():
-    """Requests interleave the tasks' shapes: each task's first shape before any task's second."""
-    tasks = [load_task("rms_norm"), load_task("softmax")]
+def test_a_tasks_shapes_are_compiled_together_in_the_order_of_first_verdicts():
+    """Requests go task after task, in the order given (the first verdicts'): a first verdict
+    needs every public shape of its task, so the first task is ready after its own compiles."""
+    tasks = [load_task("softmax"), load_task("rms_norm")]
     got = requests(tasks)
-    assert len(got) == sum(len(t.shapes("cuda", hidden=False)) for t in tasks)
-    assert [r["task_ref"] for r in got[:2]] == [tasks[0].ref, tasks[1].ref]
+    first = len(tasks[0].shapes("cuda", hidden=False))
+    assert len(got) == first + len(tasks[1].shapes("cuda", hidden=False)) and first > 1
+    assert [r["task_ref"] for r in got] == [tasks[0].ref] * first + [tasks[1].ref] * (len(got) - first)
+    assert [r["shape"] for r in got[:first]] == [s.as_dict() for s in tasks[0].shapes("cuda", hidden=False)]
     assert {tuple(sorted(r)) for r in got} == {("dist", "init_seed", "seeds", "shape", "task_ref")}
     assert processes_for(16) == 4 and processes_for(2) == 1 and processes_for(None) == 1

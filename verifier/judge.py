@@ -566,8 +566,10 @@ class Judge:
         # it launches nothing into that lane's windows; what it queued before is the reference
         # worker's quiet probe's to wait out (refworker._quiet_gpu)
         hooks = (session.pause, session.resume) if self.gate.lanes > 1 else (None, None)
+        t0 = time.perf_counter()
         with self.gate.exclusive(*hooks):
             session.extend(time.monotonic() - asked)
+            self._spent("gate.wait", t0)  # the wait for other lanes and compiles ahead
             try:
                 yield
             finally:
@@ -1044,7 +1046,9 @@ class Judge:
         except ReferenceFailed:
             pass  # the baseline itself says why
         try:
+            asked = time.perf_counter()
             with self.gate.exclusive():
+                self._spent("gate.wait", asked)
                 got = self._ask_ref(None, {"op": "baseline", "task_ref": task.ref, "shape": shape.as_dict(), "dist": dist,
                                            "seeds": [secrets.randbits(31) for _ in range(calls)], "init_seed": init_seed,
                                            "batches": self.options.batches})
