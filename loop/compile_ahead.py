@@ -5,10 +5,12 @@ per timed shape with static sizes: seconds of code generation per shape, about 1
 verdict of 35 s on the H200. At the start of a GPU run, ``CompileAhead`` hands every task's
 public shapes to a few trusted processes (verifier/compile_ahead.py) that compile them exactly as
 the reference worker will, into the trusted compiler cache the reference workers read
-(WorkerSpec.trusted_cache): the reference worker's compile is then a cache hit. Each compile
-runs one call on the GPU, so it holds the GPU's gate shared (it may overlap checks, never a
-timed window). It is only ever a head start: a compile that fails, times out or is not done yet
-is made by the reference worker as before, and nothing a compile-ahead process says is evidence.
+(WorkerSpec.trusted_cache): the reference worker's compile is then a cache hit. A compile's GPU
+work (drawing the weights and inputs, the compiled graph's first run) is done while this holds
+the GPU's gate shared for it (it may overlap checks, never a timed window); its code generation
+holds nothing, so a timed phase waits at most for one step of GPU work. It is only ever a head
+start: a compile that fails, times out or is not done yet is made by the reference worker as
+before, and nothing a compile-ahead process says is evidence.
 """
 
 from __future__ import annotations
@@ -88,19 +90,37 @@ class CompileAhead:
         assert proc.stdin is not None and proc.stdout is not None
         while self.queue:
             msg = self.queue.pop(0)
-            async with self.hold():  # one call on the GPU: never inside a timed window
-                proc.stdin.write((json.dumps(msg) + "\n").encode())
-                await proc.stdin.drain()
-                try:
-                    line = await asyncio.wait_for(proc.stdout.readline(), COMPILE_TIMEOUT_S)
-                except asyncio.TimeoutError:
-                    line = b""
-            if not line:  # the process died or hung: the rest of its share goes to the others
+            proc.stdin.write((json.dumps(msg) + "\n").encode())
+            await proc.stdin.drain()
+            got = await self._answer(proc)
+            if got is None:  # the process died or hung: the rest of its share goes to the others
                 self.failed.append(f"{msg['task_ref']}: no answer from the compile process")
                 return
-            got = json.loads(line)
             self.seconds += float(got.get("seconds") or 0.0)
             if got.get("error"):
                 self.failed.append(f"{msg['task_ref']} {msg['shape']}: {got['error']}")
             else:
                 self.done += 1
+
+    async def _answer(self, proc: asyncio.subprocess.Process) -> dict[str, Any] | None:
+        """The process's answer to its request, the GPU's gate held shared for it whenever it asks
+        (``{"gpu": true}`` until ``{"gpu": false}``: its GPU work, never its code generation);
+        None where it died or went quiet for ``COMPILE_TIMEOUT_S``."""
+        assert proc.stdin is not None and proc.stdout is not None
+        async with contextlib.AsyncExitStack() as stack:
+            while True:
+                try:
+                    line = await asyncio.wait_for(proc.stdout.readline(), COMPILE_TIMEOUT_S)
+                except asyncio.TimeoutError:
+                    return None
+                if not line:
+                    return None
+                got = json.loads(line)
+                if got.get("gpu") is True:
+                    await stack.enter_async_context(self.hold())
+                    proc.stdin.write(b"go\n")
+                    await proc.stdin.drain()
+                elif got.get("gpu") is False:
+                    await stack.aclose()
+                else:
+                    return got

@@ -38,17 +38,42 @@ def test_a_compile_made_ahead_is_the_reference_workers_cache_hit(tmp_path):
     cache = tmp_path / "compiled"
     env = worker_env(WorkerSpec(isolation="none", trusted_cache=str(cache)), tmp_path, os.environ)
     msg = {"task_ref": TASK, "shape": {"T": 5, "H": 200}, "dist": "normal", "seeds": [3], "init_seed": 11}
-    asks = json.dumps({"op": "judge_kernels"}) + "\n" + json.dumps(msg) + "\n"  # the judge's own kernels: GPU only
-    ahead = subprocess.run([sys.executable, "-m", "kernforge.verifier.compile_ahead", "cpu"], input=asks,
-                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    said = [json.loads(line) for line in ahead.stdout.strip().splitlines()]
-    assert len(said) == 2 and all(s["error"] is None for s in said), ahead.stderr[-2000:]
-    assert any((cache / "inductor").rglob("*")), "the compile landed in the trusted cache"
+    ahead = subprocess.Popen([sys.executable, "-m", "kernforge.verifier.compile_ahead", "cpu"], env=env, cwd=tmp_path,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        kernels, kernels_holds = _ask(ahead, {"op": "judge_kernels"}, cache)  # the judge's own kernels: GPU only
+        said, holds = _ask(ahead, msg, cache)
+    finally:
+        ahead.kill()
+        stderr = ahead.communicate()[1]
+    assert kernels["error"] is None and said["error"] is None, stderr[-2000:]
+    assert kernels_holds == [False], "the judge's kernels are built inside one hold"
+    # the weights, the inputs' layout, the compiled graph's run, its cleanup: each inside a hold;
+    # Inductor's code generation between the second and the third, holding nothing
+    assert holds == [False, False, True, True], holds
     # the reference worker's compile of the same shape, in a process of its own, other weights
     again = subprocess.run([sys.executable, "-c", HIT, json.dumps({**msg, "seeds": [4]})], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=600)
     got = json.loads(again.stdout.strip().splitlines()[-1])
     assert got["error"] is None and got["hits"] >= 1, again.stderr[-2000:]
+
+
+def _ask(proc: subprocess.Popen, msg: dict, cache: Path) -> tuple[dict, list[bool]]:
+    """Send one request to a compile-ahead process, giving it the GPU whenever it asks (as
+    loop/compile_ahead.py does); its answer, and for each hold whether the trusted cache already
+    held Inductor's code when the hold was asked for."""
+    proc.stdin.write(json.dumps(msg) + "\n")
+    proc.stdin.flush()
+    holds = []
+    while line := proc.stdout.readline():
+        got = json.loads(line)
+        if got.get("gpu") is True:
+            holds.append(any((cache / "inductor").rglob("*.py")) or any((cache / "inductor").rglob("*.cpp")))
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        elif "gpu" not in got:
+            return got, holds
+    raise AssertionError("the compile process ended without an answer")
 
 
 def test_a_tasks_shapes_are_compiled_together_in_the_order_of_first_verdicts():
@@ -62,3 +87,48 @@ def test_a_tasks_shapes_are_compiled_together_in_the_order_of_first_verdicts():
     assert [r["shape"] for r in got[:first]] == [s.as_dict() for s in tasks[0].shapes("cuda", hidden=False)]
     assert {tuple(sorted(r)) for r in got} == {("dist", "init_seed", "seeds", "shape", "task_ref")}
     assert processes_for(16) == 4 and processes_for(2) == 1 and processes_for(None) == 1
+
+
+CHILD = """
+import json, sys
+while line := sys.stdin.readline():
+    msg = json.loads(line)
+    for _ in range(msg["holds"]):
+        print(json.dumps({"gpu": True}), flush=True)
+        assert sys.stdin.readline().strip() == "go"
+        print(json.dumps({"gpu": False}), flush=True)
+    print(json.dumps({"seconds": 1.5, "error": msg.get("error")}), flush=True)
+"""
+
+
+def test_the_gate_is_held_for_a_compile_process_only_while_it_asks():
+    """loop/compile_ahead.py holds the GPU's gate shared for a compile process exactly from its
+    ask to its let-go, each time, and counts its answers (a stand-in process speaks the protocol)."""
+    import asyncio
+    import contextlib
+
+    from kernforge.loop.compile_ahead import CompileAhead
+
+    events: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def hold():
+        events.append("held")
+        yield
+        events.append("let go")
+
+    async def go() -> CompileAhead:
+        ahead = CompileAhead([], "cuda:0", "/nonexistent", hold)
+        ahead.queue = [{"task_ref": "a", "shape": {}, "holds": 3}, {"task_ref": "b", "shape": {}, "holds": 0, "error": "bad"}]
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", CHILD, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE)
+        try:
+            await ahead._feed(proc)
+        finally:
+            proc.kill()
+            await proc.wait()
+        return ahead
+
+    ahead = asyncio.run(go())
+    assert events == ["held", "let go"] * 3
+    assert ahead.done == 1 and ahead.seconds == 3.0 and ahead.failed == ["b {}: bad"]

@@ -9,6 +9,11 @@ on the CPU cores while the GPU verifies. It reads one JSON request per line on s
 reference worker's ``compile_baseline`` message) and answers one JSON line per request. Nothing
 it says is evidence: a compile it failed or never made is made by the reference worker as before.
 
+It runs GPU work only while its parent holds the GPU's gate shared for it (``_gpu_held``: the
+weights' and inputs' draw, the compiled graph's first run, the judge's own kernels), never
+inside a timed phase; Inductor's code generation in between holds nothing, so a verdict's timed
+phases no longer wait seconds behind it (on the H200, 28 s of a 57 s first verdict were that wait).
+
 A request ``{"op": "judge_kernels"}`` builds the judge's own comparison kernels for the dtypes
 tasks produce (``judge_kernels``), which a first verdict would otherwise compile in its checks.
 
@@ -17,9 +22,11 @@ Usage: python -m kernforge.verifier.compile_ahead DEVICE
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from typing import Iterator
 
 from kernforge.tasks.spec import Shape
 
@@ -45,26 +52,43 @@ def judge_kernels(device: str) -> None:
         compare_kernel.applies(c, h, lo)
 
 
+@contextlib.contextmanager
+def _gpu_held() -> Iterator[None]:
+    """The GPU's gate, held by the parent for this process (loop/compile_ahead.py): asked for with
+    a line ``{"gpu": true}``, given with a line ``go``, let go with ``{"gpu": false}`` once the
+    GPU work inside is finished (``refworker._compiled`` syncs before it leaves)."""
+    print(json.dumps({"gpu": True}), flush=True)
+    if sys.stdin.readline().strip() != "go":
+        raise SystemExit("compile ahead: the parent did not give the GPU")
+    try:
+        yield
+    finally:
+        print(json.dumps({"gpu": False}), flush=True)
+
+
 def main() -> None:
     from . import refworker
 
     device = sys.argv[1] if len(sys.argv) > 1 else "cuda:0"
     refworker.warm_up()  # the reference worker's precision settings: part of what a compile is keyed by
-    for line in sys.stdin:
+    while line := sys.stdin.readline():
         msg = json.loads(line)
-        if msg.get("op") == "judge_kernels":  # GPU work too: asked for while the GPU's gate is held shared
-            t0 = time.perf_counter()
-            judge_kernels(device)
+        t0 = time.perf_counter()
+        if msg.get("op") == "judge_kernels":  # GPU work from start to end
+            with _gpu_held():
+                judge_kernels(device)
             print(json.dumps({"seconds": round(time.perf_counter() - t0, 3), "error": None}), flush=True)
             continue
-        model = refworker._model(msg["task_ref"], Shape.of(msg["shape"]), int(msg["init_seed"]), device)
-        compiled = refworker._compiled(msg, model, device)
+        with _gpu_held():  # the task's weights are drawn on the GPU
+            model = refworker._model(msg["task_ref"], Shape.of(msg["shape"]), int(msg["init_seed"]), device)
+        compiled = refworker._compiled(msg, model, device, held=_gpu_held)
         refworker._MODELS.clear()
         model = compiled.fn = None
         if device.startswith("cuda"):  # between compiles it holds no more of the GPU than its context
             import torch
 
-            torch.cuda.empty_cache()
+            with _gpu_held():
+                torch.cuda.empty_cache()
         error = None if compiled.error is None else f"{type(compiled.error).__name__}: {str(compiled.error)[:300]}"
         print(json.dumps({"seconds": round(compiled.seconds, 3), "error": error}), flush=True)
 
