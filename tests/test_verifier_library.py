@@ -137,7 +137,7 @@ def test_the_judge_reads_the_library_entry_of_a_baseline(tmp_path):
     judge.baseline_cache = Cache()
     judge.options = type("O", (), {"batches": 3})()
     judge._env = {"gpu": "NVIDIA H200"}
-    judge.gate = DeviceGate(1)
+    judge.gate, judge._phases = DeviceGate(1), {}
     reply = {"eager": {"median_us": 30.0, "mode": "graph"}, "compile": {"median_us": 20.0},
              "library": {"library": "liger-kernel", "version": "0.8.5", "median_us": 10.0, "spread_pct": 0.2}}
     judge._ask_ref = lambda reply_type, msg, **kw: reply
@@ -257,3 +257,21 @@ def test_the_live_display_and_the_export_readme_show_x_library():
     assert "x library" in out.getvalue() and "1.25x" in out.getvalue()
     assert _library_x({"speedup_library": 1.25, "library": "liger-kernel 0.8.5"}) == "1.25 (liger-kernel 0.8.5)"
     assert _library_x({"speedup_library": None}) == "-"
+
+
+def test_the_library_is_called_once_where_torch_compile_is_compiled_never_first_in_its_timing(tmp_path, monkeypatch):
+    """The reference worker's compile step (asked for before the baseline takes the GPU alone,
+    and made by the compile-ahead processes) calls the library once on the shape's inputs, so its
+    Triton kernels compile there; a library that fails there is left for the timing to report."""
+    from kernforge.tasks.spec import Shape
+    from kernforge.verifier import refworker
+
+    task = task_with_library(tmp_path)
+    shape = {"T": 4, "H": 64}
+    msg = {"task_ref": task.ref, "shape": shape, "dist": "normal", "seeds": [3], "init_seed": 5}
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: model)  # Inductor's part is tested elsewhere
+    model = refworker._model(task.ref, Shape.of(shape), 5, "cpu")
+    compiled = refworker._compiled(msg, model, "cpu")
+    assert compiled.error is None and runtime.meta_module(task).calls == [(4, 64)]
+    runtime.meta_module(task).fast_norm = lambda x, weight: 1 / 0
+    assert refworker._compiled(msg, model, "cpu").error is None

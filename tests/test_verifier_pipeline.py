@@ -172,7 +172,7 @@ def test_a_baseline_the_reference_cannot_run_leaves_the_verdict_its_times(tmp_pa
     judge.options = JudgeOptions(cache_dir=tmp_path)
     judge.baseline_cache = JsonCache(tmp_path / "baselines.json")
     judge.environment = lambda: {"gpu": "test", "driver": "0"}
-    judge.gate = DeviceGate(1)
+    judge.gate, judge._phases = DeviceGate(1), {}
     asked = []
 
     def ask(reply_type, msg, **_):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from kernforge.tasks import runtime
 from kernforge.tasks.spec import Task
@@ -61,6 +61,20 @@ def measure(task: Task, time_fn: Callable[[Callable[..., Any]], dict[str, Any]])
         return lib.report(**time_fn(lib.fn))
     except Exception as err:  # the library's own failure (no kernel for this GPU, a shape it refuses): said, not fatal
         return lib.report(error=f"{type(err).__name__}: {str(err)[:300]}")
+
+
+def warm(task: Task, args: Sequence[Any]) -> None:
+    """Call the task's library function once on ``args`` (one call's inputs), where it names one
+    and it is installed: its Triton kernels compile and autotune now, outside the baseline's
+    timing, which holds the GPU alone (Liger-Kernel's first call compiled for seconds there).
+    A failure is the baseline's to report, not this."""
+    lib = resolve(task)
+    if lib.fn is None:
+        return
+    try:
+        lib.fn(*args)
+    except Exception:  # noqa: BLE001 - measure() calls it again and reports why
+        pass
 
 
 def library_baseline(entry: Any) -> dict[str, Any]:

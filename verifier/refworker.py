@@ -1013,7 +1013,8 @@ def _compiled_key(msg: dict[str, Any]) -> tuple:
 
 def _compiled(msg: dict[str, Any], model: Any, device: str, held: Callable[[], ContextManager[None]] | None = None) -> _Compiled:
     """A fresh, static torch.compile of ``model`` for the message's shape, run once on inputs of
-    that shape so that Inductor's code generation and Triton's compiles are done.
+    that shape so that Inductor's code generation and Triton's compiles are done; the task's
+    library baseline is called once on them too (library.warm), for the same reason.
 
     ``held``: where the caller does not hold the GPU for the whole compile (a compile made ahead,
     verifier/compile_ahead.py), a context manager held around each step that runs GPU work: the
@@ -1021,6 +1022,8 @@ def _compiled(msg: dict[str, Any], model: Any, device: str, held: Callable[[], C
     autotune), but not the code generation between them, seconds of CPU work that then keeps no
     timed phase waiting. Inductor is the backend either way (the same graph, the same cache entry)."""
     import torch
+
+    from . import library
 
     task = load_task(msg["task_ref"])
     shape = Shape.of(msg["shape"])
@@ -1040,6 +1043,7 @@ def _compiled(msg: dict[str, Any], model: Any, device: str, held: Callable[[], C
                 torch.cuda.synchronize(torch.device(device))
         fn(*layout.calls[0])
         with hold():
+            library.warm(task, layout.calls[0])  # its kernels compiled here too, not in the timing
             del layout
             if device.startswith("cuda"):
                 torch.cuda.synchronize(torch.device(device))
