@@ -62,13 +62,17 @@ def test_an_honest_batch_verifies(batch):
     assert got["max_abs_err"] < 1e-3
 
 
-def test_the_first_wrong_call_is_found_and_explained(batch):
+@pytest.mark.parametrize("chunk_bytes", [W.CHUNK_BYTES, 1], ids=["one chunk", "a chunk per call"])
+def test_the_first_wrong_call_is_found_and_explained(batch, monkeypatch, chunk_bytes):
     arena, b, task = batch
+    monkeypatch.setattr(W, "CHUNK_BYTES", chunk_bytes)
     arena.view(b.outputs[3][0])[2, 7] += 1.0
     arena.view(b.outputs[5][0]).zero_()
     got = verify(task)
     assert got["failed_call"] == 3
     assert got["results"][0]["ok"] is False and got["results"][0]["details"]["bad"] == 1
+    arena.view(b.outputs[3][0])[2, 7] -= 1.0
+    assert verify(task)["failed_call"] == 5, "a later chunk's failure is found too"
 
 
 def test_a_call_computed_from_bf16_inputs_is_named_on_evidence(batch):

@@ -814,9 +814,13 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     failed, results, worst = -1, [], (0.0, 0.0)
     chunk: list[tuple[int, list[Any], list[Any], list[Any]]] = []
     held = 0
+    # which calls failed, filled chunk by chunk on the device and read once at the end: a read per
+    # chunk made the CPU wait for the GPU and the GPU for the CPU at every chunk (a call of a large
+    # shape is a chunk of its own: hundreds per verdict)
+    failing = torch.zeros(len(batch.sets), dtype=torch.bool, device=arena.data.device)
 
-    def flush() -> int:
-        """Compare the chunk's calls output by output; the first failing call's index or -1."""
+    def flush() -> None:
+        """Compare the chunk's calls (consecutive ones) output by output, marking those that fail."""
         bad = torch.zeros(len(chunk), dtype=torch.bool, device=arena.data.device)
 
         def stacked(part: int, j: int, device: Any = None) -> Any:  # one call: a view, not a copy of GBs
@@ -828,9 +832,8 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             highs, lows = stacked(2, j, outs.device), stacked(3, j, outs.device)
             laps.lap("gather")
             bad |= ~compare.within_tolerance(outs, highs, _tolerance(lows, msg["tolerances"]), lows)
-        hits = bad.nonzero()
+        failing[chunk[0][0]: chunk[-1][0] + 1] |= bad
         laps.lap("check")
-        return int(chunk[int(hits[0])][0]) if hits.numel() else -1
 
     laps.lap("model")
     first = batch.ref_graph is None
@@ -851,11 +854,12 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         chunk.append((k, outs, high, low))
         held += sum(h.numel() * 4 for h in high)
         if held >= CHUNK_BYTES or k == len(batch.sets) - 1:
-            failed = flush()
+            flush()
             chunk, held = [], 0
-            if failed >= 0:
-                break
     laps.lap("gather")
+    hits = failing.nonzero()
+    failed = int(hits[0]) if hits.numel() else -1
+    laps.lap("check")
     if failed >= 0:
         high, low = reference_of(failed)
         outs = [arena.view(r) for r in batch.outputs[failed]]
