@@ -1038,8 +1038,9 @@ def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_n
     handed: list[list[str]] = []
 
     class Ahead:
-        def __init__(self, tasks, device, cache, hold, note=None):
+        def __init__(self, tasks, device, cache, hold, note=None, hidden=False):
             handed.append([t.name for t in tasks])
+            assert hidden, "audits time the hidden shapes: compiled ahead too"
 
         async def run(self):
             return None
