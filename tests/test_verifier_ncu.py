@@ -17,6 +17,8 @@ from kernforge.verifier.audit import Audit, with_profile
 from kernforge.verifier.defences import clock
 from kernforge.verifier.verdict import Accepted, ShapeResult
 
+TASKS = Path(__file__).parent / "tasks"
+
 TESTS = Path(__file__).resolve().parent
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
           '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
@@ -139,3 +141,55 @@ def test_one_nsight_compute_session_per_host_at_a_time(tmp_path, monkeypatch):
                 fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with open(lock, "a") as other:  # released on exit
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_closing_the_judge_ends_an_audits_profiled_worker_still_running(monkeypatch):
+    """An audit's Nsight Compute worker runs in the verifying thread; a run abandoned by SIGTERM
+    closes its judges from another thread, and the profiled worker must end with them (else the
+    process waits for it at exit: on the H200 a stopped run lived on for minutes)."""
+    import threading
+
+    from kernforge.verifier.gate import DeviceGate
+    from kernforge.verifier.judge import Judge, JudgeOptions
+
+    started = threading.Event()
+
+    class Backend:
+        def __init__(self):
+            self.closed = threading.Event()
+
+        def close(self):
+            self.closed.set()
+
+    backends: list[Backend] = []
+
+    def profiled(prefix):
+        backends.append(Backend())
+        return backends[-1]
+
+    class Audited(Judge):
+        def __init__(self):
+            self.on_gpu, self.options, self.gate, self.profiled = True, JudgeOptions(), DeviceGate(), profiled
+            self._ref, self._profiling, self._ref_pending, self._closing = None, None, False, False
+
+        def _shape_sizes(self, task, shapes, init_seed):
+            return {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}
+
+        def _arena_layout(self, sizes, checked, plan):
+            return {}
+
+        def _profiled_calls(self, backend, source, task, shape, init_seed, layout):
+            started.set()
+            backend.closed.wait()  # a profiled worker blocked in its calls until its backend is closed
+            return "the sandbox backend was closed"
+
+    monkeypatch.setattr(ncu, "available", lambda: "/usr/bin/ncu")
+    monkeypatch.setattr(ncu, "command", lambda exe, log: (exe,))
+    judge, got = Audited(), []
+    auditing = threading.Thread(target=lambda: got.append(judge.profile("source", load_task(TASKS / "tiny_norm"))))
+    auditing.start()
+    started.wait()
+    judge.close()
+    auditing.join()
+    assert backends and all(b.closed.is_set() for b in backends)
+    assert got and not got[0].ran and "the sandbox backend was closed" in got[0].note

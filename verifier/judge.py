@@ -215,6 +215,10 @@ class Judge:
         self.baseline_cache = JsonCache(cache_dir / "baselines.json")
         self.ceiling_cache = JsonCache(cache_dir / "ceilings.json")
         self._ref: Session | None = None
+        #: the audit's profiled backend while its worker runs (``close`` ends it), and whether
+        #: ``close`` was called (no profiled worker starts after it)
+        self._profiling: Backend | None = None
+        self._closing = False
         #: a request was sent to the reference worker and its reply not yet read
         self._ref_pending = False
         self._env: dict[str, Any] | None = None
@@ -313,6 +317,13 @@ class Judge:
         return cached
 
     def close(self) -> None:
+        """End the reference worker, and a profiled worker still running (an audit's Nsight
+        Compute record, from another thread: a run abandoned by SIGTERM would otherwise wait for
+        it at exit, minutes on a large task)."""
+        self._closing = True
+        profiling = self._profiling
+        if profiling is not None:
+            profiling.close()
         if self._ref is not None:
             try:
                 self._ref.send({"op": "done"})
@@ -473,15 +484,21 @@ class Judge:
         layout = self._arena_layout(sizes, [shape], {})
         failed, text = "", ""
         for _ in range(PROFILE_ATTEMPTS):  # a record that could not be made is made again, once
+            if self._closing:  # the judge was closed under this audit: no second profiled worker
+                break
             with self.gate.exclusive(), ncu.exclusive(), tempfile.TemporaryDirectory(prefix="kf-ncu-") as folder:
                 log = Path(folder) / "ncu.csv"
                 try:
                     backend = self.profiled(ncu.command(exe, log))
                 except SandboxError as err:
                     return ncu.Profile(False, f"no Nsight Compute record: {err}"[:300])
+                self._profiling = backend
+                if self._closing:  # closed while it started: close() may have missed it
+                    backend.close()
                 try:
                     failed = self._profiled_calls(backend, source, task, shape, init_seed, layout)
                 finally:
+                    self._profiling = None
                     backend.close()
                 text = log.read_text(errors="replace") if log.exists() else ""
             if not failed:
