@@ -143,6 +143,7 @@ def test_one_nsight_compute_session_per_host_at_a_time(tmp_path, monkeypatch):
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+@pytest.mark.timeout(120)  # the old judge never ended the worker: this test would wait for ever
 def test_closing_the_judge_ends_an_audits_profiled_worker_still_running(monkeypatch):
     """An audit's Nsight Compute worker runs in the verifying thread; a run abandoned by SIGTERM
     closes its judges from another thread, and the profiled worker must end with them (else the
