@@ -162,7 +162,7 @@ class Devices:
         return result, time.monotonic() - started
 
     def _note(self, kind: str, index: int, task: Task, started: float, verdict: Verdict | None) -> None:
-        """Log one verification: its lane, task, start and length, and the judge's slowest steps."""
+        """Log one verification: its lane, task, start and length, and the judge's steps (a verdict's)."""
         entry: dict[str, Any] = {"kind": kind, "slot": index, "task": task.name,
                                  "start_s": round(started - self._t0, 2),
                                  "seconds": round(time.monotonic() - started, 2)}

@@ -92,7 +92,7 @@ class RunResult:
     audited_per_device: dict[str, int] = field(default_factory=dict)
     #: proposals made but never judged: the time budget was spent before a device was free
     unjudged: int = 0
-    #: every verification and audit: lane, task, start, seconds, the judge's slowest steps (Devices.log)
+    #: every verification and audit: lane, task, start, seconds, a verdict's steps (Devices.log)
     verdict_log: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
