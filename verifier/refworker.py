@@ -1035,7 +1035,8 @@ def _compiled(msg: dict[str, Any], model: Any, device: str, held: Callable[[], C
     t0 = time.perf_counter()
     try:
         torch._dynamo.reset()  # after compiles at other shapes dynamo would reuse symbolic-size kernels
-        fn = torch.compile(model, dynamic=False) if held is None else torch.compile(model, dynamic=False, backend=_held_inductor(held, device))
+        backend = "inductor" if held is None else _held_inductor(held, device)
+        fn = torch.compile(model, dynamic=False, backend=backend)
         # one call laid out as the baseline's batch lays its calls out (views of a region per
         # dtype): guards that hold there too, so the timing does not compile again
         seed = int(msg["seeds"][0])
