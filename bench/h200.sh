@@ -40,7 +40,10 @@
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
 #   loop14     bench/loop.py on all 14 built-in tasks from an empty archive, LOOP_S seconds (default 290), LANES lanes (1; issue #17:
-#              every task's first verdict within 5 minutes; log, loop14.db, loop14.json)
+#              every task's first verdict within 5 minutes; log, loop14.db, loop14.json). LOOP_HOURS (default LOOP_S): the run's own
+#              time budget; a night's (say 8) keeps the audits of the first bests waiting for every task's first verdict, as a night
+#              run does, where a budget of LOOP_S starts them early to fit before its end; the phase then stops it at LOOP_S + 30 s
+#              (SIGTERM: the run abandons the verdict in flight and writes its JSON)
 #   loop14before  loop14 with the code of the carried .before/ (`git archive COMMIT | tar -x -C .before`; workers import it
 #              through PYTHONPATH too; a cache of its own): before and after on one lease (log, loop14before.db/.json)
 #   loop14b    the same tasks again on that archive (baselines kept, tried configurations not proposed again): the
@@ -100,7 +103,7 @@ for p in "$@"; do
                 python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
                 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/loop14before.db" --json "$OUT/loop14before.json" ;;
     loop14) KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase loop14 "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
-              --attempts 1000 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/loop14.db" --json "$OUT/loop14.json" ;;
+              --attempts 1000 --hours "${LOOP_HOURS:-$(python3 -c "print(${LOOP_S:-290} / 3600)")}" --lanes "${LANES:-1}" --db "$OUT/loop14.db" --json "$OUT/loop14.json" ;;
     loop14b) if [ -f .loop14/loop14.db ]; then cp .loop14/loop14.db "$OUT/loop14b.db"; else cp "$OUT/loop14.db" "$OUT/loop14b.db"; fi
              KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase loop14b "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
               --attempts 1000 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/loop14b.db" --json "$OUT/loop14b.json" ;;
