@@ -121,7 +121,12 @@ class CompileAhead:
                     return None
                 if not line:
                     return None
-                got = json.loads(line)
+                try:
+                    got = json.loads(line)
+                except ValueError:
+                    got = None
+                if not isinstance(got, dict):  # a library's own print to stdout: not the protocol's
+                    continue
                 if got.get("gpu") is True:
                     await stack.enter_async_context(self.hold())
                     proc.stdin.write(b"go\n")

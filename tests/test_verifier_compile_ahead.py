@@ -99,6 +99,7 @@ CHILD = """
 import json, sys
 while line := sys.stdin.readline():
     msg = json.loads(line)
+    print("a library's own line on stdout", flush=True)
     for _ in range(msg["holds"]):
         print(json.dumps({"gpu": True}), flush=True)
         assert sys.stdin.readline().strip() == "go"
