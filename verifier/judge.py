@@ -577,16 +577,15 @@ class Judge:
     def _gpu_alone(self, session: Session) -> Iterator[None]:
         """The GPU's gate held alone for a timed phase of the verdict in ``session``. The wait for
         other lanes is not the candidate's: its worker's wall deadline moves back by it."""
-        asked = time.monotonic()
+        asked = time.perf_counter()
         # While this judge waits at the gate, going in or coming out, another lane may be timing:
         # its worker is stopped meanwhile (the gate calls pause and resume around every wait), so
         # it launches nothing into that lane's windows; what it queued before is the reference
         # worker's quiet probe's to wait out (refworker._quiet_gpu)
         hooks = (session.pause, session.resume) if self.gate.lanes > 1 else (None, None)
-        t0 = time.perf_counter()
         with self.gate.exclusive(*hooks):
-            session.extend(time.monotonic() - asked)
-            self._spent("gate.wait", t0)  # the wait for other lanes and compiles ahead
+            session.extend(time.perf_counter() - asked)
+            self._spent("gate.wait", asked)  # the wait for other lanes and compiles ahead
             try:
                 yield
             finally:
