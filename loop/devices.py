@@ -158,11 +158,12 @@ class Devices:
         finally:
             self._leave(device)
         self.audited[device] += 1
-        self._note("audit", index, task, started, None)
+        self._note("audit", index, task, started, result.verdict)
         return result, time.monotonic() - started
 
     def _note(self, kind: str, index: int, task: Task, started: float, verdict: Verdict | None) -> None:
-        """Log one verification: its lane, task, start and length, and the judge's steps (a verdict's)."""
+        """Log one verification: its lane, task, start and length, and the judge's steps (a verdict's,
+        or an audit's second verdict's)."""
         entry: dict[str, Any] = {"kind": kind, "slot": index, "task": task.name,
                                  "start_s": round(started - self._t0, 2),
                                  "seconds": round(time.monotonic() - started, 2)}
