@@ -22,6 +22,11 @@ from kernforge.verifier import compare, compare_kernel
 
 CASES = {"rms_norm T=16384 H=8192": (16384, 8192), "silu_and_mul T=16384 I=8192": (16384, 8192),
          "softmax B=4096 V=32000": (4096, 32000), "decode T=8 H=4096": (8, 4096)}
+#: the dtypes of the built-in tasks' outputs, their float32/float64 references and eager's
+SELF_CHECKS = [(torch.bfloat16, torch.float32, torch.bfloat16), (torch.float16, torch.float32, torch.float16),
+               (torch.float32, torch.float32, torch.float32), (torch.float32, torch.float64, torch.float32),
+               (torch.float8_e4m3fn, torch.float8_e4m3fn, torch.float8_e4m3fn),
+               (torch.float8_e5m2, torch.float8_e5m2, torch.float8_e5m2), (torch.bfloat16, torch.float64, torch.bfloat16)]
 
 
 def best_ms(fn, repeats: int) -> float:
@@ -71,6 +76,13 @@ def main() -> None:
         torch.cuda.empty_cache()
     console = Console()
     console.print(table)
+    checks = Table(title="The fused kernel's self-check per dtype triple (output, reference, eager reference)")
+    for col in ("output", "reference", "eager reference", "used"):
+        checks.add_column(col)
+    for c_dtype, h_dtype, lo_dtype in SELF_CHECKS:
+        used = compare_kernel._self_checked(c_dtype, h_dtype, lo_dtype, device)
+        checks.add_row(str(c_dtype), str(h_dtype), str(lo_dtype), "yes" if used else "NO")
+    console.print(checks)
     for key, why in compare_kernel.NOT_USED.items():  # the kernel fell back to the PyTorch ops there
         console.print(f"fused kernel not used for {key}: {why}")
 

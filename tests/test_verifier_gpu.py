@@ -252,3 +252,23 @@ def test_a_padded_short_batch_gains_at_most_the_guard(runtime_judge):
     # noise; only on a GPU of its own (pytest-xdist workers time-slice it: 70% spreads were seen)
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) == 1:
         assert p.time_us >= (1 - clock.DIFFERENCE_GUARD) * h.single_us * 0.95, (p, h)
+
+
+def test_the_fused_comparison_builds_and_agrees_for_every_output_dtype():
+    """The timed batches' pass/fail kernel is used on this GPU for every dtype an output and its
+    references come in: its self-check built and agreed with the PyTorch ops. A kernel Triton's
+    code generator refused fell back to those ops silently, for every dtype, several times slower."""
+    import torch
+
+    from kernforge.verifier import compare_kernel
+
+    device = torch.device("cuda", 0)
+    floats = [(torch.bfloat16, torch.float32, torch.bfloat16), (torch.float16, torch.float32, torch.float16),
+              (torch.float32, torch.float32, torch.float32), (torch.float32, torch.float64, torch.float32),
+              (torch.bfloat16, torch.float64, torch.bfloat16), (torch.float32, torch.float64, None),
+              (torch.float8_e4m3fn, torch.float8_e4m3fn, torch.float8_e4m3fn), (torch.float8_e5m2, torch.float32, None)]
+    refused = {key: why for key, why in compare_kernel.NOT_USED.items()}
+    for c_dtype, h_dtype, lo_dtype in floats:
+        if not compare_kernel._self_checked(c_dtype, h_dtype, lo_dtype, device):
+            refused[(c_dtype, h_dtype, lo_dtype)] = compare_kernel.NOT_USED.get((c_dtype, h_dtype, lo_dtype, str(device)), "?")
+    assert not refused, refused

@@ -57,9 +57,13 @@ if triton is not None:
         x = tl.load(ptr + at, mask=inside, other=0)
         if EXP_BITS != 0:
             x = _fp8(x, EXP_BITS)
+        # one return, its branch chosen at compile time: Triton's code generator (not its
+        # interpreter) refuses a function whose returns differ in type, even behind a constexpr
         if WIDE:
-            return x.to(tl.float64)
-        return x.to(tl.float32)
+            x = x.to(tl.float64)
+        else:
+            x = x.to(tl.float32)
+        return x
 
     # sizes and strides are not specialised on (Triton would compile again for every width or
     # row stride that is, or is not, a multiple of 16: on the H200 a task's first verdict spent

@@ -793,7 +793,7 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     compared a chunk at a time, stacked; the first failing call is then explained in full."""
     import torch
 
-    from . import compare, integrity, reference
+    from . import compare, compare_kernel, integrity, reference
 
     batch: _Batch = _STATE["batches"][msg["key"]]
     arena = _arena_of()
@@ -832,6 +832,8 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             highs, lows = stacked(2, j, outs.device), stacked(3, j, outs.device)
             laps.lap("gather")
             bad |= ~compare.within_tolerance(outs, highs, _tolerance(lows, msg["tolerances"]), lows)
+            # the PyTorch ops' pass is several times the fused kernel's: a verdict's steps say which ran
+            laps.lap("check" if compare_kernel.applies(outs, highs, lows) else "check_pytorch_ops")
         failing[chunk[0][0]: chunk[-1][0] + 1] |= bad
         laps.lap("check")
 
