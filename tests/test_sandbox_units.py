@@ -10,6 +10,8 @@ import os
 import signal
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from unittest import mock
 
@@ -85,10 +87,31 @@ def test_only_a_trusted_worker_keeps_its_compiles_in_a_shared_folder(tmp_path):
     trusted = worker_env(WorkerSpec(isolation="none", trusted_cache="/cache/compiled"), tmp_path, PARENT_ENV)
     assert trusted["TRITON_CACHE_DIR"] == "/cache/compiled/triton"
     assert trusted["TORCHINDUCTOR_CACHE_DIR"] == "/cache/compiled/inductor"
+    assert trusted["PYTHONPYCACHEPREFIX"] == "/cache/compiled/pycache" and "PYTHONDONTWRITEBYTECODE" not in trusted
     candidate = worker_env(WorkerSpec(), tmp_path, PARENT_ENV)
     assert candidate["TRITON_CACHE_DIR"] == f"{tmp_path}/.triton"
+    assert candidate["PYTHONDONTWRITEBYTECODE"] == "1" and "PYTHONPYCACHEPREFIX" not in candidate
     with pytest.raises(SandboxError, match="trusted workers"):
         WorkerSpec(isolation="strict", trusted_cache="/cache/compiled")
+
+
+def test_a_trusted_worker_keeps_its_bytecode_in_the_trusted_cache_and_a_candidate_none(tmp_path):
+    """Imports compiled from source (an environment installed without bytecode) are kept by a
+    trusted worker in its trusted cache, never next to the sources; a candidate's worker writes
+    none anywhere (a module's bytecode is code its next importer runs)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "kf_probe_module.py").write_text("VALUE = 1\n")
+    parent = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
+    runs = {"trusted": WorkerSpec(isolation="none", trusted_cache=str(tmp_path / "cache")), "candidate": WorkerSpec()}
+    for name, spec in runs.items():
+        home = tmp_path / name
+        home.mkdir()
+        env = worker_env(spec, home, parent) | {"PYTHONPATH": str(source)}
+        subprocess.run([sys.executable, "-c", "import kf_probe_module"], env=env, check=True, timeout=60)
+    kept = [p.name for p in (tmp_path / "cache" / "pycache").rglob("*.pyc")]
+    assert any(name.startswith("kf_probe_module.") for name in kept), kept
+    assert not list(source.rglob("*.pyc")) and not list((tmp_path / "candidate").rglob("*.pyc"))
 
 
 def test_records_round_trip():
