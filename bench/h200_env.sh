@@ -18,7 +18,7 @@ export -f kf
 phase() {
   local name=$1 limit=$2; shift 2
   echo "=== $name ($(date +%T))"
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  timeout -k 30 "$limit" "$@" >"$OUT/$name.log" 2>&1  # killed 30 s after TERM: a hung close must not eat the call
   echo "=== $name exit $? ($(date +%T))"
   tail -n 40 "$OUT/$name.log"
 }
