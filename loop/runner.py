@@ -354,12 +354,15 @@ class Runner:
         self._progress = asyncio.Event()
         self._late: list[tuple[TaskState, Proposal]] = []
         n = self.proposer.config.concurrency if isinstance(self.proposer, LLMProposer) else 1
+        watch = asyncio.create_task(self._watch_clock())  # the budget holds for the audits below too
         if self._leftover:
             self._consumers = [asyncio.create_task(self._audit_leftover(i)) for i in range(n_devices)]
             await asyncio.gather(*self._consumers, return_exceptions=True)
+            if self.stopping is not None:  # stopped, spent or abandoned meanwhile: nothing new starts
+                watch.cancel()
+                return
         self._consumers = [asyncio.create_task(self._consume(i)) for i in range(n_devices)]
         self._producers = [asyncio.create_task(self._produce()) for _ in range(n)]
-        watch = asyncio.create_task(self._watch_clock())
         await asyncio.gather(*self._producers, return_exceptions=True)
         watch.cancel()
         # Proposals made but not queued when the producers were stopped: their tokens are spent,

@@ -679,6 +679,34 @@ def test_a_run_stopped_during_an_audit_keeps_the_attempt_and_no_best(tmp_path, m
         assert best.attempt_id == attempts(db)[-1]["id"] and best.attempt_id != rows[0]["id"]
 
 
+@pytest.mark.timeout(120)
+def test_a_run_terminated_while_auditing_what_an_earlier_run_left_ends_at_once(tmp_path, monkeypatch):
+    """SIGTERM during the audit of a kernel an earlier run left unaudited abandons it and ends the
+    run: nothing new is judged. (Once the audits before anything new were cancelled, the run went
+    on to start its proposers and verifiers, which waited for work that never came: on the H200
+    two runs hung until they were killed, and printed nothing.)"""
+    result, judge, db, _ = gpu_run(tmp_path, monkeypatch, [100.0, RuntimeError("the worker pool went away")], attempts=1)
+    assert isinstance(result, RuntimeError)
+
+    def terminated_meanwhile():
+        os.kill(os.getpid(), signal.SIGTERM)  # the run's handler abandons the audit in flight
+        time.sleep(1.0)
+        return gpu_accepted(101.0)
+
+    class Terminating(GpuStandInJudge):
+        def verify(self, code, task, bar=None, audit=False):
+            item = self.script[len(self.judged)]
+            if callable(item):
+                self.judged.append(code)
+                return item()
+            return super().verify(code, task, bar, audit)
+
+    monkeypatch.setattr(sys.modules[__name__], "GpuStandInJudge", Terminating)
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [terminated_meanwhile, 60.0, 61.0], attempts=3)
+    assert result.status == "interrupted", shown
+    assert len(judge.judged) == 1 and len(attempts(db)) == 1 and audit_rows(db) == []
+
+
 class TaskNamingJudge(GpuStandInJudge):
     """``GpuStandInJudge`` that also keeps the task of each ``verify`` (an audit is one)."""
 
