@@ -28,7 +28,12 @@ def load_module(path: Path, *, fresh: bool = False) -> ModuleType:
     """Import a file as an anonymous module; cached per process (per file and modification
     time) unless ``fresh``."""
     given = str(path)
-    path = _RESOLVED.get(given) or _RESOLVED.setdefault(given, Path(path).resolve())
+    if given in _RESOLVED:
+        path = _RESOLVED[given]
+    else:
+        path = Path(path).resolve()
+        if Path(given).is_absolute():  # a relative one resolves against whatever is the cwd then
+            _RESOLVED[given] = path
     try:
         key = (str(path), path.stat().st_mtime)
     except OSError as err:
