@@ -19,9 +19,12 @@
   times and fitter than the task's best, it is judged again on the same device, in a fresh worker
   on fresh inputs (``Devices.audit``, device time), after its attempt is recorded; the audit is
   recorded in a transaction of its own (``Archive.record_audit``). While another task has had no
-  verdict yet in this session, the audit waits (``_deferred``) until none has: first verdicts
-  come first, and the run's end audits what still waits (so does a time budget about to run out:
-  ``_audits_due``). Passed, it is the new best;
+  verdict yet in this session, or while audits have had more than ``AUDIT_SHARE`` of the
+  session's device time, the audit waits (``_deferred``): first verdicts come first, a run of
+  would-be bests cannot hold every new verdict back, and the run's end audits what still waits
+  (so does a time budget about to run out: ``_audits_due``). Kernels an earlier session left
+  unaudited wait alike (``_leftover``), ahead of the new ones. One that a faster audited best
+  has overtaken meanwhile is not audited (it could not lead). Passed, it is the new best;
   failed, it is demoted (an accepted attempt, never the best) and the display says why. A run
   stopped between the two leaves an attempt without an audit: simply not a best (``kernforge
   archive audit`` can audit it later). Interpreter verdicts and rejections are never audited.
@@ -87,6 +90,21 @@ MAX_CONSECUTIVE_LLM_FAILURES = 5
 #: the time budget kept for the audits that wait for every task's first verdict: this many times
 #: the seconds their verdicts took (an audit judges the kernel again, in a fresh worker)
 AUDIT_RESERVE = 1.5
+#: while new verdicts are being made, audits take at most this share of the session's device time;
+#: the rest wait (``_deferred``). An audit costs three to five verdicts on the H200 (it times the
+#: hidden shapes too, in a fresh worker, and profiles): audited as they came, the would-be bests
+#: of a run's first minutes, or the 13 kernels a stopped run had left, held every new verdict back
+#: for up to ten minutes
+AUDIT_SHARE = 1 / 3
+#: ...once they have had this many seconds (a run's first audit or two go as they come)
+AUDIT_GRACE_S = 60.0
+
+
+def audits_may_run(audit_s: float, verify_s: float) -> bool:
+    """Whether another audit may start now: audits so far had at most ``AUDIT_GRACE_S`` seconds,
+    or at most ``AUDIT_SHARE`` of the device time spent verifying and auditing (an audit that
+    starts may take it over: the next one waits)."""
+    return audit_s <= AUDIT_GRACE_S or audit_s <= AUDIT_SHARE * (audit_s + verify_s)
 
 
 def _verdict_seconds(member: Member) -> float:
@@ -137,6 +155,9 @@ class Runner:
         self._ahead: asyncio.Task | None = None
         #: would-be bests judged while another task still awaited its first verdict: audited once none does
         self._deferred: list[tuple[TaskState, Member]] = []
+        #: device seconds this session spent auditing, and verifying (``AUDIT_SHARE``)
+        self._audit_s = 0.0
+        self._verify_s = 0.0
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
         """The tasks these GPUs can judge at all; each one too large is said and left out. A task
@@ -287,7 +308,7 @@ class Runner:
             if waiting and not self.devices.on_cpu:
                 self._leftover += [(state, member) for member in waiting]
                 self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
-                                  "audit (a stopped run left them): audited before anything new is judged")
+                                  "audit (a stopped run left them): audited as the run goes, before the new ones")
             elif waiting:
                 self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
                                   f"audit, so none is the best; `kernforge archive audit --task {task.name}` audits them")
@@ -354,15 +375,9 @@ class Runner:
         self._progress = asyncio.Event()
         self._late: list[tuple[TaskState, Proposal]] = []
         n = self.proposer.config.concurrency if isinstance(self.proposer, LLMProposer) else 1
-        watch = asyncio.create_task(self._watch_clock())  # the budget holds for the audits below too
-        if self._leftover:
-            self._consumers = [asyncio.create_task(self._audit_leftover(i)) for i in range(n_devices)]
-            await asyncio.gather(*self._consumers, return_exceptions=True)
-            if self.stopping is not None:  # stopped, spent or abandoned meanwhile: nothing new starts
-                watch.cancel()
-                return
         self._consumers = [asyncio.create_task(self._consume(i)) for i in range(n_devices)]
         self._producers = [asyncio.create_task(self._produce()) for _ in range(n)]
+        watch = asyncio.create_task(self._watch_clock())
         await asyncio.gather(*self._producers, return_exceptions=True)
         watch.cancel()
         # Proposals made but not queued when the producers were stopped: their tokens are spent,
@@ -380,43 +395,45 @@ class Runner:
             for _ in self._consumers:
                 await self._queue.put(None)
         await asyncio.gather(*self._consumers, return_exceptions=True)
-        if self._deferred and not self.abandon:  # the run ended before every task had its first verdict
+        if (self._leftover or self._deferred) and not self.abandon:  # audits still waiting at the run's end
             ends = await asyncio.gather(*(self._audit_deferred(i, at_end=True) for i in range(n_devices)),
                                         return_exceptions=True)
             for error in ends:
                 if isinstance(error, Exception):
                     self._fail(error)
 
-    async def _audit_leftover(self, index: int) -> None:
-        """Audit, on device ``index``, the kernels an earlier session of this run judged but left
-        unaudited (stopped between a verdict and its audit), before anything new: each one is the
-        task's best if its audit passes. Without it a resumed benchmark reported such a problem's
-        fastest kernel as untimed, and the tuner worked around a best that was not the fittest."""
-        await self._audit_waiting(index, self._leftover, "left unaudited", lambda: self.stopping is None)
-
     def _first_verdicts_pending(self, but: TaskState | None = None) -> bool:
         """Some open task (other than ``but``) has had no verdict yet in this session of the run."""
         return any(s is not but and s.stats.first_verdict_s is None and not self._finished(s) for s in self.states)
 
+    def _audits_wait(self, but: TaskState | None = None) -> bool:
+        """A would-be best's audit waits now: another task awaits its first verdict of this session,
+        or audits have had their share of the device time (``AUDIT_SHARE``)."""
+        return self._first_verdicts_pending(but) or not audits_may_run(self._audit_s, self._verify_s)
+
     async def _audit_deferred(self, index: int, at_end: bool = False) -> None:
-        """Audit the would-be bests whose audits waited for every task's first verdict, once no task
-        waits for one (``at_end``: the run has nothing more to judge, unless it was interrupted)."""
+        """Audit the kernels an earlier session left unaudited, then the would-be bests whose audits
+        waited (``_audits_wait``), once they need not wait (``at_end``: the run has nothing more
+        to judge, unless it was interrupted). Without it a resumed benchmark reported a problem's
+        fastest kernel as untimed, and the tuner worked around a best that was not the fittest."""
         if at_end:
-            await self._audit_waiting(index, self._deferred, "its audit deferred to the run's end",
-                                      lambda: not self.abandon and not self._interrupts)
+            def go_on() -> bool:
+                return not self.abandon and not self._interrupts
         else:
-            await self._audit_waiting(index, self._deferred, "its audit deferred until every task had a verdict",
-                                      lambda: self.stopping is None and (not self._first_verdicts_pending()
-                                                                         or self._audits_due()))
+            def go_on() -> bool:
+                return self.stopping is None and (not self._audits_wait() or self._audits_due())
+        await self._audit_waiting(index, self._leftover, "left unaudited", go_on)
+        await self._audit_waiting(index, self._deferred, "its audit deferred", go_on)
 
     def _audits_due(self) -> bool:
         """The time budget would run out before the waiting audits were made, each about as long as
         its verdict took (``AUDIT_RESERVE`` times that): they start now, first verdicts or not, so
         a benchmark cut by its budget does not end with its bests unaudited (untimed)."""
-        if self.meter is None or self.meter.budget.hours is None or not self._deferred:
+        waiting = self._leftover + self._deferred
+        if self.meter is None or self.meter.budget.hours is None or not waiting:
             return False
         left = self.meter.budget.hours * 3600 - self.meter.seconds
-        return left <= AUDIT_RESERVE * sum(_verdict_seconds(member) for _, member in self._deferred)
+        return left <= AUDIT_RESERVE * sum(_verdict_seconds(member) for _, member in waiting)
 
     async def _audit_waiting(self, index: int, waiting: list[tuple[TaskState, Member]], why: str,
                              go_on: Callable[[], bool]) -> None:
@@ -425,6 +442,8 @@ class Runner:
         (``Population.settle``), a failed one demotes it; a judge failure is said, the next goes on."""
         while waiting and go_on() and not self._out_of_time():
             state, member = waiting.pop(0)
+            if member.code not in {m.code for m in state.population.contenders()}:
+                continue  # a faster kernel was confirmed meanwhile: this one cannot lead, no audit
             try:
                 audit = await self._audit(index, state, member)
             except JudgeError as error:
@@ -650,6 +669,7 @@ class Runner:
                     # the confirmed best's times: a candidate clearly slower at a shape is timed no further
                     bar = contender.bar_of(best.verdict) if best is not None else None
                     verdict, verify_s = await self.devices.verify(index, code, task, bar)
+                    self._verify_s += verify_s
             if self.abandon:
                 raise asyncio.CancelledError
             attempt_id, seq = await self._db(self._record, state, proposal, verdict, reuse_of)
@@ -669,9 +689,10 @@ class Runner:
                         audit_passed=hit.audit_passed if hit is not None else None)
         audit: Audit | None = None
         if state.population.needs_audit(member):
-            if self._first_verdicts_pending(but=state):
-                # an audit is a second verdict's device time: every task's first verdict comes before
-                # it (a seed's audit per task would otherwise hold the later tasks back by minutes)
+            if self._audits_wait(but=state):
+                # an audit is several verdicts' device time: every task's first verdict comes before
+                # it (a seed's audit per task would otherwise hold the later tasks back by minutes),
+                # and audits have at most their share of the GPU while new verdicts are made
                 self._deferred.append((state, member))
             else:
                 try:
@@ -697,6 +718,7 @@ class Runner:
         try:
             audit, spent = await self.devices.audit(index, member.code, state.task, member.verdict)
             self.fair.charge(state.task.name, spent)
+            self._audit_s += spent
             if self.abandon:
                 raise asyncio.CancelledError
             await self._db(self.archive.record_audit, member.attempt_id, audit, self.run_id)
