@@ -49,7 +49,10 @@
 #              through PYTHONPATH too; a cache of its own): before and after on one lease (log, loop14before.db/.json)
 #   loop14b    the same tasks again on that archive (baselines kept, tried configurations not proposed again): the
 #              carried .loop14/loop14.db, else this call's loop14.db (log, loop14b.db, loop14b.json; named
-#              loop14b$LOOP_TAG, so that one call can run it twice, e.g. with LANES=4 and LANES=1, each on a copy)
+#              loop14b$LOOP_TAG, so that one call can run it twice, e.g. with LANES=4 and LANES=1, each on a copy).
+#              LOOP_HOURS as for loop14: with a budget of LOOP_S the audits loop14 left (it is stopped, not ended)
+#              are due at once, to fit before the end, and hold the verdicts back; with a night's they take
+#              at most their share of the GPU (loop/runner.py AUDIT_SHARE) and the verdicts go on
 #   lanes      bench/loop.py, 3 tasks x 12 attempts, with two lanes and then one (caches the first run warms favour
 #              the second: the one-lane baseline; logs: lanes2.log, lanes1.log)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
@@ -109,7 +112,7 @@ for p in "$@"; do
     loop14b) b=loop14b${LOOP_TAG:-}
              if [ -f .loop14/loop14.db ]; then cp .loop14/loop14.db "$OUT/$b.db"; else cp "$OUT/loop14.db" "$OUT/$b.db"; fi
              KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase "$b" "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
-              --attempts 1000 --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/$b.db" --json "$OUT/$b.json" ;;
+              --attempts 1000 --hours "${LOOP_HOURS:-$(python3 -c "print(${LOOP_S:-290} / 3600)")}" --lanes "${LANES:-1}" --db "$OUT/$b.db" --json "$OUT/$b.json" ;;
     *) echo "unknown phase $p" ;;
   esac
 done
