@@ -153,7 +153,8 @@ class Runner:
         self._leftover: list[tuple[TaskState, Member]] = []
         #: torch.compile's baselines compiled ahead, in the background (loop/compile_ahead.py)
         self._ahead: asyncio.Task | None = None
-        #: would-be bests judged while another task still awaited its first verdict: audited once none does
+        #: would-be bests whose audits wait (``_audits_wait``: another task awaits its first verdict, or
+        #: audits have had their share of the GPU): audited once they need not, or at the run's end
         self._deferred: list[tuple[TaskState, Member]] = []
         #: device seconds this session spent auditing, and verifying (``AUDIT_SHARE``)
         self._audit_s = 0.0
