@@ -95,9 +95,34 @@ def main() -> None:
     console.print(f"attempts {result.attempts}   wall {result.wall_s:.1f} s (startup {result.startup_s:.1f} s, "
                   f"pipeline {span:.1f} s)   device time verifying {result.verify_s:.1f} s   "
                   f"device busy {busy} (target >= 80%)")
+    console.print(_rates_table(result.verdict_log))
     console.print(_steps_table(result.verdict_log))
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+#: the built-in tasks issue #17 counts as norms and elementwise ops (its target there: 30 verdicts per GPU-minute)
+NORM_ELEMENTWISE = ("rms_norm", "fused_add_rms_norm", "rms_norm_fp8_quant", "silu_and_mul", "softmax",
+                    "rotary_embedding", "fp8_quant_per_token", "fp8_quant_per_group")
+
+
+def _rates_table(log: list[dict]) -> Table:
+    """Verdicts and audits per group of tasks, with the device seconds each took: verdicts per
+    device-minute of verifying, with and without the audits' time (lanes overlap, so a group's
+    seconds are the sum of its verifications' own)."""
+    table = Table(title="verdicts per device-minute (seconds: each verification's own, summed)", title_justify="left")
+    for col in ("tasks", "verdicts", "their s", "audits", "their s", "audits' share", "verdicts/min", "with audits' time"):
+        table.add_column(col, justify="left" if col == "tasks" else "right")
+    groups = {"all": lambda name: True, "norm & elementwise": lambda name: name in NORM_ELEMENTWISE}
+    for label, member in groups.items():
+        mine = [e for e in log if member(e["task"])]
+        v = [e["seconds"] for e in mine if e["kind"] == "verdict"]
+        a = [e["seconds"] for e in mine if e["kind"] != "verdict"]
+        both = sum(v) + sum(a)
+        table.add_row(label, str(len(v)), f"{sum(v):.0f}", str(len(a)), f"{sum(a):.0f}",
+                      f"{100 * sum(a) / both:.0f}%" if both else "-",
+                      f"{60 * len(v) / sum(v):.1f}" if v and sum(v) else "-", f"{60 * len(v) / both:.1f}" if both else "-")
+    return table
 
 
 def _steps_table(log: list[dict]) -> Table:
