@@ -50,6 +50,30 @@ def _seeded():
     yield
 
 
+@pytest.fixture(scope="session")
+def cpu_judge(tmp_path_factory):
+    """The CPU judge (process sandbox, static screen on, two warm candidate workers) of the modules
+    that only ask a judge for verdicts: one for the whole session, not one per module (each judge
+    starts a reference worker and candidate workers, seconds of the CPU each, and ends with two
+    warm workers never used)."""
+    from kernforge.loop.evaluate import open_judge
+    from kernforge.verifier.judge import JudgeOptions
+
+    with open_judge("cpu", pool_size=2, options=JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"))) as judge:
+        yield judge
+
+
+@pytest.fixture(scope="session")
+def cpu_runtime_judge(tmp_path_factory):
+    """``cpu_judge`` with its static screen off: only the runtime defences stand."""
+    from kernforge.loop.evaluate import open_judge
+    from kernforge.verifier.judge import JudgeOptions
+
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
+    with open_judge("cpu", pool_size=2, options=options) as judge:
+        yield judge
+
+
 @pytest.fixture
 def device() -> str:
     return "cuda" if HAS_GPU else "cpu"
@@ -60,10 +84,6 @@ def clean_config_env(monkeypatch, tmp_path):
     """No API key, provider, model, archive or config file from the developer's environment, and
     an empty config home: a CLI test sees only what it sets itself. A wide terminal keeps the
     CLI's messages on one line, so tests can search them."""
-    from kernforge.loop.config import KEY_ENV_VARS
+    from config_env import clean_config
 
-    for name in KEY_ENV_VARS + ("KERNFORGE_PROVIDER", "KERNFORGE_BASE_URL", "KERNFORGE_MODEL", "KERNFORGE_DB",
-                                "KERNFORGE_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("COLUMNS", "250")
+    clean_config(monkeypatch, tmp_path)

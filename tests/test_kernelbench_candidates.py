@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernforge.loop.evaluate import open_judge
 from kernforge.tasks.loader import load_task
-from kernforge.verifier.judge import JudgeOptions
 from kernforge.verifier.verdict import describe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,10 +34,8 @@ JUDGED = ["19_ReLU", "23_Softmax", "36_RMSNorm_", "47_Sum_reduction_over_a_dimen
 
 
 @pytest.fixture(scope="module")
-def judge(tmp_path_factory):
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"))
-    with open_judge("cpu", pool_size=2, options=options) as j:
-        yield j
+def judge(cpu_judge):
+    return cpu_judge  # conftest's, shared with the other modules that only ask for verdicts
 
 
 @pytest.mark.parametrize("stem", JUDGED)

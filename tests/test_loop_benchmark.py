@@ -9,6 +9,7 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -18,6 +19,7 @@ from kernforge import cli as cli_module
 from kernforge.archive.store import Archive
 from kernforge.cli import app
 
+from config_env import clean_config
 from fake_llm import fake_llm, fenced, reply
 
 __all__ = ["fake_llm"]
@@ -97,23 +99,55 @@ def test_a_level_without_a_key_gives_accepted_attempts_and_kernelbench_metrics(t
         (1, "kernelbench", 5)]
 
 
-def test_resume_continues_the_run_and_a_second_run_compares_side_by_side(tmp_path):
-    folder, db = level(tmp_path, bare=()), tmp_path / "k.db"
-    files = [str(folder / "19_ReLU.py"), str(folder / "20_LeakyReLU.py")]
-    first = invoke("bench", "kernelbench", *files, "--db", str(db), "--max-attempts", "1")
+class Recording:
+    """Installed as runner.Devices: each run's judges' ``time_hidden`` option, in order, kept in
+    ``seen``."""
+
+    def __init__(self, monkeypatch, seen: list[str]):
+        from kernforge.loop import runner as runner_module
+
+        class Devices(runner_module.Devices):
+            def __init__(self, *args, **kwargs):
+                seen.append(kwargs["options"].time_hidden)
+                super().__init__(*args, **kwargs)
+
+        monkeypatch.setattr(runner_module, "Devices", Devices)
+
+
+@pytest.fixture(scope="module")
+def resumed_benchmark(tmp_path_factory):
+    """Two seeded problems benchmarked with one attempt each, that run resumed to two attempts,
+    then a second run of the same files, with the judges' options recorded: the three runs the
+    two tests below read (each run starts its judge, workers and reference: made once, not twice)."""
+    tmp_path = tmp_path_factory.mktemp("resumed")
+    seen: list[str] = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        clean_config(monkeypatch, tmp_path)  # no API key: the offline tuner proposes
+        Recording(monkeypatch, seen)
+        folder, db = level(tmp_path, bare=()), tmp_path / "k.db"
+        files = [str(folder / "19_ReLU.py"), str(folder / "20_LeakyReLU.py")]
+        first = invoke("bench", "kernelbench", *files, "--db", str(db), "--max-attempts", "1")
+        resumed = invoke("bench", "kernelbench", "--resume", "1", "--db", str(db), "--max-attempts", "2", "--json")
+        rows = attempts(db)  # as the resumed run left them, before the second run
+        # another proposer's run (here the tuner again, from where the archive stands) beside the first
+        second = invoke("bench", "kernelbench", *files, "--db", str(db), "--max-attempts", "1")
+    return SimpleNamespace(folder=folder, db=db, first=first, resumed=resumed, rows=rows, second=second, seen=seen)
+
+
+def test_resume_continues_the_run_and_a_second_run_compares_side_by_side(resumed_benchmark):
+    db, first, resumed = resumed_benchmark.db, resumed_benchmark.first, resumed_benchmark.resumed
     assert first.exit_code == 0, first.output
     assert "not measured" in first.output and "bench report 1" in first.output
 
-    resumed = invoke("bench", "kernelbench", "--resume", "1", "--db", str(db), "--max-attempts", "2", "--json")
     assert resumed.exit_code == 0, resumed.output
     data = json.loads(resumed.output.strip().splitlines()[-1])
     assert data["run"]["run_id"] == 1 and [p["attempts"] for p in data["problems"]] == [2, 2]
-    rows = attempts(db)
+    rows = resumed_benchmark.rows
     assert [(r[0], r[1]) for r in rows] == [(1, 0), (1, 1), (1, 2), (1, 3)]  # one run, dense, nothing redone
     assert len({(r[2], r[4]) for r in rows}) == 4
 
     # another proposer's run (here the tuner again, from where the archive stands) beside the first
-    second = invoke("bench", "kernelbench", *files, "--db", str(db), "--max-attempts", "1")
+    second = resumed_benchmark.second
     assert second.exit_code == 0, second.output
     compared = invoke("bench", "report", "1", "2", "--db", str(db))
     assert compared.exit_code == 0, compared.output
@@ -176,25 +210,17 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path):
     assert not db.exists()  # nothing was started
 
 
-def test_a_benchmark_times_only_the_public_size_and_a_plain_run_times_hidden_shapes_too(tmp_path, monkeypatch):
+def test_a_benchmark_times_only_the_public_size_and_a_plain_run_times_hidden_shapes_too(resumed_benchmark, tmp_path,
+                                                                                        monkeypatch):
     """KernelBench ranks at each problem's default size, so a benchmark run's judges check the
     hidden shapes but do not time them, not even in an audit (each would cost a timed batch and
     two baselines on the GPU); a resumed benchmark keeps that, and a plain run of the same file
     times them in its audits."""
-    from kernforge.loop import runner as runner_module
-
-    seen: list[str] = []
-
-    class Recording(runner_module.Devices):
-        def __init__(self, *args, **kwargs):
-            seen.append(kwargs["options"].time_hidden)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(runner_module, "Devices", Recording)
-    folder, db = level(tmp_path, bare=()), tmp_path / "k.db"
-    problem = str(folder / "19_ReLU.py")
-    assert invoke("bench", "kernelbench", problem, "--db", str(db), "--max-attempts", "1").exit_code == 0
-    assert invoke("bench", "kernelbench", "--resume", "1", "--db", str(db), "--max-attempts", "2").exit_code == 0
+    # the benchmark, its resume and a second benchmark of the same files
+    assert [r.exit_code for r in (resumed_benchmark.first, resumed_benchmark.resumed, resumed_benchmark.second)] == [0] * 3
+    seen = list(resumed_benchmark.seen)
+    Recording(monkeypatch, seen)
+    problem = str(resumed_benchmark.folder / "19_ReLU.py")
     plain = invoke("run", "--task", problem, "--db", str(tmp_path / "plain.db"), "--max-attempts", "1")
     assert plain.exit_code == 0, plain.output
-    assert seen == ["never", "never", "audit"]
+    assert seen == ["never", "never", "never", "audit"]

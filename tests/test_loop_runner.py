@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -23,8 +24,9 @@ from kernforge.loop.config import KEY_ENV_VARS
 
 sys.path.append(str(Path(__file__).resolve().parent))  # tests/ helpers (importlib import mode)
 from candidates import HONEST  # noqa: E402
+from config_env import clean_config  # noqa: E402
 from fake_llm import (  # noqa: E402
-    BROKEN_KERNEL, CHEATING_KERNEL, GOOD_KERNEL, error, fake_llm, fenced, reply, slow,
+    BROKEN_KERNEL, CHEATING_KERNEL, GOOD_KERNEL, FakeLLM, error, fake_llm, fenced, reply, slow,
 )
 
 TASKS = Path(__file__).resolve().parent / "tasks"
@@ -69,24 +71,36 @@ def seeded_task(tmp_path: Path) -> Path:
     return folder
 
 
-def test_run_against_a_scripted_llm(fake_llm, tmp_path, monkeypatch):
-    (tmp_path / "config" / "kernforge").mkdir(parents=True)
-    (tmp_path / "config" / "kernforge" / "config.toml").write_text(
-        "[llm]\nconcurrency = 1\nrequest_timeout_s = 3\nmax_retries = 3\nbackoff_base_s = 0.01\n")
-    monkeypatch.setenv("KERNFORGE_API_KEY", KEY)
-    thinking = "<think>Plan: one program per row, fp32 sums.\n" + fenced(CHEATING_KERNEL) + "\nNo: that calls torch.</think>\n"
-    fake_llm.script = [
-        reply(fenced(GOOD_KERNEL), prompt_tokens=1000, completion_tokens=500),
-        reply(fenced(BROKEN_KERNEL)),
-        reply(fenced(CHEATING_KERNEL)),
-        reply(thinking + fenced(GOOD_COMMENTED)),
-        reply("```python\n" + GOOD_KERNEL[:400], finish_reason="length"),
-        error(429, retry_after=0), reply(fenced(MISSING_IMPORT)),
-        slow(30), reply("I would use a persistent grid here.\n```python\nBLOCK = 1024\n```"),
-    ]
+@pytest.fixture(scope="module")
+def scripted_llm_run(tmp_path_factory):
+    """One `kernforge run` of 7 attempts against a scripted LLM: (its result, the server, its folder).
+    Two tests read it: what it archived and asked for, and the code to beat its requests held (a
+    run starts its judge, its workers and a capture of Inductor's code: made once, not twice)."""
+    tmp_path = tmp_path_factory.mktemp("scripted")
+    with pytest.MonkeyPatch.context() as monkeypatch, FakeLLM() as fake_llm:
+        clean_config(monkeypatch, tmp_path)
+        (tmp_path / "config" / "kernforge").mkdir(parents=True)
+        (tmp_path / "config" / "kernforge" / "config.toml").write_text(
+            "[llm]\nconcurrency = 1\nrequest_timeout_s = 3\nmax_retries = 3\nbackoff_base_s = 0.01\n")
+        monkeypatch.setenv("KERNFORGE_API_KEY", KEY)
+        thinking = "<think>Plan: one program per row, fp32 sums.\n" + fenced(CHEATING_KERNEL) + "\nNo: that calls torch.</think>\n"
+        fake_llm.script = [
+            reply(fenced(GOOD_KERNEL), prompt_tokens=1000, completion_tokens=500),
+            reply(fenced(BROKEN_KERNEL)),
+            reply(fenced(CHEATING_KERNEL)),
+            reply(thinking + fenced(GOOD_COMMENTED)),
+            reply("```python\n" + GOOD_KERNEL[:400], finish_reason="length"),
+            error(429, retry_after=0), reply(fenced(MISSING_IMPORT)),
+            slow(30), reply("I would use a persistent grid here.\n```python\nBLOCK = 1024\n```"),
+        ]
+        result = cli.invoke(app, ["run", "--task", str(TASKS / "tiny_norm"), "--db", str(tmp_path / "k.db"), "--base-url",
+                                  fake_llm.base_url, "--model", "fake-model", "--max-attempts", "7"])
+    return result, fake_llm, tmp_path  # the server stopped, what it received kept
+
+
+def test_run_against_a_scripted_llm(scripted_llm_run):
+    result, fake_llm, tmp_path = scripted_llm_run
     db = tmp_path / "k.db"
-    result = cli.invoke(app, ["run", "--task", str(TASKS / "tiny_norm"), "--db", str(db), "--base-url",
-                              fake_llm.base_url, "--model", "fake-model", "--max-attempts", "7"])
     assert result.exit_code == 0, result.output
 
     rows = attempts(db)
@@ -122,14 +136,11 @@ def test_run_against_a_scripted_llm(fake_llm, tmp_path, monkeypatch):
     assert all(KEY not in json.dumps(r.body) for r in fake_llm.requests if r.body)
 
 
-def test_an_llm_run_shows_the_model_torch_compiles_code_for_the_task(fake_llm, tmp_path, monkeypatch):
+def test_an_llm_run_shows_the_model_torch_compiles_code_for_the_task(scripted_llm_run):
     """End to end: the run captures Inductor's code for the task's reference (a real child process
     on the CPU) and the request the provider receives holds it, as the code to beat."""
-    monkeypatch.setenv("KERNFORGE_API_KEY", KEY)
-    fake_llm.script = [reply(fenced(GOOD_KERNEL))]
+    result, fake_llm, tmp_path = scripted_llm_run
     db = tmp_path / "k.db"
-    result = cli.invoke(app, ["run", "--task", str(TASKS / "tiny_norm"), "--db", str(db), "--base-url",
-                              fake_llm.base_url, "--model", "fake-model", "--max-attempts", "1"])
     assert result.exit_code == 0, result.output
     user = fake_llm.completions[0].messages[1]["content"]
     section = user.split("# What torch.compile does for this reference: beat it", 1)[1]
@@ -831,41 +842,75 @@ def _run_row(db: Path) -> tuple:
     return row
 
 
-def test_ctrl_c_with_stdout_gone_stays_interrupted(fake_llm, tmp_path):
+@pytest.fixture(scope="module")
+def interrupted_live_run(tmp_path_factory):
+    """`kernforge run` in a process of its own, waiting on its second (slow) request: a resume of
+    it is asked for (and refused), then its stdout goes and it gets SIGINT (`kernforge run ... |
+    tee log` and Ctrl-C: the terminal's SIGINT ends tee too). What each step showed, for the two
+    tests below: one live run for both (a run in a process of its own starts Python, torch, its
+    judge and Inductor's capture: tens of seconds on the CPU)."""
+    tmp_path = tmp_path_factory.mktemp("live")
+    seen = SimpleNamespace(stdout="")
+    with pytest.MonkeyPatch.context() as monkeypatch, FakeLLM() as fake_llm:
+        clean_config(monkeypatch, tmp_path)
+        fake_llm.script = [reply(fenced(GOOD_KERNEL)), slow(300, reply(fenced(GOOD_COMMENTED)))]
+        db = tmp_path / "k.db"
+        live = _llm_run(fake_llm, tmp_path, db, "--max-attempts", "5")
+        seen.pid = live.pid
+        try:
+            _wait_for_the_second_request(fake_llm, db, live)
+            seen.running = _run_row(db)
+            seen.resume = cli.invoke(app, ["run", "--resume", "1", "--db", str(db)])
+            seen.after_resume = _run_row(db)
+            seen.alive_after_resume = live.poll() is None
+            seen.stdout = _available(live.stdout)  # what it printed before its stdout went
+        finally:
+            live.stdout.close()  # tee is gone
+            live.send_signal(signal.SIGINT)
+            seen.stderr = live.stderr.read()
+            seen.returncode = live.wait(120)
+        seen.ended = _run_row(db)
+    return seen
+
+
+def _available(stream) -> str:
+    """What a pipe holds now, read without waiting for more."""
+    fd, chunks = stream.fileno(), []
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_ctrl_c_with_stdout_gone_stays_interrupted(interrupted_live_run):
     """`kernforge run ... | tee log` and Ctrl-C: the terminal's SIGINT ends tee too, so every write to
     stdout fails from then on. The run still stops cleanly: interrupted, exit 130, no traceback."""
-    fake_llm.script = [reply(fenced(GOOD_KERNEL)), slow(300, reply(fenced(GOOD_COMMENTED)))]
-    db = tmp_path / "k.db"
-    run = _llm_run(fake_llm, tmp_path, db, "--max-attempts", "5")
-    _wait_for_the_second_request(fake_llm, db, run)
-    run.stdout.close()  # tee is gone
-    run.send_signal(signal.SIGINT)
-    stderr = run.stderr.read()
-    assert run.wait(120) == 130, stderr
-    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
-    assert _run_row(db)[:3] == ("interrupted", None, 1)
+    run = interrupted_live_run
+    assert run.returncode == 130, run.stderr
+    assert "Traceback" not in run.stderr and "BrokenPipe" not in run.stderr, run.stderr
+    assert run.ended[:3] == ("interrupted", None, 1)
 
 
-def test_resuming_a_live_run_is_refused_and_leaves_it_alone(fake_llm, tmp_path):
-    fake_llm.script = [reply(fenced(GOOD_KERNEL)), slow(300, reply(fenced(GOOD_COMMENTED)))]
-    db = tmp_path / "k.db"
-    live = _llm_run(fake_llm, tmp_path, db, "--max-attempts", "5")
-    try:
-        _wait_for_the_second_request(fake_llm, db, live)
-        status, owner, count, _ = _run_row(db)
-        assert status == "running" and str(live.pid) in owner
+def test_resuming_a_live_run_is_refused_and_leaves_it_alone(interrupted_live_run):
+    live = interrupted_live_run
+    status, owner, count, _ = live.running
+    assert status == "running" and str(live.pid) in owner
 
-        second = cli.invoke(app, ["run", "--resume", "1", "--db", str(db)])
-        assert second.exit_code == 2, second.output
-        assert "still running" in second.output and f"process {live.pid}" in second.output
-        assert "Traceback" not in second.output
-        assert _run_row(db)[:3] == ("running", owner, count)  # the live run is untouched...
-        assert live.poll() is None
-    finally:
-        live.send_signal(signal.SIGINT)
-        output, errors = live.communicate(timeout=120)
+    second = live.resume
+    assert second.exit_code == 2, second.output
+    assert "still running" in second.output and f"process {live.pid}" in second.output
+    assert "Traceback" not in second.output
+    assert live.after_resume[:3] == ("running", owner, count)  # the live run is untouched...
+    assert live.alive_after_resume
+    output, errors = live.stdout, live.stderr
     assert live.returncode == 130, output + errors  # ...and ends as it would have: interrupted, not failed
-    status, owner, count, seconds = _run_row(db)
+    status, owner, count, seconds = live.ended
     assert (status, owner, count) == ("interrupted", None, 1) and seconds > 0  # its wall time recorded
     assert "ConflictError" not in output + errors and "different code" not in output + errors
 

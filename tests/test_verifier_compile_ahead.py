@@ -27,7 +27,7 @@ from torch._dynamo.utils import counters
 from kernforge.tasks.spec import Shape
 from kernforge.verifier import refworker
 refworker.warm_up()
-msg = json.loads(sys.argv[1])
+msg = json.loads(sys.stdin.readline())
 compiled = refworker._compiled(msg, refworker._model(msg["task_ref"], Shape.of(msg["shape"]), 7, "cpu"), "cpu")
 print(json.dumps({"error": repr(compiled.error) if compiled.error else None, "hits": counters["inductor"]["fxgraph_cache_hit"]}))
 """
@@ -40,22 +40,29 @@ def test_a_compile_made_ahead_is_the_reference_workers_cache_hit(tmp_path):
     msg = {"task_ref": TASK, "shape": {"T": 5, "H": 200}, "dist": "normal", "seeds": [3], "init_seed": 11}
     ahead = subprocess.Popen([sys.executable, "-m", "kernforge.verifier.compile_ahead", "cpu"], env=env, cwd=tmp_path,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the reference worker's compile of the same shape, in a process of its own, other weights: it
+    # starts (imports, warms up) meanwhile, and is asked for its compile once the one ahead is done
+    again = subprocess.Popen([sys.executable, "-c", HIT], env=env, cwd=tmp_path, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        kernels, kernels_holds = _ask(ahead, {"op": "judge_kernels"}, cache)  # the judge's own kernels: GPU only
-        said, holds = _ask(ahead, msg, cache)
+        try:
+            kernels, kernels_holds = _ask(ahead, {"op": "judge_kernels"}, cache)  # the judge's own kernels: GPU only
+            said, holds = _ask(ahead, msg, cache)
+        finally:
+            ahead.kill()
+            stderr = ahead.communicate()[1]
+        assert kernels["error"] is None and said["error"] is None, stderr[-2000:]
+        assert kernels_holds == [False], "the judge's kernels are built inside one hold"
+        # the weights, the inputs' layout, the compiled graph's run, its cleanup: each inside a hold;
+        # Inductor's code generation between the second and the third, holding nothing
+        assert holds == [False, False, True, True], holds
+        out, err = again.communicate(json.dumps({**msg, "seeds": [4]}) + "\n", timeout=600)
     finally:
-        ahead.kill()
-        stderr = ahead.communicate()[1]
-    assert kernels["error"] is None and said["error"] is None, stderr[-2000:]
-    assert kernels_holds == [False], "the judge's kernels are built inside one hold"
-    # the weights, the inputs' layout, the compiled graph's run, its cleanup: each inside a hold;
-    # Inductor's code generation between the second and the third, holding nothing
-    assert holds == [False, False, True, True], holds
-    # the reference worker's compile of the same shape, in a process of its own, other weights
-    again = subprocess.run([sys.executable, "-c", HIT, json.dumps({**msg, "seeds": [4]})], env=env, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600)
-    got = json.loads(again.stdout.strip().splitlines()[-1])
-    assert got["error"] is None and got["hits"] >= 1, again.stderr[-2000:]
+        if again.poll() is None:
+            again.kill()
+            again.wait()
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["error"] is None and got["hits"] >= 1, err[-2000:]
 
 
 def _ask(proc: subprocess.Popen, msg: dict, cache: Path) -> tuple[dict, list[bool]]:

@@ -147,17 +147,24 @@ HANGS_IN_FORWARD = C.HONEST.replace("def forward(self, x, w):", "def forward(sel
 HANGS_AT_IMPORT = "while True:\n    pass\n" + C.HONEST
 
 
+@pytest.fixture(scope="module")
+def judge_of_8_s(tmp_path_factory):
+    """A judge whose first call at a shape and whose module load each get 8 s: both cases below."""
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), first_call_timeout_cpu_s=8.0, load_timeout_s=8.0)
+    with open_judge("cpu", pool_size=1, options=options) as judge:
+        yield judge
+
+
 @pytest.mark.parametrize("source, where", [(HANGS_IN_FORWARD, "checking"), (HANGS_AT_IMPORT, "loading the module")],
                          ids=["forward", "import"])
-def test_a_hung_candidate_gets_a_timeout_verdict_from_the_tasks_own_limits(tmp_path, source, where):
+def test_a_hung_candidate_gets_a_timeout_verdict_from_the_tasks_own_limits(judge_of_8_s, source, where):
     assert source != C.HONEST
-    options = JudgeOptions(cache_dir=tmp_path, first_call_timeout_cpu_s=8.0, load_timeout_s=8.0)
-    with open_judge("cpu", pool_size=1, options=options) as judge:
-        verdict = judge.verify(source, load_task(TASKS / "tiny_norm"))
-        assert verdict.status.value == "timeout", verdict.reason
-        assert "no answer within 8 s" in verdict.reason and where in verdict.reason
-        honest = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))  # the judge goes on working
-        assert honest.accepted, honest.reason
+    judge = judge_of_8_s
+    verdict = judge.verify(source, load_task(TASKS / "tiny_norm"))
+    assert verdict.status.value == "timeout", verdict.reason
+    assert "no answer within 8 s" in verdict.reason and where in verdict.reason
+    honest = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))  # the judge goes on working
+    assert honest.accepted, honest.reason
 
 
 

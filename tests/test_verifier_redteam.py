@@ -15,19 +15,15 @@ from pathlib import Path
 import pytest
 
 import redteam as R
-from kernforge.loop.evaluate import open_judge
 from kernforge.tasks.loader import load_task
-from kernforge.verifier.judge import JudgeOptions
 
 TASKS = Path(__file__).parent / "tasks"
 CPU_ATTACKS = [a for a in R.ATTACKS if a.where in ("cpu", "both")]
 
 
 @pytest.fixture(scope="module")
-def runtime_judge(tmp_path_factory):
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
-    with open_judge("cpu", pool_size=2, options=options) as j:
-        yield j
+def runtime_judge(cpu_runtime_judge):
+    return cpu_runtime_judge  # conftest's, shared with the other modules that only ask for verdicts
 
 
 def _describe(v) -> str:

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 import candidates as C
-from kernforge.loop.evaluate import open_judge
 from kernforge.tasks.loader import load_task
 from kernforge.verifier.judge import JudgeOptions
 
@@ -27,18 +26,14 @@ def task(name: str):
 
 
 @pytest.fixture(scope="module")
-def judge(tmp_path_factory):
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"))
-    with open_judge("cpu", pool_size=2, options=options) as j:
-        yield j
+def judge(cpu_judge):
+    return cpu_judge  # conftest's, shared with the other modules that only ask for verdicts
 
 
 @pytest.fixture(scope="module")
-def runtime_judge(tmp_path_factory):
+def runtime_judge(cpu_runtime_judge):
     """The same judge with its static screen switched off: only runtime defences remain."""
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
-    with open_judge("cpu", pool_size=2, options=options) as j:
-        yield j
+    return cpu_runtime_judge
 
 
 def _describe(verdict) -> str:
