@@ -47,6 +47,15 @@ BUSY_TIMEOUT_S = 30.0
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 
 
+def private_files(db: Path) -> tuple[str, ...]:
+    """What a sandbox must hide of the archive at ``db``: the folder it lies in (its journal and WAL
+    files come and go there) and each of its files by name, for where that folder is one a worker
+    needs (a checkout's root, say) and stays in sight. The archive's stored reasons name hidden
+    shapes, and it holds every candidate's code."""
+    path = Path(os.path.abspath(db))
+    return (str(path.parent),) + tuple(str(path) + suffix for suffix in ("", "-wal", "-shm", "-journal"))
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 

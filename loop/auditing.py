@@ -22,11 +22,12 @@ from typing import Any
 
 from kernforge.archive.export_queries import TaskVersion, task_versions
 from kernforge.archive.records import AttemptRecord, AuditRecord, TaskRecord
-from kernforge.archive.store import Archive, gpu_label
+from kernforge.archive.store import Archive, gpu_label, private_files
 from kernforge.tasks.errors import TaskError
 from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Task
 from kernforge.verifier import audit as auditing
+from kernforge.verifier.judge import JudgeOptions
 
 from .errors import LoopError
 from .evaluate import open_judge, resolve_device
@@ -115,7 +116,8 @@ def audit_archive(db: str | Path, *, task: str | None = None, gpu: int | None = 
         # each task as it loads today (its metadata then stays out of the candidates' sight)
         loaded = {v: _load(archive, v, notes) for v in versions if any(v is w for w, _ in work)}
         tasks = [t for t in loaded.values() if t is not None]
-        with open_judge(device, sandbox=sandbox, pool_size=1, tasks=tasks) as judge:
+        with open_judge(device, sandbox=sandbox, pool_size=1, tasks=tasks,
+                        options=JudgeOptions(private_paths=private_files(db))) as judge:
             model = gpu_label(judge.environment())
             if model not in pending:
                 raise LoopError(f"auditing needs the GPU the times were measured on: the attempts to audit were timed "

@@ -93,8 +93,9 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
     # baseline, or a compiled kernel the reference worker would run
     cache = (options or JudgeOptions()).cache_dir or default_dir()
     compiled = compiled_dir(cache)
+    private = tuple((options or JudgeOptions()).private_paths)
     candidate_spec = WorkerSpec(device=slot, preload=HARNESS_PRELOAD, warmup=HARNESS_WARMUP, isolation="strict",
-                                hidden_paths=secret_paths(tasks) + (str(cache),))
+                                hidden_paths=secret_paths(tasks) + (str(cache),) + private)
     reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none",
                                 trusted_cache=str(compiled))
     candidates = make_backend(sandbox, candidate_spec, pool_size)

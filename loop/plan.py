@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from kernforge.archive.history import HistoryRow, run_history, task_history
 from kernforge.archive.score import library_summary
-from kernforge.archive.store import Archive, gpu_label
+from kernforge.archive.store import Archive, gpu_label, private_files
 from kernforge.tasks.loader import load_tasks
 from kernforge.tasks.spec import Task
 from kernforge.verifier.judge import JudgeOptions
@@ -188,7 +188,8 @@ def judge_options(settings: RunSettings) -> JudgeOptions:
     times the hidden ones too before a best is believed. A KernelBench run is ranked as
     KernelBench ranks it, at each problem's public (default) size: not even its audits time the
     hidden shapes (up to 8 of them, at sizes up to the default's)."""
-    return JudgeOptions(time_hidden="never" if settings.benchmark is not None else "audit")
+    return JudgeOptions(time_hidden="never" if settings.benchmark is not None else "audit",
+                        private_paths=private_files(settings.db))
 
 
 def dead_gap_s(config: Any, options: JudgeOptions) -> float:

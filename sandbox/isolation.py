@@ -186,6 +186,48 @@ def python_paths() -> tuple[str, ...]:
     return outermost(p for c in candidates if os.path.exists(c) for p in {os.path.abspath(c), os.path.realpath(c)})
 
 
+#: a version-control checkout's metadata: its history holds every file it ever held
+VCS_FOLDERS = (".git", ".hg", ".svn", ".jj", ".bzr")
+
+
+def checkout_metadata(paths) -> tuple[str, ...]:
+    """The version-control metadata of every checkout that ``paths`` (folders a worker is shown)
+    lie in or hold at their top: kernforge run from a checkout shows its package folder, the
+    checkout's root, and the history in ``.git`` holds the built-in tasks' metadata (their hidden
+    shapes), which the sandbox hides by path only. A ``.git`` file (a worktree, a submodule)
+    names the folder that holds the history: that one too."""
+    found: list[str] = []
+    for path in paths:
+        folder = Path(os.path.realpath(path))
+        for where in (folder, *folder.parents):
+            for name in VCS_FOLDERS:
+                meta = where / name
+                if meta.is_dir():
+                    found.append(str(meta))
+                elif meta.is_file():
+                    found += [str(meta)] + _git_dirs_named_by(meta)
+    return tuple(dict.fromkeys(found))
+
+
+def _git_dirs_named_by(link: Path) -> list[str]:
+    """The git folders a ``.git`` file points at (``gitdir:``), and their common folder."""
+    try:
+        text = link.read_text(errors="replace")[:4096]
+    except OSError:
+        return []
+    named = []
+    for line in text.splitlines():
+        if line.startswith("gitdir:"):
+            gitdir = (link.parent / line.split(":", 1)[1].strip()).resolve()
+            named.append(str(gitdir))
+            try:
+                common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+                named.append(str(common))
+            except OSError:
+                pass
+    return [n for n in named if os.path.isdir(n)]
+
+
 def outermost(paths) -> tuple[str, ...]:
     """``paths`` without those inside another of them, sorted."""
     kept: list[str] = []
@@ -224,13 +266,18 @@ def unreadable_for_others(paths) -> list[str]:
 
 def mount_plan(workdir: str, needed: tuple[str, ...], hidden: tuple[str, ...], drop_uid: bool) -> list[MountOp]:
     """The ordered steps that give a worker its view: private temp dirs, hidden folders covered,
-    folders it needs bound back in, and (for a dropped uid) closed ancestors opened up."""
+    folders it needs bound back in, and (for a dropped uid) closed ancestors opened up. A hidden
+    folder that is itself one the worker needs is not covered: what inside it must be hidden is
+    named file by file (an archive in the checkout that holds the package)."""
     covers: dict[str, MountOp] = {p: MountOp("tmpfs", p, True, 0o1777) for p in PRIVATE_TMP}
     files: list[MountOp] = []
     hidden_dirs: set[str] = set()
+    shown = {os.path.realpath(p) for p in (workdir, *needed)}
     for raw in hidden:
         path = os.path.realpath(raw)
         if path in NEVER_COVER or path in covers or not os.path.exists(path):
+            continue
+        if path in shown:  # a folder the worker needs is never hidden whole: what it holds is, by name
             continue
         if os.path.isdir(path):
             covers[path] = MountOp("tmpfs", path)

@@ -10,11 +10,12 @@ and the descriptor channel (a Unix socket pair, fd 6 in the job process).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
-import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,7 @@ from typing import Any
 
 from . import procs, uids
 from .env import worker_env
-from .isolation import TMPFS_BYTES, Mechanism, bwrap_command, mount_plan, python_paths
+from .isolation import TMPFS_BYTES, Mechanism, bwrap_command, checkout_metadata, mount_plan, python_paths
 from .protocol import RESERVED_KEY, FrameBuffer, SandboxError, WorkerSpec
 
 STDERR_IN_ERRORS = 3000
@@ -72,8 +73,8 @@ class Worker:
         self.fds_sock, fds_child = socket.socketpair()
         child_fds = (to_worker_r, from_worker_w, ctl_child.fileno(), fds_child.fileno())
         strict = self.spec.isolation != "none"
-        hidden = (os.path.expanduser("~"),) + tuple(self.spec.hidden_paths) if strict else ()
         needed = python_paths() + tuple(p for p in env.get("PYTHONPATH", "").split(":") if os.path.isabs(p))
+        hidden = (os.path.expanduser("~"),) + tuple(self.spec.hidden_paths) + checkout_metadata(needed) if strict else ()
         plan = mount_plan(str(self.workdir), needed, hidden, drop_uid) if self.mech.mountns else []
         config = {
             "fds": list(child_fds), "workdir": str(self.workdir), "preload": list(self.spec.preload),
@@ -269,39 +270,98 @@ class OutputRings:
 
 def remove_stale_private_dirs(prefix: str = PRIVATE_PREFIX) -> list[Path]:
     """Remove the private folders (``<prefix><parent pid>-*``) of parents that no longer exist
-    (killed before they could clean up; their workers died with them). Returns what was removed."""
+    (killed before they could clean up; their workers died with them). Returns what was removed.
+    Never raises: a folder that cannot be removed stays, and the next start tries again."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
         pid = folder.name[len(prefix):].split("-", 1)[0]
-        if not pid.isdigit() or os.path.exists(f"/proc/{pid}") or not folder.is_dir() or folder.is_symlink():
+        try:
+            if not pid.isdigit() or os.path.exists(f"/proc/{pid}") or not folder.is_dir() or folder.is_symlink():
+                continue
+            if folder.stat().st_uid != os.geteuid():
+                continue
+        except OSError:
             continue
-        if folder.stat().st_uid != os.geteuid():
-            continue
-        remove_tree(folder)
-        removed.append(folder)
+        if remove_tree(folder):
+            removed.append(folder)
     return removed
 
 
-def remove_tree(folder: Path) -> None:
-    """rmtree that also removes what a job left without write or search permission."""
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(folder, onexc=_force_remove)
-    else:
-        shutil.rmtree(folder, onerror=_force_remove)
+def remove_tree(folder: Path) -> bool:
+    """Remove ``folder`` and everything below it; whether it is gone. Never raises.
 
-
-def _force_remove(func, path, exc) -> None:
-    """rmtree's error hook: a job may have left folders without write or search permission."""
-    parent = os.path.dirname(path)
+    A candidate shapes what its worker leaves: folders without write or search permission, and
+    trees thousands of levels deep (``py_compile`` with a long ``cfile`` makes one). shutil.rmtree
+    recurses once per level (a RecursionError past ~1,000, which escaped a verdict and then every
+    later judge's start), and a path that deep is longer than the kernel takes. So this walks down
+    with one directory descriptor open at a time, naming each entry relative to it, and climbs back
+    through ``..``. Every process of the worker is dead by then (``Worker.cleanup``): nothing moves
+    the tree while it is walked, and nothing is followed through a symbolic link."""
     try:
-        os.chmod(parent, 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            os.unlink(folder)  # a file or a link where the folder was
+            return True
+        with contextlib.suppress(OSError):
+            os.chmod(folder, 0o700)
+        top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        _empty(top)
     except OSError:
         pass
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(folder)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def _empty(top: int) -> None:
+    """Remove everything inside the directory ``top`` (a descriptor, left open), depth first,
+    without recursion; what cannot be removed is left."""
+    names: list[str] = []  # the path from top down to where the walk is
+    stuck: set[tuple[str, ...]] = set()  # folders that could not be entered or removed
+    here = os.dup(top)
+    try:
+        while True:
+            sub = None
+            with os.scandir(here) as entries:
+                for entry in entries:
+                    try:
+                        if not entry.is_dir(follow_symlinks=False):
+                            os.unlink(entry.name, dir_fd=here)
+                        elif sub is None and (*names, entry.name) not in stuck:
+                            sub = entry.name
+                    except OSError:
+                        pass
+            if sub is not None:
+                try:
+                    os.chmod(sub, 0o700, dir_fd=here)  # a job may leave it without read, write or search
+                    below = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=here)
+                except OSError:
+                    stuck.add((*names, sub))
+                    continue
+                os.close(here)
+                here, names = below, names + [sub]
+                continue
+            if not names:
+                return
+            up = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=here)
+            os.close(here)
+            here, name, names = up, names[-1], names[:-1]
+            try:
+                os.rmdir(name, dir_fd=here)
+            except OSError:
+                stuck.add((*names, name))
+    finally:
+        os.close(here)
 
 
 def read_ready_frame(worker: Any) -> bool:

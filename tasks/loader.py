@@ -23,6 +23,7 @@ device shows to be sizes (``shapes.py``); the interpreter's vary only ``batch_si
 from __future__ import annotations
 
 import ast
+import glob
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -111,9 +112,17 @@ def candidate_bundle(task: Task) -> dict[str, str | None]:
 
 def secret_paths(tasks: Iterable[Task]) -> tuple[str, ...]:
     """Files a candidate's worker must not read: the built-in tasks and every task's metadata
-    (hidden shapes). The sandbox makes them look empty to it."""
-    paths = [str(BUILTIN_DIR)] + [str(t.meta_path) for t in tasks if t.meta_path is not None]
+    (hidden shapes), with any bytecode of it. The sandbox makes them look empty to it."""
+    paths = [str(BUILTIN_DIR)]
+    for meta in (t.meta_path for t in tasks if t.meta_path is not None):
+        paths += [str(meta)] + bytecode_of(Path(meta))
     return tuple(dict.fromkeys(paths))
+
+
+def bytecode_of(path: Path) -> list[str]:
+    """The bytecode Python has written for the source file ``path`` (``__pycache__/<stem>.*.pyc``,
+    by whichever process imported it): everything the source holds, hidden shapes included."""
+    return [str(p) for p in sorted((path.parent / "__pycache__").glob(f"{glob.escape(path.stem)}.*.pyc"))]
 
 
 def unbundle(data: dict[str, str | None], folder: Path, *, derive_hidden: bool = True) -> Task:

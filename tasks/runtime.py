@@ -46,7 +46,10 @@ def load_module(path: Path, *, fresh: bool = False) -> ModuleType:
         raise TaskError(f"{path}: not a Python module")
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        # compiled here, not by the import system's loader, which writes a file's bytecode into a
+        # __pycache__ folder beside it: a metadata file's bytecode holds its hidden shapes, and the
+        # sandbox hides the file from candidates, not copies of it made afterwards
+        exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), module.__dict__)
     except Exception as err:  # a task file's own bug: report it with the file name
         raise TaskError(f"{path}: importing it failed: {type(err).__name__}: {err}") from err
     if not fresh:

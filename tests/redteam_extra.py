@@ -82,3 +82,28 @@ return norm(x, w)''', "\nimport time\nCALLS = [0]\n")
 #: how long a verdict on an already wrong answer may take (its test's call limits are 10 s and
 #: 5 s, the session's 300 s)
 WRONG_THEN_HANGS_LIMIT_S = 60.0
+
+#: candidates that break what the trusted side shares with them, then compute honestly: each must
+#: get a verdict (never an exception out of the judge), and the judge must go on judging
+SABOTAGE = {
+    # a shrunk shared arena: the reference worker's next write into its mapping would die of SIGBUS
+    "truncates_the_arena": '''import os
+for _fd in os.listdir("/proc/self/fd"):
+    try:
+        if "kernforge-arena" in os.readlink(f"/proc/self/fd/{_fd}"):
+            os.ftruncate(int(_fd), 0)
+    except OSError:
+        pass
+''' + HONEST,
+    # a tree deeper than Python's recursion limit and longer than a path may be, left in the
+    # worker's folder: the cleanup of the worker walks it
+    "leaves_a_tree_2500_folders_deep": '''import os
+_here = os.open(".", os.O_RDONLY)
+for _ in range(2500):
+    os.mkdir("d", dir_fd=_here)
+    _below = os.open("d", os.O_RDONLY, dir_fd=_here)
+    os.close(_here)
+    _here = _below
+os.close(_here)
+''' + HONEST,
+}

@@ -378,3 +378,35 @@ def test_a_profiled_worker_keeps_its_file_system_view_but_not_the_namespaces_the
     cmd = bwrap_command(bwrap, [], "/tmp/w")
     assert "--unshare-net" not in cmd and "--unshare-pid" not in cmd and "--ro-bind" in cmd
     assert "--unshare-net" in bwrap_command(Mechanism("bwrap", "bwrap", netns=True, pidns=True, mountns=True), [], "/tmp/w")
+
+
+def test_a_hidden_folder_the_worker_needs_stays_and_its_hidden_files_go():
+    """The archive's folder is hidden, unless it is one the worker needs (the checkout that holds
+    the package): then only the archive's files are, by name."""
+    with mock.patch("os.path.exists", return_value=True), mock.patch("os.path.realpath", side_effect=lambda p: p), \
+            mock.patch("os.path.isdir", side_effect=lambda p: not p.endswith(".db")):
+        plan = mount_plan("/tmp/w/work", needed=("/srv/checkout", "/srv/venv"),
+                          hidden=("/srv/checkout", "/srv/checkout/k.db", "/srv/runs"), drop_uid=False)
+    by_path = {op.path: op.kind for op in plan}
+    assert "/srv/checkout" not in by_path  # shown as it is
+    assert by_path["/srv/checkout/k.db"] == "hide_file" and by_path["/srv/runs"] == "tmpfs"
+
+
+def test_checkout_metadata_finds_the_history_of_every_checkout_shown(tmp_path):
+    """A worker shown a folder of a checkout (a package run from its clone) must not see the
+    checkout's history, nor, for a worktree, the history its ``.git`` file names."""
+    from kernforge.sandbox.isolation import checkout_metadata
+
+    main = tmp_path / "main"
+    (main / ".git" / "worktrees" / "wt").mkdir(parents=True)
+    (main / ".git" / "worktrees" / "wt" / "commondir").write_text("../..\n")
+    (main / "pkg").mkdir()
+    tree = tmp_path / "wt"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / ".git").write_text(f"gitdir: {main / '.git' / 'worktrees' / 'wt'}\n")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert checkout_metadata([str(main / "pkg")]) == (str(main / ".git"),)
+    assert set(checkout_metadata([str(tree / "pkg")])) == {
+        str(tree / ".git"), str(main / ".git" / "worktrees" / "wt"), str(main / ".git")}
+    assert all(not p.startswith(str(plain)) for p in checkout_metadata([str(plain)]))

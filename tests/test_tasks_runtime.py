@@ -57,3 +57,14 @@ def test_a_model_is_built_on_the_device_where_its_init_can_run_there():
     on_device = runtime._built_on("meta", 5, _Linear, [4])
     assert on_device is not None and on_device.weight.device.type == "meta"
     assert runtime._built_on("meta", 5, _HostOnlyInit, [4]) is None
+
+
+def test_loading_a_task_file_writes_no_bytecode_beside_it(tmp_path, monkeypatch):
+    """A metadata file's bytecode holds its hidden shapes; the sandbox hides the file by name, so
+    the judge's own loading must leave no copy of it in a ``__pycache__`` beside it."""
+    monkeypatch.setattr("sys.dont_write_bytecode", False)
+    meta = tmp_path / "meta.py"
+    meta.write_text("from __future__ import annotations\nHIDDEN_SHAPES = [{'T': 3, 'H': 96}]\n")
+    module = runtime.load_module(meta, fresh=True)
+    assert module.HIDDEN_SHAPES == [{"T": 3, "H": 96}]
+    assert not (tmp_path / "__pycache__").exists()

@@ -3,6 +3,8 @@ heap's segment allocator (the GPU's, tested here on plain numbers)."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 import pytest
 
@@ -81,3 +83,44 @@ def test_heap_region_first_fit_and_coalescing():
         r.free(p)
     assert r.in_use() == 0 and r.alloc(64 << 20) == 0  # everything coalesced back into one block
     assert r.alloc(1) is None  # full: no address, never an exception inside torch's allocator
+
+
+def _arena_descriptors() -> list[int]:
+    """This process's open descriptors of an arena's memory."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if "kernforge-arena" in os.readlink(f"/proc/self/fd/{name}"):
+                found.append(int(name))
+        except OSError:
+            pass
+    return found
+
+
+def test_no_descriptor_of_the_arena_stays_open_where_it_is_mapped():
+    """The candidate's worker maps the arena it is handed and keeps no descriptor of it: with one,
+    its code could resize the memory under the reference worker's mapping."""
+    owner = Arena.create(Layout(1 << 16, 4096), "cpu")
+    try:
+        before = set(_arena_descriptors())  # the owner's own
+        opened = Arena.open(owner.export(), Layout(1 << 16, 4096), "cpu")
+        assert set(_arena_descriptors()) == before
+        opened.data[:8] = 7
+        assert owner.data[:8].tolist() == [7] * 8  # still the same bytes
+    finally:
+        owner.close()
+
+
+def test_the_arena_cannot_be_resized_through_a_descriptor_of_it():
+    owner = Arena.create(Layout(1 << 16, 4096), "cpu")
+    fd = owner.export()
+    try:
+        for size in (0, 4096, 1 << 20):
+            with pytest.raises(PermissionError):
+                os.ftruncate(fd, size)
+        assert os.fstat(fd).st_size == 1 << 16
+        owner.data[-1] = 3  # the owner's mapping is whole
+        assert int(owner.data[-1]) == 3
+    finally:
+        os.close(fd)
+        owner.close()

@@ -24,16 +24,13 @@ def _describe(v) -> str:
 
 
 @pytest.fixture(scope="module")
-def screened_judge(tmp_path_factory):
-    with open_judge("cpu", pool_size=2, options=JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"))) as j:
-        yield j
+def screened_judge(cpu_judge):
+    return cpu_judge  # conftest's, shared with the other modules that only ask for verdicts
 
 
 @pytest.fixture(scope="module")
-def runtime_judge(tmp_path_factory):
-    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
-    with open_judge("cpu", pool_size=2, options=options) as j:
-        yield j
+def runtime_judge(cpu_runtime_judge):
+    return cpu_runtime_judge
 
 
 @pytest.mark.parametrize("case", X.SCREENED, ids=[c.name for c in X.SCREENED])
@@ -50,6 +47,23 @@ def test_a_candidate_cannot_reach_the_next_verdict(runtime_judge):
     for _ in range(2):  # the daemon would still be zeroing the shared arena now
         verdict = runtime_judge.verify(HONEST, task)
         assert verdict.accepted, _describe(verdict)
+
+
+@pytest.mark.parametrize("name", sorted(X.SABOTAGE))
+def test_sabotage_of_shared_state_gets_a_verdict_and_the_judge_goes_on(tmp_path, name):
+    """A candidate that shrinks the shared arena, or leaves a tree too deep for a recursive
+    removal, computes honestly: before the fix, the first made the reference worker die of SIGBUS
+    and the judge raise (the run set the whole task aside), the second made the worker's cleanup
+    raise RecursionError out of the verdict and out of every later judge's start. Now each gets its
+    verdict, the judge judges the next candidate, and a new judge starts beside the first's leavings."""
+    task = load_task(TASKS / "tiny_norm")
+    options = JudgeOptions(cache_dir=tmp_path, static_screen=False)
+    with open_judge("cpu", pool_size=1, options=options) as judge:
+        verdict = judge.verify(X.SABOTAGE[name], task)
+        assert verdict.accepted, _describe(verdict)  # the kernel is honest; what it broke is the judge's to withstand
+        assert judge.verify(HONEST, task).accepted
+        with open_judge("cpu", pool_size=1, options=options) as other:
+            assert other.verify(HONEST, task).accepted
 
 
 def test_a_wrong_answer_is_not_held_up_by_the_call_sent_ahead(tmp_path):

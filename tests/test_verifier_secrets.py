@@ -102,3 +102,91 @@ def test_the_judges_cache_is_hidden_from_candidates_and_compiles_for_trusted_wor
     assert str(cache) in specs["candidate"].hidden_paths and specs["candidate"].trusted_cache is None
     assert specs["reference"].trusted_cache == str(cache / "compiled")
     assert (cache / "compiled").stat().st_mode & 0o077 == 0, "private to this user"
+
+
+#: A kernel that is right only where its process can read ``TARGET`` (a file with bytes in it, or a
+#: folder with entries): judged where that is a secret, it must come out incorrect; judged with a
+#: target it may read (the control), accepted.
+RIGHT_ONLY_IF_IT_SEES = with_forward('''        if SEES is None:
+            SEES = [_sees(TARGET)]
+        if SEES[0]:
+            return norm(x, w)
+        y = torch.empty_like(x)  # blind: the wrong epsilon
+        _norm_kernel[(x.shape[0],)](x.contiguous(), w, y, x.shape[1], 1.0, BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y''', '''
+import os
+
+SEES = None
+TARGET = {target!r}
+
+
+def _sees(path):
+    try:
+        if os.path.isdir(path):
+            return bool(os.listdir(path))
+        with open(path, "rb") as f:
+            return bool(f.read(64))
+    except OSError:
+        return False
+''').replace("        if SEES is None:", "        global SEES\n        if SEES is None:")
+
+
+@pytest.fixture
+def scratch():
+    """A folder a worker would see (inside the tests' folder: /tmp is private to every worker, so
+    nothing there could show a leak); removed afterwards."""
+    import shutil
+    import uuid
+
+    folder = Path(__file__).resolve().parent / f".scratch-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_copies_of_secrets_outside_their_files_are_hidden_too(scratch):
+    """Found by red-teaming: a hidden metadata file's bytecode in ``__pycache__`` beside it
+    (written by any process that imported it), the archive (its stored reasons name hidden shapes;
+    its WAL file holds the newest), and the checkout's history, were all readable by a candidate
+    that the sandbox showed everything else. Each is a target of a kernel right only where it can
+    read its target; a control target proves the probe would see."""
+    import importlib.util
+    import py_compile
+    import shutil
+    import sqlite3
+
+    from kernforge.archive.store import private_files
+    from kernforge.sandbox.isolation import python_paths
+
+    if not mechanism("strict").mountns:
+        pytest.skip("this machine's sandbox cannot hide files (no bubblewrap, no mount namespace)")
+    folder = scratch / "tiny_norm"
+    shutil.copytree(TASKS / "tiny_norm", folder)
+    task = load_task(folder)
+    pyc = Path(importlib.util.cache_from_source(str(task.meta_path)))
+    py_compile.compile(str(task.meta_path), cfile=str(pyc), doraise=True)  # as another process's import would
+    db = scratch / "runs" / "k.db"
+    db.parent.mkdir()
+    archive = sqlite3.connect(db)
+    archive.execute("pragma journal_mode=wal")
+    archive.execute("create table reasons (reason text)")
+    archive.execute("insert into reasons values ('incorrect at hidden shape T=3 H=96')")
+    archive.commit()  # the connection stays open: its WAL file is there while the judge works
+    targets = {"control": str(folder / "reference.py"), "bytecode of the metadata": str(pyc),
+               "the archive": str(db), "the archive's WAL": str(db) + "-wal", "the archive's folder": str(db.parent)}
+    git = [Path(p) / ".git" for p in python_paths() if (Path(p) / ".git").is_dir()]
+    if git:  # kernforge runs from a checkout here (CI's clone): its history holds the built-in metadata
+        targets["the checkout's history"] = str(git[0])
+    assert all(Path(t).exists() for t in targets.values()), targets
+    options = JudgeOptions(cache_dir=scratch / "cache", static_screen=False, private_paths=private_files(db))
+    try:
+        with open_judge("cpu", pool_size=1, options=options, tasks=[task]) as judge:
+            verdicts = {name: judge.verify(RIGHT_ONLY_IF_IT_SEES.format(target=target), task)
+                        for name, target in targets.items()}
+    finally:
+        archive.close()
+    assert verdicts.pop("control").accepted
+    seen = {name: v.reason for name, v in verdicts.items() if v.status.value != "incorrect"}
+    assert not seen, seen

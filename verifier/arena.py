@@ -14,6 +14,7 @@ the trusted side lays out and the candidate's worker copies its outputs into.
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 from dataclasses import dataclass
@@ -74,9 +75,12 @@ class Arena:
 
             block = vmm.create(layout.size, _index(device))
             return cls(block.tensor(), Layout(block.size, layout.input_bytes), device, keep=block)
-        fd = os.memfd_create("kernforge-arena", os.MFD_CLOEXEC)
+        fd = os.memfd_create("kernforge-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, layout.size)
+            # its size is fixed for good: a process holding it can write its bytes, never shrink it
+            # under the reference worker's mapping (whose next write would die of SIGBUS)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             mapping = mmap.mmap(fd, layout.size)
         except OSError:
             os.close(fd)
@@ -85,7 +89,8 @@ class Arena:
 
     @classmethod
     def open(cls, fd: int, layout: Layout, device: str) -> "Arena":
-        """Map an arena another process created (``fd`` is closed here)."""
+        """Map an arena another process created (``fd`` is closed here, and no descriptor of the
+        arena stays open in this process: on the CPU this is the candidate's worker)."""
         if device.startswith("cuda"):
             from . import vmm
 
@@ -97,10 +102,10 @@ class Arena:
         try:
             if os.fstat(fd).st_size < layout.size:
                 raise ArenaFull(f"the shared memory handed over holds {os.fstat(fd).st_size} bytes, not {layout.size}")
-            mapping = mmap.mmap(fd, layout.size)
+            mapped = _Mapped(fd, layout.size)
         finally:
             os.close(fd)
-        return cls(_cpu_tensor(mapping), layout, device, keep=mapping)
+        return cls(_cpu_tensor(mapped.buffer), layout, device, keep=mapped)
 
     def export(self) -> int:
         """A new descriptor for this arena, to hand to another process (the caller closes it)."""
@@ -161,8 +166,8 @@ class Arena:
             mapping, fd = keep
             _close_mapping(mapping)
             os.close(fd)
-        elif isinstance(keep, mmap.mmap):
-            _close_mapping(keep)
+        elif isinstance(keep, _Mapped):
+            pass  # mapped for the process's life (tensors may still view it)
         else:
             keep.close()
 
@@ -175,6 +180,25 @@ def _contiguous_strides(shape: list[int]) -> list[int]:
     return list(reversed(strides))
 
 
+class _Mapped:
+    """A shared mapping of ``size`` bytes of ``fd`` that keeps no descriptor of its own (Python's
+    ``mmap.mmap`` keeps a duplicate until it is closed: in the candidate's worker that was a
+    writable descriptor of the arena, in reach of the candidate's code). It is never unmapped: the
+    worker maps its arena once and keeps it until it exits."""
+
+    def __init__(self, fd: int, size: int):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        address = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            err = ctypes.get_errno()
+            raise OSError(err, f"mapping the arena: {os.strerror(err)}")
+        self.buffer = (ctypes.c_uint8 * size).from_address(address)
+
+
 def _close_mapping(mapping: mmap.mmap) -> None:
     try:
         mapping.close()
@@ -182,7 +206,7 @@ def _close_mapping(mapping: mmap.mmap) -> None:
         pass
 
 
-def _cpu_tensor(mapping: mmap.mmap) -> Any:
+def _cpu_tensor(mapping: Any) -> Any:
     import warnings
 
     import torch

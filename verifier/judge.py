@@ -123,6 +123,10 @@ class JudgeOptions:
     #: measured ceilings sit below the datasheet: the floor allows this much headroom above them
     floor_headroom: float = 1.2
     cache_dir: Path | None = None
+    #: files and folders a candidate's worker must not see, beside the tasks' metadata and the
+    #: judge's cache: the archive a run writes (its stored reasons name hidden shapes, and it
+    #: holds every other candidate's code)
+    private_paths: tuple[str, ...] = ()
     #: tests switch the static screen off to show each runtime defence working on its own
     static_screen: bool = True
 
@@ -221,6 +225,8 @@ class Judge:
         self._closing = False
         #: a request was sent to the reference worker and its reply not yet read
         self._ref_pending = False
+        #: a candidate's worker holds the reference worker's arena now (a verdict is under way)
+        self._arena_out = False
         self._env: dict[str, Any] | None = None
         self._sizes: dict[tuple, dict[str, Any]] = {}
         #: seconds spent per step of the verdict in progress ("ref.compare", "worker.check", ...)
@@ -267,6 +273,9 @@ class Judge:
                     break
                 except WorkerFailure as failure:
                     self._drop_ref()
+                    if self._arena_out:  # a fresh reference worker would not have the arena the verdict uses
+                        raise JudgeError(f"the reference worker failed on {op} while a candidate's worker shared its "
+                                         f"arena (the arena went with it): {failure.reason}") from failure
                     if attempt == 2 or fds is not None or recv_fds:
                         raise JudgeError(f"the reference worker failed on {op}: {failure.reason}") from failure
         finally:
@@ -456,11 +465,13 @@ class Judge:
             session = backend.session(HARNESS_ENTRY, payload, limits)
             self._spent("worker.start", t0)
             try:
+                self._arena_out = True
                 session.send_fds([arena_fd], "arena")
                 if go_theirs is not None:
                     session.send_fds([go_theirs.fileno()], "go")
                 yield session, arena["size"]
             finally:
+                self._arena_out = False
                 t0 = time.perf_counter()
                 session.close()
                 self._spent("worker.close", t0)
