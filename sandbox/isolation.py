@@ -352,4 +352,10 @@ def describe_isolation() -> tuple[bool, str]:
     else:
         parts.append("file system NOT read-only (no mount namespace)")
     text = f"{mech.detail if mech.name == 'bwrap' else 'namespaces via ' + mech.detail}: {', '.join(parts)}"
-    return True, f"{text}; {drop_detail}; rlimits cpu/fsize/nproc/core; memory polled"
+    import platform
+
+    from .seccomp import ARCHES
+
+    calls = ("keyrings, new namespaces and other processes' memory refused (seccomp)" if platform.machine() in ARCHES
+             else f"NO system call filter ({platform.machine()})")
+    return True, f"{text}; {drop_detail}; rlimits cpu/fsize/nproc/core; memory polled; {calls}"

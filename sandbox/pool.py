@@ -265,9 +265,13 @@ class ProcessBackend:
             self._record_failure(e)
             return
         if ready:
-            fresh = set(map(str, worker.ready_info.get("mount_warnings") or [])) - self.warnings
+            said = set(map(str, worker.ready_info.get("mount_warnings") or []))
+            filtered = str(worker.ready_info.get("seccomp", "installed"))
+            if self.spec.isolation != "none" and filtered != "installed":
+                said.add(f"system call filter {filtered}")
+            fresh = said - self.warnings
             for warning in sorted(fresh):
-                log.warning("sandbox worker file-system view: %s", warning)
+                log.warning("sandbox worker: %s", warning)
             with self._cond:
                 self.warnings |= fresh
                 self._starting.remove(worker)

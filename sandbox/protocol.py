@@ -327,6 +327,11 @@ class Session(Protocol):
         """Push the wall deadline back by ``seconds``: time the parent kept the job waiting."""
         ...
 
+    def strays(self) -> list[str]:
+        """Processes the job started that are still running (``pid command``), read from outside
+        the worker; empty where its processes cannot be seen."""
+        ...
+
     def pause(self) -> None:
         """Stop every process of the job (SIGSTOP to its uid's, or its tree's) until ``resume``:
         while its judge waits for the GPU, another lane may be timing, and a stopped job launches

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from . import procs
 from .fdframes import FdReader, encode_fd_frame, fd_list, send_fd_frame
 from .protocol import RESERVED_KEY, Diagnostics, FailureKind, Limits, SandboxError, WorkerFailure, encode
 from .spawn import Worker
@@ -91,6 +92,8 @@ class ProcessSession:
         self._eof = False
         self._fd_reader = FdReader()
         self._closed: Diagnostics | None = None
+        #: the worker's processes before its job began (its sandbox's, its supervisor, the job)
+        self._own = self._tree()
         self.send({RESERVED_KEY: "job", "entry": entry, "payload": dict(payload), "limits": limits.to_dict()})
         worker.boost()
 
@@ -176,6 +179,40 @@ class ProcessSession:
         """Push the wall deadline back by ``seconds`` (the parent kept the job waiting that long)."""
         with self._lock:
             self.deadline += max(0.0, seconds)
+
+    def strays(self) -> list[str]:
+        """Processes alive in the worker's tree now that were not there when its job began (each
+        as ``pid command``, the command as the process names itself, cut short): what the job
+        started and left running. Zombies are left out (they run nothing). Read by the parent from
+        /proc, which the job cannot touch; empty where the worker's processes are not visible."""
+        root = self._root()
+        if root is None:
+            return []
+        snapshot = procs.snapshot()
+        found = []
+        for pid in procs.descendants(root, snapshot):
+            if pid in self._own or pid not in snapshot or snapshot[pid].state == "Z":
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    command = f.read(400).replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue  # gone meanwhile
+            found.append(f"{pid} {' '.join(command.split())[:160] or '?'}")
+        return found
+
+    def _root(self) -> int | None:
+        """The top of the worker's process tree in this machine's /proc (a container's init for
+        the docker backend), or None where it is not visible."""
+        host_pid = getattr(self.worker, "host_pid", None)
+        if host_pid is not None:
+            return host_pid
+        proc = getattr(self.worker, "proc", None)
+        return proc.pid if proc is not None else None
+
+    def _tree(self) -> set[int]:
+        root = self._root()
+        return set(procs.descendants(root, procs.snapshot())) if root is not None else set()
 
     def pause(self) -> None:
         self.worker.pause()

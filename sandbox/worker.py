@@ -30,6 +30,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from . import seccomp
 from .protocol import RESERVED_KEY, WORKER_FDS_FD, WORKER_READ_FD, WORKER_WRITE_FD, Channel
 
 CONTROL_FD = 5
@@ -124,6 +125,7 @@ def job_process(config: dict) -> None:
         if config.get("nice"):
             os.nice(config["nice"])  # warming up must not slow the job being judged next door
         _become_unprivileged(config)
+        filtered = seccomp.install() if config.get("strict") else "not installed: a trusted worker"
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         cwd = os.getcwd()
         sys.path[:] = [p for p in sys.path if p not in ("", cwd)]
@@ -133,7 +135,8 @@ def job_process(config: dict) -> None:
         if config.get("warmup"):
             resolve(config["warmup"])()
         channel.send({RESERVED_KEY: "ready", "pid": os.getpid(), "uid": os.getuid(),
-                      "warmup_seconds": time.monotonic() - start, "mount_warnings": config.get("mount_warnings", [])})
+                      "warmup_seconds": time.monotonic() - start, "mount_warnings": config.get("mount_warnings", []),
+                      "seccomp": filtered})
     except BaseException:
         traceback.print_exc()
         _exit(EXIT_STARTUP_FAILED)

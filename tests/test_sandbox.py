@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import platform
 import sys
 import threading
 import uuid
@@ -509,3 +510,18 @@ def test_descriptors_in_a_trusted_worker():
         test_messages_sent_early_arrive_in_order_with_their_tags(backend)
         test_bad_descriptor_messages_are_protocol_violations(backend, "flood_one_message", {"count": 100}, "more than")
         test_job_that_closes_its_descriptor_channel(backend)
+
+
+def test_kernel_interfaces_no_kernel_needs_are_refused_and_builds_still_run(pool):
+    """A key stored in the uid's keyring outlived the worker, and worker uids are leased again:
+    the red team relayed the shapes each worker was called at to the next. Under strict isolation
+    the job's seccomp filter refuses keyrings, new namespaces and other processes' memory; threads
+    and programs run as before (a build forks and execs)."""
+    if platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip(f"no system call numbers for {platform.machine()}")
+    outcome = run_job(pool, "kernel_state")
+    said = outcome.message
+    assert said["thread"] == "ok" and said["program"] == "ok", said
+    if pool.spec.isolation == "none":
+        return
+    assert {said[name] for name in ("add_key", "keyctl", "unshare", "process_vm_readv")} == {"EPERM"}, said

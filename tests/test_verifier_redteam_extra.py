@@ -49,6 +49,15 @@ def test_a_candidate_cannot_reach_the_next_verdict(runtime_judge):
         assert verdict.accepted, _describe(verdict)
 
 
+def test_a_helper_program_started_at_import_is_seen_from_outside(runtime_judge):
+    """A program started while the module is imported, computing every output from what forward
+    sends it down a pipe: no trace of the worker covers it. The parent sees it in the worker's
+    process tree once the module has loaded."""
+    verdict = runtime_judge.verify(X.PROGRAM_AT_IMPORT, load_task(TASKS / "tiny_norm"))
+    assert (verdict.status.value, verdict.threat) == ("sandbox_violation", 21), _describe(verdict)
+    assert "after its module loaded" in verdict.reason and "-c" in verdict.reason
+
+
 @pytest.mark.parametrize("name", sorted(X.SABOTAGE))
 def test_sabotage_of_shared_state_gets_a_verdict_and_the_judge_goes_on(tmp_path, name):
     """A candidate that shrinks the shared arena, or leaves a tree too deep for a recursive

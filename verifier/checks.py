@@ -27,6 +27,7 @@ class Check(str, Enum):
     INTEGRITY = "integrity"
     TASK_GLOBALS = "task globals"
     THREADS = "threads"
+    PROCESSES = "processes"
     TORCH_OPS = "runtime trace"
     OWN_KERNELS = "own kernels"
     PERSISTING_L2 = "persisting L2"

@@ -43,7 +43,7 @@ from kernforge.tasks.spec import Shape, Task
 from . import contender, fits, messages as M, ncu
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
-                       output_type, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
+                       output_type, processes, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
 from .gate import DeviceGate
 from .kernels import own_kernel_names
 from .library import library_baseline
@@ -563,6 +563,8 @@ class Judge:
         if isinstance(loaded, Rejected):
             return loaded
         rejection = _signals_rules(loaded.signals, "while the module was imported", task, own, self.on_gpu, call=False)
+        if rejection is None:
+            rejection = processes.still_running(session.strays(), "after its module loaded")
         if rejection is not None:
             return rejection
         for hidden in (False, True):  # hidden shapes only once every public one passed
@@ -577,6 +579,9 @@ class Judge:
             results = self._interpreter_times(task, timed)
         if isinstance(results, Rejected):
             return results
+        rejection = processes.still_running(session.strays(), "after its calls")
+        if rejection is not None:
+            return rejection
         try:
             session.send({"op": "done"})
         except (WorkerFailure, OSError):

@@ -8,6 +8,7 @@ parent sees and on what leaked.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import socket
@@ -228,3 +229,32 @@ def read_back(channel, payload):
 
 def broken_warmup():
     raise RuntimeError("warm-up is broken on purpose")
+
+
+def kernel_state(channel, payload):
+    """Try what the seccomp filter refuses (a key in the uid's keyring, a namespace of its own,
+    another process's memory) and what a build needs (a thread, a program run to its end)."""
+    import ctypes
+    import platform
+    import subprocess
+    import threading
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    numbers = {"x86_64": {"add_key": 248, "keyctl": 250, "unshare": 272, "process_vm_readv": 310},
+               "aarch64": {"add_key": 217, "keyctl": 219, "unshare": 97, "process_vm_readv": 270}}[platform.machine()]
+    results = {}
+    for name, args in (("add_key", (b"user", b"kernforge-relay", b"T=3", 3, -4)),  # KEY_SPEC_USER_KEYRING
+                       ("keyctl", (0, -4, 0, 0, 0)),  # KEYCTL_GET_KEYRING_ID of the user keyring
+                       ("unshare", (0x10000000, 0, 0, 0, 0)),  # CLONE_NEWUSER
+                       ("process_vm_readv", (1, 0, 0, 0, 0))):
+        ctypes.set_errno(0)
+        got = libc.syscall(numbers[name], *[ctypes.c_char_p(a) if isinstance(a, bytes) else ctypes.c_long(a) for a in args])
+        results[name] = "ok" if got >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+    box = []
+    thread = threading.Thread(target=lambda: box.append(1))
+    thread.start()
+    thread.join()
+    results["thread"] = "ok" if box else "failed"
+    results["program"] = "ok" if subprocess.run(["true"]).returncode == 0 else "failed"
+    channel.send(results)

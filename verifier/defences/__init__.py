@@ -64,5 +64,5 @@ def docs() -> list[dict[str, Any]]:
 
 def _load_all() -> None:
     from . import (batch, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes,  # noqa: F401
-                   memory, output_type, reference_call, repeat, reply, roofline, static, threads, values)
+                   memory, output_type, processes, reference_call, repeat, reply, roofline, static, threads, values)
     from .. import audit, ncu  # noqa: F401  (the audit's checks are registered there)

@@ -1,0 +1,84 @@
+"""A seccomp filter for a strict worker's job process: kernel interfaces a kernel never needs fail.
+
+Installed by the job process itself before any untrusted code exists in it (after the uid drop
+and PR_SET_NO_NEW_PRIVS, before the preload), it binds that process and everything it starts for
+their whole life: a filter can be added to, never taken away. Each call below fails with EPERM:
+
+* ``keyctl``, ``add_key``, ``request_key``: the kernel's keyrings belong to a uid and outlive the
+  process. Worker uids are leased again and again, so a key one candidate stored was there for
+  the next (red team: the shapes each worker was called at, relayed to later ones, until one
+  fitted them all), and for the audit of the same code.
+* ``unshare``, ``setns``: namespaces of its own (a user namespace gives a tmpfs whose pages no
+  limit of the worker's counts; a pid namespace, processes the parent's sweep may miss).
+* ``ptrace``, ``process_vm_readv``, ``process_vm_writev``: other processes' memory.
+
+Every call of another architecture's calling convention (``int 0x80`` on x86-64, the x32 ABI)
+fails too: the numbers above would not name it. Builds are untouched (a CUDA extension's compile
+forks and execs as it likes). Where the kernel has no seccomp, or the architecture is not one
+listed here, nothing is installed and ``install`` says why.
+
+Standard library only: the classic BPF program is assembled here (``struct sock_filter``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+# classic BPF
+LD_W_ABS, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06
+RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
+#: struct seccomp_data: int nr; __u32 arch; ...
+NR, ARCH = 0, 4
+X32_BIT = 0x40000000
+
+#: per machine: the audit architecture its system calls report, and the numbers refused
+ARCHES = {
+    "x86_64": (0xC000003E, {"keyctl": 250, "add_key": 248, "request_key": 249, "unshare": 272, "setns": 308,
+                            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311}),
+    "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268,
+                             "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271}),
+}
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k)
+
+
+def program(machine: str) -> bytes:
+    """The filter for ``machine`` (``platform.machine()``), as packed ``sock_filter`` entries."""
+    arch, numbers = ARCHES[machine]
+    deny = _op(RET_K, RET_ERRNO | errno.EPERM)
+    refused = sorted(numbers.values())
+    body = [_op(LD_W_ABS, ARCH), _op(JEQ_K, arch, jt=1), deny, _op(LD_W_ABS, NR)]
+    if machine == "x86_64":  # the x32 ABI's calls carry this bit: none is ours to allow
+        body.append(_op(JGE_K, X32_BIT, jt=len(refused) + 1))
+    for i, nr in enumerate(refused):  # a match jumps to the deny after the allow
+        body.append(_op(JEQ_K, nr, jt=len(refused) - i))
+    body += [_op(RET_K, RET_ALLOW), deny]
+    return b"".join(body)
+
+
+class _Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install() -> str:
+    """Install the filter in this process (PR_SET_NO_NEW_PRIVS must be set already); what was
+    done, in words: 'installed', or why not."""
+    machine = platform.machine()
+    if machine not in ARCHES:
+        return f"not installed: no system call numbers for {machine}"
+    code = program(machine)
+    buffer = ctypes.create_string_buffer(code, len(code))
+    prog = _Prog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        return f"not installed: {os.strerror(err)}"
+    return "installed"
