@@ -51,6 +51,18 @@ def descendants(root: int, procs: dict[int, Proc]) -> list[int]:
     return order
 
 
+def threads(pid: int) -> int:
+    """How many threads ``pid`` has (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def tree_rss(root: int, procs: dict[int, Proc] | None = None) -> int:
     """Resident bytes of ``root``'s tree. Pages shared after fork are counted once per process,
     which over-estimates: a conservative bound for a limit."""

@@ -183,7 +183,8 @@ class ProcessSession:
     def strays(self) -> list[str]:
         """Processes alive in the worker's tree now that were not there when its job began (each
         as ``pid command``, the command as the process names itself, cut short): what the job
-        started and left running. Zombies are left out (they run nothing). Read by the parent from
+        started and left running. Zombies are left out (they run nothing), unless threads of theirs
+        still run (a main thread that called pthread_exit leaves one). Read by the parent from
         /proc, which the job cannot touch; empty where the worker's processes are not visible."""
         root = self._root()
         if root is None:
@@ -191,13 +192,15 @@ class ProcessSession:
         snapshot = procs.snapshot()
         found = []
         for pid in procs.descendants(root, snapshot):
-            if pid in self._own or pid not in snapshot or snapshot[pid].state == "Z":
-                continue
+            if pid in self._own or pid not in snapshot or (snapshot[pid].state == "Z" and procs.threads(pid) <= 1):
+                continue  # a zombie whose only thread is gone; one whose main thread left while others run is alive
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     command = f.read(400).replace(b"\0", b" ").decode(errors="replace").strip()
             except OSError:
                 continue  # gone meanwhile
+            if snapshot[pid].state == "Z":
+                command = f"(its main thread gone, {procs.threads(pid) - 1} threads of it still running)"
             found.append(f"{pid} {' '.join(command.split())[:160] or '?'}")
         return found
 

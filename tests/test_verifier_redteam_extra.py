@@ -49,13 +49,16 @@ def test_a_candidate_cannot_reach_the_next_verdict(runtime_judge):
         assert verdict.accepted, _describe(verdict)
 
 
-def test_a_helper_program_started_at_import_is_seen_from_outside(runtime_judge):
+@pytest.mark.parametrize("source", [X.PROGRAM_AT_IMPORT, X.ZOMBIE_LEADER_AT_IMPORT], ids=["program", "zombie_leader"])
+def test_a_helper_program_started_at_import_is_seen_from_outside(runtime_judge, source):
     """A program started while the module is imported, computing every output from what forward
     sends it down a pipe: no trace of the worker covers it. The parent sees it in the worker's
-    process tree once the module has loaded."""
-    verdict = runtime_judge.verify(X.PROGRAM_AT_IMPORT, load_task(TASKS / "tiny_norm"))
+    process tree once the module has loaded, also when its main thread has gone and it shows as
+    a zombie while a thread of it works."""
+    verdict = runtime_judge.verify(source, load_task(TASKS / "tiny_norm"))
     assert (verdict.status.value, verdict.threat) == ("sandbox_violation", 21), _describe(verdict)
-    assert "after its module loaded" in verdict.reason and "-c" in verdict.reason
+    assert "after its module loaded" in verdict.reason
+    assert ("main thread gone" if source is X.ZOMBIE_LEADER_AT_IMPORT else "-c") in verdict.reason
 
 
 @pytest.mark.parametrize("name", sorted(X.SABOTAGE))
