@@ -256,5 +256,5 @@ def kernel_state(channel, payload):
     thread.start()
     thread.join()
     results["thread"] = "ok" if box else "failed"
-    results["program"] = "ok" if subprocess.run(["true"]).returncode == 0 else "failed"
+    results["program"] = "ok" if subprocess.run([sys.executable, "-c", "pass"]).returncode == 0 else "failed"
     channel.send(results)
