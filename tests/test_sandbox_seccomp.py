@@ -1,0 +1,69 @@
+"""The candidate workers' seccomp filter (sandbox/seccomp.py), installed in a child of the test."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+
+import pytest
+
+from kernforge.sandbox import seccomp
+
+MACHINES = sorted(seccomp.ARCHES)
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine):
+    """Walk the program for each refused number, another number and another architecture, as the
+    kernel would (a tiny classic-BPF interpreter over the ops it uses)."""
+    code = seccomp.program(machine)
+    ops = [struct.unpack("HBBI", code[i:i + 8]) for i in range(0, len(code), 8)]
+    arch, numbers = seccomp.ARCHES[machine]
+
+    def run(nr: int, audit_arch: int) -> int:
+        data = {seccomp.NR: nr, seccomp.ARCH: audit_arch}
+        pc = acc = 0
+        while True:
+            op, jt, jf, k = ops[pc]
+            if op == seccomp.LD_W_ABS:
+                acc, pc = data[k], pc + 1
+            elif op == seccomp.JEQ_K:
+                pc += 1 + (jt if acc == k else jf)
+            elif op == seccomp.JGE_K:
+                pc += 1 + (jt if acc >= k else jf)
+            else:
+                assert op == seccomp.RET_K
+                return k
+
+    denied = seccomp.RET_ERRNO | errno.EPERM
+    assert {run(nr, arch) for nr in numbers.values()} == {denied}
+    assert run(0, arch) == run(39, arch) == seccomp.RET_ALLOW  # read, getpid (x86-64) / io_setup
+    assert run(0, 0x40000003) == denied  # another architecture's calling convention (i386)
+    if machine == "x86_64":
+        assert run(numbers["keyctl"] | seccomp.X32_BIT, arch) == denied and run(seccomp.X32_BIT, arch) == denied
+
+
+@pytest.mark.skipif(platform.machine() not in seccomp.ARCHES, reason="no system call numbers for this machine")
+def test_an_installed_filter_refuses_keyrings_and_allows_the_rest():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child installs it: a filter lasts for the process's life
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+            said = seccomp.install()
+            nr = seccomp.ARCHES[platform.machine()][1]["keyctl"]
+            ctypes.set_errno(0)
+            got = libc.syscall(nr, 0, -4, 0, 0, 0)  # KEYCTL_GET_KEYRING_ID of the user keyring
+            key = "refused" if got < 0 and ctypes.get_errno() == errno.EPERM else f"allowed ({got})"
+            os.write(write, f"{said}|{key}|{os.getpid() > 0}|{len(os.listdir("/")) > 0}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    said = os.read(read, 1000).decode()
+    os.close(read)
+    assert said == "installed|refused|True|True", said
