@@ -59,7 +59,7 @@ def test_an_installed_filter_refuses_keyrings_and_allows_the_rest():
             ctypes.set_errno(0)
             got = libc.syscall(nr, 0, -4, 0, 0, 0)  # KEYCTL_GET_KEYRING_ID of the user keyring
             key = "refused" if got < 0 and ctypes.get_errno() == errno.EPERM else f"allowed ({got})"
-            os.write(write, f"{said}|{key}|{os.getpid() > 0}|{len(os.listdir("/")) > 0}".encode())
+            os.write(write, f"{said}|{key}|{os.getpid() > 0}|{len(os.listdir('/')) > 0}".encode())
         finally:
             os._exit(0)
     os.close(write)
