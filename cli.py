@@ -369,6 +369,7 @@ def export_cmd(
     Only GPU-verified, audited kernels are exported. `--check` works without a GPU too: the
     package's tests then run on the CPU (the reference fallbacks, opcheck and torch.compile)."""
     from kernforge.archive import export, export_check
+    from kernforge.sandbox.confine import confine_command
 
     wanted = tuple(t.strip() for item in tasks or () for t in item.split(",") if t.strip())
     options = export.ExportOptions(name=name, tasks=wanted, gpus=tuple(gpu or ()), min_speedup=min_speedup,
@@ -380,7 +381,7 @@ def export_cmd(
     show(export.summary(result), highlight=False, soft_wrap=True)
     if check:
         try:
-            show(export_check.check(result.out), highlight=False, soft_wrap=True)
+            show(export_check.check(result.out, confine=confine_command), highlight=False, soft_wrap=True)
         except export_check.PackageCheckFailed as error:
             fail(str(error), code=1)
 

@@ -12,13 +12,16 @@ import json
 from functools import lru_cache
 from typing import Any, Mapping
 
+from kernforge.verifier import encoding
+
 #: What an environment key is made of: the things that change what a kernel does or how fast it
 #: runs. Other facts (SM count, memory, L2) follow from the GPU name and are stored, not keyed.
 ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton")
 
 
 def normalize_code(code: str) -> str:
-    """Code with comments and formatting removed, so cosmetic edits hash alike.
+    """Code with comments and formatting removed, so cosmetic edits hash alike (a declared
+    encoding is not cosmetic: it stays).
 
     Python is parsed and unparsed (comments, blank lines, quote style and spacing vanish; string
     literals, and so CUDA sources inside them, are kept verbatim). Text that does not parse (a
@@ -27,8 +30,12 @@ def normalize_code(code: str) -> str:
     ``ast.unparse`` may print differently on another Python version; that costs at most one
     re-evaluation, never a wrong reuse.
     """
+    # the one comment Python reads (encoding.py): codes that declare different encodings are
+    # different code, whatever their text says
+    declared = encoding.declared(code)
+    head = f"# coding: {declared}\n" if declared is not None else ""
     try:
-        return ast.unparse(ast.parse(code))
+        return head + ast.unparse(ast.parse(code))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         lines = (line.rstrip() for line in code.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
         return "\n".join(line for line in lines if line)

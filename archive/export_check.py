@@ -21,6 +21,7 @@ import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 from .export import ExportError
 
@@ -40,6 +41,8 @@ class CheckResult:
     #: JUnit XML of the package's test run
     report: Path
     output: str
+    #: what the tests' command was kept from, in words
+    confined: str = "run plainly"
 
     @property
     def summary(self) -> str:
@@ -65,9 +68,16 @@ def venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def check_package(out: Path, work: Path, *, timeout_s: float = 1800) -> CheckResult:
+#: how the tests' command is run over the package's kernels: ``(argv, workdir, shown, env)`` to the
+#: command, its environment and a note of what it is kept from (sandbox/confine.py's, from the CLI)
+Confine = Callable[[list[str], Path, Sequence[str], Mapping[str, str]], tuple[list[str], dict[str, str], str]]
+
+
+def check_package(out: Path, work: Path, *, timeout_s: float = 1800, confine: Confine | None = None) -> CheckResult:
     """Build ``out`` into a wheel in ``out/dist``, install it into ``work/venv``, run its tests
-    (each step within ``timeout_s``)."""
+    (each step within ``timeout_s``). The tests import every kernel of the package, code a model
+    wrote: ``confine`` runs them without the user's secrets, network or home (without it, plainly:
+    the tests' own use)."""
     out, work = Path(out).resolve(), Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     dist = out / "dist"
@@ -92,7 +102,7 @@ def check_package(out: Path, work: Path, *, timeout_s: float = 1800) -> CheckRes
     _run("installing the wheel", [python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheels[-1])],
          timeout_s=timeout_s)
 
-    env = dict(os.environ)
+    env: dict[str, str] = {}
     import torch
 
     if not torch.cuda.is_available():
@@ -106,16 +116,21 @@ def check_package(out: Path, work: Path, *, timeout_s: float = 1800) -> CheckRes
         f"{str(out / 'tests')!r}]))"
     )
     # run from the work folder: the export's src/ must not shadow the installed package
-    done = _run("running the package's tests", [python, "-c", script], timeout_s=timeout_s, cwd=work, env=env)
-    return CheckResult(wheel=wheels[-1], venv=venv, report=report, output=done.stdout + done.stderr)
+    argv, note = [python, "-c", script], "run plainly"
+    if confine is not None:
+        argv, full_env, note = confine(argv, work, [str(out)], env)
+    else:
+        full_env = {**os.environ, **env}
+    done = _run("running the package's tests", argv, timeout_s=timeout_s, cwd=work, env=full_env)
+    return CheckResult(wheel=wheels[-1], venv=venv, report=report, output=done.stdout + done.stderr, confined=note)
 
 
-def check(out: Path, *, timeout_s: float = 1800) -> str:
+def check(out: Path, *, confine: Confine, timeout_s: float = 1800) -> str:
     """``check_package`` in a temporary folder; what to print. The folder is kept only when a step
     failed (to look into), and removed otherwise: passed, timed out (half-made) or an error of ours."""
     work = Path(tempfile.mkdtemp(prefix="kernforge-export-check-"))
     try:
-        result = check_package(out, work, timeout_s=timeout_s)
+        result = check_package(out, work, timeout_s=timeout_s, confine=confine)
     except PackageCheckTimedOut:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -130,4 +145,5 @@ def check(out: Path, *, timeout_s: float = 1800) -> str:
     where = (f"on {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else
              "on the CPU (no GPU here: the entries' kernels are not run; the reference fallbacks, opcheck and "
              "torch.compile are tested)")
-    return f"checked: {result.wheel.name} installed into a fresh venv; its tests {where}: {result.summary}"
+    return (f"checked: {result.wheel.name} installed into a fresh venv; its tests {where}, confined ({result.confined}): "
+            f"{result.summary}")

@@ -33,6 +33,7 @@ from kernforge.archive.export import (
 )
 from kernforge.archive import export_check, synthetic
 from kernforge.archive.export_check import PackageCheckFailed, check_package
+from kernforge.sandbox.confine import confine_command
 from kernforge.archive.records import NewAttempt
 from kernforge.archive.store import Archive
 from kernforge.cli import app
@@ -386,7 +387,7 @@ def test_export_builds_installs_and_passes_its_own_tests(full_archive, tmp_path)
                                 "--force"])
     assert again.exit_code == 0, again.output
 
-    checked = check_package(out, tmp_path / "check")
+    checked = check_package(out, tmp_path / "check", confine=confine_command)  # as `export --check` runs it
     assert checked.wheel.parent == out / "dist" and checked.wheel.name.startswith("kf_test_kernels-")
     # the installed copy ran, not the export's source folder
     assert f"package at {checked.venv}" in checked.output
@@ -413,9 +414,9 @@ def test_a_check_says_where_the_package_was_tested(tmp_path, monkeypatch):
     tests ran on the CPU, where only the fallbacks, opcheck and torch.compile are exercised."""
     made = export_check.CheckResult(wheel=tmp_path / "k-1.0-py3-none-any.whl", venv=tmp_path, report=tmp_path / "r.xml",
                                     output="10 passed, 40 skipped in 8.6s\n")
-    monkeypatch.setattr(export_check, "check_package", lambda out, work, timeout_s: made)
+    monkeypatch.setattr(export_check, "check_package", lambda out, work, timeout_s, confine: made)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    said_ = export_check.check(tmp_path / "out")
+    said_ = export_check.check(tmp_path / "out", confine=confine_command)
     assert "on the CPU (no GPU here" in said_ and "10 passed, 40 skipped" in said_
 
 
@@ -424,12 +425,12 @@ def test_a_check_step_past_its_timeout_is_a_clean_failure_and_leaves_no_folder(t
     failed step, and the half-made temporary folder goes."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
-    def hung_build(out: Path, work: Path, *, timeout_s: float):
+    def hung_build(out: Path, work: Path, *, timeout_s: float, confine):
         assert work.parent == tmp_path
         export_check._run("building the wheel", [sys.executable, "-c", "import time; time.sleep(60)"],
                           timeout_s=timeout_s)
 
     monkeypatch.setattr(export_check, "check_package", hung_build)
     with pytest.raises(PackageCheckFailed, match="building the wheel timed out after 0.1s"):
-        export_check.check(tmp_path / "out", timeout_s=0.1)
+        export_check.check(tmp_path / "out", timeout_s=0.1, confine=confine_command)
     assert list(tmp_path.glob("kernforge-export-check-*")) == []

@@ -49,6 +49,12 @@ def test_a_candidate_cannot_reach_the_next_verdict(runtime_judge):
         assert verdict.accepted, _describe(verdict)
 
 
+def test_a_declared_encoding_is_refused_with_the_screen_off_too(runtime_judge):
+    """Not a screen rule: the check that the text is what Python will run holds without it."""
+    verdict = runtime_judge.verify(X.DECLARED_ENCODING, load_task(TASKS / "tiny_norm"))
+    assert verdict.status.value == "compile_error" and "raw_unicode_escape" in verdict.reason, _describe(verdict)
+
+
 @pytest.mark.parametrize("source", [X.PROGRAM_AT_IMPORT, X.ZOMBIE_LEADER_AT_IMPORT], ids=["program", "zombie_leader"])
 def test_a_helper_program_started_at_import_is_seen_from_outside(runtime_judge, source):
     """A program started while the module is imported, computing every output from what forward

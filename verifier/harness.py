@@ -199,7 +199,7 @@ def _load(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     if "arena" not in _STATE:
         raise RuntimeError("load comes after attach")
     path = Path(os.getcwd()) / "candidate.py"
-    path.write_text(payload["source"])
+    path.write_text(payload["source"], encoding="utf-8")  # the judge refused any other declared encoding
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[MODULE_NAME] = module

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import encoding
 from ..checks import Check
 from ..verdict import Rejected, Status
 from . import Defence, register
@@ -28,10 +29,17 @@ def findings(found: Any) -> Rejected | None:
 
 def unreadable(source: str) -> Rejected | None:
     """A source no interpreter could read as a module: not text that encodes as UTF-8 (a lone
-    surrogate), or nested past what the parser can hold. A compile error, before anything runs."""
+    surrogate), or nested past what the parser can hold; or one that declares another encoding
+    than UTF-8, which Python would read as other code than this text (encoding.py). A compile
+    error, before anything runs, whether the screen is on or not."""
     try:
         source.encode("utf-8")
     except UnicodeEncodeError as err:
         return Rejected(Status.COMPILE_ERROR, f"the source is not valid UTF-8 text: {err.reason} at character {err.start}",
                         check=Check.STATIC_SCREEN, evidence={"position": err.start})
+    name = encoding.foreign(source)
+    if name is not None:  # the import would read other code than the text every check and reader sees
+        return Rejected(Status.COMPILE_ERROR, f"the source declares its encoding as {name[:40]!r} (a `coding:` comment "
+                                              "in its first two lines): a candidate is UTF-8 text, declared as such or not at all",
+                        check=Check.STATIC_SCREEN, evidence={"encoding": name[:40]})
     return None
