@@ -8,8 +8,12 @@ their whole life: a filter can be added to, never taken away. Each call below fa
   process. Worker uids are leased again and again, so a key one candidate stored was there for
   the next (red team: the shapes each worker was called at, relayed to later ones, until one
   fitted them all), and for the audit of the same code.
-* ``unshare``, ``setns``: namespaces of its own (a user namespace gives a tmpfs whose pages no
-  limit of the worker's counts; a pid namespace, processes the parent's sweep may miss).
+* ``unshare``, ``setns``, and ``clone`` with any namespace flag: namespaces of its own (a user
+  namespace gives a tmpfs whose pages no limit of the worker's counts: the red team wrote 1 GiB
+  into one through ``clone(CLONE_NEWUSER | ...)``; a pid namespace, processes the parent's sweep
+  may miss). ``clone3`` passes its flags in memory, where a filter cannot read them: it fails with
+  ENOSYS, and the C library falls back to ``clone`` (threads included).
+* ``io_uring_*``: a second way into the kernel that runs operations no filter sees.
 * ``ptrace``, ``process_vm_readv``, ``process_vm_writev``: other processes' memory.
 
 Every call of another architecture's calling convention (``int 0x80`` on x86-64, the x32 ABI)
@@ -30,19 +34,26 @@ import struct
 
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 # classic BPF
-LD_W_ABS, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06
+LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
-#: struct seccomp_data: int nr; __u32 arch; ...
-NR, ARCH = 0, 4
+#: struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6] (the low half
+#: of args[0] first, on these little-endian machines)
+NR, ARCH, ARG0 = 0, 4, 16
 X32_BIT = 0x40000000
+#: clone's namespace flags: NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+CLONE_NEW = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 #: per machine: the audit architecture its system calls report, and the numbers refused
 ARCHES = {
     "x86_64": (0xC000003E, {"keyctl": 250, "add_key": 248, "request_key": 249, "unshare": 272, "setns": 308,
-                            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311}),
+                            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "io_uring_setup": 425,
+                            "io_uring_enter": 426, "io_uring_register": 427}),
     "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268,
-                             "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271}),
+                             "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "io_uring_setup": 425,
+                             "io_uring_enter": 426, "io_uring_register": 427}),
 }
+#: per machine: ``clone`` (refused with a namespace flag) and ``clone3`` (ENOSYS)
+CLONES = {"x86_64": (56, 435), "aarch64": (220, 435)}
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -52,14 +63,21 @@ def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
 def program(machine: str) -> bytes:
     """The filter for ``machine`` (``platform.machine()``), as packed ``sock_filter`` entries."""
     arch, numbers = ARCHES[machine]
+    clone, clone3 = CLONES[machine]
     deny = _op(RET_K, RET_ERRNO | errno.EPERM)
     refused = sorted(numbers.values())
+    n = len(refused)
+    # layout after the number is loaded: [x32 test] refused tests, clone test, clone3 test, allow,
+    # deny, the clone flags' test (load, test, allow, deny), ENOSYS; each jump counts from the
+    # instruction after it
     body = [_op(LD_W_ABS, ARCH), _op(JEQ_K, arch, jt=1), deny, _op(LD_W_ABS, NR)]
     if machine == "x86_64":  # the x32 ABI's calls carry this bit: none is ours to allow
-        body.append(_op(JGE_K, X32_BIT, jt=len(refused) + 1))
+        body.append(_op(JGE_K, X32_BIT, jt=n + 3))
     for i, nr in enumerate(refused):  # a match jumps to the deny after the allow
-        body.append(_op(JEQ_K, nr, jt=len(refused) - i))
-    body += [_op(RET_K, RET_ALLOW), deny]
+        body.append(_op(JEQ_K, nr, jt=n - i + 2))
+    body += [_op(JEQ_K, clone, jt=3), _op(JEQ_K, clone3, jt=6), _op(RET_K, RET_ALLOW), deny,
+             _op(LD_W_ABS, ARG0), _op(JSET_K, CLONE_NEW, jt=1), _op(RET_K, RET_ALLOW), deny,
+             _op(RET_K, RET_ERRNO | errno.ENOSYS)]
     return b"".join(body)
 
 

@@ -524,4 +524,5 @@ def test_kernel_interfaces_no_kernel_needs_are_refused_and_builds_still_run(pool
     assert said["thread"] == "ok" and said["program"] == "ok", said
     if pool.spec.isolation == "none":
         return
-    assert {said[name] for name in ("add_key", "keyctl", "unshare", "process_vm_readv")} == {"EPERM"}, said
+    assert {said[name] for name in ("add_key", "keyctl", "unshare", "process_vm_readv", "clone", "io_uring_setup")} \
+        == {"EPERM"}, said

@@ -23,8 +23,10 @@ def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine):
     ops = [struct.unpack("HBBI", code[i:i + 8]) for i in range(0, len(code), 8)]
     arch, numbers = seccomp.ARCHES[machine]
 
-    def run(nr: int, audit_arch: int) -> int:
-        data = {seccomp.NR: nr, seccomp.ARCH: audit_arch}
+    clone, clone3 = seccomp.CLONES[machine]
+
+    def run(nr: int, audit_arch: int, flags: int = 0) -> int:
+        data = {seccomp.NR: nr, seccomp.ARCH: audit_arch, seccomp.ARG0: flags}
         pc = acc = 0
         while True:
             op, jt, jf, k = ops[pc]
@@ -34,6 +36,8 @@ def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine):
                 pc += 1 + (jt if acc == k else jf)
             elif op == seccomp.JGE_K:
                 pc += 1 + (jt if acc >= k else jf)
+            elif op == seccomp.JSET_K:
+                pc += 1 + (jt if acc & k else jf)
             else:
                 assert op == seccomp.RET_K
                 return k
@@ -44,6 +48,12 @@ def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine):
     assert run(0, 0x40000003) == denied  # another architecture's calling convention (i386)
     if machine == "x86_64":
         assert run(numbers["keyctl"] | seccomp.X32_BIT, arch) == denied and run(seccomp.X32_BIT, arch) == denied
+    thread = 0x00010000 | 0x00000100 | 0x00000200 | 0x00000400 | 0x00000800 | 0x00040000 | 0x00080000 | 0x00100000 \
+        | 0x00200000  # CLONE_THREAD|VM|FS|FILES|SIGHAND|SYSVSEM|SETTLS|PARENT_SETTID|CHILD_CLEARTID: pthread_create's
+    assert run(clone, arch, thread) == run(clone, arch, 17) == seccomp.RET_ALLOW  # a thread; fork's SIGCHLD
+    for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000):  # NEWUSER, NEWPID, NEWNET, NEWNS
+        assert run(clone, arch, 17 | flag) == denied
+    assert run(clone3, arch) == seccomp.RET_ERRNO | errno.ENOSYS
 
 
 @pytest.mark.skipif(platform.machine() not in seccomp.ARCHES, reason="no system call numbers for this machine")
