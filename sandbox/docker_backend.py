@@ -40,7 +40,7 @@ from .procs import owner_alive, owner_id  # noqa: F401  (the owner label of cont
 from .docker_probe import default_tag
 from .docker_worker import PRIVATE_PREFIX, ContainerPlan, DockerWorker, Engine, call_quietly
 from .env import worker_env
-from .isolation import TMPFS_BYTES, Mechanism, checkout_metadata, under
+from .isolation import TMPFS_BYTES, Mechanism, checkout_metadata, package_extras, under
 from .pool import ProcessBackend
 from .protocol import FailureKind, Limits, SandboxError, WorkerSpec
 from .session import GRACE_SECONDS, ProcessSession
@@ -143,7 +143,7 @@ class DockerBackend(ProcessBackend):
         # As with the process backend, the parent's home is hidden from untrusted workers; here it
         # matters only where a bound folder holds it.
         home = (os.path.expanduser("~"),) if spec.isolation != "none" else ()
-        vcs = checkout_metadata(sources) if spec.isolation != "none" else ()
+        vcs = checkout_metadata(sources) + package_extras() if spec.isolation != "none" else ()
         for h in spec.hidden_paths + home + vcs:
             real = os.path.realpath(h)
             if os.path.exists(real) and any(under(real, s) for s in sources):

@@ -186,6 +186,23 @@ def python_paths() -> tuple[str, ...]:
     return outermost(p for c in candidates if os.path.exists(c) for p in {os.path.abspath(c), os.path.realpath(c)})
 
 
+#: what a worker needs of kernforge's own folder: the package's top and the three packages its
+#: worker side runs (tasks/builtin inside is hidden with the tasks' metadata)
+WORKER_PARTS = frozenset({"__init__.py", "__pycache__", "sandbox", "verifier", "tasks"})
+
+
+def package_extras() -> tuple[str, ...]:
+    """Everything else in kernforge's folder: run from a checkout, that folder is the checkout's
+    root, and its docs, tests and benches quote hidden shapes of the built-in tasks (an example
+    report's tables, a test's expected prompt), beside the loop, the prompts and the archive code
+    no worker imports (red team: a worker read them)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return tuple(str(p) for p in sorted(root.iterdir()) if p.name not in WORKER_PARTS)
+    except OSError:
+        return ()
+
+
 #: a version-control checkout's metadata: its history holds every file it ever held
 VCS_FOLDERS = (".git", ".hg", ".svn", ".jj", ".bzr")
 

@@ -26,7 +26,8 @@ from typing import Any
 
 from . import procs, uids
 from .env import worker_env
-from .isolation import TMPFS_BYTES, Mechanism, bwrap_command, checkout_metadata, mount_plan, python_paths
+from .isolation import (TMPFS_BYTES, Mechanism, bwrap_command, checkout_metadata, mount_plan, package_extras,
+                        python_paths)
 from .protocol import RESERVED_KEY, FrameBuffer, SandboxError, WorkerSpec
 
 STDERR_IN_ERRORS = 3000
@@ -74,7 +75,8 @@ class Worker:
         child_fds = (to_worker_r, from_worker_w, ctl_child.fileno(), fds_child.fileno())
         strict = self.spec.isolation != "none"
         needed = python_paths() + tuple(p for p in env.get("PYTHONPATH", "").split(":") if os.path.isabs(p))
-        hidden = (os.path.expanduser("~"),) + tuple(self.spec.hidden_paths) + checkout_metadata(needed) if strict else ()
+        hidden = ((os.path.expanduser("~"),) + tuple(self.spec.hidden_paths) + checkout_metadata(needed)
+                  + package_extras()) if strict else ()
         plan = mount_plan(str(self.workdir), needed, hidden, drop_uid) if self.mech.mountns else []
         config = {
             "fds": list(child_fds), "workdir": str(self.workdir), "preload": list(self.spec.preload),

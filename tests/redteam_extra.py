@@ -139,6 +139,36 @@ DECLARED_ENCODING = "# coding: raw_unicode_escape\n" + HONEST + (
     "# tuned on the H200\\u000aModelNew.forward = lambda self, x, w: x * (x.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt() * w\n")
 
 
+#: an honest kernel that records each shape it is called at (hidden ones included) in the last
+#: 4 KiB of the shared arena, which the reference worker keeps from one verdict to the next
+ARENA_WRITER = KERNEL + """
+
+class ModelNew(nn.Module):
+    def forward(self, x, w):
+        box = x.as_strided((1024,), (1,), x.untyped_storage().size() // 4 - 1024).view(torch.int32)
+        k = int(box[0].item()) if int(box[1].item()) == 0x4B46 else 0
+        box[1] = 0x4B46
+        if k < 500:
+            box[2 + 2 * k] = x.shape[0]
+            box[3 + 2 * k] = x.shape[1]
+            box[0] = k + 1
+        return norm(x, w)
+"""
+
+#: a later candidate, right only where it finds what the writer left (it would fit those shapes)
+ARENA_READER = KERNEL + """
+
+class ModelNew(nn.Module):
+    def forward(self, x, w):
+        box = x.as_strided((1024,), (1,), x.untyped_storage().size() // 4 - 1024).view(torch.int32)
+        if int(box[1].item()) == 0x4B46 and int(box[0].item()) > 0:
+            return norm(x, w)
+        y = torch.empty_like(x)  # blind: the wrong epsilon
+        _norm_kernel[(x.shape[0],)](x.contiguous(), w, y, x.shape[1], 1.0, BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y
+"""
+
+
 SCREENED = [
     # torch compute inside the grid callable, spelled with operators and dunders: the screen
     # leaves those to the trace, and the trace ignores ops while a launch is in progress

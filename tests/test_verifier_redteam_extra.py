@@ -49,6 +49,17 @@ def test_a_candidate_cannot_reach_the_next_verdict(runtime_judge):
         assert verdict.accepted, _describe(verdict)
 
 
+def test_nothing_a_candidate_leaves_in_the_arena_reaches_the_next(tmp_path):
+    """The reference worker keeps its arena from one verdict to the next; every byte of it is
+    zeroed before the next candidate gets it. Before that, a reader found what the writer had
+    recorded there (every shape it was called at) and was right where it did."""
+    task = load_task(TASKS / "tiny_norm")
+    with open_judge("cpu", pool_size=1, options=JudgeOptions(cache_dir=tmp_path), tasks=[task]) as judge:
+        assert judge.verify(X.ARENA_WRITER, task).accepted
+        verdict = judge.verify(X.ARENA_READER, task)
+    assert verdict.status.value == "incorrect", _describe(verdict)
+
+
 def test_a_declared_encoding_is_refused_with_the_screen_off_too(runtime_judge):
     """Not a screen rule: the check that the text is what Python will run holds without it."""
     verdict = runtime_judge.verify(X.DECLARED_ENCODING, load_task(TASKS / "tiny_norm"))

@@ -133,12 +133,14 @@ def _sees(path):
 
 @pytest.fixture
 def scratch():
-    """A folder a worker would see (inside the tests' folder: /tmp is private to every worker, so
-    nothing there could show a leak); removed afterwards."""
+    """A folder a worker would see: inside this interpreter's prefix, which every worker is shown
+    (/tmp and the home folder are private or hidden, and so is all of kernforge's checkout but its
+    worker packages, so nothing there could show a leak); removed afterwards."""
     import shutil
+    import sys
     import uuid
 
-    folder = Path(__file__).resolve().parent / f".scratch-{uuid.uuid4().hex[:8]}"
+    folder = Path(sys.prefix) / f".kernforge-scratch-{uuid.uuid4().hex[:8]}"
     folder.mkdir()
     try:
         yield folder
@@ -149,14 +151,15 @@ def scratch():
 def test_copies_of_secrets_outside_their_files_are_hidden_too(scratch):
     """Found by red-teaming: a hidden metadata file's bytecode in ``__pycache__`` beside it
     (written by any process that imported it), the archive (its stored reasons name hidden shapes;
-    its WAL file holds the newest), and the checkout's history, were all readable by a candidate
-    that the sandbox showed everything else. Each is a target of a kernel right only where it can
+    its WAL file holds the newest), the checkout's history and its docs (an example report's
+    tables), were all readable by a candidate that the sandbox showed everything else. Each is a target of a kernel right only where it can
     read its target; a control target proves the probe would see."""
     import importlib.util
     import py_compile
     import shutil
     import sqlite3
 
+    import kernforge
     from kernforge.archive.store import private_files
     from kernforge.sandbox.isolation import python_paths
 
@@ -176,6 +179,10 @@ def test_copies_of_secrets_outside_their_files_are_hidden_too(scratch):
     archive.commit()  # the connection stays open: its WAL file is there while the judge works
     targets = {"control": str(folder / "reference.py"), "bytecode of the metadata": str(pyc),
                "the archive": str(db), "the archive's WAL": str(db) + "-wal", "the archive's folder": str(db.parent)}
+    root = Path(kernforge.__file__).resolve().parent
+    for name, part in (("the docs", root / "docs" / "example-report.html"), ("the prompts' code", root / "prompts")):
+        if part.exists():  # run from a checkout: its docs quote hidden shapes of the built-in tasks
+            targets[name] = str(part)
     git = [Path(p) / ".git" for p in python_paths() if (Path(p) / ".git").is_dir()]
     if git:  # kernforge runs from a checkout here (CI's clone): its history holds the built-in metadata
         targets["the checkout's history"] = str(git[0])

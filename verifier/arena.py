@@ -23,6 +23,8 @@ from typing import Any
 from .messages import TensorRef
 
 ALIGN = 512
+#: madvise(2): the mapping is not copied into a forked child
+MADV_DONTFORK = 10
 
 
 class ArenaFull(Exception):
@@ -196,6 +198,13 @@ class _Mapped:
         if address in (None, ctypes.c_void_p(-1).value):
             err = ctypes.get_errno()
             raise OSError(err, f"mapping the arena: {os.strerror(err)}")
+        # a child the worker forks does not inherit it: the red team's child, forked at each call,
+        # computed the outputs with torch and wrote them into its copy of this mapping, beyond
+        # every trace of the worker; without it, its results must pass through the worker
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        if libc.madvise(address, size, MADV_DONTFORK) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"keeping the arena from children: {os.strerror(err)}")
         self.buffer = (ctypes.c_uint8 * size).from_address(address)
 
 

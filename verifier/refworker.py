@@ -200,7 +200,7 @@ def _padded(t: Any) -> int:
 
 
 def _arena(device: str, msg: dict[str, Any]) -> dict[str, Any]:
-    """Make (or keep, when it is large enough) the arena and hand its descriptor to the judge."""
+    """Make (or keep, when it is large enough) the arena, zeroed, and hand its descriptor to the judge."""
     from .arena import Arena, Layout
 
     want = Layout(int(msg["size"]), int(msg["input_bytes"]))
@@ -212,6 +212,11 @@ def _arena(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         _release_all(device)  # the arena is mapped outside torch's allocator: its cached blocks are no room
         arena = Arena.create(want, device)
     arena.layout = Layout(arena.layout.size, want.input_bytes)
+    # every byte of it, whoever wrote it last: the previous candidate could address the whole
+    # arena, and what it left would reach the next one (red team: the shapes a worker was called
+    # at, hidden ones included, relayed to the next candidate; a mark that told an audit from its
+    # routine verdict). Fresh device memory is not zeroed either. A fill at memory speed.
+    arena.data.zero_()
     _STATE["arena"] = arena
     fd = arena.export()
     try:
