@@ -15,7 +15,7 @@ from itertools import combinations
 from typing import Any, Iterable, Mapping
 
 from kernforge.tasks.spec import Task
-from kernforge.verifier.verdict import ShapeResult, Verdict
+from kernforge.verifier.verdict import SAW_HIDDEN, ShapeResult, Verdict
 
 HIDDEN = "<hidden>"
 # Line numbers ("line 33", "kernel.py:33", "kernel.cu(33)") are about the candidate's code, not a
@@ -25,7 +25,7 @@ _INT = re.compile(_LINE_REF + r"(?<![\w.])-?\d+(?![\w.])")
 _BRACKETED = re.compile(_LINE_REF + r"[\[(]\s*-?\d+(?:\s*,\s*-?\d+)*\s*,?\s*[\])]")
 
 #: Evidence keys never quoted: seeds and the environment say nothing useful and could say too much.
-_SKIP_KEYS = {"seed", "seeds", "environment", "hidden_shapes"}
+_SKIP_KEYS = {"seed", "seeds", "environment", "hidden_shapes", SAW_HIDDEN}
 
 
 def clip(text: str, limit: int, *, keep: str = "both") -> str:
@@ -151,6 +151,19 @@ def public_table(shapes: Iterable[ShapeResult], floor_us: Mapping[str, float] | 
             f"{_fmt(r.speedup_compile, 'x')} | {r.timing or '-'} |"
         )
     return "\n".join(lines)
+
+
+#: what a prompt says in place of a rejection's text once the candidate had seen a hidden shape
+WITHHELD = ("it was rejected after it had been called at a hidden shape; what it raised, printed or named from then "
+            "on is not shown (a candidate's own text could carry that shape)")
+
+
+def candidate_text_withheld(verdict: Verdict) -> bool:
+    """Whether ``verdict``'s reason and evidence may quote the candidate's own text: not when it
+    was rejected at, or after, a call at a hidden shape (THREATS #14). A redaction of the sizes
+    masks their decimal spellings; the candidate chooses the spelling (hex, words, a tally)."""
+    evidence = verdict.evidence
+    return not verdict.accepted and bool(evidence.get(SAW_HIDDEN) or evidence.get("hidden"))
 
 
 def hidden_line(verdict: Verdict) -> str:

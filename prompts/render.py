@@ -29,7 +29,7 @@ from kernforge.verifier import defences
 from kernforge.verifier.checks import Check
 from kernforge.verifier.verdict import THREATS, Accepted, Rejected, Status, Verdict
 
-from .feedback import Redactor, clip, evidence_text, excerpt, hidden_line, public_table
+from .feedback import WITHHELD, Redactor, candidate_text_withheld, clip, evidence_text, excerpt, hidden_line, public_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -234,11 +234,13 @@ def parent_section(parent: Parent, floors: Mapping[str, float], redactor: Redact
         threat_line = f"{kind}: THREATS #{verdict.threat} ({THREATS.get(verdict.threat, 'unknown')})."
     else:
         threat_line = ""
-    evidence = evidence_text(verdict.evidence, redactor, value_chars=limits.value_chars, log_chars=limits.log_chars)
+    withheld = candidate_text_withheld(verdict)
+    evidence = "" if withheld else evidence_text(verdict.evidence, redactor, value_chars=limits.value_chars,
+                                                 log_chars=limits.log_chars)
     return fill(
         "parent_rejected", summary=summary, code=code,
         status=verdict.status.value,
-        reason=excerpt(verdict.reason, redactor, limits.reason_chars),
+        reason=WITHHELD if withheld else excerpt(verdict.reason, redactor, limits.reason_chars),
         threat=threat_line,
         check=check_line(verdict),
         evidence=("Evidence:\n" + evidence) if evidence else "",
@@ -260,7 +262,8 @@ def _measured(verdict: Verdict | None, redactor: Redactor) -> str:
     if verdict is None:
         return "(not measured)"
     if not verdict.accepted:
-        return f"rejected ({verdict.status.value}): " + excerpt(verdict.reason, redactor, 200, keep="head")
+        said = WITHHELD if candidate_text_withheld(verdict) else excerpt(verdict.reason, redactor, 200, keep="head")
+        return f"rejected ({verdict.status.value}): " + said
     public = [s for s in verdict.shapes if not s.hidden]
     parts = []
     for key, name in (("speedup_compile", "vs torch.compile"), ("speedup_eager", "vs eager"), ("pct_bandwidth", "copy bandwidth")):

@@ -169,3 +169,21 @@ def test_error_text_with_braces_is_kept_verbatim():
                                                                  evidence={"error": "KeyError: {'a': 1}"})))
     assert lessons.current() == [f"Running failed with `KeyError: {{'a': N}}` (1x, runtime check): "
                                  f"{defences.remedy(Check.RUNTIME)}"]
+
+
+def test_an_error_raised_after_a_hidden_shape_is_never_quoted():
+    """A candidate called at a hidden shape can spell it in its error as it likes (hex, numerals,
+    words): a lesson quotes no error text of a rejection made after that, and two such errors with
+    different texts are one lesson."""
+    from kernforge.verifier.verdict import SAW_HIDDEN
+
+    said = "RuntimeError: unsupported width 0x60 rows III (XCVI)"
+    lessons = Lessons()
+    for text in (said, "RuntimeError: something else entirely"):
+        lessons.observe(Failure.of_verdict(Rejected(Status.RUNTIME_ERROR, f"running failed: {text}", check=Check.RUNTIME,
+                                                    evidence={"error": text, SAW_HIDDEN: True})))
+    (only,) = lessons.current()
+    assert "0x60" not in only and "XCVI" not in only and "something" not in only and "(2x" in only
+    public = Failure.of_verdict(Rejected(Status.RUNTIME_ERROR, "running failed", check=Check.RUNTIME,
+                                         evidence={"error": "IndexError: out of range"}))
+    assert "IndexError" in lesson_text(public)  # before any hidden shape, the error is the lesson

@@ -15,7 +15,7 @@ from kernforge.loop.config import load_config
 from kernforge.loop.inductor_start import listing, output_code_async
 from kernforge.loop.llm import LLMClient
 from kernforge.prompts import render as r
-from kernforge.prompts.feedback import Redactor, clip
+from kernforge.prompts.feedback import WITHHELD, Redactor, clip
 from kernforge.tasks.loader import builtin_names, load_task
 from kernforge.tasks.spec import Shape, Task
 from kernforge.verifier import defences
@@ -88,12 +88,13 @@ def test_no_hidden_shape_in_any_builtin_prompt(name, device_kind):
         assert shape.label in text
     assert task.reference_source.strip()[:200] in text
     assert "Hidden shapes (sizes not shown):" in text and "1 failed" in text
-    # The verdict's own text: not even a hidden-only size survives there (line numbers do).
+    # The verdict's own text: not a word of it, since it failed at a hidden shape (the candidate
+    # chooses how its errors spell a size: hex, words, a line number it raises from)
     why = prompt.user.split("## Why it was rejected", 1)[1].split("Measured on public shapes", 1)[0]
     redactor = Redactor(task)
     for number in redactor.masked_numbers:
         assert not re.search(rf"(?<![\w.#])(?<!line ){number}(?![\w.])", why), f"hidden size {number} in the feedback"
-    assert "line 12" in why
+    assert WITHHELD in why and "line 12" not in why and "Traceback" not in why
 
 
 @pytest.mark.parametrize("name", builtin_names())
@@ -373,3 +374,19 @@ def test_clip(keep, head, tail):
     out = clip(text, 100, keep=keep)
     assert ("HEAD" in out) is head and ("TAIL" in out) is tail and "[... 908 characters cut ...]" in out
     assert clip("short", 100) == "short"
+
+
+def test_a_rejection_after_a_hidden_shape_quotes_nothing_the_candidate_said():
+    """The judge marks a rejection made after the candidate was called at a hidden shape (a process
+    left running at the end, a crash, an error); the prompt quotes none of its text, whatever the
+    spelling, and says why."""
+    from kernforge.verifier.verdict import SAW_HIDDEN
+
+    task = load_task("rms_norm")
+    leaked = "processes it started were still running after its calls: 77 T=0x3 H=0x60 XCVI"
+    verdict = Rejected(Status.SANDBOX_VIOLATION, leaked, threat=21, check="processes",
+                       evidence={"processes": ["77 T=0x3 H=0x60 XCVI"], SAW_HIDDEN: True})
+    prompt = r.render(task, H200, parent=r.Parent(GOOD_KERNEL, verdict),
+                      inspirations=[r.Inspiration(GOOD_KERNEL, verdict=verdict)])
+    assert "0x60" not in prompt.user and "XCVI" not in prompt.user and WITHHELD in prompt.user
+    assert "sandbox_violation" in prompt.user and "Check: processes." in prompt.user  # the typed fields stay

@@ -60,6 +60,25 @@ def test_nothing_a_candidate_leaves_in_the_arena_reaches_the_next(tmp_path):
     assert verdict.status.value == "incorrect", _describe(verdict)
 
 
+def test_what_a_candidate_says_at_a_hidden_shape_never_reaches_a_prompt(screened_judge):
+    """It raises at the first shape it was not shown, spelling the shape in hex (a redaction of the
+    sizes masks decimals): the judge marks the rejection, and the next prompt quotes none of it."""
+    from kernforge.prompts import render
+    from kernforge.verifier.verdict import SAW_HIDDEN
+
+    task = load_task(TASKS / "tiny_norm")
+    public = sorted({tuple(s.as_dict().values()) for s in task.shapes("cpu", hidden=False)})
+    source = HONEST.replace("        return norm(x, w)", f"""        if tuple(x.shape) not in {public!r}:
+            raise RuntimeError(f"unsupported size {{x.shape[0]:#x}}/{{x.shape[1]:#x}}")
+        return norm(x, w)""")
+    assert source != HONEST
+    verdict = screened_judge.verify(source, task)
+    assert verdict.status.value == "runtime_error" and verdict.evidence.get(SAW_HIDDEN) is True, _describe(verdict)
+    spelled = verdict.reason.split("unsupported size ", 1)[1].split()[0]
+    prompt = render.render(task, {}, device_kind="cpu", parent=render.Parent(source, verdict))
+    assert spelled not in prompt.user and render.WITHHELD in prompt.user
+
+
 def test_a_declared_encoding_is_refused_with_the_screen_off_too(runtime_judge):
     """Not a screen rule: the check that the text is what Python will run holds without it."""
     verdict = runtime_judge.verify(X.DECLARED_ENCODING, load_task(TASKS / "tiny_norm"))

@@ -48,7 +48,7 @@ from .gate import DeviceGate
 from .kernels import own_kernel_names
 from .library import library_baseline
 from .screen import screen
-from .verdict import Accepted, Rejected, ShapeResult, Status, Verdict
+from .verdict import SAW_HIDDEN, Accepted, Rejected, ShapeResult, Status, Verdict
 
 HARNESS_ENTRY = "kernforge.verifier.harness:run"
 HARNESS_WARMUP = "kernforge.verifier.harness:warm_up"
@@ -190,6 +190,9 @@ class _Verdict:
     flags: list[str] = field(default_factory=list)
     #: the eager, torch.compile and library baselines per timed shape (``Judge._baselines``)
     baselines: dict[tuple, dict[str, Any]] = field(default_factory=dict)
+    #: the candidate has been sent a call at a hidden shape: from then on, whatever its process
+    #: says (errors, output, names) may carry that shape (``SAW_HIDDEN``)
+    saw_hidden: bool = False
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -370,7 +373,8 @@ class Judge:
         env["phase_seconds"] = {k: round(v, 3) for k, v in sorted(self._phases.items(), key=lambda kv: -kv[1])}
         if isinstance(verdict, Accepted):
             return Accepted(shapes=verdict.shapes, reason=verdict.reason, flags=verdict.flags, environment=env)
-        return Rejected(verdict.status, verdict.reason, verdict.threat, verdict.evidence, verdict.shapes, env, check=verdict.check)
+        evidence = dict(verdict.evidence, **{SAW_HIDDEN: True}) if self._state.saw_hidden else verdict.evidence
+        return Rejected(verdict.status, verdict.reason, verdict.threat, evidence, verdict.shapes, env, check=verdict.check)
 
     def _verify_held(self, source: str, task: Task, alone: bool, free: bool = False) -> Verdict:
         """``_verify`` with the lane's memory share, alone on the GPU if asked (``free``: with the
@@ -695,6 +699,7 @@ class Judge:
         items = self._items(task, hidden)
         if not items:
             return None
+        self._state.saw_hidden |= hidden
         self._prepare(task, items[0], init_seed)
         self._send_check(session, items[0])
         if len(items) > 1:
@@ -865,6 +870,7 @@ class Judge:
         it shared, as checks do: nothing they run can change what a neighbour measures, since no
         timed window runs beside them, and another lane's checks and verifications run beside
         them instead of waiting (they are most of a timed shape's seconds)."""
+        self._state.saw_hidden |= hidden
         dist = task.distributions[0]
         short = clock.short_calls(calls)
         ctx = f"timing the {where(shape, hidden, dist)} in batches of {calls}" + (f" and {short} calls" if short else " calls")

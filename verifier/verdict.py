@@ -56,6 +56,10 @@ THREATS: Mapping[int, str] = {
 
 #: a shape's ``timing`` when it was checked but not timed (verifier/contender.py)
 NOT_TIMED = "not timed"
+#: evidence key of a rejection made after the candidate was called at a hidden shape: its process
+#: knew a hidden shape then, so any text it produced (an error, its output, a process name) may
+#: carry it, and no prompt quotes such text (prompts/feedback.py, loop/lessons.py)
+SAW_HIDDEN = "saw_hidden"
 
 
 @dataclass(frozen=True)
