@@ -125,7 +125,16 @@ def command(group: typer.Typer, name: str | None = None):
 
 
 def show(renderable, **options) -> bool:
-    """Print to stdout; False (and nothing raised) when its reader is gone."""
+    """Print to stdout; False (and nothing raised) when its reader is gone. A plain string is
+    text, never markup, with its control characters shown as escapes: it may quote a candidate
+    (an audit's reason, a package test's output), and ``[/]`` in one ended `archive audit` with a
+    MarkupError while ESC sequences in another rewrote the terminal."""
+    if isinstance(renderable, str):
+        from rich.text import Text
+
+        from kernforge.verifier.verdict import printable
+
+        renderable = Text(printable(renderable))
     try:
         out.print(renderable, **options)
         out.file.flush()

@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from kernforge.archive.tables import Col, FitTable, fmt_time, fmt_us, fmt_x
-from kernforge.verifier.verdict import THREATS
+from kernforge.verifier.verdict import THREATS, printable
 
 __all__ = ["AttemptEvent", "Display", "GuardedDisplay", "LiveDisplay", "PlainDisplay", "QuietDisplay", "RunView", "TaskStats",
            "attempt_line", "fmt_time", "fmt_us", "fmt_x", "make_display", "progress_table", "stdout_console", "summary"]
@@ -206,7 +206,8 @@ def attempt_line(e: AttemptEvent) -> str:
             body += f"  AUDIT FAILED, demoted (never the best): {e.audit_reason.splitlines()[0][:240] if e.audit_reason else ''}"
         else:
             body += ("  NEW BEST (audit passed)" if e.audit_passed else "  NEW BEST") if e.new_best else ""
-            body += f"  ({e.reason[:160]})" if e.reason else ""
+            # the proposal's own description (a model's docstring, a tuner's knobs): its words, not a measurement
+            body += f"  (proposed as: {e.reason.splitlines()[0][:160]!r})" if e.reason else ""
     else:
         threat = f" #{e.threat} {THREATS.get(e.threat, '')}" if e.threat else ""
         body = f"{e.status}{threat}: {e.reason.splitlines()[0][:160] if e.reason else ''}"
@@ -215,7 +216,7 @@ def attempt_line(e: AttemptEvent) -> str:
         tail += f"  {e.tokens} tok ${e.cost:.4f}"
     if e.verify_s is not None:
         tail += f"  verified in {e.verify_s:.1f}s"
-    return head + body + tail
+    return printable(head + body + tail)  # names and words from proposals: text, never a control sequence
 
 
 class PlainDisplay:

@@ -62,6 +62,15 @@ class Completion:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+#: more tokens than any request or reply of any model has: a count beyond it is not believed
+MAX_TOKENS_PER_REQUEST = 10_000_000
+
+
+def _token_count(value: Any) -> bool:
+    """Whether a server's usage figure is a count a request can have."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS_PER_REQUEST
+
+
 class Proposer(Protocol):
     """What the loop calls for an LLM proposal (LLMClient; a test double can stand in).
 
@@ -317,11 +326,15 @@ class LLMClient:
         finish = choice.finish_reason
         extraction = extract_code(text, truncated=finish == "length")
         usage = getattr(response, "usage", None)
-        if usage is not None and usage.prompt_tokens is not None and usage.completion_tokens is not None:
-            tokens_in, tokens_out, estimated = usage.prompt_tokens, usage.completion_tokens, False
+        said = (getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None))
+        if all(_token_count(n) for n in said):
+            tokens_in, tokens_out, estimated = int(said[0]), int(said[1]), False
             details = getattr(usage, "completion_tokens_details", None)
-            reasoning_tokens = getattr(details, "reasoning_tokens", None) if details else None
+            counted = getattr(details, "reasoning_tokens", None) if details else None
+            reasoning_tokens = int(counted) if _token_count(counted) else None
         else:
+            # none, or counts no request has (negative, fractional, absurd: a server's word that
+            # would have lifted --max-tokens and --max-cost), so the estimate stands in
             # Budgets need a number; 4 characters a token is the usual rule for English and code.
             tokens_in = sum(len(m.get("content", "")) for m in messages) // 4
             tokens_out = (len(message.content or "") + len(_field_reasoning(message))) // 4

@@ -57,3 +57,19 @@ def test_command_lists_read_as_sentences(path, monkeypatch):
         text_this = this.strip("│ ").rstrip()
         if continues and not text_this.endswith((".", ":", ")")):
             assert len(this.rstrip("│ ").rstrip()) >= 60, f"line broken mid-sentence:\n{this}\n{following}"
+
+
+def test_a_plain_string_is_shown_as_text_not_markup_nor_control(monkeypatch):
+    """An audit line quoting a candidate with ``[/]`` ended `archive audit` with a MarkupError, and
+    ``[conceal]`` would have hidden the words after it; ESC sequences rewrote the terminal."""
+    import io
+
+    from rich.console import Console
+
+    from kernforge import cli as cli_module
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(cli_module, "out", Console(file=buffer, width=200, force_terminal=True))
+    assert cli_module.show("audit failed: x[/] [conceal]demoted\x1b[2K", highlight=False)
+    shown = buffer.getvalue()
+    assert "x[/] [conceal]demoted" in shown and "\\x1b[2K" in shown and "\x1b[2K" not in shown

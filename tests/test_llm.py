@@ -334,3 +334,12 @@ def test_retry_after_seconds(headers, seconds):
 
 def test_retry_after_http_date():
     assert retry_after_seconds({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # in the past
+
+
+@pytest.mark.parametrize("prompt_tokens", [-10**9, 10**12], ids=["negative", "absurd"])
+def test_usage_no_request_can_have_is_estimated_instead(fake_llm, tmp_path, prompt_tokens):
+    """Red team: a server's negative count ran a --max-tokens 5000 run 10,500 tokens over and showed
+    -999,989,000 tokens; a priced model would have had a negative cost past --max-cost."""
+    fake_llm.script = [Reply(content=fenced(GOOD_KERNEL), prompt_tokens=prompt_tokens)]
+    c = propose(make_config(fake_llm, tmp_path))
+    assert c.usage_estimated and 0 < c.tokens_in < 10**6 and c.tokens_out == len(fenced(GOOD_KERNEL)) // 4

@@ -75,3 +75,20 @@ def test_a_display_whose_reader_is_gone_goes_quiet():
     quiet = GuardedDisplay(QuietDisplay())
     quiet.note("kept")
     assert quiet.inner.notes == ["kept"] and not quiet.broken
+
+
+def test_what_a_candidate_wrote_reaches_the_terminal_as_text():
+    """Red team: an error beginning with ESC [ 2K ESC [ 1G erased the run's line and wrote a forged
+    verdict in its place; a model's docstring read as a measured claim beside the real figures."""
+    from kernforge.verifier.verdict import Rejected, Status
+
+    forged = "\x1b[2K\x1b[1G[tiny_norm] #1 attempt 1: accepted 2.41 us (38.5x eager)  NEW BEST"
+    verdict = Rejected(Status.COMPILE_ERROR, f"compiling failed: ImportError: {forged}")
+    line = attempt_line(AttemptEvent(task="tiny_norm", seq=1, attempt_id=1, status=verdict.status.value, threat=None,
+                                     reused=False, proposer="llm", model="m", time_us=None, speedup_eager=None,
+                                     new_best=False, reason=verdict.reason, tokens=0, cost=0.0, verify_s=1.0))
+    assert "\x1b" not in line and "\\x1b[2K" in line
+    accepted = attempt_line(AttemptEvent(task="tiny_norm", seq=2, attempt_id=2, status="accepted", threat=None,
+                                         reused=False, proposer="llm", model="m", time_us=3.0, speedup_eager=1.2,
+                                         new_best=True, reason="5x faster than vLLM\u202e", tokens=0, cost=0.0, verify_s=1.0))
+    assert "proposed as: '5x faster than vLLM\\u202e'" in accepted

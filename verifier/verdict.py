@@ -8,6 +8,7 @@ Every verdict carries a reason a person can read; a rejection also names the che
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Mapping, Union
@@ -120,6 +121,30 @@ class ShapeResult:
         return " ".join(f"{k}={v}" for k, v in self.shape.items())
 
 
+#: what ``printable`` shows as an escape: C0 controls but tab and line feed, DEL, C1 controls, and
+#: the bidirectional overrides and isolates (text that reads differently from what it holds)
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as its escape (``\\x1b``): a candidate's error
+    that begins with ESC [ 2K erased the run's line on a terminal and wrote a forged verdict in its
+    place (red team). Tabs and line breaks stay."""
+    if not isinstance(text, str):
+        return text
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def _printable_values(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, Mapping):
+        return {k: _printable_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_printable_values(v) for v in value)
+    return value
+
+
 @dataclass(frozen=True)
 class Accepted:
     """The candidate is correct on every check and its times are real device time."""
@@ -158,6 +183,10 @@ class Rejected:
     accepted = False
 
     def __post_init__(self) -> None:
+        # a reason and its evidence quote the candidate (its errors, its output, its processes'
+        # names): what reaches a terminal, a report or a log is text, never a control sequence
+        object.__setattr__(self, "reason", printable(self.reason))
+        object.__setattr__(self, "evidence", _printable_values(self.evidence))
         if "check" in self.evidence:  # the stored form: the check lives in its own field
             if self.check is Check.OTHER:
                 object.__setattr__(self, "check", Check.parse(self.evidence["check"]))
