@@ -155,6 +155,7 @@ class DockerBackend(ProcessBackend):
         nice = WARM_NICE if os.geteuid() == 0 and _engine_processes_visible() else 0
         worker = {"preload": list(spec.preload), "warmup": spec.warmup, "strict": spec.isolation != "none",
                   "pidns": True, "uid": None, "gid": None, "groups": [], "plan": None, "tmpfs_bytes": TMPFS_BYTES,
+                  "fork": spec.fork,
                   "nice": nice}
         labels = {LABEL_ROLE: "worker", LABEL_OWNER: owner_id(), LABEL_BACKEND: self.backend_id, LABEL_DEVICE: spec.device}
         plan = ContainerPlan(image=info.id, python=info.python, binds=tuple(binds), env=env, labels=labels,

@@ -149,6 +149,10 @@ class WorkerSpec:
     #: workers and runs: its compiles are made once. Only for isolation "none": what a cache
     #: holds is code the next reader runs, so no candidate may write (or read) it
     trusted_cache: str | None = None
+    #: whether the job (strict isolation) may start processes that share no memory with it: a
+    #: plain fork. Programs started the way subprocess and compilers start them (vfork, then exec)
+    #: run either way; a fork is how a child keeps the job's memory and works beside it
+    fork: bool = True
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:

@@ -83,6 +83,7 @@ class Worker:
             "warmup": self.spec.warmup, "strict": strict, "pidns": self.mech.pidns,
             "uid": self.lease.uid if self.lease else None, "gid": self.lease.gid if self.lease else None,
             "groups": list(uids.device_groups()) if self.lease and self.spec.device != "cpu" else [],
+            "fork": self.spec.fork,
             "plan": [op.to_dict() for op in plan] if self.mech.name == "namespaces" and plan else None,
             "tmpfs_bytes": TMPFS_BYTES,
             # Only root can raise the priority again when the worker gets its job (boost()).

@@ -125,7 +125,8 @@ def job_process(config: dict) -> None:
         if config.get("nice"):
             os.nice(config["nice"])  # warming up must not slow the job being judged next door
         _become_unprivileged(config)
-        filtered = seccomp.install() if config.get("strict") else "not installed: a trusted worker"
+        filtered = (seccomp.install(fork=config.get("fork", True)) if config.get("strict")
+                    else "not installed: a trusted worker")
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         cwd = os.getcwd()
         sys.path[:] = [p for p in sys.path if p not in ("", cwd)]

@@ -169,6 +169,36 @@ class ModelNew(nn.Module):
 """
 
 
+#: a child forked at each call (through a library's fork) computes the outputs with torch into a
+#: shared buffer of the candidate's own, and is gone before forward returns: no process is left
+#: to see, and the arena is not inherited (red team). A CPU worker forks nothing at all
+FORK_PER_CALL = KERNEL + '''_START = nn.modules.module.torch.multiprocessing.start_processes
+_SHARED = torch.empty(1 << 20, dtype=torch.float32).share_memory_()  # a MAP_SHARED buffer of its own, inherited
+
+
+def _helper(i, x, w, out):
+    x = x.double()
+    w = w.double()
+    ms = (x * x).__matmul__(torch.ones(x.shape[1], 1, dtype=torch.float64)) / x.shape[1]
+    y = x * (ms + 1e-6) ** -0.5 * w
+    out[: y.numel()].copy_(y.reshape(-1))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, w):
+        T, H = x.shape
+        d = torch.empty(1, H, dtype=x.dtype)  # decoy: one row through the kernel
+        _norm_kernel[(1,)](x, w, d, H, 1e-6, BLOCK=triton.next_power_of_2(H))
+        xs = _SHARED[: T * H].view(T, H)
+        xs.copy_(x)   # inputs into its own shared buffer (a copy: bookkeeping?)
+        ws = _SHARED[T * H: T * H + H]
+        ws.copy_(w)
+        out = _SHARED[T * H + H:]
+        _START(_helper, args=(xs, ws, out), nprocs=1, join=True, start_method="fork")
+        return out[: T * H].view(T, H).clone()
+'''
+
+
 SCREENED = [
     # torch compute inside the grid callable, spelled with operators and dunders: the screen
     # leaves those to the trace, and the trace ignores ops while a launch is in progress
@@ -188,10 +218,12 @@ def rt_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 '''), (("cheat", 16), STATIC)),
     # honest modules the screen must not refuse: a UTF-8 byte-order mark (Python imports such a
     # file), and a long expression (Python compiles it)
-    # (its two busy loops may run past a call's time limit on a loaded machine: rejected too)
-    Screened("helper_forked_through_a_library", FORKED_HELPER, (("sandbox_violation", 21), STATIC, ("timeout", None))),
+    # a CPU worker forks nothing: refused at the fork (where a worker may fork, the helper left
+    # running rejects it: the program tests below show that check)
+    Screened("helper_forked_through_a_library", FORKED_HELPER, (("runtime_error", None), STATIC)),
     # read as the import would read it, its last comment is code: refused before anything runs
     Screened("declared_encoding_turns_a_comment_into_code", DECLARED_ENCODING, (("compile_error", None),)),
+    Screened("child_forked_at_each_call", FORK_PER_CALL, (("runtime_error", None), STATIC)),
     Screened("byte_order_mark", "\ufeff" + HONEST, (("accepted", None),)),
     Screened("long_expression", KERNEL + "\n_TABLE = " + " + ".join(["1"] * 1500) + "\n\n\nclass ModelNew(nn.Module):\n"
              "    def forward(self, x, w):\n        return norm(x, w)\n", (("accepted", None),)),

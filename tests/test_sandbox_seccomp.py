@@ -15,11 +15,12 @@ from kernforge.sandbox import seccomp
 MACHINES = sorted(seccomp.ARCHES)
 
 
+@pytest.mark.parametrize("fork", [True, False], ids=["fork", "no_fork"])
 @pytest.mark.parametrize("machine", MACHINES)
-def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine):
+def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine, fork):
     """Walk the program for each refused number, another number and another architecture, as the
     kernel would (a tiny classic-BPF interpreter over the ops it uses)."""
-    code = seccomp.program(machine)
+    code = seccomp.program(machine, fork)
     ops = [struct.unpack("HBBI", code[i:i + 8]) for i in range(0, len(code), 8)]
     arch, numbers = seccomp.ARCHES[machine]
 
@@ -50,9 +51,13 @@ def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine):
         assert run(numbers["keyctl"] | seccomp.X32_BIT, arch) == denied and run(seccomp.X32_BIT, arch) == denied
     thread = 0x00010000 | 0x00000100 | 0x00000200 | 0x00000400 | 0x00000800 | 0x00040000 | 0x00080000 | 0x00100000 \
         | 0x00200000  # CLONE_THREAD|VM|FS|FILES|SIGHAND|SYSVSEM|SETTLS|PARENT_SETTID|CHILD_CLEARTID: pthread_create's
-    assert run(clone, arch, thread) == run(clone, arch, 17) == seccomp.RET_ALLOW  # a thread; fork's SIGCHLD
+    vfork = 0x00004000 | 0x00000100 | 17  # CLONE_VFORK|CLONE_VM|SIGCHLD: posix_spawn's, subprocess's
+    assert run(clone, arch, thread) == run(clone, arch, vfork) == seccomp.RET_ALLOW
+    assert run(clone, arch, 17) == (seccomp.RET_ALLOW if fork else denied)  # a plain fork: SIGCHLD alone
+    if machine in seccomp.FORKS:
+        assert run(seccomp.FORKS[machine], arch) == (seccomp.RET_ALLOW if fork else denied)
     for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000):  # NEWUSER, NEWPID, NEWNET, NEWNS
-        assert run(clone, arch, 17 | flag) == denied
+        assert run(clone, arch, 17 | flag) == run(clone, arch, vfork | flag) == denied
     assert run(clone3, arch) == seccomp.RET_ERRNO | errno.ENOSYS
 
 
