@@ -144,9 +144,11 @@ class DockerBackend(ProcessBackend):
         # matters only where a bound folder holds it.
         home = (os.path.expanduser("~"),) if spec.isolation != "none" else ()
         vcs = checkout_metadata(sources) + package_extras() if spec.isolation != "none" else ()
+        bound = {os.path.realpath(s) for s in sources}
         for h in spec.hidden_paths + home + vcs:
             real = os.path.realpath(h)
-            if os.path.exists(real) and any(under(real, s) for s in sources):
+            # a folder bound in whole (PYTHONPATH's) is one the worker needs: never hidden whole
+            if real not in bound and os.path.exists(real) and any(under(real, s) for s in sources):
                 (hidden_dirs if os.path.isdir(real) else hidden_files).append(real)
         limits = Limits()
         memory = memory_bytes or limits.memory_bytes
