@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
-from kernforge.verifier.verdict import THREATS, ShapeResult, Verdict, describe
+from kernforge.verifier.verdict import THREATS, ShapeResult, Verdict, describe, printable
 
 from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, ShapeBest, StatRow, Stats,
                       TaskBaselines)
@@ -151,7 +151,7 @@ def summary_table(rows: Sequence[AttemptSummary], title: str) -> FitTable:
                      title=title)
     for r in rows:
         status = r.status + (f" #{r.threat}" if r.threat else "") + (f" (reuse of {r.reuse_of})" if r.reuse_of else "")
-        table.add_row(str(r.id), r.task, status, fmt_x(r.score), r.model or r.proposer or "-", r.gpu, Text(r.reason))
+        table.add_row(str(r.id), r.task, status, fmt_x(r.score), r.model or r.proposer or "-", r.gpu, Text(printable(r.reason)))
     return table
 
 
@@ -192,7 +192,7 @@ def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
     if reuses:
         head.append(f"\nreused by {reuses} later proposal(s)")
     parts: list[Any] = [Panel(head), Panel(audit_text(record, audits), title="audit"),
-                        Syntax(record.code, "python", line_numbers=True, word_wrap=True)]
+                        Syntax(printable(record.code), "python", line_numbers=True, word_wrap=True)]
     evidence = {k: val for k, val in dict(v.evidence).items() if val}
     if evidence:
         parts.append(Panel(Text(json.dumps(evidence, indent=2, sort_keys=True, default=str)), title="evidence"))
@@ -211,7 +211,7 @@ def show_json(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: 
 def sql_table(columns: Sequence[str], rows: Sequence[tuple], truncated: bool) -> Group:
     table = FitTable([Col(c, wrap=True) for c in columns])
     for row in rows:
-        table.add_row(*(Text("NULL" if v is None else str(v)) for v in row))
+        table.add_row(*(Text("NULL" if v is None else printable(str(v))) for v in row))  # cells hold candidates' code
     note = f"first {len(rows)} rows shown (--limit 0 shows all)" if truncated else f"{len(rows)} row(s)"
     return Group(table, Text(note, style="dim"))
 
