@@ -105,6 +105,10 @@ class Limits:
     processes: int = 2048
     #: bytes of stdout and of stderr kept as diagnostics
     output_bytes: int = 64 * 1024
+    #: what the worker's folder (its home and temp dir, on the host's disk) may hold: bytes, and
+    #: files and folders (a disk or its inodes filled while a run writes its archive end the run)
+    disk_bytes: int = 8 * 1024**3
+    disk_entries: int = 100_000
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -271,6 +271,37 @@ class OutputRings:
         self._fds = {}
 
 
+def folder_usage(folder: Path, stop_bytes: int, stop_entries: int) -> tuple[int, int]:
+    """Bytes allocated and entries below ``folder``, walked without recursion; the walk stops
+    once either passes its ``stop_`` value (it is over a limit then: the exact figure is moot)."""
+    size = entries = 0
+    stack = [str(folder)]
+    while stack and size <= stop_bytes and entries <= stop_entries:
+        try:
+            with os.scandir(stack.pop()) as found:
+                for entry in found:
+                    entries += 1
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    size += info.st_blocks * 512
+                    if stat.S_ISDIR(info.st_mode):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return size, entries
+
+
+def free_space(folder: Path) -> tuple[int, int] | None:
+    """Bytes and inodes free to an unprivileged writer on ``folder``'s file system, or None."""
+    try:
+        got = os.statvfs(folder)
+    except OSError:
+        return None
+    return got.f_bavail * got.f_frsize, got.f_favail
+
+
 def remove_stale_private_dirs(prefix: str = PRIVATE_PREFIX) -> list[Path]:
     """Remove the private folders (``<prefix><parent pid>-*``) of parents that no longer exist
     (killed before they could clean up; their workers died with them). Returns what was removed.

@@ -526,3 +526,19 @@ def test_kernel_interfaces_no_kernel_needs_are_refused_and_builds_still_run(pool
         return
     assert {said[name] for name in ("add_key", "keyctl", "unshare", "process_vm_readv", "clone", "io_uring_setup")} \
         == {"EPERM"}, said
+
+
+@pytest.mark.parametrize("payload, words", [({"megabytes": 48}, "MiB in"), ({"files": 3000}, "files and folders")],
+                         ids=["bytes", "entries"])
+def test_a_folder_past_its_disk_limits_ends_the_job(pool, payload, words):
+    """The worker's folder is on the host's disk, where a file's size is capped and their sum and
+    number were not (the red team wrote 9 GiB in one verdict); a full disk ends the run that writes
+    its archive there."""
+    only_once(pool)
+    limits = Limits(**{**LIMITS.to_dict(), "disk_bytes": 16 << 20, "disk_entries": 1000})
+    with pool.session("sandbox_jobs.hostile:fill_folder", payload, limits) as session:
+        with pytest.raises(WorkerFailure) as ended:  # while it writes, or in the minute it waits after
+            for _ in range(2):
+                assert session.recv(60) == {"written": True}
+    assert ended.value.kind is FailureKind.RESOURCE_LIMIT, ended.value
+    assert "its folder on the host's disk holds" in ended.value.reason and words in ended.value.reason

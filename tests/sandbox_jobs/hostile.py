@@ -266,3 +266,16 @@ def kernel_state(channel, payload):
     results["thread"] = "ok" if box else "failed"
     results["program"] = "ok" if subprocess.run([sys.executable, "-c", "pass"]).returncode == 0 else "failed"
     channel.send(results)
+
+
+def fill_folder(channel, payload):
+    """Write ``megabytes`` 1 MiB files, or ``files`` empty ones, into its folder; then wait."""
+    chunk = os.urandom(1 << 20)
+    for i in range(payload.get("megabytes", 0)):
+        with open(f"blob{i}", "wb") as f:
+            f.write(chunk)
+    for i in range(payload.get("files", 0)):
+        open(f"f{i}", "w").close()
+    channel.send({"written": True})
+    time.sleep(60)
+    channel.send({"still": "here"})
