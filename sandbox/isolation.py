@@ -186,6 +186,26 @@ def python_paths() -> tuple[str, ...]:
     return outermost(p for c in candidates if os.path.exists(c) for p in {os.path.abspath(c), os.path.realpath(c)})
 
 
+#: the top-level folders of a Linux system that hold its programs, libraries and configuration
+#: (the CUDA toolkit and driver included): a worker sees these, what it needs (the interpreter,
+#: its packages, kernforge's worker packages) and nothing else of the top level
+SYSTEM_ROOTS = frozenset({"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "run", "var",
+                          "dev", "proc", "sys", "tmp", "nix", "gnu"})
+
+
+def other_roots(root: str = "/") -> tuple[str, ...]:
+    """The top-level folders outside ``SYSTEM_ROOTS``: where users keep checkouts, data and homes.
+    A copy of kernforge there (a clone, a colleague's checkout, a mirror) holds the built-in
+    tasks' metadata, which hiding this copy's files by path does not reach (red team: a worker
+    read the hidden shapes from another clone on the host). Folders a worker needs inside one
+    are bound back in (mount_plan)."""
+    try:
+        return tuple(os.path.join(root, e.name) for e in sorted(os.scandir(root), key=lambda e: e.name)
+                     if e.name not in SYSTEM_ROOTS and e.is_dir(follow_symlinks=False))
+    except OSError:
+        return ()
+
+
 #: what a worker needs of kernforge's own folder: the package's top and the three packages its
 #: worker side runs (tasks/builtin inside is hidden with the tasks' metadata)
 WORKER_PARTS = frozenset({"__init__.py", "__pycache__", "sandbox", "verifier", "tasks"})

@@ -26,8 +26,8 @@ from typing import Any
 
 from . import procs, uids
 from .env import worker_env
-from .isolation import (TMPFS_BYTES, Mechanism, bwrap_command, checkout_metadata, mount_plan, package_extras,
-                        python_paths)
+from .isolation import (TMPFS_BYTES, Mechanism, bwrap_command, checkout_metadata, mount_plan, other_roots,
+                        package_extras, python_paths)
 from .protocol import RESERVED_KEY, FrameBuffer, SandboxError, WorkerSpec
 
 STDERR_IN_ERRORS = 3000
@@ -76,7 +76,7 @@ class Worker:
         strict = self.spec.isolation != "none"
         needed = python_paths() + tuple(p for p in env.get("PYTHONPATH", "").split(":") if os.path.isabs(p))
         hidden = ((os.path.expanduser("~"),) + tuple(self.spec.hidden_paths) + checkout_metadata(needed)
-                  + package_extras()) if strict else ()
+                  + package_extras() + other_roots()) if strict else ()
         plan = mount_plan(str(self.workdir), needed, hidden, drop_uid) if self.mech.mountns else []
         config = {
             "fds": list(child_fds), "workdir": str(self.workdir), "preload": list(self.spec.preload),

@@ -410,3 +410,18 @@ def test_checkout_metadata_finds_the_history_of_every_checkout_shown(tmp_path):
     assert set(checkout_metadata([str(tree / "pkg")])) == {
         str(tree / ".git"), str(main / ".git" / "worktrees" / "wt"), str(main / ".git")}
     assert all(not p.startswith(str(plain)) for p in checkout_metadata([str(plain)]))
+
+
+def test_top_level_folders_outside_the_system_ones_are_hidden(tmp_path):
+    """Where users keep checkouts and data (another clone of kernforge holds the built-in tasks'
+    metadata): hidden from workers, with the folders they need bound back in."""
+    from kernforge.sandbox.isolation import other_roots
+
+    for name in ("usr", "etc", "opt", "work", "home", "srv"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "a-file").write_text("x")
+    assert other_roots(str(tmp_path)) == tuple(str(tmp_path / n) for n in ("home", "srv", "work"))
+    plan = mount_plan("/tmp/w/work", needed=("/work/venv", "/work/checkout"), hidden=("/work",), drop_uid=False)
+    by_path = {op.path: op.kind for op in plan if op.path.startswith("/work")}
+    if os.path.isdir("/work"):
+        assert by_path == {"/work": "tmpfs", "/work/venv": "bind", "/work/checkout": "bind"}

@@ -4,6 +4,7 @@ and the sandbox hides the built-in tasks and the judged tasks' metadata files fr
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -161,7 +162,7 @@ def test_copies_of_secrets_outside_their_files_are_hidden_too(scratch):
 
     import kernforge
     from kernforge.archive.store import private_files
-    from kernforge.sandbox.isolation import python_paths
+    from kernforge.sandbox.isolation import other_roots, python_paths
 
     if not mechanism("strict").mountns:
         pytest.skip("this machine's sandbox cannot hide files (no bubblewrap, no mount namespace)")
@@ -183,6 +184,11 @@ def test_copies_of_secrets_outside_their_files_are_hidden_too(scratch):
     for name, part in (("the docs", root / "docs" / "example-report.html"), ("the prompts' code", root / "prompts")):
         if part.exists():  # run from a checkout: its docs quote hidden shapes of the built-in tasks
             targets[name] = str(part)
+    other_copy = root.parent / f".kernforge-other-copy-{os.getpid()}"  # beside this checkout, as a clone would be
+    if other_roots() and any(root.parent.is_relative_to(r) for r in other_roots()) and os.access(root.parent, os.W_OK):
+        other_copy.mkdir()
+        (other_copy / "meta.py").write_text("HIDDEN_SHAPES = [{'T': 3, 'H': 96}]\n")
+        targets["another copy on the host"] = str(other_copy / "meta.py")
     git = [Path(p) / ".git" for p in python_paths() if (Path(p) / ".git").is_dir()]
     if git:  # kernforge runs from a checkout here (CI's clone): its history holds the built-in metadata
         targets["the checkout's history"] = str(git[0])
@@ -194,6 +200,7 @@ def test_copies_of_secrets_outside_their_files_are_hidden_too(scratch):
                         for name, target in targets.items()}
     finally:
         archive.close()
+        shutil.rmtree(other_copy, ignore_errors=True)
     assert verdicts.pop("control").accepted
     seen = {name: v.reason for name, v in verdicts.items() if v.status.value != "incorrect"}
     assert not seen, seen
