@@ -27,6 +27,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from .protocol import SandboxError
 
@@ -204,6 +205,25 @@ def other_roots(root: str = "/") -> tuple[str, ...]:
                      if e.name not in SYSTEM_ROOTS and e.is_dir(follow_symlinks=False))
     except OSError:
         return ()
+
+
+#: variables naming a toolkit a worker's builds and kernels use (a cluster's module system may put
+#: CUDA in a top-level folder of its own)
+TOOLKIT_VARS = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDNN_HOME", "ROCM_PATH", "HIP_PATH")
+
+
+def toolkit_paths(env: Mapping[str, str]) -> tuple[str, ...]:
+    """Folders of the toolkits ``env`` names, its library path's entries and nvcc's toolkit, where
+    they exist: a worker needs them even where they lie outside ``SYSTEM_ROOTS``. Never the home
+    folder or one holding it (its secrets stay hidden)."""
+    found = [env.get(name, "") for name in TOOLKIT_VARS]
+    found += env.get("LD_LIBRARY_PATH", "").split(":")
+    nvcc = shutil.which("nvcc", path=env.get("PATH"))
+    if nvcc:
+        found.append(str(Path(os.path.realpath(nvcc)).parent.parent))
+    home = os.path.realpath(os.path.expanduser("~"))
+    kept = [os.path.realpath(p) for p in found if p and os.path.isabs(p) and os.path.isdir(p)]
+    return tuple(p for p in dict.fromkeys(kept) if not under(home, p))
 
 
 #: what a worker needs of kernforge's own folder: the package's top and the three packages its

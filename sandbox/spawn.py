@@ -27,7 +27,7 @@ from typing import Any
 from . import procs, uids
 from .env import worker_env
 from .isolation import (TMPFS_BYTES, Mechanism, bwrap_command, checkout_metadata, mount_plan, other_roots,
-                        package_extras, python_paths)
+                        package_extras, python_paths, toolkit_paths)
 from .protocol import RESERVED_KEY, FrameBuffer, SandboxError, WorkerSpec
 
 STDERR_IN_ERRORS = 3000
@@ -74,7 +74,8 @@ class Worker:
         self.fds_sock, fds_child = socket.socketpair()
         child_fds = (to_worker_r, from_worker_w, ctl_child.fileno(), fds_child.fileno())
         strict = self.spec.isolation != "none"
-        needed = python_paths() + tuple(p for p in env.get("PYTHONPATH", "").split(":") if os.path.isabs(p))
+        needed = (python_paths() + tuple(p for p in env.get("PYTHONPATH", "").split(":") if os.path.isabs(p))
+                  + toolkit_paths(env))
         hidden = ((os.path.expanduser("~"),) + tuple(self.spec.hidden_paths) + checkout_metadata(needed)
                   + package_extras() + other_roots()) if strict else ()
         plan = mount_plan(str(self.workdir), needed, hidden, drop_uid) if self.mech.mountns else []

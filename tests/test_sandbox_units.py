@@ -425,3 +425,16 @@ def test_top_level_folders_outside_the_system_ones_are_hidden(tmp_path):
     by_path = {op.path: op.kind for op in plan if op.path.startswith("/work")}
     if os.path.isdir("/work"):
         assert by_path == {"/work": "tmpfs", "/work/venv": "bind", "/work/checkout": "bind"}
+
+
+def test_a_toolkit_outside_the_system_folders_stays_in_sight(tmp_path):
+    """A cluster's module system may put CUDA in a top-level folder of its own: the folders the
+    worker's environment names for its toolkits are bound back in; the home folder never is."""
+    from kernforge.sandbox.isolation import toolkit_paths
+
+    cuda, lib = tmp_path / "software" / "cuda-13.0", tmp_path / "software" / "lib"
+    cuda.mkdir(parents=True)
+    lib.mkdir()
+    env = {"CUDA_HOME": str(cuda), "LD_LIBRARY_PATH": f"{lib}:relative:{tmp_path / 'missing'}", "PATH": "",
+           "ROCM_PATH": os.path.expanduser("~")}
+    assert toolkit_paths(env) == (str(cuda.resolve()), str(lib.resolve()))
