@@ -7,9 +7,14 @@ likes (red team: a child forked through a library's fork at the first call, comp
 output with torch, was accepted). The parent reads the worker's process tree from /proc after
 the module loaded and once every call is done: a process started then and still alive rejects
 the candidate. Builds are not touched: a compiler the import runs has exited by the time the
-module has loaded. What this does not see: a process started and ended inside one call (it costs
-a process start per call, which no timed kernel survives, and the interpreter's verdicts are not
-timed).
+module has loaded.
+
+What this does not see: a process started and ended inside one call. A CPU judge's workers
+cannot fork at all (sandbox/seccomp.py), so there such a process is a new program (vfork and
+exec), whose result must come back through the worker: on the CPU that stays the documented limit
+of an interpreter verdict (correct outputs, checked by trusted code; who computed them, not), and
+on a GPU a host-side helper per call is orders of magnitude slower than a kernel, where the
+audit's Nsight Compute record lists the kernels that ran.
 """
 
 from __future__ import annotations
