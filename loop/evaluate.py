@@ -91,9 +91,10 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
     # the judge's cache (baselines, ceilings, trusted code's compiles) is never a candidate's to
     # see: outside the home folder (KERNFORGE_CACHE_DIR) a worker of the same uid could rewrite a
     # baseline, or a compiled kernel the reference worker would run
-    cache = (options or JudgeOptions()).cache_dir or default_dir()
+    chosen = options or JudgeOptions()
+    cache = chosen.cache_dir or default_dir()
     compiled = compiled_dir(cache)
-    private = tuple((options or JudgeOptions()).private_paths)
+    private = tuple(chosen.private_paths)
     # On the CPU a candidate forks nothing (the interpreter builds nothing; a CUDA extension built
     # there could not run): a forked child there computed each call's outputs with torch, beyond
     # every trace. On a GPU nvcc forks while an extension builds, and a forked child has no CUDA.

@@ -35,7 +35,7 @@ from kernforge.archive.history import HistoryRow
 from kernforge.verifier import defences
 from kernforge.verifier.checks import Check
 from kernforge.verifier.screen_rules import RULES
-from kernforge.verifier.verdict import SAW_HIDDEN, THREATS, Rejected, Status
+from kernforge.verifier.verdict import THREATS, Rejected, Status, saw_hidden
 
 #: (status, threat, check, sub-key): ``Rejected.key`` and the sub-key ("" where none applies)
 Key = tuple[str, int | None, str, str]
@@ -73,8 +73,7 @@ class Failure:
         first = findings[0] if isinstance(findings, list) and findings and isinstance(findings[0], Mapping) else {}
         # the candidate's own error text, but never once it had seen a hidden shape: it could carry
         # the shape into every later prompt of the task (prompts/feedback.candidate_text_withheld)
-        quoted = not (evidence.get(SAW_HIDDEN) or evidence.get("hidden"))
-        return cls(status, threat, check, error=str(evidence.get("error") or "") if quoted else "",
+        return cls(status, threat, check, error="" if saw_hidden(evidence) else str(evidence.get("error") or ""),
                    kind=str(evidence.get("kind") or ""),
                    rule=str(first.get("rule") or ""), dist=str(evidence.get("dist") or ""))
 

@@ -15,7 +15,7 @@ from itertools import combinations
 from typing import Any, Iterable, Mapping
 
 from kernforge.tasks.spec import Task
-from kernforge.verifier.verdict import SAW_HIDDEN, ShapeResult, Verdict
+from kernforge.verifier.verdict import SAW_HIDDEN, ShapeResult, Verdict, saw_hidden
 
 HIDDEN = "<hidden>"
 # Line numbers ("line 33", "kernel.py:33", "kernel.cu(33)") are about the candidate's code, not a
@@ -162,8 +162,7 @@ def candidate_text_withheld(verdict: Verdict) -> bool:
     """Whether ``verdict``'s reason and evidence may quote the candidate's own text: not when it
     was rejected at, or after, a call at a hidden shape (THREATS #14). A redaction of the sizes
     masks their decimal spellings; the candidate chooses the spelling (hex, words, a tally)."""
-    evidence = verdict.evidence
-    return not verdict.accepted and bool(evidence.get(SAW_HIDDEN) or evidence.get("hidden"))
+    return not verdict.accepted and saw_hidden(verdict.evidence)
 
 
 def hidden_line(verdict: Verdict) -> str:

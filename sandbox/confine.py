@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .env import SANDBOX_OWNED, is_allowed
+from .env import worker_env
 from .isolation import bwrap_command, checkout_metadata, mechanism, mount_plan, probe_unshare, python_paths
+from .protocol import WorkerSpec
 
 
 @dataclass(frozen=True)
@@ -32,18 +33,11 @@ class Confined:
 def confined(argv: Sequence[str], *, workdir: Path, shown: Sequence[str] = (),
              env: Mapping[str, str] | None = None) -> Confined:
     """``argv`` confined: ``workdir`` (writable, its home and temp dir) and ``shown`` (read-only)
-    in sight besides the interpreter and the system; ``env`` added to the allow-listed variables
-    of this process's environment (names must pass the allow-list too)."""
-    parent = os.environ if env is None else {**os.environ, **env}
-    scrubbed = {k: v for k, v in parent.items() if is_allowed(k) and k not in SANDBOX_OWNED}
-    scrubbed.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    for name in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES"):  # the command's own choice, kept
-        if env is not None and name in env:
-            scrubbed[name] = env[name]
+    in sight besides the interpreter and the system; its environment a worker's (``worker_env``),
+    on the CPU where ``env`` asks for the Triton interpreter, else on the first GPU."""
+    device = "cpu" if (env or {}).get("TRITON_INTERPRET") else "0"
     home = str(Path(workdir).resolve())
-    scrubbed.update({"HOME": home, "TMPDIR": home, "XDG_CACHE_HOME": f"{home}/.cache",
-                     "TRITON_CACHE_DIR": f"{home}/.triton", "TORCHINDUCTOR_CACHE_DIR": f"{home}/.inductor",
-                     "PYTHONNOUSERSITE": "1"})
+    scrubbed = worker_env(WorkerSpec(device=device), Path(home), os.environ)
     mech = mechanism("strict")
     if mech.name == "bwrap":
         needed = python_paths() + tuple(str(Path(p).resolve()) for p in shown)

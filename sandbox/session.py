@@ -269,8 +269,10 @@ class ProcessSession:
         number and sum are not (red team: 9 GiB in one accepted verdict, 300k files in 5 s). The file
         system's free space is read at every poll (one call); only once it has lost half a limit
         since the job began, by anyone, is the folder itself walked, at most once a second."""
+        if self._disk_free is None or now - self._disk_walked < 1.0:
+            return
         free = free_space(self.workdir)
-        if free is None or self._disk_free is None or now - self._disk_walked < 1.0:
+        if free is None:
             return
         limits = self.limits
         if self._disk_free[0] - free[0] < limits.disk_bytes // 2 and self._disk_free[1] - free[1] < limits.disk_entries // 2:

@@ -205,7 +205,8 @@ def _arena(device: str, msg: dict[str, Any]) -> dict[str, Any]:
 
     want = Layout(int(msg["size"]), int(msg["input_bytes"]))
     arena = _STATE.get("arena")
-    if arena is None or arena.layout.size < want.size or _oversized(arena.layout.size, want.size):
+    kept = not (arena is None or arena.layout.size < want.size or _oversized(arena.layout.size, want.size))
+    if not kept:
         if arena is not None:
             arena.close()
             _STATE.pop("arena")
@@ -215,12 +216,14 @@ def _arena(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     # every byte of it, whoever wrote it last: the previous candidate could address the whole
     # arena, and what it left would reach the next one (red team: the shapes a worker was called
     # at, hidden ones included, relayed to the next candidate; a mark that told an audit from its
-    # routine verdict). Fresh device memory is not zeroed either. A fill at memory speed.
-    arena.data.zero_()
-    if device.startswith("cuda"):  # done before another process can see the memory
+    # routine verdict). Fresh device memory is not zeroed either; a fresh memfd is. A fill at memory speed.
+    if device.startswith("cuda"):
         import torch
 
-        torch.cuda.synchronize(arena.data.device)
+        arena.data.zero_()
+        torch.cuda.synchronize(arena.data.device)  # done before another process can see the memory
+    elif kept:
+        arena.data.zero_()
     _STATE["arena"] = arena
     fd = arena.export()
     try:

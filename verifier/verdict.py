@@ -63,6 +63,13 @@ NOT_TIMED = "not timed"
 SAW_HIDDEN = "saw_hidden"
 
 
+def saw_hidden(evidence: Mapping[str, Any]) -> bool:
+    """Whether a rejection with this evidence was made at, or after, a call at a hidden shape
+    (``SAW_HIDDEN``, or the failing shape itself hidden): none of the candidate's text in it may
+    reach a prompt or a lesson."""
+    return bool(evidence.get(SAW_HIDDEN) or evidence.get("hidden"))
+
+
 @dataclass(frozen=True)
 class ShapeResult:
     """What one shape measured. Times are microseconds of device time per call."""
