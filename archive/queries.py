@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from sqlite_utils import Database
 
 from kernforge.verifier.audit import Audit
-from kernforge.verifier.verdict import ShapeResult, Verdict, verdict_from_dict
+from kernforge.verifier.verdict import SAW_HIDDEN, ShapeResult, Verdict, verdict_from_dict
 
 from .content import code_hash, environment_key
 from .errors import ArchiveError, ReadOnlyError
@@ -362,7 +362,9 @@ class Queries:
             sections["diverse"] += pick(ranked, args, "ORDER BY a.score DESC", 1, top + (i * below) // diverse)
         sections["recent"] = pick(f"{scope} AND a.accepted = 1 AND a.reuse_of IS NULL", args, "ORDER BY a.id DESC", recent)
         marks = ",".join("?" * len(REPAIRABLE))
-        sections["failures"] = pick(f"{scope} AND a.accepted = 0 AND a.reuse_of IS NULL AND a.status IN ({marks})",
+        # a rejection made after a hidden shape is repairable whatever its status (loop/search.Member.repairable)
+        sections["failures"] = pick(f"{scope} AND a.accepted = 0 AND a.reuse_of IS NULL AND (a.status IN ({marks})"
+                                    f" OR coalesce(json_extract(a.evidence, '$.{SAW_HIDDEN}'), 0) = 1)",
                                     args + list(REPAIRABLE), "ORDER BY a.id DESC", failures)
         ids = [i for section in sections.values() for i in section]
         records = {r.id: r for r in self._records(f"a.id IN ({','.join('?' * len(ids))})", ids)} if ids else {}

@@ -11,6 +11,10 @@ check covers mistakes that need different advice:
   names it only in the reason today, so until it records it these group by check alone);
 * a reply with no usable module (the loop's own check): cut off at the token limit, or no code.
 
+A rejection made once the candidate had been called at a hidden shape is one class whatever its
+fields say (``AFTER_HIDDEN``): which way it failed is the candidate's choice, and could spell a
+hidden size one lesson at a time.
+
 A class seen ``min_count`` times or more becomes a lesson: what happened, how often, and the rule
 that avoids it. The rule is the remedy of the defence that made the check
 (``verifier.defences.remedy``); the loop states its own rules only for what it decides itself
@@ -41,7 +45,12 @@ from kernforge.verifier.verdict import THREATS, Rejected, Status, saw_hidden
 Key = tuple[str, int | None, str, str]
 
 #: The loop's own rules: for its own check (extraction) and for failures no defence advises on.
+#: the class of every rejection made once the candidate had seen a hidden shape
+AFTER_HIDDEN = "failed_at_hidden_shape"
 LOOP_RULES: Mapping[str, str] = {
+    AFTER_HIDDEN: "Candidates passed every public shape and then failed at a hidden one ({n}x; how is not said): "
+                  "hidden shapes include tiny, odd and non-power-of-two sizes, so mask every tail and derive "
+                  "grids, strides and block counts from the inputs' own sizes",
     "truncated": "Replies were cut off at the output-token limit before the module was complete ({n}x): keep the reasoning short and answer with one complete ```python block",
     "no_code": "Replies held no usable module defining ModelNew ({n}x): answer with one complete ```python block that defines ModelNew",
     Status.TIMEOUT.value: "Candidates ran out of time ({n}x): avoid huge compile-time unrolls (tl.static_range over large sizes) and loops that do not advance",
@@ -66,15 +75,19 @@ class Failure:
     rule: str = ""
     #: the input distribution a wrong value was found on (evidence ``dist``, where recorded)
     dist: str = ""
+    #: rejected once it had been called at a hidden shape: one class whatever the rest says, as in
+    #: a prompt (prompts/feedback.candidate_text_withheld: how it failed is the candidate's choice)
+    after_hidden: bool = False
 
     @classmethod
     def of(cls, status: Status, threat: int | None, check: Check, evidence: Mapping[str, Any]) -> "Failure":
         findings = evidence.get("findings")
         first = findings[0] if isinstance(findings, list) and findings and isinstance(findings[0], Mapping) else {}
-        # the candidate's own error text, but never once it had seen a hidden shape: it could carry
-        # the shape into every later prompt of the task (prompts/feedback.candidate_text_withheld)
-        return cls(status, threat, check, error="" if saw_hidden(evidence) else str(evidence.get("error") or ""),
-                   kind=str(evidence.get("kind") or ""),
+        if saw_hidden(evidence):
+            # nothing the candidate chose once it had seen a hidden shape: its text could carry
+            # the shape into every later prompt of the task, and so could which way it failed
+            return cls(status, threat, check, after_hidden=True)
+        return cls(status, threat, check, error=str(evidence.get("error") or ""), kind=str(evidence.get("kind") or ""),
                    rule=str(first.get("rule") or ""), dist=str(evidence.get("dist") or ""))
 
     @classmethod
@@ -101,6 +114,8 @@ class Failure:
 
     @property
     def key(self) -> Key:
+        if self.after_hidden:
+            return (AFTER_HIDDEN, None, "", "")
         return (self.status.value, self.threat, self.check.value, self.detail)
 
 
@@ -114,6 +129,8 @@ def headline(text: str, limit: int = 160) -> str:
 def lesson_text(f: Failure) -> str:
     """The lesson of a class, with ``{n}`` where the count goes: what happened, and the rule."""
     detail = f.detail
+    if f.after_hidden:
+        return LOOP_RULES[AFTER_HIDDEN]
     if f.check is Check.EXTRACTION:
         return LOOP_RULES[detail]
     if f.status.value in LOOP_RULES:

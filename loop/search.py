@@ -57,7 +57,7 @@ from kernforge.archive.queries import REPAIRABLE
 from kernforge.archive.records import AttemptRecord, Population as ArchivedPopulation
 from kernforge.archive.score import geomean, partly_timed, ranked, summarize
 from kernforge.verifier.audit import auditable
-from kernforge.verifier.verdict import Status, Verdict
+from kernforge.verifier.verdict import Status, Verdict, saw_hidden
 
 STRATEGIES = ("improve", "explore", "repair", "fresh")
 #: (tier, value), compared as a tuple: tier 2 the archive's score, tier 1 the negated log of the
@@ -182,8 +182,12 @@ class Member:
 
     @property
     def repairable(self) -> bool:
-        """A rejection worth a repair turn: never a cheat, a sandbox violation or a cheat's signature."""
+        """A rejection worth a repair turn: never a cheat, a sandbox violation or a cheat's signature,
+        unless it was made after a hidden shape, where it always is: a prompt (and so whether one
+        repairs it) never tells apart how the candidate failed there (prompts/feedback.py)."""
         v = self.verdict
+        if v is not None and not v.accepted and saw_hidden(v.evidence):
+            return True
         if v is None or v.accepted or v.status not in _REPAIRABLE:
             return False
         return not (v.status is Status.STATIC_REJECTED and v.threat)

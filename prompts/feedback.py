@@ -153,25 +153,33 @@ def public_table(shapes: Iterable[ShapeResult], floor_us: Mapping[str, float] | 
     return "\n".join(lines)
 
 
-#: what a prompt says in place of a rejection's text once the candidate had seen a hidden shape
-WITHHELD = ("it was rejected after it had been called at a hidden shape; what it raised, printed or named from then "
-            "on is not shown (a candidate's own text could carry that shape)")
+#: all a prompt says of a rejection made once the candidate had seen a hidden shape
+WITHHELD = ("it passed every public shape, then failed once it had been called at a hidden shape; how it failed "
+            "(wrong values, an error, a time-out, a check) and what it raised, printed or named from then on are not "
+            "shown: a candidate chooses how it fails, and could spell a hidden size that way")
+#: the parent's status line in that case, in place of the verdict's own status
+FAILED_HIDDEN = "failed at a hidden shape"
 
 
 def candidate_text_withheld(verdict: Verdict) -> bool:
-    """Whether ``verdict``'s reason and evidence may quote the candidate's own text: not when it
-    was rejected at, or after, a call at a hidden shape (THREATS #14). A redaction of the sizes
-    masks their decimal spellings; the candidate chooses the spelling (hex, words, a tally)."""
+    """Whether ``verdict`` is one outcome to a prompt, "failed at a hidden shape", and no more:
+    rejected at, or after, a call at a hidden shape (THREATS #14). The candidate chooses what it
+    raises (a redaction of the sizes masks decimals; it can spell hex, words, a tally) and how it
+    fails (a crash, wrong values, a time-out, a defence's check, which of the hidden shapes): each
+    choice a prompt told apart would carry bits of a hidden size to the next candidate."""
     return not verdict.accepted and saw_hidden(verdict.evidence)
 
 
 def hidden_line(verdict: Verdict) -> str:
-    """Counts only: how many hidden shapes passed and failed. Never their sizes."""
+    """Counts only: how many hidden shapes passed and failed. Never their sizes, and no count
+    where the candidate failed at one (which of them failed is its choice too)."""
     checked = sum(1 for r in verdict.shapes if r.hidden)
     evidence = verdict.evidence
     if verdict.accepted:
         count = f"all {checked}" if checked else "all"
         return f"Hidden shapes (sizes not shown): {count} passed."
+    if candidate_text_withheld(verdict):
+        return "Hidden shapes (sizes not shown): at least one failed."
     # the judge records where a check failed (``evidence["hidden"]``, beside ``shape``)
     failed_hidden = bool(evidence.get("hidden"))
     passed = evidence.get("hidden_passed", checked)

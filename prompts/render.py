@@ -29,7 +29,7 @@ from kernforge.verifier import defences
 from kernforge.verifier.checks import Check
 from kernforge.verifier.verdict import THREATS, Accepted, Rejected, Status, Verdict
 
-from .feedback import WITHHELD, Redactor, candidate_text_withheld, clip, evidence_text, excerpt, hidden_line, public_table
+from .feedback import FAILED_HIDDEN, WITHHELD, Redactor, candidate_text_withheld, clip, evidence_text, excerpt, hidden_line, public_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -229,18 +229,24 @@ def parent_section(parent: Parent, floors: Mapping[str, float], redactor: Redact
             hidden=hidden_line(verdict),
             flags=("Flags: " + "; ".join(verdict.flags)) if verdict.flags else "",
         )
+    if candidate_text_withheld(verdict):
+        # one outcome, whatever its status, check or text (feedback.candidate_text_withheld); its
+        # public times were taken before it saw a hidden shape (verifier/judge.py)
+        return fill(
+            "parent_rejected", summary=summary, code=code, status=FAILED_HIDDEN, reason=WITHHELD, threat="",
+            check="", evidence="", table=("Measured on public shapes before it failed:\n" + table) if table else "",
+            hidden=hidden_line(verdict),
+        )
     if verdict.threat:
         kind = "Caught" if verdict.status is Status.CHEAT else "Signature of"
         threat_line = f"{kind}: THREATS #{verdict.threat} ({THREATS.get(verdict.threat, 'unknown')})."
     else:
         threat_line = ""
-    withheld = candidate_text_withheld(verdict)
-    evidence = "" if withheld else evidence_text(verdict.evidence, redactor, value_chars=limits.value_chars,
-                                                 log_chars=limits.log_chars)
+    evidence = evidence_text(verdict.evidence, redactor, value_chars=limits.value_chars, log_chars=limits.log_chars)
     return fill(
         "parent_rejected", summary=summary, code=code,
         status=verdict.status.value,
-        reason=WITHHELD if withheld else excerpt(verdict.reason, redactor, limits.reason_chars),
+        reason=excerpt(verdict.reason, redactor, limits.reason_chars),
         threat=threat_line,
         check=check_line(verdict),
         evidence=("Evidence:\n" + evidence) if evidence else "",
@@ -261,9 +267,10 @@ def _measured(verdict: Verdict | None, redactor: Redactor) -> str:
     """One line on how an inspiration did (public shapes only)."""
     if verdict is None:
         return "(not measured)"
+    if candidate_text_withheld(verdict):
+        return f"{FAILED_HIDDEN}: {WITHHELD}"
     if not verdict.accepted:
-        said = WITHHELD if candidate_text_withheld(verdict) else excerpt(verdict.reason, redactor, 200, keep="head")
-        return f"rejected ({verdict.status.value}): " + said
+        return f"rejected ({verdict.status.value}): " + excerpt(verdict.reason, redactor, 200, keep="head")
     public = [s for s in verdict.shapes if not s.hidden]
     parts = []
     for key, name in (("speedup_compile", "vs torch.compile"), ("speedup_eager", "vs eager"), ("pct_bandwidth", "copy bandwidth")):
@@ -303,7 +310,7 @@ def instructions(parent: Parent | None) -> str:
         return fill("instructions_start")
     if parent.verdict.accepted:
         return fill("instructions_improve")
-    if parent.verdict.status is Status.CHEAT:
+    if parent.verdict.status is Status.CHEAT and not candidate_text_withheld(parent.verdict):
         threat = parent.verdict.threat
         return fill("instructions_cheat", threat_name=f"THREATS #{threat} {THREATS.get(threat, '')}".strip())
     return fill("instructions_repair")

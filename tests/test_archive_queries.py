@@ -136,6 +136,20 @@ def test_population_sections(filled):
     assert [a.id for a in cpu.recent] == [5] and cpu.top == ()
 
 
+def test_a_rejection_after_a_hidden_shape_is_a_failure_to_repair_whatever_its_status(tmp_path):
+    """As in the loop's population (search.Member.repairable): which way a candidate failed once
+    it had seen a hidden shape decides nothing a prompt shows, so not whether it is repaired."""
+    from kernforge.verifier.verdict import SAW_HIDDEN
+
+    with Archive.create(tmp_path / "k.db") as archive:
+        rms = archive.register_task(synthetic.task_record("rms_norm"))
+        run = archive.start_run({})
+        for seq, evidence in enumerate(({}, {SAW_HIDDEN: True})):
+            archive.record_attempt(NewAttempt(run, seq, rms, f"k = {seq}", Rejected(
+                Status.SANDBOX_VIOLATION, "a process left running", threat=21, evidence=evidence), dict(H200)))
+        assert [a.id for a in archive.population(rms, "NVIDIA H200", failures=3).failures] == [2]
+
+
 def test_population_diverse_spreads_over_ranks(tmp_path):
     archive = Archive.create(tmp_path / "k.db")
     task, run = archive.register_task(synthetic.task_record("t")), archive.start_run({})

@@ -187,3 +187,18 @@ def test_an_error_raised_after_a_hidden_shape_is_never_quoted():
     public = Failure.of_verdict(Rejected(Status.RUNTIME_ERROR, "running failed", check=Check.RUNTIME,
                                          evidence={"error": "IndexError: out of range"}))
     assert "IndexError" in lesson_text(public)  # before any hidden shape, the error is the lesson
+
+
+def test_every_way_of_failing_after_a_hidden_shape_is_one_lesson():
+    """Wrong values, a crash, a time-out and a defence's check, each once the candidate had been
+    called at a hidden shape: one class, whose lesson names none of them (which way it failed is
+    the candidate's choice, and a lesson per way would spell bits of a hidden size)."""
+    from kernforge.verifier.verdict import SAW_HIDDEN
+
+    lessons = Lessons()
+    for status, check, threat in ((Status.INCORRECT, Check.VALUES, None), (Status.CRASHED, Check.RUNTIME, None),
+                                  (Status.TIMEOUT, Check.RUNTIME, None), (Status.CHEAT, Check.INPUT_MUTATION, 4)):
+        lessons.observe(Failure.of_verdict(Rejected(status, "why", threat=threat, check=check,
+                                                    evidence={"dist": "normal", SAW_HIDDEN: True})))
+    assert lessons.current() == [LOOP_RULES["failed_at_hidden_shape"].replace("{n}", "4")]
+

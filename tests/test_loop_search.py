@@ -148,6 +148,17 @@ def test_repair_turns_newest_first_each_once_never_cheats():
     assert pop.choose("repair").strategy == "fresh" and "repair" not in pop.strategies()
 
 
+def test_a_rejection_after_a_hidden_shape_is_repaired_whatever_its_status():
+    """Which way it failed there is the candidate's choice and no prompt tells the ways apart
+    (prompts/feedback.py): whether it gets a repair turn must not either."""
+    from kernforge.verifier.verdict import SAW_HIDDEN
+
+    pop = Population(rng=random.Random(0))
+    for i, status in enumerate((Status.CHEAT, Status.SANDBOX_VIOLATION, Status.INCORRECT), 1):
+        pop.add(Member(variant(i), Rejected(status, "why", threat=21, evidence={SAW_HIDDEN: True}), attempt_id=i))
+    assert [m.attempt_id for m in pop.failures] == [3, 2, 1]
+
+
 def test_repair_chains_are_bounded():
     pop = Population(rng=random.Random(0), max_repairs=2)
     for depth in range(4):

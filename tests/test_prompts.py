@@ -87,7 +87,7 @@ def test_no_hidden_shape_in_any_builtin_prompt(name, device_kind):
     for shape in task.shapes(device_kind, hidden=False):
         assert shape.label in text
     assert task.reference_source.strip()[:200] in text
-    assert "Hidden shapes (sizes not shown):" in text and "1 failed" in text
+    assert "Hidden shapes (sizes not shown): at least one failed." in text and "1 failed" not in text
     # The verdict's own text: not a word of it, since it failed at a hidden shape (the candidate
     # chooses how its errors spell a size: hex, words, a line number it raises from)
     why = prompt.user.split("## Why it was rejected", 1)[1].split("Measured on public shapes", 1)[0]
@@ -389,4 +389,28 @@ def test_a_rejection_after_a_hidden_shape_quotes_nothing_the_candidate_said():
     prompt = r.render(task, H200, parent=r.Parent(GOOD_KERNEL, verdict),
                       inspirations=[r.Inspiration(GOOD_KERNEL, verdict=verdict)])
     assert "0x60" not in prompt.user and "XCVI" not in prompt.user and WITHHELD in prompt.user
-    assert "sandbox_violation" in prompt.user and "Check: processes." in prompt.user  # the typed fields stay
+    # nor which way it failed: a status, a check or a threat told apart would be a bit of the shape
+    assert "sandbox_violation" not in prompt.user and "processes" not in prompt.user and "#21" not in prompt.user
+    assert "Parent kernel: rejected (failed at a hidden shape)" in prompt.user
+
+
+def test_every_way_of_failing_after_a_hidden_shape_reads_the_same_in_a_prompt():
+    """Once it has seen a hidden shape, a candidate chooses how it fails (wrong values at the
+    second hidden shape, a time-out, a crash, a defence's check): a prompt that told these apart
+    would carry bits of a hidden size to the next candidate, one attempt at a time."""
+    from kernforge.verifier.verdict import SAW_HIDDEN
+
+    task = load_task("rms_norm")
+    ways = [
+        Rejected(Status.INCORRECT, "the values differ", check=Check.VALUES,
+                 evidence={"hidden": True, "hidden_passed": 1, "hidden_failed": 1, "dist": "normal", SAW_HIDDEN: True}),
+        Rejected(Status.TIMEOUT, "a call ran out of time", check=Check.RUNTIME, evidence={SAW_HIDDEN: True}),
+        Rejected(Status.CHEAT, "mutated its input", threat=4, check=Check.INPUT_MUTATION,
+                 evidence={"hidden": True, "hidden_passed": 0, "hidden_failed": 3, SAW_HIDDEN: True}),
+    ]
+    prompts = {r.render(task, H200, parent=r.Parent(GOOD_KERNEL, v), inspirations=[r.Inspiration(GOOD_KERNEL, verdict=v)]).user
+               for v in ways}
+    assert len(prompts) == 1
+    (user,) = prompts
+    assert "Parent kernel: rejected (failed at a hidden shape)" in user and WITHHELD in user
+    assert not any(said in user for said in ("mutated its input", "a call ran out of time", "input mutation"))

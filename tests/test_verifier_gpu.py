@@ -87,6 +87,34 @@ def test_a_routine_verdict_times_the_public_shapes_and_an_audit_the_hidden_ones_
     assert result.details["shapes"] == 2 and "hidden_x_compile" in result.details, result.details
 
 
+def test_the_public_shapes_are_timed_before_any_hidden_shape_is_sent(tmp_path_factory):
+    """A process that has seen a hidden shape never produces a figure a prompt shows: the public
+    shapes are checked and timed first; an audit's hidden shapes are timed after their checks."""
+    from kernforge.verifier.audit import audit
+
+    options = replace(_options(tmp_path_factory, baselines=False), time_shapes="all")
+    task = load_task(TASKS / "tiny_norm")
+    with open_judge("cuda:0", pool_size=2, options=options) as judge:
+        steps, check, time_all = [], judge._check_all, judge._time_all
+
+        def checking(session, task, hidden, *args):
+            steps.append("check " + ("hidden" if hidden else "public"))
+            return check(session, task, hidden, *args)
+
+        def timing(session, task, init_seed, own, sizes, plan, timed, arena_size):
+            steps.append("time " + ",".join(sorted({"hidden" if h else "public" for _, h in timed})))
+            return time_all(session, task, init_seed, own, sizes, plan, timed, arena_size)
+
+        judge._check_all, judge._time_all = checking, timing
+        routine = judge.verify(C.HONEST, task)
+        assert routine.accepted, _describe(routine)
+        assert steps == ["check public", "time public", "check hidden"]
+        del steps[:]
+        result = audit(judge, C.HONEST, task, routine, tolerance=1.0)
+    assert result.verdict is not None and result.verdict.accepted, result.details
+    assert steps[-4:] == ["check public", "time public", "check hidden", "time hidden"], steps
+
+
 def test_torch_compile_is_compiled_before_the_gpu_is_taken_alone(tmp_path_factory):
     """The baseline's compile (seconds of Inductor and Triton on the CPU) is asked for while the
     judge holds the GPU shared; under the exclusive hold the baseline times that very compile.

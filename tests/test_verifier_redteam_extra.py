@@ -79,6 +79,28 @@ def test_what_a_candidate_says_at_a_hidden_shape_never_reaches_a_prompt(screened
     assert spelled not in prompt.user and render.WITHHELD in prompt.user
 
 
+def test_no_figure_a_prompt_shows_comes_after_a_hidden_shape(tmp_path):
+    """The public shapes' times (here the interpreter's walls; on a GPU the timed batches) are
+    taken before the first hidden shape reaches the worker. Before, a GPU verdict timed them
+    after the hidden checks, and a candidate could wait there for as long as a hidden size said."""
+    task = load_task(TASKS / "tiny_norm")
+    with open_judge("cpu", pool_size=1, options=JudgeOptions(cache_dir=tmp_path), tasks=[task]) as judge:
+        steps, check, times = [], judge._check_all, judge._interpreter_times
+
+        def checking(session, task, hidden, *args):
+            steps.append("hidden checks" if hidden else "public checks")
+            return check(session, task, hidden, *args)
+
+        def timing(task, timed):
+            steps.append("times of " + ("hidden" if any(h for _, h in timed) else "public") + " shapes")
+            return times(task, timed)
+
+        judge._check_all, judge._interpreter_times = checking, timing
+        verdict = judge.verify(HONEST, task)
+    assert verdict.accepted, _describe(verdict)
+    assert steps == ["public checks", "times of public shapes", "hidden checks"]
+
+
 def test_a_declared_encoding_is_refused_with_the_screen_off_too(runtime_judge):
     """Not a screen rule: the check that the text is what Python will run holds without it."""
     verdict = runtime_judge.verify(X.DECLARED_ENCODING, load_task(TASKS / "tiny_norm"))

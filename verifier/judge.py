@@ -11,6 +11,8 @@ verdict rests only on what those trusted processes measured or read themselves:
 * times: the reference worker's CUDA events around a batch of calls, each on inputs of its own,
   from before its own write of the inputs until its own probe of the outputs after "done", over
   the number of calls whose outputs it then verifies (THREATS #8, #9, #11-#13);
+* order: the public shapes are checked, then timed, and only then is a hidden shape sent: a
+  process that has seen one never produces a figure a prompt shows (THREATS #14);
 * every reply from the candidate's worker is parsed against its schema (messages.py) before any
   field is used; a malformed one is a rejection, never an exception (#9).
 
@@ -571,18 +573,27 @@ class Judge:
             rejection = processes.still_running(session.strays(), "after its module loaded")
         if rejection is not None:
             return rejection
-        for hidden in (False, True):  # hidden shapes only once every public one passed
-            rejection = self._check_all(session, task, hidden, init_seed, own, arena_size)
-            if rejection is None and not hidden:
-                rejection = clock.lied(self._state.clock, 0.005, "checked calls")
-            if rejection is not None:
-                return rejection
-        if self.on_gpu:
-            results = self._time_all(session, task, init_seed, own, sizes, plan, timed, arena_size)
-        else:
-            results = self._interpreter_times(task, timed)
+        rejection = self._check_all(session, task, False, init_seed, own, arena_size)
+        if rejection is None:
+            rejection = clock.lied(self._state.clock, 0.005, "checked calls")
+        if rejection is not None:
+            return rejection
+        # The public shapes are timed before any hidden shape reaches the worker: a process that
+        # has seen one could spell it in the times a prompt shows (a wait of its size in ns).
+        results = self._times(session, task, init_seed, own, sizes, plan, [t for t in timed if not t[1]], arena_size)
         if isinstance(results, Rejected):
             return results
+        rejection = self._check_all(session, task, True, init_seed, own, arena_size)
+        if rejection is not None:
+            return rejection
+        hidden = [t for t in timed if t[1]]  # an audit's second verdict times them too (JudgeOptions.time_hidden)
+        if hidden:
+            stopped = any(flag.startswith(contender.NOT_A_CONTENDER) for flag in results[1])
+            more = ([contender.untimed(s, True, task.dtype("cuda")) for s, _ in hidden], []) if stopped else \
+                self._times(session, task, init_seed, own, sizes, plan, hidden, arena_size)
+            if isinstance(more, Rejected):
+                return more
+            results = (results[0] + more[0], results[1] + more[1])
         rejection = processes.still_running(session.strays(), "after its calls")
         if rejection is not None:
             return rejection
@@ -821,6 +832,13 @@ class Judge:
 
     def _times_hidden(self) -> bool:
         return self.options.time_hidden == "always" or (self.options.time_hidden == "audit" and self._state.audit)
+
+    def _times(self, session: Session, task: Task, init_seed: int, own: list[str], sizes: dict[tuple, dict[str, Any]],
+               plan: dict[tuple, int], timed: list[tuple[Shape, bool]], arena_size: int) -> tuple[list[ShapeResult], list[str]] | Rejected:
+        """The figures of ``timed``: the GPU's clock, or on the CPU the checks' own wall clock."""
+        if not self.on_gpu:
+            return self._interpreter_times(task, timed)
+        return self._time_all(session, task, init_seed, own, sizes, plan, timed, arena_size) if timed else ([], [])
 
     def _interpreter_times(self, task: Task, timed: list[tuple[Shape, bool]]) -> tuple[list[ShapeResult], list[str]]:
         """The CPU's figures: the judge's own wall clock over each checked call (every one of them
