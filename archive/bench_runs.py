@@ -100,7 +100,7 @@ def problem_results(archive: Archive, run: BenchRun) -> list[ProblemResult]:
         "SELECT a.id, coalesce(a.reuse_of, a.id) AS src, a.accepted, a.gpu, t.name FROM attempts a"
         " JOIN tasks t ON t.id = a.task_id WHERE a.run_id = ? ORDER BY a.id", [run.run_id]))
     sources = sorted({r["src"] for r in rows if r["accepted"]})
-    audits = archive.latest_audits(sources)
+    audits = archive.latest_audits(sources, any_judge=True)  # the run's record, as its judge audited it
     # a kernel demoted by its audit is not correct (a cheat found there, or rejected when judged
     # again), except one whose time alone did not hold: correct, and untimed
     demoted = {i for i, a in audits.items() if not a.passed and not a.audit.only_slower}

@@ -15,8 +15,9 @@ from typing import Any, Mapping
 from kernforge.verifier import encoding
 
 #: What an environment key is made of: the things that change what a kernel does or how fast it
-#: runs. Other facts (SM count, memory, L2) follow from the GPU name and are stored, not keyed.
-ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton")
+#: runs, and which judge measured it (verifier/revision.py). Other facts (SM count, memory, L2)
+#: follow from the GPU name and are stored, not keyed.
+ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "judge")
 
 
 def normalize_code(code: str) -> str:
@@ -51,18 +52,24 @@ def code_hash(code: str) -> str:
     return hashlib.sha256(normalize_code(code).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def environment_fields(environment: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyed fields of an environment (``verifier.environment.describe`` output), None when absent."""
-    return {name: environment.get(name) for name in ENV_FIELDS}
+def environment_fields(environment: Mapping[str, Any], columns: bool = False) -> dict[str, Any]:
+    """The keyed fields of an environment (``verifier.environment.describe`` output), None when
+    absent; ``columns``: those the archive's environments table has a column for (the judge is in
+    its ``info``)."""
+    return {name: environment.get(name) for name in ENV_FIELDS if not (columns and name == "judge")}
 
 
 def environment_key(environment: Mapping[str, Any]) -> str:
-    """A short stable hash of GPU name, driver, CUDA, torch and Triton versions.
+    """A short stable hash of GPU name, driver, CUDA, torch and Triton versions, and the judge's
+    fingerprint (verifier/revision.py: the same code under another judge is judged again).
 
     The Triton interpreter has no GPU and no driver; its key differs from every GPU's, so
     interpreter results are never reused for, or compared with, a GPU.
     """
-    blob = json.dumps(environment_fields(environment), sort_keys=True, default=str)
+    fields = environment_fields(environment)
+    if fields["judge"] is None:  # a verdict from before judges were fingerprinted keeps its key
+        del fields["judge"]
+    blob = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -250,7 +250,8 @@ def _plan_task(archive: Archive, task: Task, versions: Sequence[TaskVersion], op
     if left:
         failed = sum(1 for i in kernels_on_gpu if i in latest and not latest[i].passed)
         why = ", ".join(part for part in (f"{failed} failed their audit" if failed else "",
-                                          f"{left - failed} never audited" if left - failed else "") if part)
+                                          f"{left - failed} never audited by this judge" if left - failed else "")
+                       if part)
         notes.append(f"{task.name}: {left} of {len(kernels_on_gpu)} accepted GPU kernel(s) have no passing audit "
                      f"({why}); not exported (`kernforge archive audit --task {task.name}` audits the best)")
     if not audited:

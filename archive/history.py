@@ -16,7 +16,9 @@ run's rows (``run_history``, read to count a resumed run's budget) go without it
 ``evidence`` is the part of a verdict's evidence that lessons read (the same keys as
 ``Rejected.evidence``, so an archived row and a live verdict are classified alike): the error
 text of a compile or runtime failure (its last 2,000 characters), the extraction ``kind``, the
-first static-screen finding, the input distribution. The check itself is ``check``.
+first static-screen finding, the input distribution. The check itself is ``check``. A rejection
+made after the candidate was called at a hidden shape keeps only that mark (``SAW_HIDDEN``): what
+it said from then on could spell the shape (prompts/feedback.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from kernforge.verifier.verdict import NOT_TIMED, Verdict
+from kernforge.verifier.verdict import NOT_TIMED, SAW_HIDDEN, Verdict, saw_hidden
 
 from .queries import guarded
 from .score import GPU_TIMINGS, geomean
@@ -97,6 +99,10 @@ def _rows(archive: Archive, where: str, params: list[Any], limit: int | None, *,
 
 
 def _kept(evidence: Mapping[str, Any]) -> dict[str, Any]:
+    if saw_hidden(evidence):
+        # made after a hidden shape: the mark alone, never the candidate's text (a lesson replayed
+        # from it is the one "failed at a hidden shape", as it was when the run made it)
+        return {SAW_HIDDEN: True}
     out = {k: evidence[k] for k in _EVIDENCE_KEPT if evidence.get(k) is not None}
     if isinstance(out.get("error"), str):
         out["error"] = out["error"][-2000:]

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from kernforge.verifier.verdict import THREATS
 
 from .errors import ArchiveError
-from .queries import guarded
+from .queries import CURRENT_AUDIT, guarded
 from .records import AttemptSummary, _Record
 from .score import GPU_TIMINGS, geomean
 from .store import Archive
@@ -281,13 +281,14 @@ def _times(archive: Archive, ids: Sequence[int]) -> dict[int, float]:
 
 
 def _latest_audits(archive: Archive, ids: Sequence[int]) -> dict[int, bool]:
-    """Whether each audited attempt's latest audit passed (attempts never audited are absent)."""
+    """Whether each audited attempt's latest audit by the installed judge passed (attempts it never
+    audited are absent: queries.CURRENT_AUDIT)."""
     out: dict[int, bool] = {}
     for chunk in _chunks(ids):
         marks = ",".join("?" * len(chunk))
         for attempt_id, passed in archive.conn.execute(
-                f"SELECT attempt_id, passed FROM audits WHERE id IN"
-                f" (SELECT max(id) FROM audits WHERE attempt_id IN ({marks}) GROUP BY attempt_id)", chunk):
+                f"SELECT attempt_id, passed FROM audits WHERE id IN (SELECT max(id) FROM audits"
+                f" WHERE attempt_id IN ({marks}) AND {CURRENT_AUDIT} GROUP BY attempt_id)", chunk):
             out[attempt_id] = bool(passed)
     return out
 

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from sqlite_utils import Database
 
+from kernforge.verifier import revision
 from kernforge.verifier.audit import Audit
 from kernforge.verifier.verdict import SAW_HIDDEN, ShapeResult, Verdict, verdict_from_dict
 
@@ -53,11 +54,18 @@ _ARG_PRAGMAS = {
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 #: The latest audit of each audited attempt of one task on one GPU model (parameters: task id, GPU).
 #: SQLite takes the bare column ``passed`` from the row holding ``max(id)``: the latest audit.
+#: Only the installed judge's audits count (verifier/revision.py): one by an earlier judge, which
+#: may have accepted what this one rejects, leaves the attempt awaiting an audit again.
+_JUDGE = revision.fingerprint()
+assert revision.FORMAT.fullmatch(_JUDGE)  # written into the SQL below as a literal
+#: an audits row's condition: made by the installed judge
+CURRENT_AUDIT = f"judge = '{_JUDGE}'"
 _LATEST_AUDITS = ("SELECT attempt_id, passed, max(id) AS audit_id FROM audits WHERE task_id = ? AND gpu = ?"
-                  " GROUP BY attempt_id")
-#: Whether an attempt row ``a``'s evaluation passed its latest audit (1, 0, or NULL: never audited)
+                  f" AND {CURRENT_AUDIT} GROUP BY attempt_id")
+#: Whether an attempt row ``a``'s evaluation passed its latest audit by the installed judge (1, 0,
+#: or NULL: never audited by it)
 _AUDIT_PASSED = ("(SELECT u.passed FROM audits u WHERE u.attempt_id = coalesce(a.reuse_of, a.id)"
-                 " ORDER BY u.id DESC LIMIT 1)")
+                 f" AND u.judge = '{_JUDGE}' ORDER BY u.id DESC LIMIT 1)")
 
 
 def explain(path: Path, error: sqlite3.Error) -> ArchiveError:
@@ -94,7 +102,7 @@ def _audit(row: Mapping[str, Any]) -> AuditRecord:
         "details": json.loads(row["details"]),
     })
     return AuditRecord(id=row["id"], attempt_id=row["attempt_id"], task_id=row["task_id"], gpu=row["gpu"],
-                       created=row["created"], audit=audit, run_id=row["run_id"])
+                       created=row["created"], audit=audit, run_id=row["run_id"], judge=row.get("judge"))
 
 
 class Queries:
@@ -278,13 +286,15 @@ class Queries:
         return [_audit(r) for r in self.db.query("SELECT * FROM audits WHERE attempt_id = ? ORDER BY id", [row[0]])]
 
     @guarded
-    def latest_audits(self, attempt_ids: Sequence[int]) -> dict[int, AuditRecord]:
-        """The latest audit of each of these attempts that has one."""
+    def latest_audits(self, attempt_ids: Sequence[int], any_judge: bool = False) -> dict[int, AuditRecord]:
+        """The latest audit by the installed judge of each of these attempts that has one
+        (``any_judge``: by whichever judge, for a record of what an earlier run measured)."""
         ids = sorted(set(attempt_ids))
         if not ids:
             return {}
+        judge = "" if any_judge else f" AND {CURRENT_AUDIT}"
         last = [r[0] for r in self.conn.execute(
-            f"SELECT max(id) FROM audits WHERE attempt_id IN ({','.join('?' * len(ids))}) GROUP BY attempt_id", ids)]
+            f"SELECT max(id) FROM audits WHERE attempt_id IN ({','.join('?' * len(ids))}){judge} GROUP BY attempt_id", ids)]
         return {a.attempt_id: a for a in self._audits_by_id(last).values()}
 
     @guarded
@@ -304,7 +314,13 @@ class Queries:
                 audited, failed = self.conn.execute(
                     f"SELECT count(*), coalesce(sum(l.passed = 0), 0) FROM ({_LATEST_AUDITS}) l"
                     " JOIN attempts a ON a.id = l.attempt_id WHERE a.score IS NOT NULL", (t["id"], g)).fetchone()
-                out.append(AwaitingAudit(task=t["name"], gpu=g, accepted=accepted, audited=audited, failed=failed))
+                earlier = self.conn.execute(
+                    "SELECT count(DISTINCT u.attempt_id) FROM audits u JOIN attempts a ON a.id = u.attempt_id"
+                    f" WHERE u.task_id = ? AND u.gpu = ? AND a.score IS NOT NULL AND u.passed = 1 AND coalesce(u.{CURRENT_AUDIT}, 0) = 0"
+                    f" AND u.attempt_id NOT IN (SELECT attempt_id FROM audits WHERE task_id = ? AND {CURRENT_AUDIT})",
+                    (t["id"], g, t["id"])).fetchone()[0]
+                out.append(AwaitingAudit(task=t["name"], gpu=g, accepted=accepted, audited=audited, failed=failed,
+                                         earlier=earlier))
         return out
 
     @guarded

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any, Callable, ClassVar, Mapping
 
 from kernforge.tasks.spec import Task
+from kernforge.verifier import revision
 from kernforge.verifier.audit import Audit
 from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Verdict, verdict_from_dict
 
@@ -191,11 +192,18 @@ class AuditRecord(_Record):
     created: str
     audit: Audit
     run_id: int | None = None
+    #: the fingerprint of the judge that made it (verifier/revision.py; None: before fingerprints)
+    judge: str | None = None
     _rebuild = {"audit": Audit.from_dict}
 
     @property
     def passed(self) -> bool:
         return self.audit.passed
+
+    @property
+    def current(self) -> bool:
+        """Made by the installed judge: only such an audit makes a best."""
+        return self.judge == revision.fingerprint()
 
 
 @dataclass(frozen=True)
@@ -210,6 +218,8 @@ class AwaitingAudit(_Record):
     #: of those, how many have an audit, and how many of those audits failed (demoted)
     audited: int = 0
     failed: int = 0
+    #: passed an audit by an earlier judge only (verifier/revision.py): audited again before it counts
+    earlier: int = 0
 
 
 @dataclass(frozen=True)

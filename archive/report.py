@@ -36,8 +36,10 @@ def awaiting_lines(awaiting: Sequence[AwaitingAudit]) -> str:
     lines = []
     for w in awaiting:
         audited = f"{w.audited} audited, {w.failed} of them failed" if w.audited else "none audited"
-        lines.append(f"{w.task} on {w.gpu}: {w.accepted} accepted GPU attempt(s), none passed an audit ({audited}); "
-                     f"`kernforge archive audit --task {w.task}` audits them")
+        if w.earlier:
+            audited += f"; {w.earlier} passed an audit by an earlier version of the judge, which counts no more"
+        lines.append(f"{w.task} on {w.gpu}: {w.accepted} accepted GPU attempt(s), none passed an audit by this "
+                     f"judge ({audited}); `kernforge archive audit --task {w.task}` audits them")
     return "\n".join(lines)
 
 
@@ -164,15 +166,21 @@ def audit_text(record: AttemptRecord, audits: Sequence[AuditRecord]) -> Text:
                         style="yellow")
         return Text("not audited (only accepted verdicts with GPU times are audited)", style="dim")
     out = Text()
-    for i, a in enumerate(audits):
-        latest = i == len(audits) - 1
+    current = [a for a in audits if a.current]
+    deciding = current[-1] if current else None
+    for a in audits:
+        latest = a is deciding
         word = "passed" if a.passed else "FAILED"
         where = f"run {a.run_id}" if a.run_id is not None else "kernforge archive audit"
-        out.append(f"audit {a.id} ({where}, {a.created}){' latest' if latest else ''}: ",
+        judge = "" if a.current else ", by an earlier judge: counts no more"
+        out.append(f"audit {a.id} ({where}, {a.created}{judge}){' latest' if latest else ''}: ",
                    "bold" if latest else "")
         out.append(f"{word}: {a.audit.reason}", ("green" if a.passed else "red") if latest else "dim")
-        if not latest:
-            out.append("\n")
+        out.append("\n")
+    if deciding is None:
+        out.append("no audit by this judge: never a best until one passes (`kernforge archive audit` audits the best)",
+                   "yellow")
+    out.rstrip()
     return out
 
 
@@ -233,6 +241,8 @@ def verdict_view(verdict: Verdict, task_name: str) -> Group:
         parts.append(measurements_table(verdict.shapes))
     for flag in getattr(verdict, "flags", ()):
         parts.append(Text(f"flag: {flag}", style="yellow"))
+    for flag in getattr(verdict, "hidden_flags", ()):
+        parts.append(Text(f"flag (at a hidden shape, never shown to the model): {flag}", style="yellow"))
     evidence = dict(verdict.evidence)
     if not verdict.accepted and evidence:
         error = evidence.pop("error", None)

@@ -189,15 +189,25 @@ def _v6_public_scores(db: Database) -> None:
                    [figures["score"], figures["speedup_eager"], figures["pct_roofline"], attempt_id])
 
 
+def _v7_judge(db: Database) -> None:
+    """Which judge made each audit (verifier/revision.py's fingerprint; NULL before judges were
+    fingerprinted): only an audit by the installed judge makes a best (queries.py). A verdict's
+    judge is in its environment (its ``info``, and so its key: a verdict is reused only by the
+    judge that made it)."""
+    db["audits"].add_column("judge", str)
+    db["audits"].create_index(["task_id", "gpu", "judge", "attempt_id"])
+
+
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits, _v3_run_owner, _v4_library_baseline,
-                                                      _v5_baselines, _v6_public_scores)
+                                                      _v5_baselines, _v6_public_scores, _v7_judge)
 LATEST = len(MIGRATIONS)
 #: Migrations a read-only reader can do without: they add nothing any query needs (an archive
 #: missing only these is read as it is, a missing measurement column as NULL; the next writer
 #: migrates it). v6's scores too: before it, every attempt of an archive was scored on the same
 #: (public and hidden) shapes, so its ranking is consistent as it stands; attempts scored the new
 #: way join it only through a writer, which migrates first.
-READ_COMPATIBLE = frozenset({_v3_run_owner, _v4_library_baseline, _v5_baselines, _v6_public_scores})
+#: v7's column is read as NULL (no judge) through a temporary view (store.Archive._prepare).
+READ_COMPATIBLE = frozenset({_v3_run_owner, _v4_library_baseline, _v5_baselines, _v6_public_scores, _v7_judge})
 
 
 def version(db: Database) -> int:

@@ -32,6 +32,7 @@ from urllib.parse import quote
 from sqlite_utils import Database
 
 from kernforge.tasks.spec import Task
+from kernforge.verifier import revision
 from kernforge.verifier.audit import Audit
 
 from . import schema
@@ -182,6 +183,11 @@ class Archive(Queries):
         if not creating and schema.check(self.db, str(self.path)) == 0:
             raise ArchiveError(f"{self.path} is an empty file, not a kernforge archive")
         if self.readonly:
+            if schema.version(self.db) < schema.LATEST and "judge" not in self.db["audits"].columns_dict \
+                    and "audits" in self.db.table_names():
+                # an archive from before judges were fingerprinted, read as it is (it may be on a
+                # read-only disk): its audits are no judge's, so none makes a best (schema._v7_judge)
+                self.conn.execute("CREATE TEMP VIEW audits AS SELECT *, NULL AS judge FROM main.audits")
             self.conn.execute("PRAGMA query_only = ON")
             if set(schema.pending(self.db, str(self.path))) - schema.READ_COMPATIBLE:
                 raise ArchiveError(
@@ -366,15 +372,17 @@ class Archive(Queries):
             if run_id is not None:
                 self._run_row(run_id)
             created = _now()
-            audit_id = self.db["audits"].insert({
+            # a writer migrates on open (v7 adds the column); tests build older archives with it too
+            judged_by = {"judge": revision.fingerprint()} if "judge" in self.db["audits"].columns_dict else {}
+            audit_id = self.db["audits"].insert(judged_by | {
                 "attempt_id": attempt_id, "run_id": run_id, "task_id": task_id, "gpu": gpu,
                 "passed": int(audit.passed), "reason": audit.reason, "recorded_us": audit.recorded_us,
                 "measured_us": audit.measured_us,
                 "verdict": json.dumps(audit.verdict.to_dict(), sort_keys=True, default=str) if audit.verdict else None,
                 "details": json.dumps(dict(audit.details), sort_keys=True, default=str), "created": created,
-            }).last_pk
+            }).last_pk  # this process's judge made it: queries.py counts only its audits
         return AuditRecord(id=audit_id, attempt_id=attempt_id, task_id=task_id, gpu=gpu, created=created, audit=audit,
-                           run_id=run_id)
+                           run_id=run_id, judge=revision.fingerprint())
 
 
 def _age_s(stamp: str | None) -> float:
@@ -516,7 +524,7 @@ class _BatchWriter:
         db = self.archive.db
         for key, env in self.environments.items():
             db["environments"].insert(
-                environment_fields(env) | {"key": key, "info": json.dumps(env, sort_keys=True, default=str),
+                environment_fields(env, columns=True) | {"key": key, "info": json.dumps(env, sort_keys=True, default=str),
                                            "created": _now()},
                 ignore=True,
             )

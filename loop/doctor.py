@@ -85,7 +85,13 @@ def _api_key() -> Check:
     return Check("api key", True, f"yes (from {source})")
 
 
-CHECKS: tuple[Callable[[], Check], ...] = (_python, _torch, _triton, _gpus, _nvcc, _sandbox, _docker, _api_key)
+def _judge() -> Check:
+    from kernforge.verifier.revision import fingerprint
+
+    return Check("judge", True, f"fingerprint {fingerprint()}: audits by another count for no best (verifier/revision.py)")
+
+
+CHECKS: tuple[Callable[[], Check], ...] = (_python, _torch, _triton, _gpus, _nvcc, _sandbox, _docker, _api_key, _judge)
 
 
 def run_checks() -> list[Check]:

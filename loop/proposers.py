@@ -180,7 +180,7 @@ class LLMProposer:
         parent = Parent(choice.parent.code, choice.parent.verdict, choice.parent.summary) if choice.parent else None
         inspirations = [Inspiration(m.code, m.summary, m.verdict) for m in choice.inspirations]
         compiled = await self.torch_compile(task, population)
-        prompt = self._render(task, parent, inspirations, lessons.current(), compiled)
+        prompt, parent_shown = self._render(task, parent, inspirations, lessons.current(), compiled)
         completion = await self.clients[model].propose(prompt.messages())
         response = completion.text
         if completion.reasoning:
@@ -190,7 +190,8 @@ class LLMProposer:
             # A reply without a module is archived with its answer as the "code": the attempt
             # still happened, and its text is what a person (or a lesson) needs to see.
             code=completion.code if completion.code is not None else (completion.text or "(empty reply)"),
-            proposer=proposer_name(choice.strategy), model=completion.model, parent=choice.parent,
+            proposer=proposer_name(choice.strategy), model=completion.model,
+            parent=choice.parent if parent_shown else None,
             arm=(choice.strategy, model), prompt=json.dumps(prompt.messages()), response=response,
             tokens_in=completion.tokens_in, tokens_out=completion.tokens_out, cost=completion.cost or 0.0,
             cost_known=completion.cost is not None, latency_s=completion.latency_s, retries=completion.retries,
@@ -199,16 +200,18 @@ class LLMProposer:
 
     def _render(self, task: Task, parent: Parent | None, inspirations: list[Inspiration], lessons: list[str],
                 compiled: TorchCompile | None):
-        try:
-            return render(task, self.hardware, parent=parent, inspirations=inspirations, lessons=lessons,
-                          device_kind=self.device_kind, torch_compile=compiled)
-        except PromptLeak:
-            # Lessons and inspirations quote verifier text; without them the prompt is the task,
-            # the parent (redacted) and the hardware. If that still leaks, nothing is sent.
+        """The prompt, and whether it shows ``parent``. Lessons and inspirations quote verifier
+        text; without them the prompt is the task, the parent (redacted) and the hardware; a parent
+        that still names a hidden shape is left out (a fresh kernel is asked for instead: one
+        kernel's record never stops the run). If the task's own prompt leaks, nothing is sent."""
+        attempts = ((parent, inspirations, lessons), (parent, [], []), (None, [], []))
+        for shown, shown_inspirations, shown_lessons in attempts:
             try:
-                return render(task, self.hardware, parent=parent, device_kind=self.device_kind, torch_compile=compiled)
+                return render(task, self.hardware, parent=shown, inspirations=shown_inspirations, lessons=shown_lessons,
+                              device_kind=self.device_kind, torch_compile=compiled), shown is parent
             except PromptLeak as leak:
-                raise LoopError(str(leak)) from None
+                last = leak
+        raise LoopError(str(last)) from None
 
     def observe(self, task: Task, code: str, verdict: Verdict) -> None:
         """The LLM proposer learns through the population, lessons and bandit, not here."""

@@ -227,7 +227,8 @@ def parent_section(parent: Parent, floors: Mapping[str, float], redactor: Redact
             "parent_accepted", summary=summary, code=code,
             table=table or "(no public-shape measurements recorded)",
             hidden=hidden_line(verdict),
-            flags=("Flags: " + "; ".join(verdict.flags)) if verdict.flags else "",
+            # the judge's own words, raised before any hidden shape (Accepted.hidden_flags has the rest)
+            flags=("Flags: " + "; ".join(redactor.scrub(f) for f in verdict.flags)) if verdict.flags else "",
         )
     if candidate_text_withheld(verdict):
         # one outcome, whatever its status, check or text (feedback.candidate_text_withheld); its

@@ -14,12 +14,14 @@ their whole life: a filter can be added to, never taken away. Each call below fa
   may miss). ``clone3`` passes its flags in memory, where a filter cannot read them: it fails with
   ENOSYS, and the C library falls back to ``clone`` (threads included).
 * ``io_uring_*``: a second way into the kernel that runs operations no filter sees.
-* With ``fork=False`` (``WorkerSpec.fork``), ``fork`` and a ``clone`` that shares neither memory
-  nor a thread group: a child that keeps a copy of the job's memory and works beside it, beyond
-  every trace of the job (red team: forked at each call, it computed the outputs with torch into
-  a shared buffer of its own and was gone before the call returned). Threads, and programs
-  started with vfork and exec (subprocess, the C library's posix_spawn), run as before; a build
-  whose tools fork (nvcc, a shell's pipeline) does not, so a worker that builds CUDA keeps it.
+* With ``fork=False`` (``WorkerSpec.fork``), every new process: ``fork``, ``vfork`` and a
+  ``clone`` that does not join the job's thread group. A forked child keeps a copy of the job's
+  memory and works beside it, beyond every trace of the job (red team: forked at each call, it
+  computed the outputs with torch into a shared buffer of its own and was gone before the call
+  returned); a program started with vfork and exec at each call (subprocess, the C library's
+  posix_spawn) computed them from what a pipe gave it, and ended before any look at the
+  worker's process tree (``Session.strays``) could see it. Threads run as before. A build whose
+  tools start programs (nvcc, ptxas) cannot, so a worker that builds kernels for a GPU keeps it.
 * ``ptrace``, ``process_vm_readv``, ``process_vm_writev``: other processes' memory.
 
 Every call of another architecture's calling convention (``int 0x80`` on x86-64, the x32 ABI)
@@ -60,10 +62,10 @@ ARCHES = {
 }
 #: per machine: ``clone`` (refused with a namespace flag) and ``clone3`` (ENOSYS)
 CLONES = {"x86_64": (56, 435), "aarch64": (220, 435)}
-#: ``fork``'s own number (aarch64 has none: its C library forks through clone)
-FORKS = {"x86_64": 57}
-#: a clone that shares the job's memory (vfork, posix_spawn) or joins its thread group (a thread)
-CLONE_VM, CLONE_THREAD = 0x00000100, 0x00010000
+#: ``fork``'s and ``vfork``'s own numbers (aarch64 has neither: its C library uses clone)
+FORKS = {"x86_64": {"fork": 57, "vfork": 58}}
+#: a clone that joins the job's thread group: a thread, the only clone ``fork=False`` allows
+CLONE_THREAD = 0x00010000
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -74,8 +76,8 @@ def program(machine: str, fork: bool = True) -> bytes:
     """The filter for ``machine`` (``platform.machine()``), as packed ``sock_filter`` entries;
     ``fork=False`` refuses a plain fork too."""
     arch, numbers = ARCHES[machine]
-    if not fork and machine in FORKS:
-        numbers = {**numbers, "fork": FORKS[machine]}
+    if not fork:
+        numbers = {**numbers, **FORKS.get(machine, {})}
     clone, clone3 = CLONES[machine]
     deny = _op(RET_K, RET_ERRNO | errno.EPERM)
     refused = sorted(numbers.values())
@@ -88,11 +90,11 @@ def program(machine: str, fork: bool = True) -> bytes:
         body.append(_op(JGE_K, X32_BIT, jt=n + 3))
     for i, nr in enumerate(refused):  # a match jumps to the deny after the allow
         body.append(_op(JEQ_K, nr, jt=n - i + 2))
-    # the clone flags' test: a namespace flag denies; without fork, so does a clone sharing
-    # neither memory nor the thread group (jf 0: on to the next test; jt 1 or 2: past it)
+    # the clone flags' test: a namespace flag denies; without fork, so does a clone that is not
+    # a thread (jf 0: on to the next test; jt 1 or 2: past it)
     flags = [_op(LD_W_ABS, ARG0), _op(JSET_K, CLONE_NEW, jt=2 if not fork else 1)]
     if not fork:
-        flags.append(_op(JSET_K, CLONE_VM | CLONE_THREAD, jf=1))
+        flags.append(_op(JSET_K, CLONE_THREAD, jf=1))
     flags += [_op(RET_K, RET_ALLOW), deny]
     body += [_op(JEQ_K, clone, jt=3), _op(JEQ_K, clone3, jt=2 + len(flags)), _op(RET_K, RET_ALLOW), deny]
     body += flags + [_op(RET_K, RET_ERRNO | errno.ENOSYS)]

@@ -286,3 +286,7 @@ for _ in range(2500):
 os.close(_here)
 ''' + HONEST,
 }
+
+#: exact at the public shape; at a hidden shape of a million elements or more it leaves one element
+#: "marginally" out of tolerance, by an excess chosen from the hidden size (red team F)
+MARGINAL_AT_HIDDEN = '"""ReLU that is exact at the public shape; at a hidden shape of >= 1M elements it leaves ONE element\n\'marginally\' out of tolerance (k times its allowance, 1 < k <= 4, k chosen from the hidden size)."""\nimport torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\nPUBLIC_ROWS = 64\n\n\n@triton.jit\ndef _relu_kernel(x_ptr, y_ptr, n, poke, k, BLOCK: tl.constexpr):\n    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n    x = tl.load(x_ptr + offs, mask=mask, other=0.0)\n    r = tl.maximum(x, 0.0)\n    r = r + tl.where(offs == poke, k * (1e-5 + 1e-4 * tl.abs(r)), 0.0)\n    tl.store(y_ptr + offs, r, mask=mask)\n\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n    def forward(self, x):\n        x = x.contiguous()\n        y = torch.empty_like(x)\n        n = x.numel()\n        rows = x.shape[0]\n        poke, k = -1, 0.0\n        if rows != PUBLIC_ROWS and n >= 1_000_000:\n            poke, k = 7, 1.0 + rows / 100.0  # 65 rows -> 1.65x its allowance\n        _relu_kernel[(triton.cdiv(n, 65536),)](x, y, n, poke, k, BLOCK=65536)\n        return y\n'

@@ -421,11 +421,11 @@ def test_best_says_when_accepted_gpu_attempts_exist_but_none_passed_an_audit(tmp
         result = invoke("best", "--db", path, *args)
         said = " ".join(result.output.split())
         assert result.exit_code == 0, result.output
-        assert "rms_norm on NVIDIA H200: 3 accepted GPU attempt(s), none passed an audit (1 audited, 1 of them failed)" \
+        assert "rms_norm on NVIDIA H200: 3 accepted GPU attempt(s), none passed an audit by this judge (1 audited, 1 of them failed)" \
             in said and "kernforge archive audit --task rms_norm" in said
         data = json.loads(invoke("best", "--db", path, "--json", *args).output)
         assert data["best"] == [] and data["awaiting_audit"] == [
-            {"task": "rms_norm", "gpu": "NVIDIA H200", "accepted": 3, "audited": 1, "failed": 1}]
+            {"task": "rms_norm", "gpu": "NVIDIA H200", "accepted": 3, "audited": 1, "failed": 1, "earlier": 0}]
 
 
 def test_show_says_how_the_attempt_was_audited(db):

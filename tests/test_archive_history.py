@@ -58,3 +58,22 @@ def test_check_and_the_evidence_lessons_read_come_back(archive):
     assert screened.check == "static screen" and screened.evidence == {"findings": [{"rule": "syntax", "line": 1}]}
     assert extracted.check == "extraction" and extracted.evidence == {"kind": "truncated"}
     assert [r.check for r in run_history(archive, run)] == ["compile", "static screen", "extraction"]
+
+
+def test_a_rejection_after_a_hidden_shape_comes_back_as_that_and_nothing_it_said(archive):
+    """Replayed at a run's start (or a resume), it is the one lesson "failed at a hidden shape" it
+    was when the run made it. Before, the row kept the error and dropped the mark: a later run's
+    lesson quoted `unsupported shape rows_3_cols_9_6_` (red team: the hidden T=3, H=96)."""
+    from kernforge.loop.lessons import AFTER_HIDDEN, Failure, Lessons
+    from kernforge.verifier.verdict import SAW_HIDDEN
+
+    said = "RuntimeError: unsupported shape rows_3_cols_9_6_"
+    verdicts = [Rejected(Status.RUNTIME_ERROR, f"running failed: {said}", check=Check.RUNTIME,
+                         evidence={"error": said, SAW_HIDDEN: True, "hidden": True}) for _ in range(2)]
+    task, run = record(archive, [(v, synthetic.INTERPRETER) for v in verdicts])
+    rows = task_history(archive, task)
+    assert [r.evidence for r in rows] == [{SAW_HIDDEN: True}] * 2
+    assert [Failure.of_row(r).key[0] for r in rows] == [AFTER_HIDDEN] * 2
+    lessons = Lessons()
+    lessons.replay(rows)
+    assert lessons.current() and not any("rows_" in text for text in lessons.current())

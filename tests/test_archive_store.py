@@ -387,7 +387,7 @@ def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
     with pytest.raises(ArchiveError, match="kernforge archive migrate"):
         Archive.open(path, readonly=True)
     with Archive.open(path) as archive:  # a writable open migrates
-        assert schema.version(archive.db) == schema.LATEST == 6
+        assert schema.version(archive.db) == schema.LATEST == 7
         assert {"attempt_id", "run_id", "passed", "reason", "recorded_us", "measured_us", "verdict", "created"} \
             <= set(archive.db["audits"].columns_dict)
         assert archive.get_attempt(first).audit_passed is None and archive.best() == []

@@ -542,3 +542,31 @@ def test_only_a_task_with_nothing_to_tune_and_no_seed_to_blame_needs_a_start(der
     result = asyncio.run(tuner.propose(task, pop, Lessons()))
     assert (getattr(result, "proposer", None) == "inductor") is needs
     assert derivations.asked == ([task.name] if needs else [])
+
+
+def test_a_parent_whose_record_names_a_hidden_shape_is_left_out_and_the_run_goes_on(monkeypatch):
+    """The prompt is refused where it names a hidden shape: first without lessons and
+    inspirations, then without the parent (a fresh kernel is asked for, and the proposal names no
+    parent). Before, a parent that still leaked ended the whole run."""
+    from types import SimpleNamespace
+
+    from kernforge.prompts.render import Parent, PromptLeak, render
+
+    task = load_task("rms_norm")
+    shown = []
+
+    def refusing(task, hardware, *, parent=None, **kw):
+        shown.append((parent is not None, bool(kw.get("lessons"))))
+        if parent is not None:
+            raise PromptLeak("names a hidden shape")
+        return render(task, hardware, parent=parent, **kw)
+
+    monkeypatch.setattr(proposers, "render", refusing)
+    me = SimpleNamespace(hardware={}, device_kind="cpu")
+    prompt, parent_shown = LLMProposer._render(me, task, Parent(HONEST, None), [], ["a lesson"], None)
+    assert not parent_shown and shown == [(True, True), (True, False), (False, False)]
+    assert HONEST.strip()[:80] not in prompt.user
+
+    monkeypatch.setattr(proposers, "render", lambda *a, **k: (_ for _ in ()).throw(PromptLeak("the task itself")))
+    with pytest.raises(LoopError, match="the task itself"):
+        LLMProposer._render(me, task, None, [], [], None)

@@ -52,10 +52,11 @@ def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine, 
     thread = 0x00010000 | 0x00000100 | 0x00000200 | 0x00000400 | 0x00000800 | 0x00040000 | 0x00080000 | 0x00100000 \
         | 0x00200000  # CLONE_THREAD|VM|FS|FILES|SIGHAND|SYSVSEM|SETTLS|PARENT_SETTID|CHILD_CLEARTID: pthread_create's
     vfork = 0x00004000 | 0x00000100 | 17  # CLONE_VFORK|CLONE_VM|SIGCHLD: posix_spawn's, subprocess's
-    assert run(clone, arch, thread) == run(clone, arch, vfork) == seccomp.RET_ALLOW
-    assert run(clone, arch, 17) == (seccomp.RET_ALLOW if fork else denied)  # a plain fork: SIGCHLD alone
-    if machine in seccomp.FORKS:
-        assert run(seccomp.FORKS[machine], arch) == (seccomp.RET_ALLOW if fork else denied)
+    assert run(clone, arch, thread) == seccomp.RET_ALLOW
+    # a plain fork (SIGCHLD alone) and a vfork: a new process, which fork=False refuses
+    assert run(clone, arch, 17) == run(clone, arch, vfork) == (seccomp.RET_ALLOW if fork else denied)
+    for number in seccomp.FORKS.get(machine, {}).values():
+        assert run(number, arch) == (seccomp.RET_ALLOW if fork else denied)
     for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000):  # NEWUSER, NEWPID, NEWNET, NEWNS
         assert run(clone, arch, 17 | flag) == run(clone, arch, vfork | flag) == denied
     assert run(clone3, arch) == seccomp.RET_ERRNO | errno.ENOSYS
@@ -82,3 +83,40 @@ def test_an_installed_filter_refuses_keyrings_and_allows_the_rest():
     said = os.read(read, 1000).decode()
     os.close(read)
     assert said == "installed|refused|True|True", said
+
+
+@pytest.mark.skipif(platform.machine() not in seccomp.ARCHES, reason="no system call numbers for this machine")
+def test_a_filter_without_fork_refuses_every_new_process_and_keeps_threads():
+    """fork, and vfork with exec (subprocess, posix_spawn: a program started at each call that
+    computes from a pipe and ends before any look at the process tree), fail; a thread runs."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            import subprocess
+            import threading
+
+            ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+            said = [seccomp.install(fork=False)]
+            for start in (lambda: subprocess.run(["/bin/true"], check=True), lambda: os.posix_spawn("/bin/true", ["true"], {}),
+                          os.fork):
+                try:
+                    child = start()
+                    if child == 0:
+                        os._exit(0)
+                    said.append("started")
+                except OSError as e:
+                    said.append(errno.errorcode.get(e.errno, str(e.errno)))
+            ran = []
+            thread = threading.Thread(target=lambda: ran.append(1))
+            thread.start()
+            thread.join()
+            said.append(f"thread {len(ran)}")
+            os.write(write, "|".join(said).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    said = os.read(read, 1000).decode()
+    os.close(read)
+    assert said == "installed|EPERM|EPERM|EPERM|thread 1", said

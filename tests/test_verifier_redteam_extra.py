@@ -101,6 +101,22 @@ def test_no_figure_a_prompt_shows_comes_after_a_hidden_shape(tmp_path):
     assert steps == ["public checks", "times of public shapes", "hidden checks"]
 
 
+def test_a_flag_raised_at_a_hidden_shape_is_for_people_only(tmp_path):
+    """A just-out-of-tolerance element passes (one per million) and is flagged with the verdict:
+    at a hidden shape, whether it is raised and its excess are the candidate's choice, and its text
+    names the shape. It goes to ``hidden_flags`` (archive show, eval), never to a prompt's flags."""
+    from kernforge.prompts import render
+
+    task = load_task(TASKS / "kb_relu_big.py")
+    with open_judge("cpu", pool_size=1, options=JudgeOptions(cache_dir=tmp_path), tasks=[task]) as judge:
+        verdict = judge.verify(X.MARGINAL_AT_HIDDEN, task)
+    assert verdict.accepted, _describe(verdict)
+    assert verdict.hidden_flags and all("just out of tolerance" in f and "hidden shape" in f for f in verdict.hidden_flags)
+    assert not any("tolerance" in f for f in verdict.flags)
+    prompt = render.render(task, {}, device_kind="cpu", parent=render.Parent(X.MARGINAL_AT_HIDDEN, verdict))
+    assert "just out of tolerance" not in prompt.user
+
+
 def test_a_declared_encoding_is_refused_with_the_screen_off_too(runtime_judge):
     """Not a screen rule: the check that the text is what Python will run holds without it."""
     verdict = runtime_judge.verify(X.DECLARED_ENCODING, load_task(TASKS / "tiny_norm"))

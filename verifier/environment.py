@@ -64,7 +64,9 @@ def driver_version() -> str | None:
 
 def describe(device: str) -> dict[str, Any]:
     """Everything for one device: 'cpu' (the Triton interpreter) or 'cuda:N'."""
-    info = dict(software())
+    from .revision import fingerprint
+
+    info = dict(software(), judge=fingerprint())  # which judge measured (revision.py)
     if device.startswith("cuda"):
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         info.update(gpu(index) or {})

@@ -25,6 +25,7 @@ the judge's wall clock per call, labelled ``interpreter`` and never ranked.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import secrets
@@ -374,7 +375,7 @@ class Judge:
             env["calibration"] = self._state.calibration
         env["phase_seconds"] = {k: round(v, 3) for k, v in sorted(self._phases.items(), key=lambda kv: -kv[1])}
         if isinstance(verdict, Accepted):
-            return Accepted(shapes=verdict.shapes, reason=verdict.reason, flags=verdict.flags, environment=env)
+            return dataclasses.replace(verdict, environment=env)
         evidence = dict(verdict.evidence, **{SAW_HIDDEN: True}) if self._state.saw_hidden else verdict.evidence
         return Rejected(verdict.status, verdict.reason, verdict.threat, evidence, verdict.shapes, env, check=verdict.check)
 
@@ -583,17 +584,20 @@ class Judge:
         results = self._times(session, task, init_seed, own, sizes, plan, [t for t in timed if not t[1]], arena_size)
         if isinstance(results, Rejected):
             return results
+        shapes, flags = results
+        flags = flags + self._state.flags  # raised before any hidden shape: a prompt may show them
+        del self._state.flags[:]
         rejection = self._check_all(session, task, True, init_seed, own, arena_size)
         if rejection is not None:
             return rejection
         hidden = [t for t in timed if t[1]]  # an audit's second verdict times them too (JudgeOptions.time_hidden)
         if hidden:
-            stopped = any(flag.startswith(contender.NOT_A_CONTENDER) for flag in results[1])
+            stopped = any(flag.startswith(contender.NOT_A_CONTENDER) for flag in flags)
             more = ([contender.untimed(s, True, task.dtype("cuda")) for s, _ in hidden], []) if stopped else \
                 self._times(session, task, init_seed, own, sizes, plan, hidden, arena_size)
             if isinstance(more, Rejected):
                 return more
-            results = (results[0] + more[0], results[1] + more[1])
+            shapes, self._state.flags = shapes + more[0], self._state.flags + more[1]
         rejection = processes.still_running(session.strays(), "after its calls")
         if rejection is not None:
             return rejection
@@ -601,8 +605,9 @@ class Judge:
             session.send({"op": "done"})
         except (WorkerFailure, OSError):
             pass
-        shapes, flags = results
-        return Accepted(shapes=tuple(shapes), flags=tuple(sorted(set(flags + self._state.flags))))
+        # a flag raised from the first hidden shape on is for people only (Accepted.hidden_flags)
+        return Accepted(shapes=tuple(shapes), flags=tuple(sorted(set(flags))),
+                        hidden_flags=tuple(sorted(set(self._state.flags))))
 
     @contextlib.contextmanager
     def _gpu_alone(self, session: Session) -> Iterator[None]:

@@ -161,6 +161,10 @@ class Accepted:
     #: flags that do not reject but must be read with the numbers (e.g. "eager timing fallback")
     flags: tuple[str, ...] = ()
     environment: Mapping[str, Any] = field(default_factory=dict)
+    #: flags raised once the candidate had been called at a hidden shape: for people (``archive
+    #: show``, ``eval``), never for a prompt. Whether one is raised, and its figures, are the
+    #: candidate's choice there (a just-out element's excess), and its text names the shape.
+    hidden_flags: tuple[str, ...] = ()
 
     status = Status.ACCEPTED
     threat = None
@@ -168,10 +172,10 @@ class Accepted:
 
     @property
     def evidence(self) -> dict[str, Any]:
-        return {"flags": list(self.flags)}
+        return {"flags": list(self.flags)} | ({"hidden_flags": list(self.hidden_flags)} if self.hidden_flags else {})
 
     def to_dict(self) -> dict[str, Any]:
-        return _common(self) | {"flags": list(self.flags)}
+        return _common(self) | {"flags": list(self.flags), "hidden_flags": list(self.hidden_flags)}
 
 
 @dataclass(frozen=True)
@@ -241,7 +245,9 @@ def verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
     shapes = tuple(ShapeResult.from_dict(s) for s in data.get("shapes", ()))
     env = dict(data.get("environment", {}))
     if data["status"] == Status.ACCEPTED.value:
-        return Accepted(shapes=shapes, reason=data.get("reason", ""), flags=tuple(data.get("flags", ())), environment=env)
+        hidden = data.get("hidden_flags") or dict(data.get("evidence") or {}).get("hidden_flags") or ()
+        return Accepted(shapes=shapes, reason=data.get("reason", ""), flags=tuple(data.get("flags", ())), environment=env,
+                        hidden_flags=tuple(hidden))
     evidence = dict(data.get("evidence", {}))
     return Rejected(
         status=Status(data["status"]),
