@@ -4,7 +4,8 @@ Mechanisms, strongest first:
 
 * ``bwrap`` (bubblewrap): new network, pid, ipc and uts namespaces; a read-only view of the
   whole file system in which only the worker's private directory is writable, with private
-  /tmp, /var/tmp and /dev/shm; device nodes bound as they are so GPUs still work.
+  /tmp, /var/tmp and /dev/shm, and a private /dev holding the basic device nodes and the GPUs'
+  (``BASIC_DEVICES``, ``GPU_DEVICES``), never the host's whole /dev.
 * ``namespaces`` (util-linux ``unshare``, e.g. the H200 host, which has no bwrap): new network,
   pid and mount namespaces and a fresh /proc; the worker's supervisor then builds the same view
   itself (see mounts.py): private temp dirs, hidden folders, every other mount remounted
@@ -37,6 +38,17 @@ PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 TMPFS_BYTES = 512 * 1024**2
 #: Never covered, whatever a spec or $HOME says.
 NEVER_COVER = frozenset({"/", "/proc", "/dev", "/sys", "/usr", "/bin", "/lib", "/lib64", "/etc"})
+#: A strict worker's /dev is a private tmpfs holding only these of the host's device nodes, and
+#: its GPUs' (``device_nodes``). The host's /dev is shared state: a pty master's timestamps
+#: (/dev/ptmx, 0666, set in 8-second steps on every read and write) carried a hidden size from one
+#: worker to the next (red team), /dev/kmsg is the kernel's log, and /dev/fuse opens to anyone.
+BASIC_DEVICES = ("null", "zero", "full", "random", "urandom")
+#: the prefixes of the GPU's nodes: NVIDIA's (nvidiactl, nvidia0.., nvidia-uvm, nvidia-caps/ for
+#: MIG), and AMD's compute and render nodes where they are
+GPU_DEVICES = ("nvidia", "kfd", "dri")
+#: the links a /dev holds for programs that open a descriptor by name
+DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+             ("stderr", "/proc/self/fd/2"))
 
 
 @dataclass(frozen=True)
@@ -57,13 +69,15 @@ class MountOp:
     """One step of a worker's file-system view, applied in order.
 
     ``tmpfs``: an empty in-memory folder over ``path`` (``mode``; writable when it is a private
-    temp dir). ``bind``: ``path`` bound onto itself again after a tmpfs above it hid it.
-    ``hide_file``: /dev/null bound over a file."""
+    temp dir). ``bind``: ``path`` bound onto itself again after a tmpfs above it hid it (a device
+    node too, writable). ``hide_file``: /dev/null bound over a file. ``link``: a symbolic link at
+    ``path`` to ``target`` (in the private /dev)."""
 
     kind: str
     path: str
     writable: bool = False
     mode: int = 0o755
+    target: str = ""
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -321,12 +335,24 @@ def unreadable_for_others(paths) -> list[str]:
     return bad
 
 
+def device_nodes(dev: str = "/dev") -> tuple[str, ...]:
+    """The host's device nodes a strict worker keeps in its private /dev (``BASIC_DEVICES`` and
+    the GPUs' ``GPU_DEVICES``), those that exist here."""
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return ()
+    kept = [n for n in BASIC_DEVICES if n in names] + sorted(n for n in names if n.startswith(GPU_DEVICES))
+    return tuple(f"{dev}/{n}" for n in kept)
+
+
 def mount_plan(workdir: str, needed: tuple[str, ...], hidden: tuple[str, ...], drop_uid: bool) -> list[MountOp]:
     """The ordered steps that give a worker its view: private temp dirs, hidden folders covered,
     folders it needs bound back in, and (for a dropped uid) closed ancestors opened up. A hidden
     folder that is itself one the worker needs is not covered: what inside it must be hidden is
     named file by file (an archive in the checkout that holds the package)."""
     covers: dict[str, MountOp] = {p: MountOp("tmpfs", p, True, 0o1777) for p in PRIVATE_TMP}
+    covers["/dev"] = MountOp("tmpfs", "/dev")  # private: the device nodes are bound back in, no more
     files: list[MountOp] = []
     hidden_dirs: set[str] = set()
     shown = {os.path.realpath(p) for p in (workdir, *needed)}
@@ -343,6 +369,7 @@ def mount_plan(workdir: str, needed: tuple[str, ...], hidden: tuple[str, ...], d
             files.append(MountOp("hide_file", path))
     binds = [MountOp("bind", workdir, writable=True)]
     binds += [MountOp("bind", p) for p in needed if p != workdir]
+    binds += [MountOp("bind", node, writable=True) for node in device_nodes()]
     if drop_uid:
         for op in binds:
             for folder in closed_ancestors(op.path):
@@ -357,7 +384,8 @@ def mount_plan(workdir: str, needed: tuple[str, ...], hidden: tuple[str, ...], d
     kept = {p: op for p, op in covers.items()
             if p in PRIVATE_TMP or p not in hidden_dirs or _visible(p, [o for o in layers if o is not op])}
     files = [f for f in files if _visible(f.path, layers)]
-    ops = list(kept.values()) + binds + files
+    links = [MountOp("link", f"/dev/{name}", target=target) for name, target in DEV_LINKS]
+    ops = list(kept.values()) + binds + files + links
     return sorted(ops, key=lambda op: (_depth(op.path), op.kind != "tmpfs"))
 
 
@@ -369,10 +397,16 @@ def _visible(path: str, layers: list[MountOp]) -> bool:
 def bwrap_command(mech: Mechanism, plan: list[MountOp], workdir: str) -> list[str]:
     cmd = (["bwrap", "--die-with-parent", "--new-session"] + (["--unshare-net"] if mech.netns else [])
            + (["--unshare-pid"] if mech.pidns else [])
-           + ["--unshare-ipc", "--unshare-uts", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"])
+           + ["--unshare-ipc", "--unshare-uts", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
     covers = [op.path for op in plan if op.kind == "tmpfs"]
     made: set[str] = set()
     for op in plan:
+        # bwrap's --dev is the private /dev: the basic nodes, its links and a pty instance of its own
+        if op.path == "/dev" or op.kind == "link" or op.path in (f"/dev/{n}" for n in BASIC_DEVICES):
+            continue
+        if op.kind == "bind" and under(op.path, "/dev") and op.path != "/dev/shm":
+            cmd += ["--dev-bind", op.path, op.path]  # a GPU's node: nodev would refuse its open
+            continue
         if op.kind == "tmpfs":
             if mech.bwrap_perms:
                 cmd += ["--perms", f"{op.mode:04o}", "--size", str(TMPFS_BYTES)]

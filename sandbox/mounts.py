@@ -60,8 +60,10 @@ def apply_plan(plan: Iterable[dict], tmpfs_bytes: int) -> list[str]:
     of the plan itself fails (the worker must not start with a view it did not ask for)."""
     plan = list(plan)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    # Bind sources are opened before any tmpfs can cover them; the bind then goes through the fd.
+    # Bind sources are opened before any tmpfs can cover them (the private /dev covers /dev/null,
+    # which hides files); the bind then goes through the fd.
     sources = {op["path"]: os.open(op["path"], os.O_PATH | os.O_CLOEXEC) for op in plan if op["kind"] == "bind"}
+    null = os.open("/dev/null", os.O_PATH | os.O_CLOEXEC)
     writable, covered = set(), []
     for op in plan:
         path = op["path"]
@@ -80,12 +82,14 @@ def apply_plan(plan: Iterable[dict], tmpfs_bytes: int) -> list[str]:
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
             mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         elif op["kind"] == "hide_file":
-            mount("/dev/null", path, None, MS_BIND)
+            mount(f"/proc/self/fd/{null}", path, None, MS_BIND)
+        elif op["kind"] == "link":
+            os.symlink(op["target"], path)
         else:
             raise OSError(errno.EINVAL, f"unknown mount step {op['kind']!r}")
         if op.get("writable"):
             writable.add(path)
-    for fd in sources.values():
+    for fd in (*sources.values(), null):
         os.close(fd)
     return remount_read_only(writable)
 

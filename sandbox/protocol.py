@@ -153,9 +153,10 @@ class WorkerSpec:
     #: workers and runs: its compiles are made once. Only for isolation "none": what a cache
     #: holds is code the next reader runs, so no candidate may write (or read) it
     trusted_cache: str | None = None
-    #: whether the job (strict isolation) may start processes that share no memory with it: a
-    #: plain fork. Programs started the way subprocess and compilers start them (vfork, then exec)
-    #: run either way; a fork is how a child keeps the job's memory and works beside it
+    #: whether the job (strict isolation) may start processes (fork, and vfork with exec: how
+    #: subprocess, posix_spawn and compilers start programs); threads run either way. A child
+    #: works beside the job, beyond every trace of it (sandbox/seccomp.py); a GPU worker's builds
+    #: (nvcc, ptxas) need it
     fork: bool = True
 
     def __post_init__(self) -> None:

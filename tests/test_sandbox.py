@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from kernforge.sandbox import isolation
 from kernforge.sandbox import FailureKind, Limits, ProcessBackend, WorkerFailure, WorkerSpec
 from kernforge.sandbox.protocol import MAX_FDS_PER_MESSAGE, MAX_TAG_CHARS
 
@@ -526,6 +527,21 @@ def test_kernel_interfaces_no_kernel_needs_are_refused_and_builds_still_run(pool
         return
     assert {said[name] for name in ("add_key", "keyctl", "unshare", "process_vm_readv", "clone", "io_uring_setup")} \
         == {"EPERM"}, said
+
+
+def test_a_job_sees_a_private_dev_of_the_nodes_it_needs(pool):
+    """The host's /dev is shared state: a pty master's timestamps carried a hidden size from one
+    worker to the next (red team), /dev/kmsg is the kernel's log. A strict job's /dev holds the
+    basic nodes and its GPUs' only; a pty it opens (under bubblewrap) is of an instance of its own."""
+    if pool.spec.isolation == "none" or not isolation.mechanism(pool.spec.isolation).mountns:
+        pytest.skip("no mount namespace here: the host's /dev is shown")
+    outcome = run_job(pool, "devices")
+    said = outcome.message
+    assert said["null"] == "ok" and said["urandom"], said
+    assert {"kmsg", "fuse", "console", "loop0", "tty1"}.isdisjoint(said["names"]), said["names"]
+    assert said["kmsg"] == "ENOENT" and said["fuse"] == "ENOENT", said
+    assert {"null", "zero", "full", "random", "urandom", "fd", "shm"} <= set(said["names"]), said["names"]
+    assert said["ptmx"] in (False, "pts/ptmx"), said  # none, or bubblewrap's link to a pty instance of its own
 
 
 @pytest.mark.parametrize("payload, words", [({"megabytes": 48}, "MiB in"), ({"files": 3000}, "files and folders")],

@@ -36,7 +36,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 from kernforge.sandbox.protocol import Backend, FailureKind, Limits, SandboxError, Session, WorkerFailure
 from kernforge.tasks import runtime
@@ -48,7 +48,7 @@ from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, processes, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
 from .gate import DeviceGate
-from .kernels import own_kernel_names
+from .kernels import own_kernel_names, own_op_names
 from .library import library_baseline
 from .screen import screen
 from .verdict import SAW_HIDDEN, Accepted, Rejected, ShapeResult, Status, Verdict
@@ -196,6 +196,8 @@ class _Verdict:
     #: the candidate has been sent a call at a hidden shape: from then on, whatever its process
     #: says (errors, output, names) may carry that shape (``SAW_HIDDEN``)
     saw_hidden: bool = False
+    #: the custom ops the source defines (kernels.own_op_names): the candidate's, whatever their namespace
+    own_ops: tuple[str, ...] = ()
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -430,6 +432,7 @@ class Judge:
             if rejection is not None:
                 return rejection
         own = own_kernel_names(source)
+        self._state.own_ops = tuple(own_op_names(source))
         init_seed = secrets.randbits(31)
         kind = "cuda" if self.on_gpu else "cpu"
         checked = list(task.shapes(kind, hidden=False)) + list(task.shapes(kind, hidden=True))
@@ -569,7 +572,8 @@ class Judge:
         loaded = self._reply(session, M.Loaded, "load", "loading the module", timeout=self.options.load_timeout_s)
         if isinstance(loaded, Rejected):
             return loaded
-        rejection = _signals_rules(loaded.signals, "while the module was imported", task, own, self.on_gpu, call=False)
+        rejection = _signals_rules(loaded.signals, "while the module was imported", task, own, self.on_gpu, call=False,
+                                   own_ops=self._state.own_ops)
         if rejection is None:
             rejection = processes.still_running(session.strays(), "after its module loaded")
         if rejection is not None:
@@ -759,7 +763,7 @@ class Judge:
         if isinstance(reply, Rejected):
             return reply
         rejection = output_type.returned(reply.types, ctx) or _signals_rules(reply.signals, f"during the call ({ctx})", task, own,
-                                                                              self.on_gpu, call=True)
+                                                                              self.on_gpu, call=True, own_ops=self._state.own_ops)
         expected = call.prepared.outputs
         rejection = rejection or memory.inside(reply.outputs, arena_size, ctx) or memory.matches(reply.outputs, expected, ctx)
         rejection = rejection or _inside_inputs(reply.outputs, call.prepared, task, ctx)
@@ -927,7 +931,8 @@ class Judge:
                                                    "sets": [[_arg(a) for a in s] for s in planned.sets]}, ctx)
         if isinstance(ready, Rejected):
             return ready
-        rejection = _signals_rules(ready.signals, f"while {ctx}", task, own, self.on_gpu, call=False)
+        rejection = _signals_rules(ready.signals, f"while {ctx}", task, own, self.on_gpu, call=False,
+                                   own_ops=self._state.own_ops)
         if rejection is None and ready.mode == "eager":
             rejection = capture.unjoined(ready.fallback_reason, ctx)
         if rejection is None and ready.mode == "graph":
@@ -1011,7 +1016,8 @@ class Judge:
         if isinstance(ran, Rejected):
             return ran
         timed, ran = ran
-        rejection = _signals_rules(ran.signals, f"while {ctx}", task, [], self.on_gpu, call=False)
+        rejection = _signals_rules(ran.signals, f"while {ctx}", task, [], self.on_gpu, call=False,
+                                   own_ops=self._state.own_ops)
         if rejection is not None:
             return rejection
         verified = self._ask_ref(M.BatchVerified, {"op": "verify_batch", "key": key, "tolerances": task.tolerance_table()})
@@ -1205,14 +1211,17 @@ def _out_of_memory(error: BaseException) -> bool:
 
 
 # ---- rules over the worker's own signals ---------------------------------------------------------
-def _signals_rules(s: M.Signals, ctx: str, task: Task, own: list[str], on_gpu: bool, *, call: bool) -> Rejected | None:
-    """The worker's early signals, in a fixed order (the first that fires rejects)."""
+def _signals_rules(s: M.Signals, ctx: str, task: Task, own: list[str], on_gpu: bool, *, call: bool,
+                   own_ops: Sequence[str] = ()) -> Rejected | None:
+    """The worker's early signals, in a fixed order (the first that fires rejects). ``own_ops``:
+    the custom ops the source defines (kernels.own_op_names), the candidate's whatever their
+    namespace."""
     rejection = (integrity.replaced(s.tampered, ctx) or integrity.task_globals(s.task_globals, ctx)
-                 or reference_call.traced(s.torch_ops, ctx, task.allow_torch_ops, s.trace_evasions)
+                 or reference_call.traced(s.torch_ops, ctx, task.allow_torch_ops, s.trace_evasions, own_ops)
                  or threads.started(s.new_threads, ctx) or output_type.modes(s.modes, ctx)
                  or capture.queried(s.capture_queries, ctx) or l2.pinned(s.l2_persisting_limit, ctx))
     if rejection is None and call:
-        rejection = (reference_call.dispatched(s.dispatched_ops, ctx, task.allow_torch_ops)
+        rejection = (reference_call.dispatched(s.dispatched_ops, ctx, task.allow_torch_ops, own_ops)
                      or reference_call.ran(s.gpu_kernels, ctx, task.allow_torch_ops, own)
                      or ghost.aliased(s.aliases, ctx) or ghost.launched(s.launches, s.gpu_kernels, own, ctx, on_gpu))
     return rejection

@@ -25,6 +25,59 @@ def own_kernel_names(source: str) -> list[str]:
     return sorted(set(names))
 
 
+#: ``TORCH_LIBRARY(ns, m)`` (or ``_FRAGMENT``) in C++ source, and each ``m.def("name...`` after it
+_CPP_LIBRARY = re.compile(r"TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
+_CPP_DEF = r"\b{var}\s*\.\s*def\s*\(\s*(?:TORCH_SELECTIVE_SCHEMA\s*\()?\s*\"(\w+)"
+#: the Python calls that define an op by its qualified name (``"ns::name"`` or a schema)
+_PY_DEFINERS = ("custom_op", "triton_op", "define")
+
+
+def own_op_names(source: str) -> list[str]:
+    """The custom ops the module itself defines, as ``"namespace::name"``: through
+    ``torch.library.custom_op``/``triton_op``/``define``, a ``torch.library.Library(ns, "DEF" or
+    "FRAGMENT")`` and its ``define``, or ``TORCH_LIBRARY(ns, m) { m.def(...) }`` in C++ source.
+    An op is the candidate's whatever its namespace is called (an honest kernel may name its op
+    after vLLM's, ``vllm::silu_and_mul``); defining one that exists already fails the import, and
+    an implementation given to another library's op (``impl``) defines nothing."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    found: set[str] = set()
+    libraries: dict[str, str] = {}  # a variable holding a Library -> its namespace
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _callee(node.value.func) == "Library":
+            args = [a.value for a in node.value.args[:2] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if len(args) == 2 and args[1] in ("DEF", "FRAGMENT"):
+                libraries.update({t.id: args[0] for t in node.targets if isinstance(t, ast.Name)})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            text = node.args[0].value
+            held = node.func.value.id if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                else None
+            if held in libraries and node.func.attr == "define":  # type: ignore[union-attr]
+                found.add(f"{libraries[held]}::{_op_name(text)}")
+            elif _callee(node.func) in _PY_DEFINERS and "::" in text:
+                namespace, _, rest = text.partition("::")
+                found.add(f"{namespace.strip()}::{_op_name(rest)}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "TORCH_LIBRARY" in node.value:
+            for lib in _CPP_LIBRARY.finditer(node.value):
+                namespace, var = lib.groups()
+                found |= {f"{namespace}::{name}" for name in re.findall(_CPP_DEF.format(var=re.escape(var)), node.value)}
+    return sorted(found)
+
+
+def _op_name(schema: str) -> str:
+    """``name`` of ``"name.overload(Tensor x) -> Tensor"``."""
+    return schema.split("(", 1)[0].split(".", 1)[0].strip()
+
+
+def _callee(func: ast.AST) -> str:
+    """The last name of a called expression (``torch.library.custom_op`` -> ``custom_op``)."""
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
 def _decorator(node: ast.AST) -> str:
     try:
         return ast.unparse(node)

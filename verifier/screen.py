@@ -91,6 +91,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from . import screen_rules as R
+from .kernels import own_op_names
 from .torch_ops import (
     FOREIGN_NAMESPACES,
     HOST_EXPORT_METHODS,
@@ -202,6 +203,8 @@ class _Screen:
         self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
         self.functions = {n.name: n for n in tree.body if isinstance(n, _FUNCS)}
         self.jit = self._kernel_functions()
+        #: custom ops the module defines itself: the candidate's, whatever their namespace is called
+        self.own_ops = frozenset(own_op_names(ast.unparse(tree)))
         self.own_names, self.ext_holders = self._own_names()
         self.construction = self._construction_functions()
         self.layer_attrs, self.layer_names = self._layers()
@@ -444,7 +447,7 @@ class _Screen:
         elif isinstance(node, ast.ClassDef):
             self._check_class(node)
         elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
-            self._check_try(node)
+            self._check_try(node, ctx)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             self._check_assign(node)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -496,6 +499,9 @@ class _Screen:
         os_hit = R.os_rule(path)
         if os_hit:
             return (2 if path[1] != "path" else 3), *os_hit
+        thread_hit = R.threading_rule(path)
+        if thread_hit:
+            return 2, *thread_hit
         return None
 
     def _check_path(self, node: ast.AST, path: Path, root_len: int, ctx: _Ctx, snippet: str) -> bool:
@@ -539,6 +545,8 @@ class _Screen:
             return
         if is_call and ctx.construction:
             return  # build-time work (a mask, a weight layout): it cannot see the inputs
+        if len(path) > 3 and path[1] == "ops" and f"{path[2]}::{path[3]}" in self.own_ops:
+            return  # its own op (kernels.own_op_names): the ops its body runs are judged there
         if len(path) > 3 and path[1] == "ops" and path[2] in FOREIGN_NAMESPACES:
             self.report(node, "foreign-kernels", snippet, f"calls another library's op `{dotted}`")
             return
@@ -566,6 +574,10 @@ class _Screen:
             text = _snippet(ast.unparse(node) if len(node.names) == 1 else f"import {'.'.join(path)}")
             self._check_identifier(node, ".".join(path))
             if self._check_path(node, path, 0, ctx, text):
+                continue
+            if alias.name == "*" and len(path) == 1 and path[0] in R.BY_ATTRIBUTE:
+                rule, what = R.BY_ATTRIBUTE[path[0]]
+                self.report(node, rule, text, what)
                 continue
             if path[0] != "torch":
                 continue
@@ -661,9 +673,11 @@ class _Screen:
             ):
                 self.report(item, "try-fallback", f"def {item.name}", "can return true, which swallows the exception")
 
-    def _check_try(self, node: ast.AST) -> None:
+    def _check_try(self, node: ast.AST, ctx: _Ctx) -> None:
         body = node.body  # type: ignore[attr-defined]
         imports_only = all(R.is_import_stmt(s) for s in body)
+        if ctx.construction and self._queries_only(body):
+            return  # a device query at import (red team G): no kernel ran in it, none can have failed
         for h in node.handlers:  # type: ignore[attr-defined]
             if h.type is not None and not self._broad(h.type, imports_only):
                 continue
@@ -672,6 +686,22 @@ class _Screen:
             caught = "everything" if h.type is None else f"`{_snippet(h.type)}`"
             text = "except:" if h.type is None else f"except {_snippet(h.type)}"
             self.report(h, "try-fallback", text, f"catches {caught} and carries on")
+
+    def _queries_only(self, body: list[ast.stmt]) -> bool:
+        """Every call in ``body`` is a device query (``DEVICE_QUERIES``): nothing of the
+        candidate's, no build, no launch."""
+        calls = [n for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+        for call in calls:
+            paths = self.resolve(call.func)
+            if not paths and isinstance(call.func, ast.Attribute):
+                # a method of a query's result (driver.active.get_current_target()): judged by its root
+                root = call.func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                paths = self.resolve(root.func) if isinstance(root, ast.Call) else self.resolve(root)
+            if not paths or not all(any(p[:len(q)] == q for q in R.DEVICE_QUERIES) for p in paths):
+                return False
+        return True
 
     def _retries_own_kernel(self, handler: ast.ExceptHandler) -> bool:
         """``except OutOfResources:`` that launches one of the candidate's Triton kernels again

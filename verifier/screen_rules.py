@@ -81,8 +81,9 @@ _add("clock", "reads the host clock during the call",
      "time.monotonic_ns", "time.process_time", "time.process_time_ns", "time.thread_time",
      "time.thread_time_ns", "time.clock_gettime", "time.clock_gettime_ns", "datetime.datetime.now",
      "datetime.datetime.utcnow", "datetime.datetime.today")
+# ``threading`` is judged by attribute (``threading_rule``): a lock around a cache starts nothing
 _add("thread", "starts host threads or tasks",
-     "threading", "_thread", "concurrent", "asyncio", "multiprocessing", "torch.multiprocessing",
+     "_thread", "concurrent", "asyncio", "multiprocessing", "torch.multiprocessing",
      "torch.jit.fork", "joblib")
 _add("process", "starts a process", "subprocess", "pty", "pexpect")
 _add("ctypes", "calls native code directly", "ctypes", "_ctypes", "cffi", "torch.cuda.cudart")
@@ -158,14 +159,30 @@ OS_PROCESS = frozenset({
 OS_ENVIRON = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})
 OS_SAFE = frozenset({
     "path", "sep", "altsep", "linesep", "pathsep", "curdir", "pardir", "extsep", "devnull", "name",
-    "cpu_count", "process_cpu_count", "getpid", "fspath", "PathLike",
+    "cpu_count", "process_cpu_count", "sched_getaffinity", "getpid", "fspath", "PathLike",
 })
+#: what of ``threading`` starts nothing: locks and their kin, thread-local data, who is running
+THREADING_SAFE = frozenset({
+    "Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "Event", "Barrier", "local",
+    "get_ident", "get_native_id", "current_thread", "main_thread", "active_count", "TIMEOUT_MAX",
+})
+#: modules judged by attribute (``os_rule``, ``threading_rule``): importing one is harmless, and
+#: ``from M import *`` is reported, since its names' uses could not be judged
+BY_ATTRIBUTE = {"os": ("file-io", "imports every name of `os`, so their uses cannot be screened"),
+                "threading": ("thread", "imports every name of `threading`, so their uses cannot be screened")}
 OS_PATH_PURE = frozenset({
     "join", "basename", "dirname", "split", "splitext", "splitdrive", "normpath", "normcase",
     "abspath", "relpath", "commonpath", "commonprefix", "isabs", "sep", "fspath",
 })
 #: environment variables a candidate may *set* (build settings for ``load_inline``)
 ENV_WRITABLE = frozenset({"TORCH_CUDA_ARCH_LIST", "MAX_JOBS"})
+
+
+def threading_rule(path: tuple[str, ...]) -> tuple[str, str] | None:
+    """The rule for ``threading.X``, or None when it starts nothing (``THREADING_SAFE``)."""
+    if len(path) < 2 or path[0] != "threading" or path[1] in THREADING_SAFE:
+        return None
+    return "thread", "starts host threads or tasks"
 
 
 def os_rule(path: tuple[str, ...]) -> tuple[str, str] | None:
@@ -288,7 +305,16 @@ INTROSPECTION_ATTRS = frozenset({
 })
 
 #: module roots where a computed attribute name (``getattr(torch, name)``) is refused
-DYNAMIC_ATTR_ROOTS = frozenset({"torch", "os", "sys", "builtins", "time"})
+DYNAMIC_ATTR_ROOTS = frozenset({"torch", "os", "sys", "builtins", "time", "threading"})
+#: what a module-level ``try`` may call and still be a device query, not a kernel's fallback: it
+#: runs at import, before any input exists, and launches nothing (``Screen._check_try``)
+DEVICE_QUERIES: tuple[tuple[str, ...], ...] = (
+    ("torch", "cuda", "get_device_properties"), ("torch", "cuda", "get_device_capability"),
+    ("torch", "cuda", "get_device_name"), ("torch", "cuda", "is_available"), ("torch", "cuda", "device_count"),
+    ("torch", "cuda", "current_device"), ("torch", "version"), ("triton", "runtime", "driver"),
+    ("triton", "next_power_of_2"), ("triton", "cdiv"),
+    ("builtins", "int"), ("builtins", "str"), ("builtins", "min"), ("builtins", "max"), ("builtins", "getattr"),
+)
 
 #: ``torch.Tensor`` itself and its C base: subclassing either makes a tensor subclass
 TENSOR_CLASSES = frozenset({

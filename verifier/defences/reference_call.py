@@ -32,14 +32,22 @@ DEFENCE = register(Defence(
            "and launch kernels."))
 
 
-def traced(ops: Mapping[str, int], ctx: str, allow: bool, evasions: Sequence[str] = ()) -> Rejected | None:
+def _compute(ops: Mapping[str, int], own_ops: Sequence[str]) -> list[str]:
+    """The ops that are compute: not bookkeeping, and not a custom op the source defines itself
+    (whose body's ops are traced one by one)."""
+    own = set(own_ops)
+    return sorted(op for op in ops if not is_allowed_aten(op) and "::".join(parse_op_name(op)[:2]) not in own)
+
+
+def traced(ops: Mapping[str, int], ctx: str, allow: bool, evasions: Sequence[str] = (),
+           own_ops: Sequence[str] = ()) -> Rejected | None:
     if allow:
         return None
     if evasions:
         return DEFENCE.reject(Status.CHEAT, f"the candidate worked where the op trace cannot see ({', '.join(evasions[:3])}) ({ctx}): "
                               "trace switched off, below the dispatcher's Python key, in numpy or plain Python, through "
                               "ctypes or in another process", threat=16, evidence={"evasions": list(evasions)[:20]})
-    used = sorted(op for op in ops if not is_allowed_aten(op))
+    used = _compute(ops, own_ops)
     if used:
         return DEFENCE.reject(Status.CHEAT, f"forward ran torch compute ops {used[:5]} ({ctx}); this task requires the work "
                               "to be done by the candidate's own kernels", threat=16, evidence={"torch_ops": used[:50]})
@@ -53,7 +61,7 @@ STOPPED = "kernforge::profiler_stopped"
 LAUNCH_BOOKKEEPING = frozenset({"set_", "resolve_conj", "resolve_neg"})
 
 
-def dispatched(ops: Mapping[str, int], ctx: str, allow: bool) -> Rejected | None:
+def dispatched(ops: Mapping[str, int], ctx: str, allow: bool, own_ops: Sequence[str] = ()) -> Rejected | None:
     """The dispatcher's own count of the ops a checked call ran (the profiler's hooks, below the
     dispatch modes): compute there that the op trace did not report was hidden from it (a guard
     excluding the Python key, disabled modes, a custom op's body, code run inside a launch)."""
@@ -62,7 +70,7 @@ def dispatched(ops: Mapping[str, int], ctx: str, allow: bool) -> Rejected | None
                               threat=16, evidence={"dispatched_ops": [STOPPED]})
     if allow:
         return None
-    used = sorted(op for op in ops if not is_allowed_aten(op) and parse_op_name(op)[1] not in LAUNCH_BOOKKEEPING)
+    used = [op for op in _compute(ops, own_ops) if parse_op_name(op)[1] not in LAUNCH_BOOKKEEPING]
     if used:
         return DEFENCE.reject(Status.CHEAT, f"forward ran torch compute ops {used[:5]} where the op trace does not look "
                               f"(counted by the dispatcher itself) ({ctx}); this task requires the work to be done by the "

@@ -40,6 +40,7 @@ def unreadable(source: str) -> Rejected | None:
     name = encoding.foreign(source)
     if name is not None:  # the import would read other code than the text every check and reader sees
         return Rejected(Status.COMPILE_ERROR, f"the source declares its encoding as {name[:40]!r} (a `coding:` comment "
-                                              "in its first two lines): a candidate is UTF-8 text, declared as such or not at all",
+                                              "in its first two lines), under which Python would not read this very text "
+                                              "from its UTF-8 bytes: declare UTF-8, or no encoding",
                         check=Check.STATIC_SCREEN, evidence={"encoding": name[:40]})
     return None
