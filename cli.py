@@ -222,8 +222,8 @@ def archive_best(
 ) -> None:
     """Best attempt per task and GPU: times, speedup vs eager and torch.compile, % of roofline.
 
-    Only attempts whose latest audit passed count (see `kernforge archive audit`); interpreter
-    (CPU) verdicts never do."""
+    Only attempts whose latest audit by this judge passed count (see `kernforge archive audit`);
+    interpreter (CPU) verdicts never do."""
     from kernforge.archive import report
     from kernforge.archive.store import Archive
 
@@ -338,7 +338,8 @@ def archive_audit(
     """Audit each task's best accepted attempts on a GPU, best first, until one passes.
 
     Each is judged again in a fresh worker on fresh inputs and must be accepted again and about as
-    fast. Only an attempt whose latest audit passed is a best or exported."""
+    fast. Only an attempt whose latest audit by the installed judge passed is a best or exported
+    (after an upgrade of kernforge, its bests are audited again)."""
     from kernforge.loop.auditing import audit_archive
 
     positive(limit, "--limit")
@@ -358,6 +359,10 @@ def archive_migrate(db: DbOpt = DEFAULT_DB) -> None:
 
     with Archive.open(db) as archive:
         show(f"{db}: archive schema v{archive.migrate()}")
+        earlier = archive.earlier_audits()
+        if earlier:
+            show(f"{earlier} audit(s) were made by an earlier judge and no longer make a best: "
+                 "`kernforge archive audit` audits each task's best again")
 
 
 # ---- export -----------------------------------------------------------------------------------

@@ -17,7 +17,9 @@ from kernforge.verifier import encoding
 #: What an environment key is made of: the things that change what a kernel does or how fast it
 #: runs, and which judge measured it (verifier/revision.py). Other facts (SM count, memory, L2)
 #: follow from the GPU name and are stored, not keyed.
-ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "judge")
+ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "python", "judge", "sandbox", "judged_with")
+#: fields keyed only where present: a verdict from before they were recorded keeps its key
+_NEWER_FIELDS = ("python", "judge", "sandbox", "judged_with")
 
 
 def normalize_code(code: str) -> str:
@@ -54,9 +56,9 @@ def code_hash(code: str) -> str:
 
 def environment_fields(environment: Mapping[str, Any], columns: bool = False) -> dict[str, Any]:
     """The keyed fields of an environment (``verifier.environment.describe`` output), None when
-    absent; ``columns``: those the archive's environments table has a column for (the judge is in
-    its ``info``)."""
-    return {name: environment.get(name) for name in ENV_FIELDS if not (columns and name == "judge")}
+    absent; ``columns``: those the archive's environments table has a column for (the newer ones,
+    the judge and how it judged among them, are in its ``info``)."""
+    return {name: environment.get(name) for name in ENV_FIELDS if not (columns and name in _NEWER_FIELDS)}
 
 
 def environment_key(environment: Mapping[str, Any]) -> str:
@@ -67,8 +69,9 @@ def environment_key(environment: Mapping[str, Any]) -> str:
     interpreter results are never reused for, or compared with, a GPU.
     """
     fields = environment_fields(environment)
-    if fields["judge"] is None:  # a verdict from before judges were fingerprinted keeps its key
-        del fields["judge"]
+    for name in _NEWER_FIELDS:  # a verdict from before they were recorded keeps its key
+        if fields[name] is None:
+            del fields[name]
     blob = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -249,8 +249,14 @@ def _plan_task(archive: Archive, task: Task, versions: Sequence[TaskVersion], op
     left = len(kernels_on_gpu) - len({m.attempt_id for m in audited})
     if left:
         failed = sum(1 for i in kernels_on_gpu if i in latest and not latest[i].passed)
+        unaudited = [i for i in kernels_on_gpu if i not in latest]
+        before = archive.latest_audits(unaudited, any_judge=True)
+        earlier = sum(1 for a in before.values() if a.passed)
+        never = len(unaudited) - len(before)
         why = ", ".join(part for part in (f"{failed} failed their audit" if failed else "",
-                                          f"{left - failed} never audited by this judge" if left - failed else "")
+                                          f"{len(before)} audited by an earlier version of the judge only ({earlier} "
+                                          "passed), which counts no more" if before else "",
+                                          f"{never} never audited" if never else "")
                        if part)
         notes.append(f"{task.name}: {left} of {len(kernels_on_gpu)} accepted GPU kernel(s) have no passing audit "
                      f"({why}); not exported (`kernforge archive audit --task {task.name}` audits the best)")

@@ -298,6 +298,11 @@ class Queries:
         return {a.attempt_id: a for a in self._audits_by_id(last).values()}
 
     @guarded
+    def earlier_audits(self) -> int:
+        """How many audits an earlier judge made (or one from before judges were fingerprinted)."""
+        return self.conn.execute(f"SELECT count(*) FROM audits WHERE coalesce({CURRENT_AUDIT}, 0) = 0").fetchone()[0]
+
+    @guarded
     def awaiting_audit(self, task: str | None = None, gpu: str | None = None) -> list[AwaitingAudit]:
         """Each task version and GPU model with accepted, scored attempts but no best: none of them
         passed its latest audit (never audited, or demoted)."""

@@ -382,7 +382,7 @@ class Archive(Queries):
                 "details": json.dumps(dict(audit.details), sort_keys=True, default=str), "created": created,
             }).last_pk  # this process's judge made it: queries.py counts only its audits
         return AuditRecord(id=audit_id, attempt_id=attempt_id, task_id=task_id, gpu=gpu, created=created, audit=audit,
-                           run_id=run_id, judge=revision.fingerprint())
+                           run_id=run_id, judge=judged_by.get("judge"))
 
 
 def _age_s(stamp: str | None) -> float:

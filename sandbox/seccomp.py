@@ -25,6 +25,10 @@ their whole life: a filter can be added to, never taken away. Each call below fa
 * ``ptrace``, ``process_vm_readv``, ``process_vm_writev``: other processes' memory.
 * ``syslog``: the kernel's log, where a machine that does not restrict it keeps what one worker
   made the kernel say (a crash's fault address, chosen) for the next to read.
+* ``utime``, ``utimes``, ``futimesat``, ``utimensat``: setting a file's times. Anyone who may
+  write a file may set its times to "now", and the device nodes a worker needs (/dev/null, its
+  GPU's) are the host's, 0666: a writer timed its touch of /dev/null to a hidden size and the
+  next worker read it back from the node's mtime (red team). No build or kernel sets a time.
 
 Every call of another architecture's calling convention (``int 0x80`` on x86-64, the x32 ABI)
 fails too: the numbers above would not name it. Builds are untouched (a CUDA extension's compile
@@ -56,9 +60,10 @@ CLONE_NEW = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x2
 #: per machine: the audit architecture its system calls report, and the numbers refused
 ARCHES = {
     "x86_64": (0xC000003E, {"keyctl": 250, "add_key": 248, "request_key": 249, "unshare": 272, "setns": 308, "syslog": 103,
+                            "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
                             "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "io_uring_setup": 425,
                             "io_uring_enter": 426, "io_uring_register": 427}),
-    "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268, "syslog": 116,
+    "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268, "syslog": 116, "utimensat": 88,
                              "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "io_uring_setup": 425,
                              "io_uring_enter": 426, "io_uring_register": 427}),
 }

@@ -46,6 +46,22 @@ def test_doctor_names_the_installed_judge():
     assert revision.fingerprint() in doctor._judge().detail
 
 
+def test_how_a_judge_judges_is_keyed_beside_its_code():
+    """The sandbox it found (a machine without namespaces runs candidates unconfined), its options
+    (the screen off, hidden shapes untimed) and the Python that parses a candidate: a verdict made
+    one way is never reused by a judge working another."""
+    base = dict(H200, python="3.11.7", sandbox="process/bwrap", judged_with="screen=on time_hidden=audit time_shapes=all")
+    for field, other in (("sandbox", "process/none"), ("judged_with", "screen=off time_hidden=audit time_shapes=all"),
+                         ("python", "3.12.1")):
+        assert environment_key(base) != environment_key(dict(base, **{field: other})), field
+
+
+def test_a_judges_environment_says_how_it_judges(cpu_judge):
+    env = cpu_judge.environment()
+    assert env["judge"] == revision.fingerprint() and env["sandbox"].startswith("process/")
+    assert "screen=on" in env["judged_with"] and env["python"]
+
+
 def test_the_same_code_under_another_judge_is_judged_again(tmp_path):
     with Archive.create(tmp_path / "k.db") as archive:
         task = archive.register_task(synthetic.task_record("rms_norm"))
@@ -104,9 +120,15 @@ def test_an_archive_from_before_fingerprints_has_every_best_audited_again(tmp_pa
 def test_the_fingerprint_follows_the_judges_source_and_only_it(tmp_path):
     root = Path(revision.__file__).resolve().parents[1]
     copy = tmp_path / "kernforge"
-    for part in ("verifier", "sandbox", "tasks"):
+    for part in ("verifier", "sandbox", "tasks", "loop"):
         shutil.copytree(root / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
     assert revision.fingerprint_of(copy) == revision.fingerprint()
+    (copy / "verifier" / "core").write_bytes(b"\0" * 64)  # a stray file no install holds
+    assert revision.fingerprint_of(copy) == revision.fingerprint()
+    assembly = copy / "loop" / "evaluate.py"  # the judge's workers' specs: hidden paths, fork
+    assembly.write_text(assembly.read_text() + "\n")
+    assert revision.fingerprint_of(copy) != revision.fingerprint()
+    assembly.write_text(assembly.read_text()[:-1])
     builtin = next(p for p in (copy / "tasks" / "builtin").rglob("*.py"))
     builtin.write_text(builtin.read_text() + "\n# a built-in task's version is its own source's\n")
     assert revision.fingerprint_of(copy) == revision.fingerprint()

@@ -341,7 +341,9 @@ def test_mount_plan_covers_nothing_twice(bound_back):
 
 def test_mount_plan_never_covers_system_folders():
     plan = mount_plan("/tmp/w/work", needed=(), hidden=("/", "/usr", "/proc"), drop_uid=False)
-    assert {op.path for op in plan if op.kind == "tmpfs"} == {"/tmp", "/var/tmp", "/dev/shm"}
+    # the private temp folders and the private /dev (its device nodes bound back in): never a hidden one
+    assert {op.path for op in plan if op.kind == "tmpfs"} == {"/tmp", "/var/tmp", "/dev/shm", "/dev"}
+    assert {op.path for op in plan if op.kind == "bind" and op.path.startswith("/dev/")} >= {"/dev/null", "/dev/urandom"}
 
 
 # ---- doctor probes ------------------------------------------------------------------------------

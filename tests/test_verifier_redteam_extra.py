@@ -117,22 +117,64 @@ def test_a_flag_raised_at_a_hidden_shape_is_for_people_only(tmp_path):
     assert "just out of tolerance" not in prompt.user
 
 
+@pytest.mark.parametrize("screened", [True, False], ids=["screen", "no_screen"])
+def test_torch_ops_under_a_fake_definition_are_not_the_candidates(screened_judge, runtime_judge, screened):
+    """A custom op the source defines is its own whatever its namespace; "defines" means a
+    top-level torch.library call, never a function of its own named ``define``, code that does not
+    run, or a torch namespace."""
+    judge = screened_judge if screened else runtime_judge
+    verdict = judge.verify(X.OWN_OP_ALIAS, load_task(TASKS / "tiny_norm"))
+    expected = ("static_rejected", 16) if screened else ("cheat", 16)
+    assert (verdict.status.value, verdict.threat) == expected, _describe(verdict)
+
+
+@pytest.mark.parametrize("screened", [True, False], ids=["screen", "no_screen"])
+def test_a_raw_thread_started_through_threadings_own_starter_is_seen(screened_judge, runtime_judge, screened):
+    judge = screened_judge if screened else runtime_judge
+    source = X.THREAD_PAST_THE_SCREEN if screened else X.RAW_THREAD_AT_IMPORT
+    verdict = judge.verify(source, load_task(TASKS / "tiny_norm"))
+    if screened:  # the computed attribute of something reached from threading
+        assert verdict.status.value == "static_rejected" and "computed attribute" in verdict.reason, _describe(verdict)
+    else:  # the start is recorded by every name threading and _thread reach a raw start by
+        assert (verdict.status.value, verdict.threat) == ("cheat", 6), _describe(verdict)
+
+
 def test_a_declared_encoding_is_refused_with_the_screen_off_too(runtime_judge):
     """Not a screen rule: the check that the text is what Python will run holds without it."""
     verdict = runtime_judge.verify(X.DECLARED_ENCODING, load_task(TASKS / "tiny_norm"))
     assert verdict.status.value == "compile_error" and "raw_unicode_escape" in verdict.reason, _describe(verdict)
 
 
+@pytest.fixture(scope="module")
+def starting_judge(tmp_path_factory):
+    """A CPU judge whose candidates' workers may start programs, as a GPU judge's may (nvcc and
+    ptxas need to): what the parent's look at the process tree must catch there."""
+    from kernforge.loop import evaluate
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evaluate, "WorkerSpec", lambda **kw: WorkerSpec(**{**kw, "fork": True}))
+        options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), static_screen=False)
+        with open_judge("cpu", pool_size=1, options=options) as judge:
+            yield judge
+
+
 @pytest.mark.parametrize("source", [X.PROGRAM_AT_IMPORT, X.ZOMBIE_LEADER_AT_IMPORT], ids=["program", "zombie_leader"])
-def test_a_helper_program_started_at_import_is_seen_from_outside(runtime_judge, source):
+def test_a_helper_program_started_at_import_is_seen_from_outside(starting_judge, source):
     """A program started while the module is imported, computing every output from what forward
     sends it down a pipe: no trace of the worker covers it. The parent sees it in the worker's
     process tree once the module has loaded, also when its main thread has gone and it shows as
     a zombie while a thread of it works."""
-    verdict = runtime_judge.verify(source, load_task(TASKS / "tiny_norm"))
+    verdict = starting_judge.verify(source, load_task(TASKS / "tiny_norm"))
     assert (verdict.status.value, verdict.threat) == ("sandbox_violation", 21), _describe(verdict)
     assert "after its module loaded" in verdict.reason
     assert ("main thread gone" if source is X.ZOMBIE_LEADER_AT_IMPORT else "-c") in verdict.reason
+
+
+def test_a_cpu_judges_worker_starts_no_program_at_all(runtime_judge):
+    """Where nothing is built (the CPU), a worker's seccomp filter refuses every new process: the
+    helper program is never started, and the import fails saying so."""
+    verdict = runtime_judge.verify(X.PROGRAM_AT_IMPORT, load_task(TASKS / "tiny_norm"))
+    assert verdict.status.value == "compile_error" and "Operation not permitted" in verdict.reason, _describe(verdict)
 
 
 @pytest.mark.parametrize("name", sorted(X.SABOTAGE))

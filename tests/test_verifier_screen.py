@@ -92,7 +92,8 @@ CHEATS = [
     ("own graph", "cuda-graph", 13, module(init="self.graph = torch.cuda.CUDAGraph()  #!")),
     ("end the harness's capture", "cuda-graph", 13, module(cuda("  cudaGraph_t g; cudaStreamEndCapture(stream, &g);  #!"))),
     ("clock in forward", "clock", 13, module("import time\n", forward="start = time.perf_counter()  #!\nreturn launch(x)")),
-    ("threading", "thread", 6, module("import threading  #!\n")),
+    ("threading", "thread", 6, module("import threading\nT = threading.Thread(target=print)  #!\n")),
+    ("threading star", "thread", 6, module("from threading import *  #!\n")),
     ("thread pool", "thread", 6, module("from concurrent.futures import ThreadPoolExecutor  #!\n")),
     ("asyncio", "thread", 6, module("import asyncio  #!\n")),
     ("multiprocessing", "thread", 6, module("import multiprocessing as mp  #!\n")),
@@ -675,7 +676,7 @@ def test_reference_copied_into_modelnew_follows_the_policy(name):
 
 
 def test_reason_is_one_line_and_names_the_first_finding():
-    source = module("import threading\nimport socket\n", forward="return torch.relu(x)")
+    source = module("import threading\nT = threading.Thread(target=print)\nimport socket\n", forward="return torch.relu(x)")
     result = screen(source, allow_torch_ops=False)
     assert "\n" not in result.reason
     assert result.reason.startswith(result.findings[0].message)
@@ -685,7 +686,7 @@ def test_reason_is_one_line_and_names_the_first_finding():
 
 
 def test_finding_round_trips_to_dict():
-    result = screen(module("import threading  #!\n"), allow_torch_ops=False)
+    result = screen(module("from threading import Thread  #!\n"), allow_torch_ops=False)
     data = result.to_dict()
     assert data["ok"] is False and data["reason"] == result.reason
     assert Finding(**data["findings"][0]) == result.findings[0]

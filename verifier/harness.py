@@ -711,16 +711,20 @@ def _record_thread_starts() -> None:
             _STATE["via_threading"] -= 1
 
     threading.Thread.start = start
-    raw = _thread.start_new_thread
 
-    def start_raw(function: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _STATE.get("via_threading"):
-            started.append(f"raw thread running {getattr(function, '__qualname__', '?')}")
-        return raw(function, *args, **kwargs)
+    def recording(raw: Any) -> Any:
+        def start_raw(function: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _STATE.get("via_threading"):
+                started.append(f"raw thread running {getattr(function, '__qualname__', '?')}")
+            return raw(function, *args, **kwargs)
+        return start_raw
 
-    _thread.start_new_thread = start_raw
-    if hasattr(_thread, "start_new"):
-        _thread.start_new = start_raw
+    # every name a raw start is reached by: threading keeps its own reference to _thread's
+    # (red team: ``threading._start_new_thread`` started a thread no record saw)
+    for owner, name in ((_thread, "start_new_thread"), (_thread, "start_new"), (_thread, "start_joinable_thread"),
+                        (threading, "_start_new_thread"), (threading, "_start_joinable_thread")):
+        if hasattr(owner, name):
+            setattr(owner, name, recording(getattr(owner, name)))
 
 
 def _new_threads() -> list[str]:

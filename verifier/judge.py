@@ -309,8 +309,17 @@ class Judge:
                 self._ref = None
 
     def environment(self) -> dict[str, Any]:
+        """The reference worker's description of the machine (verifier/environment.py), and how
+        this judge judges: the sandbox its candidates run in and the options a verdict's meaning
+        depends on. Both are keyed (archive/content.ENV_FIELDS): a verdict made without a sandbox,
+        without the screen or with hidden shapes untimed is never reused by a judge that differs."""
         if self._env is None:
-            self._env = self._ask_ref(None, {"op": "environment"})["environment"]
+            env = self._ask_ref(None, {"op": "environment"})["environment"]
+            mech = getattr(self.candidates, "mechanism", None)
+            sandbox = getattr(self.candidates, "name", "?") + (f"/{mech.name}" if mech is not None else "")
+            o = self.options
+            self._env = dict(env, sandbox=sandbox, judged_with=f"screen={'on' if o.static_screen else 'off'} "
+                                                               f"time_hidden={o.time_hidden} time_shapes={o.time_shapes}")
         return self._env
 
     def device_memory(self) -> dict[str, int]:
@@ -592,6 +601,8 @@ class Judge:
         flags = flags + self._state.flags  # raised before any hidden shape: a prompt may show them
         del self._state.flags[:]
         rejection = self._check_all(session, task, True, init_seed, own, arena_size)
+        if rejection is None:  # the hidden shapes' checked calls too
+            rejection = clock.lied(self._state.clock, 0.005, "checked calls")
         if rejection is not None:
             return rejection
         hidden = [t for t in timed if t[1]]  # an audit's second verdict times them too (JudgeOptions.time_hidden)

@@ -25,57 +25,92 @@ def own_kernel_names(source: str) -> list[str]:
     return sorted(set(names))
 
 
-#: ``TORCH_LIBRARY(ns, m)`` (or ``_FRAGMENT``) in C++ source, and each ``m.def("name...`` after it
-_CPP_LIBRARY = re.compile(r"TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)")
-_CPP_DEF = r"\b{var}\s*\.\s*def\s*\(\s*(?:TORCH_SELECTIVE_SCHEMA\s*\()?\s*\"(\w+)"
-#: the Python calls that define an op by its qualified name (``"ns::name"`` or a schema)
-_PY_DEFINERS = ("custom_op", "triton_op", "define")
+#: what defines an op by its qualified name (``"ns::name"`` or a schema): ``torch.library``'s own
+_DEFINERS = frozenset({"custom_op", "triton_op", "define"})
+#: namespaces that are torch's own: an op there is never the candidate's
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "higher_order", "_", ""})
 
 
 def own_op_names(source: str) -> list[str]:
     """The custom ops the module itself defines, as ``"namespace::name"``: through
-    ``torch.library.custom_op``/``triton_op``/``define``, a ``torch.library.Library(ns, "DEF" or
-    "FRAGMENT")`` and its ``define``, or ``TORCH_LIBRARY(ns, m) { m.def(...) }`` in C++ source.
-    An op is the candidate's whatever its namespace is called (an honest kernel may name its op
-    after vLLM's, ``vllm::silu_and_mul``); defining one that exists already fails the import, and
-    an implementation given to another library's op (``impl``) defines nothing."""
+    ``torch.library.custom_op``/``triton_op``/``define``, or a ``torch.library.Library(ns, "DEF" or
+    "FRAGMENT")`` and its ``define``. An honest kernel may name its op after vLLM's
+    (``vllm::silu_and_mul``): it is the candidate's whatever its namespace, and the ops its body
+    runs are judged one by one.
+
+    Only what surely runs and surely is ``torch.library``'s counts (red team: a ``define`` of its
+    own, under ``if False``, "defined" aten's ops, which then passed as the candidate's): a
+    statement of the module's top level (or a decorator there), a callee reached through
+    ``torch.library`` as imported by the module, and never a torch namespace. Defining an op that
+    exists already (another library's) fails the import."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    found: set[str] = set()
-    libraries: dict[str, str] = {}  # a variable holding a Library -> its namespace
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _callee(node.value.func) == "Library":
-            args = [a.value for a in node.value.args[:2] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    library = _library_names(tree)
+    calls: list[ast.Call] = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call):
+            calls.append(stmt.value)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            calls += [d for d in stmt.decorator_list if isinstance(d, ast.Call)]
+    libraries: dict[str, str] = {}  # a top-level name holding a Library -> its namespace
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and library(stmt.value.func) == "Library":
+            args = [a.value for a in stmt.value.args[:2] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             if len(args) == 2 and args[1] in ("DEF", "FRAGMENT"):
-                libraries.update({t.id: args[0] for t in node.targets if isinstance(t, ast.Name)})
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, str):
-            text = node.args[0].value
-            held = node.func.value.id if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
-                else None
-            if held in libraries and node.func.attr == "define":  # type: ignore[union-attr]
-                found.add(f"{libraries[held]}::{_op_name(text)}")
-            elif _callee(node.func) in _PY_DEFINERS and "::" in text:
-                namespace, _, rest = text.partition("::")
-                found.add(f"{namespace.strip()}::{_op_name(rest)}")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "TORCH_LIBRARY" in node.value:
-            for lib in _CPP_LIBRARY.finditer(node.value):
-                namespace, var = lib.groups()
-                found |= {f"{namespace}::{name}" for name in re.findall(_CPP_DEF.format(var=re.escape(var)), node.value)}
-    return sorted(found)
+                libraries.update({t.id: args[0] for t in stmt.targets if isinstance(t, ast.Name)})
+    found: set[str] = set()
+    for call in calls:
+        if not (call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
+            continue
+        text = call.args[0].value
+        func = call.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in libraries \
+                and func.attr == "define":
+            found.add(f"{libraries[func.value.id]}::{_op_name(text)}")
+        elif library(func) in _DEFINERS and "::" in text:
+            namespace, _, rest = text.partition("::")
+            found.add(f"{namespace.strip()}::{_op_name(rest)}")
+    return sorted(op for op in found if op.split("::", 1)[0] not in _TORCH_NAMESPACES)
+
+
+def _library_names(tree: ast.Module):
+    """A function telling which ``torch.library`` name a callee is ("" for none), by the module's
+    own top-level imports (``import torch``, ``from torch import library``, ``from torch.library
+    import custom_op``, with any ``as``)."""
+    modules: dict[str, tuple[str, ...]] = {}  # a name -> the module path it holds
+    direct: dict[str, str] = {}  # a name -> the torch.library member it holds
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            for a in stmt.names:
+                if a.name in ("torch", "torch.library"):
+                    modules[a.asname or "torch"] = tuple(a.name.split(".")) if a.asname else ("torch",)
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level:
+            for a in stmt.names:
+                if stmt.module == "torch" and a.name == "library":
+                    modules[a.asname or a.name] = ("torch", "library")
+                elif stmt.module == "torch.library":
+                    direct[a.asname or a.name] = a.name
+
+    def which(func: ast.AST) -> str:
+        if isinstance(func, ast.Name):
+            return direct.get(func.id, "")
+        parts: list[str] = []
+        while isinstance(func, ast.Attribute):
+            parts.append(func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name) or func.id not in modules:
+            return ""
+        path = modules[func.id] + tuple(reversed(parts))
+        return path[2] if len(path) == 3 and path[:2] == ("torch", "library") else ""
+
+    return which
 
 
 def _op_name(schema: str) -> str:
     """``name`` of ``"name.overload(Tensor x) -> Tensor"``."""
     return schema.split("(", 1)[0].split(".", 1)[0].strip()
-
-
-def _callee(func: ast.AST) -> str:
-    """The last name of a called expression (``torch.library.custom_op`` -> ``custom_op``)."""
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _decorator(node: ast.AST) -> str:

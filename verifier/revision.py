@@ -14,9 +14,12 @@ fingerprint in its environment (``environment.describe``), and the archive
 
 The fingerprint is computed, not declared: a revision number that a change to the judge had to
 remember to raise would be forgotten by the change that matters. It hashes the source of the
-packages that decide a verdict (``verifier/``, ``sandbox/``, and the task machinery that draws
-inputs and loads references; not the built-in tasks, whose versions are keyed by their own
-source). A change of a comment there costs an audit per task best, which is cheap next to a
+packages that decide a verdict (``verifier/``, ``sandbox/``, the task machinery that draws
+inputs and loads references, and the loop's assembly of a judge and of an audit's; not the
+built-in tasks, whose versions are keyed by their own source). How the judge judges where that
+is not in its code (the sandbox it found on this machine, its options, the Python that parses a
+candidate) is in every verdict's environment beside it, and keyed too (``Judge.environment``).
+A change of a comment in those files costs an audit per task best, which is cheap next to a
 verdict believed on the word of a judge that is no longer the one installed.
 """
 
@@ -27,17 +30,20 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-#: the packages, and the files of ``tasks/``, whose source decides a verdict
+#: the packages whose source decides a verdict, and the files elsewhere that do: the task
+#: machinery (inputs, references) and the judge's assembly (its workers' specs, an audit's judge)
 _PACKAGES = ("verifier", "sandbox")
-_TASK_FILES = ("loader.py", "runtime.py", "shapes.py", "spec.py")
+_FILES = ("tasks/loader.py", "tasks/runtime.py", "tasks/shapes.py", "tasks/spec.py", "loop/evaluate.py",
+          "loop/auditing.py", "sandbox/docker/Dockerfile")
 #: what a fingerprint looks like (it is also written into SQL as a literal: hex only)
 FORMAT = re.compile(r"[0-9a-f]{16}")
 
 
 def _sources(root: Path) -> list[Path]:
-    files = [p for package in _PACKAGES for p in (root / package).rglob("*")
-             if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", "") and not p.name.startswith(".")]
-    files += [root / "tasks" / name for name in _TASK_FILES if (root / "tasks" / name).is_file()]
+    """The Python files of ``_PACKAGES`` (what an install holds: no cache, no stray core file) and
+    ``_FILES``."""
+    files = {p for package in _PACKAGES for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts}
+    files |= {root / name for name in _FILES if (root / name).is_file()}
     return sorted(files)
 
 

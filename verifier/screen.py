@@ -597,7 +597,7 @@ class _Screen:
                     self.report(node, "monkeypatch", _snippet(node), f"changes an attribute of `{_snippet(node.args[0])}`")
             if path[:2] in (("builtins", "getattr"), ("builtins", "setattr"), ("builtins", "delattr")):
                 if len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
-                    if any(p[0] in R.DYNAMIC_ATTR_ROOTS for p in self.resolve(node.args[0])):
+                    if any(p[0] in R.DYNAMIC_ATTR_ROOTS for p in self._rooted(node.args[0])):
                         self.report(node, "dynamic-attr", _snippet(node), "looks up a computed attribute name")
             if path == ("contextlib", "suppress") and any(self._broad(a, imports_only=False) for a in node.args):
                 self.report(node, "try-fallback", _snippet(node), "silences exceptions that a failing kernel raises")
@@ -686,6 +686,17 @@ class _Screen:
             caught = "everything" if h.type is None else f"`{_snippet(h.type)}`"
             text = "except:" if h.type is None else f"except {_snippet(h.type)}"
             self.report(h, "try-fallback", text, f"catches {caught} and carries on")
+
+    def _rooted(self, expr: ast.AST) -> list[Path]:
+        """What ``expr`` resolves to, or else what the name at the root of its chain does, through
+        attributes, calls and subscripts (``threading.Event().wait`` -> ``threading``): a computed
+        attribute of anything reached from a module is that module's (red team:
+        ``getattr(threading.Event().wait, "__glo" + "bals__")`` reached threading's raw starter)."""
+        paths = self.resolve(expr)
+        while not paths and isinstance(expr, (ast.Attribute, ast.Call, ast.Subscript)):
+            expr = expr.func if isinstance(expr, ast.Call) else expr.value
+            paths = self.resolve(expr)
+        return paths
 
     def _queries_only(self, body: list[ast.stmt]) -> bool:
         """Every call in ``body`` is a device query (``DEVICE_QUERIES``): nothing of the

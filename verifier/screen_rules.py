@@ -161,10 +161,11 @@ OS_SAFE = frozenset({
     "path", "sep", "altsep", "linesep", "pathsep", "curdir", "pardir", "extsep", "devnull", "name",
     "cpu_count", "process_cpu_count", "sched_getaffinity", "getpid", "fspath", "PathLike",
 })
-#: what of ``threading`` starts nothing: locks and their kin, thread-local data, who is running
+#: what of ``threading`` starts nothing: locks and their kin, thread-local data, the thread's id
+#: (not a Thread object: its type starts another)
 THREADING_SAFE = frozenset({
     "Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "Event", "Barrier", "local",
-    "get_ident", "get_native_id", "current_thread", "main_thread", "active_count", "TIMEOUT_MAX",
+    "get_ident", "get_native_id", "TIMEOUT_MAX",
 })
 #: modules judged by attribute (``os_rule``, ``threading_rule``): importing one is harmless, and
 #: ``from M import *`` is reported, since its names' uses could not be judged
