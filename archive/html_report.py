@@ -251,11 +251,13 @@ def _task(task: TaskSection, data: ReportData, specs: dict[str, dict[str, Any]])
 
 def _gpu(title: str, section: GpuSection, baselines: Sequence[Baseline], specs: dict[str, dict[str, Any]]) -> str:
     parts = [f"<h3>{_e(section.gpu)}</h3>", _plot(specs, charts.progress(title, section, baselines)),
-             f'<p class="meta">{len(section.points)} accepted GPU-timed attempt(s); audits: {section.audits_passed}'
-             f" passed, {section.audits_failed} failed (demoted). The step line is the running best.</p>"]
+             f'<p class="meta">{len(section.points)} accepted GPU-timed attempt(s); audits by this judge: '
+             f"{section.audits_passed} passed, {section.audits_failed} failed (demoted). The step line is the running "
+             "best.</p>"]
     best = section.best
     if best is None:
-        parts.append(_note("None of these attempts passed an audit, so the task has no best on this GPU yet:"
+        parts.append(_note("None of these attempts passed an audit by this judge (one by an earlier version of it "
+                           "counts no more), so the task has no best on this GPU yet:"
                            f" `kernforge archive audit --task {title}` audits them.", warn=True))
         return "\n".join(parts)
     ratios = [f"x{_num(geomean(s.speedup(b.key) for s in section.shapes))} vs {b.label}" for b in baselines]

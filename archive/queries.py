@@ -352,11 +352,13 @@ class Queries:
     # ---- parents ---------------------------------------------------------------------------
     @guarded
     def population(self, task_id: int, gpu: str | None = None, *, top: int = 8, diverse: int = 4,
-                   recent: int = 4, failures: int = 4) -> Population:
+                   recent: int = 4, failures: int = 4, env_key: str | None = None) -> Population:
         """Parents and inspirations for one task on one GPU model (see ``Population``).
 
         Pass the GPU the loop runs on: with ``gpu=None`` scores of different GPUs are mixed (and
-        ``audited`` is empty: a best is per GPU model).
+        ``audited`` is empty: a best is per GPU model). ``env_key``: only verdicts of that
+        environment, the judge among it (the CPU's, which no audit confirms: an earlier judge's
+        acceptance is no best of this one's).
         """
         chosen: set[str] = set()
 
@@ -373,6 +375,8 @@ class Queries:
             return picked
 
         scope, args = ("a.task_id = ? AND a.gpu = ?", [task_id, gpu]) if gpu else ("a.task_id = ?", [task_id])
+        if env_key is not None:
+            scope, args = scope + " AND a.env_key = ?", args + [env_key]
         ranked = f"{scope} AND a.score IS NOT NULL"
         sections = {"top": pick(ranked, args, "ORDER BY a.score DESC", top), "diverse": []}
         best = self._best_audited(task_id, gpu) if gpu else None

@@ -204,7 +204,9 @@ def dead_gap_s(config: Any, options: JudgeOptions) -> float:
 def task_state(archive: Archive, task: Task, task_id: int, *, env: Mapping[str, Any], env_key: str,
                population: Population, on_cpu: bool) -> tuple[TaskState, list[HistoryRow]]:
     """One task's starting state, and its archived history (for the bandit to replay)."""
-    population.load_archived(archive.population(task_id, gpu_label(env), top=8, diverse=4, recent=8, failures=4))
+    # on the CPU no audit confirms a verdict: only this judge's count (verifier/revision.py)
+    population.load_archived(archive.population(task_id, gpu_label(env), top=8, diverse=4, recent=8, failures=4,
+                                                env_key=env_key if on_cpu else None))
     rows = task_history(archive, task_id, limit=HISTORY_LIMIT)
     lessons = Lessons()
     lessons.replay(rows)

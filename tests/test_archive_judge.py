@@ -135,3 +135,20 @@ def test_the_fingerprint_follows_the_judges_source_and_only_it(tmp_path):
     rule = copy / "verifier" / "defences" / "values.py"
     rule.write_text(rule.read_text().replace("\n", "\n\n", 1))
     assert revision.fingerprint_of(copy) != revision.fingerprint()
+
+
+def test_on_the_cpu_only_this_judges_verdicts_make_the_population(tmp_path):
+    """No audit confirms an interpreter verdict: an earlier judge's acceptance would be the run's
+    best and its parent on a resume. Asked with the run's environment key, the population holds
+    only this judge's verdicts."""
+    cpu = {"gpu": None, "device": "cpu", "torch": "2.13.0", "triton": "3.6.0", "judge": revision.fingerprint()}
+    shapes = (ShapeResult(shape={"T": 8}, hidden=False, dtype="float32", timing="interpreter", time_us=5.0),)
+    with Archive.create(tmp_path / "k.db") as archive:
+        task = archive.register_task(synthetic.task_record("rms_norm"))
+        run = archive.start_run({})
+        for seq, judge in enumerate((EARLIER, revision.fingerprint())):
+            env = dict(cpu, judge=judge)
+            archive.record_attempt(NewAttempt(run, seq, task, f"k = {seq}", Accepted(shapes=shapes, environment=env), env))
+        mine = archive.population(task, "cpu", env_key=environment_key(cpu))
+        assert [a.code for a in mine.recent] == ["k = 1"]
+        assert len(archive.population(task, "cpu").recent) == 2
