@@ -62,26 +62,36 @@ def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine, 
     assert run(clone3, arch) == seccomp.RET_ERRNO | errno.ENOSYS
 
 
-@pytest.mark.skipif(platform.machine() not in seccomp.ARCHES, reason="no system call numbers for this machine")
-def test_an_installed_filter_refuses_keyrings_and_allows_the_rest():
+def _in_a_child(work) -> str:
+    """``work()``'s answer, run in a forked child with PR_SET_NO_NEW_PRIVS set (a filter lasts for
+    the life of the process that installs it, so never this one)."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child installs it: a filter lasts for the process's life
+    if pid == 0:
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-            said = seccomp.install()
-            nr = seccomp.ARCHES[platform.machine()][1]["keyctl"]
-            ctypes.set_errno(0)
-            got = libc.syscall(nr, 0, -4, 0, 0, 0)  # KEYCTL_GET_KEYRING_ID of the user keyring
-            key = "refused" if got < 0 and ctypes.get_errno() == errno.EPERM else f"allowed ({got})"
-            os.write(write, f"{said}|{key}|{os.getpid() > 0}|{len(os.listdir('/')) > 0}".encode())
+            ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+            os.write(write, work().encode())
         finally:
             os._exit(0)
     os.close(write)
     os.waitpid(pid, 0)
     said = os.read(read, 1000).decode()
     os.close(read)
+    return said
+
+
+@pytest.mark.skipif(platform.machine() not in seccomp.ARCHES, reason="no system call numbers for this machine")
+def test_an_installed_filter_refuses_keyrings_and_allows_the_rest():
+    def work() -> str:
+        said = seccomp.install()
+        libc = ctypes.CDLL(None, use_errno=True)
+        nr = seccomp.ARCHES[platform.machine()][1]["keyctl"]
+        ctypes.set_errno(0)
+        got = libc.syscall(nr, 0, -4, 0, 0, 0)  # KEYCTL_GET_KEYRING_ID of the user keyring
+        key = "refused" if got < 0 and ctypes.get_errno() == errno.EPERM else f"allowed ({got})"
+        return f"{said}|{key}|{os.getpid() > 0}|{len(os.listdir('/')) > 0}"
+
+    said = _in_a_child(work)
     assert said == "installed|refused|True|True", said
 
 
@@ -89,34 +99,24 @@ def test_an_installed_filter_refuses_keyrings_and_allows_the_rest():
 def test_a_filter_without_fork_refuses_every_new_process_and_keeps_threads():
     """fork, and vfork with exec (subprocess, posix_spawn: a program started at each call that
     computes from a pipe and ends before any look at the process tree), fail; a thread runs."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            import subprocess
-            import threading
+    def work() -> str:
+        import subprocess
+        import threading
 
-            ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-            said = [seccomp.install(fork=False)]
-            for start in (lambda: subprocess.run(["/bin/true"], check=True), lambda: os.posix_spawn("/bin/true", ["true"], {}),
-                          os.fork):
-                try:
-                    child = start()
-                    if child == 0:
-                        os._exit(0)
-                    said.append("started")
-                except OSError as e:
-                    said.append(errno.errorcode.get(e.errno, str(e.errno)))
-            ran = []
-            thread = threading.Thread(target=lambda: ran.append(1))
-            thread.start()
-            thread.join()
-            said.append(f"thread {len(ran)}")
-            os.write(write, "|".join(said).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    os.waitpid(pid, 0)
-    said = os.read(read, 1000).decode()
-    os.close(read)
+        said = [seccomp.install(fork=False)]
+        for start in (lambda: subprocess.run(["/bin/true"], check=True), lambda: os.posix_spawn("/bin/true", ["true"], {}),
+                      os.fork):
+            try:
+                if start() == 0:
+                    os._exit(0)
+                said.append("started")
+            except OSError as e:
+                said.append(errno.errorcode.get(e.errno, str(e.errno)))
+        ran = []
+        thread = threading.Thread(target=lambda: ran.append(1))
+        thread.start()
+        thread.join()
+        return "|".join(said + [f"thread {len(ran)}"])
+
+    said = _in_a_child(work)
     assert said == "installed|EPERM|EPERM|EPERM|thread 1", said

@@ -107,8 +107,11 @@ def test_a_flag_raised_at_a_hidden_shape_is_for_people_only(tmp_path):
     names the shape. It goes to ``hidden_flags`` (archive show, eval), never to a prompt's flags."""
     from kernforge.prompts import render
 
-    task = load_task(TASKS / "kb_relu_big.py")
-    with open_judge("cpu", pool_size=1, options=JudgeOptions(cache_dir=tmp_path), tasks=[task]) as judge:
+    big = tmp_path / "kb_relu_big.py"  # a hidden shape's output of a million elements or more
+    big.write_text((TASKS / "kb_relu.py").read_text().replace("batch_size = 16", "batch_size = 64")
+                   .replace("dim = 1000", "dim = 32768"))
+    task = load_task(big)
+    with open_judge("cpu", pool_size=1, options=JudgeOptions(cache_dir=tmp_path / "cache"), tasks=[task]) as judge:
         verdict = judge.verify(X.MARGINAL_AT_HIDDEN, task)
     assert verdict.accepted, _describe(verdict)
     assert verdict.hidden_flags and all("just out of tolerance" in f and "hidden shape" in f for f in verdict.hidden_flags)
