@@ -108,6 +108,10 @@ def probe_bwrap() -> tuple[bool, str, bool]:
 #: unshare variants, strongest first: a container may refuse a fresh /proc or a mount namespace
 #: yet still allow a network namespace.
 UNSHARE_VARIANTS = (
+    # IPC and UTS of its own too: System V and POSIX IPC objects outlive the worker otherwise, and
+    # a message queue carried a value from one worker to the next (red team)
+    ("--net", "--pid", "--ipc", "--uts", "--mount", "--fork", "--kill-child", "--mount-proc"),
+    ("--net", "--pid", "--ipc", "--uts", "--mount", "--fork", "--kill-child"),
     ("--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"),
     ("--net", "--pid", "--mount", "--fork", "--kill-child"),
     ("--net", "--pid", "--fork", "--kill-child"),
@@ -153,7 +157,7 @@ def mechanism(level: str) -> Mechanism:
 #: unshare's flags that a profiler above the worker cannot cross: Nsight Compute talks to the
 #: process it profiles over loopback TCP and follows it by pid (measured on the H200: under
 #: ``--net`` or ``--pid`` its target never starts; under ``--mount`` alone it is profiled)
-_PROFILER_BLOCKERS = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
+_PROFILER_BLOCKERS = ("--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
 
 
 def for_profiler(mech: Mechanism) -> Mechanism:

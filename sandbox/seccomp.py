@@ -25,6 +25,16 @@ their whole life: a filter can be added to, never taken away. Each call below fa
 * ``ptrace``, ``process_vm_readv``, ``process_vm_writev``: other processes' memory.
 * ``syslog``: the kernel's log, where a machine that does not restrict it keeps what one worker
   made the kernel say (a crash's fault address, chosen) for the next to read.
+* ``msgget``, ``semget``, ``shmget``, ``mq_open``: System V and POSIX IPC, whose objects outlive
+  the worker where its IPC namespace is the host's (red team: a message queue carried a value
+  from one worker to the next under ``unshare`` without ``--ipc``).
+* The page cache's controls: ``fadvise64`` (DONTNEED evicts a file's pages), ``readahead``,
+  ``cachestat``, ``preadv2`` with RWF_NOWAIT (an exact probe of residency), ``madvise`` with
+  MADV_COLD or MADV_PAGEOUT. The page cache of the files every worker reads outlives each of
+  them: a writer evicted and read pages to spell bits, and the next worker probed them (red
+  team). The first three fail with ENOSYS, as on a kernel without them; the rest refuse.
+  A worker can still bring a page in by reading it, and time its own reads: that part of the
+  channel is not closed here (see README, "What the sandbox does not close").
 * ``utime``, ``utimes``, ``futimesat``, ``utimensat``: setting a file's times. Anyone who may
   write a file may set its times to "now", and the device nodes a worker needs (/dev/null, its
   GPU's) are the host's, 0666: a writer timed its touch of /dev/null to a hidden size and the
@@ -61,51 +71,103 @@ CLONE_NEW = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x2
 ARCHES = {
     "x86_64": (0xC000003E, {"keyctl": 250, "add_key": 248, "request_key": 249, "unshare": 272, "setns": 308, "syslog": 103,
                             "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
+                            "msgget": 68, "semget": 64, "shmget": 29, "mq_open": 240,
                             "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "io_uring_setup": 425,
                             "io_uring_enter": 426, "io_uring_register": 427}),
-    "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268, "syslog": 116, "utimensat": 88,
+    "aarch64": (0xC00000B7, {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268, "syslog": 116,
+                             "utimensat": 88, "msgget": 186, "semget": 190, "shmget": 194, "mq_open": 180,
                              "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "io_uring_setup": 425,
                              "io_uring_enter": 426, "io_uring_register": 427}),
 }
+#: per machine: the page cache's controls, which fail with ENOSYS (a hint its callers may ignore):
+#: ``fadvise64`` (evicts a file's pages: DONTNEED), ``readahead``, ``cachestat`` (reads residency)
+QUIET = {"x86_64": {"fadvise64": 221, "readahead": 187, "cachestat": 451},
+         "aarch64": {"fadvise64": 223, "readahead": 213, "cachestat": 451}}
 #: per machine: ``clone`` (refused with a namespace flag) and ``clone3`` (ENOSYS)
 CLONES = {"x86_64": (56, 435), "aarch64": (220, 435)}
+#: per machine: ``preadv2`` (refused with RWF_NOWAIT: an exact probe of the page cache) and
+#: ``madvise`` (refused with MADV_COLD or MADV_PAGEOUT: it evicts a file's pages)
+ARG_CHECKED = {"x86_64": (327, 28), "aarch64": (286, 233)}
+RWF_NOWAIT, MADV_COLD, MADV_PAGEOUT = 0x8, 20, 21
 #: ``fork``'s and ``vfork``'s own numbers (aarch64 has neither: its C library uses clone)
 FORKS = {"x86_64": {"fork": 57, "vfork": 58}}
 #: a clone that joins the job's thread group: a thread, the only clone ``fork=False`` allows
 CLONE_THREAD = 0x00010000
 
 
-def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("HBBI", code, jt, jf, k)
+def _arg(i: int) -> int:
+    """The offset of the low half of ``args[i]`` in struct seccomp_data."""
+    return ARG0 + 8 * i
+
+
+class _Assembler:
+    """Classic BPF with forward jumps to named labels, resolved when the program is packed."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[int, int, str | None, str | None]] = []
+        self.labels: dict[str, int] = {}
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.ops)
+
+    def op(self, code: int, k: int, jt: str | None = None, jf: str | None = None) -> None:
+        self.ops.append((code, k, jt, jf))
+
+    def pack(self) -> bytes:
+        out = []
+        for i, (code, k, jt, jf) in enumerate(self.ops):
+            offsets = [0 if j is None else self.labels[j] - i - 1 for j in (jt, jf)]
+            if not all(0 <= o < 256 for o in offsets):
+                raise ValueError(f"a jump of instruction {i} out of reach: {offsets}")
+            out.append(struct.pack("HBBI", code, offsets[0], offsets[1], k))
+        return b"".join(out)
 
 
 def program(machine: str, fork: bool = True) -> bytes:
     """The filter for ``machine`` (``platform.machine()``), as packed ``sock_filter`` entries;
-    ``fork=False`` refuses a plain fork too."""
+    ``fork=False`` refuses every new process too."""
     arch, numbers = ARCHES[machine]
-    if not fork:
-        numbers = {**numbers, **FORKS.get(machine, {})}
+    refused = {**numbers, **({} if fork else FORKS.get(machine, {}))}
     clone, clone3 = CLONES[machine]
-    deny = _op(RET_K, RET_ERRNO | errno.EPERM)
-    refused = sorted(numbers.values())
-    n = len(refused)
-    # layout after the number is loaded: [x32 test] refused tests, clone test, clone3 test, allow,
-    # deny, the clone flags' test (load, test, allow, deny), ENOSYS; each jump counts from the
-    # instruction after it
-    body = [_op(LD_W_ABS, ARCH), _op(JEQ_K, arch, jt=1), deny, _op(LD_W_ABS, NR)]
+    preadv2, madvise = ARG_CHECKED[machine]
+    a = _Assembler()
+    a.op(LD_W_ABS, ARCH)
+    a.op(JEQ_K, arch, jf="deny")  # another architecture's calling convention
+    a.op(LD_W_ABS, NR)
     if machine == "x86_64":  # the x32 ABI's calls carry this bit: none is ours to allow
-        body.append(_op(JGE_K, X32_BIT, jt=n + 3))
-    for i, nr in enumerate(refused):  # a match jumps to the deny after the allow
-        body.append(_op(JEQ_K, nr, jt=n - i + 2))
-    # the clone flags' test: a namespace flag denies; without fork, so does a clone that is not
-    # a thread (jf 0: on to the next test; jt 1 or 2: past it)
-    flags = [_op(LD_W_ABS, ARG0), _op(JSET_K, CLONE_NEW, jt=2 if not fork else 1)]
+        a.op(JGE_K, X32_BIT, jt="deny")
+    for nr in sorted(refused.values()):
+        a.op(JEQ_K, nr, jt="deny")
+    for nr in sorted(QUIET[machine].values()):
+        a.op(JEQ_K, nr, jt="nosys")
+    a.op(JEQ_K, clone3, jt="nosys")  # its flags are in memory, where a filter cannot read them
+    a.op(JEQ_K, clone, jt="clone")
+    a.op(JEQ_K, preadv2, jt="preadv2")
+    a.op(JEQ_K, madvise, jt="madvise")
+    a.op(RET_K, RET_ALLOW)
+    # the calls judged by an argument (classic BPF jumps forward only: the shared returns last)
+    a.label("clone")  # a namespace flag denies; without fork, so does a clone that is not a thread
+    a.op(LD_W_ABS, _arg(0))
+    a.op(JSET_K, CLONE_NEW, jt="deny")
     if not fork:
-        flags.append(_op(JSET_K, CLONE_THREAD, jf=1))
-    flags += [_op(RET_K, RET_ALLOW), deny]
-    body += [_op(JEQ_K, clone, jt=3), _op(JEQ_K, clone3, jt=2 + len(flags)), _op(RET_K, RET_ALLOW), deny]
-    body += flags + [_op(RET_K, RET_ERRNO | errno.ENOSYS)]
-    return b"".join(body)
+        a.op(JSET_K, CLONE_THREAD, jf="deny")
+    a.op(RET_K, RET_ALLOW)
+    a.label("preadv2")
+    a.op(LD_W_ABS, _arg(5))
+    a.op(JSET_K, RWF_NOWAIT, jt="notsup")
+    a.op(RET_K, RET_ALLOW)
+    a.label("madvise")
+    a.op(LD_W_ABS, _arg(2))
+    a.op(JEQ_K, MADV_COLD, jt="deny")
+    a.op(JEQ_K, MADV_PAGEOUT, jt="deny")
+    a.op(RET_K, RET_ALLOW)
+    a.label("deny")
+    a.op(RET_K, RET_ERRNO | errno.EPERM)
+    a.label("nosys")
+    a.op(RET_K, RET_ERRNO | errno.ENOSYS)
+    a.label("notsup")
+    a.op(RET_K, RET_ERRNO | errno.EOPNOTSUPP)
+    return a.pack()
 
 
 class _Prog(ctypes.Structure):

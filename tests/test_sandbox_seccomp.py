@@ -26,8 +26,9 @@ def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine, 
 
     clone, clone3 = seccomp.CLONES[machine]
 
-    def run(nr: int, audit_arch: int, flags: int = 0) -> int:
+    def run(nr: int, audit_arch: int, flags: int = 0, args: tuple[int, ...] = ()) -> int:
         data = {seccomp.NR: nr, seccomp.ARCH: audit_arch, seccomp.ARG0: flags}
+        data |= {seccomp._arg(i): v for i, v in enumerate(args) if i}
         pc = acc = 0
         while True:
             op, jt, jf, k = ops[pc]
@@ -60,6 +61,15 @@ def test_every_jump_lands_on_the_deny_and_everything_else_on_the_allow(machine, 
     for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000):  # NEWUSER, NEWPID, NEWNET, NEWNS
         assert run(clone, arch, 17 | flag) == run(clone, arch, vfork | flag) == denied
     assert run(clone3, arch) == seccomp.RET_ERRNO | errno.ENOSYS
+    # the page cache's controls: eviction and residency probes fail, plain reads and advice pass
+    nosys = seccomp.RET_ERRNO | errno.ENOSYS
+    assert {run(nr, arch) for nr in seccomp.QUIET[machine].values()} == {nosys}
+    preadv2, madvise = seccomp.ARG_CHECKED[machine]
+    assert run(preadv2, arch, args=(3, 0, 1, 0, 0, seccomp.RWF_NOWAIT)) == seccomp.RET_ERRNO | errno.EOPNOTSUPP
+    assert run(preadv2, arch, args=(3, 0, 1, 0, 0, 0)) == seccomp.RET_ALLOW
+    assert run(madvise, arch, args=(0, 4096, seccomp.MADV_PAGEOUT)) == run(madvise, arch, args=(0, 4096, seccomp.MADV_COLD)) \
+        == denied
+    assert run(madvise, arch, args=(0, 4096, 4)) == seccomp.RET_ALLOW  # MADV_DONTNEED: drops the mapping, not the cache
 
 
 def _in_a_child(work) -> str:

@@ -175,6 +175,22 @@ def open_fds() -> set[int]:
     return set(map(int, os.listdir("/proc/self/fd")))
 
 
+def copies_of(fd: int) -> set[int]:
+    """This process's descriptors of the file ``fd`` is open on: what another thread of the test
+    process opens meanwhile (a judge's pool kept for the session, a client's connection) is not
+    counted, where a count of every descriptor was (a CI run failed so)."""
+    target = os.fstat(fd)
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.fstat(int(name))
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            found.add(int(name))
+    return found
+
+
 def memfd(text: str) -> int:
     fd = os.memfd_create("kf-unit")
     os.write(fd, text.encode())
@@ -227,29 +243,29 @@ def test_descriptor_frames_split_anywhere_reassemble(socket_pair, cut):
 def test_bad_descriptor_frames_close_every_descriptor(socket_pair, pieces, reason):
     """The reader closes what it received at once, before anyone calls close()."""
     parent, channel = socket_pair
-    null = os.open("/dev/null", os.O_RDONLY)
+    null = os.memfd_create("kf-sent")  # a file of its own: its copies are the ones sent
     for data, count in pieces:
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null] * count))] if count else []
         channel._fd_socket().sendmsg([data], ancillary)
-    before = open_fds()
+    before = copies_of(null)
     reader = FdReader()
     with pytest.raises(ValueError, match=reason):
         read_all(reader, parent)
-    assert open_fds() == before
+    assert copies_of(null) == before
     os.close(null)
 
 
 def test_end_of_stream_closes_the_unfinished_message(socket_pair):
     parent, channel = socket_pair
-    null = os.open("/dev/null", os.O_RDONLY)
+    null = os.memfd_create("kf-sent")
     channel._fd_socket().sendmsg([struct.pack(">I", 9)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null]))])
     channel._fd_socket().close()
-    before = open_fds()
+    before = copies_of(null)
     reader = FdReader()
     assert reader.receive(parent) and reader.pop() is None
-    assert len(open_fds() - before) == 1, "the descriptor came with the header"
+    assert len(copies_of(null) - before) == 1, "the descriptor came with the header"
     assert not reader.receive(parent)
-    assert open_fds() == before
+    assert copies_of(null) == before
     os.close(null)
 
 

@@ -229,3 +229,15 @@ def test_an_arena_the_reference_worker_cannot_make_is_said_at_once(tmp_path):
         with pytest.raises(ReferenceFailed, match="arena"):
             judge._ask_ref(None, {"op": "arena", "size": -1, "input_bytes": 0}, recv_fds=True)
         assert judge.verify(C.HONEST, task).accepted
+
+
+def test_a_judges_environment_says_which_judge_and_how_it_judges(judge):
+    """The code that judged (verifier/revision.py), the sandbox it found and its options: keyed
+    with every verdict (archive/content.ENV_FIELDS), so a verdict made one way is never reused by
+    a judge working another."""
+    from kernforge.verifier import revision
+
+    env = judge.environment()
+    assert env["judge"] == revision.fingerprint() and env["sandbox"].startswith("process/")
+    assert "screen=on" in env["judged_with"] and env["python"]
+

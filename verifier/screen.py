@@ -615,6 +615,9 @@ class _Screen:
         if name in R.SUBCLASS_METHODS:
             self.report(node, "tensor-subclass", _snippet(node), "turns a tensor into a subclass")
             return
+        if name in R.FILE_METHODS:
+            self.report(node, "file-io", _snippet(node), "maps a file into memory")
+            return
         if resolved or self.allow or ctx.jit or ctx.construction or self.resolve(func.value):
             return
         if name in HOST_EXPORT_METHODS:

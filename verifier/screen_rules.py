@@ -102,7 +102,10 @@ _add("exec", "runs code built at run time",
 _add("file-io", "reads or writes files",
      "builtins.open", "builtins.input", "io", "pathlib", "shutil", "tempfile", "glob", "fileinput",
      "mmap", "fcntl", "sqlite3", "dbm", "zipfile", "tarfile", "gzip", "bz2", "lzma", "posix", "nt",
-     "torch.load", "torch.save", "torch.from_file", "numpy.load", "numpy.save", "numpy.savez",
+     "torch.load", "torch.save", "torch.from_file", "torch.UntypedStorage.from_file", "torch.TypedStorage.from_file",
+     "torch.storage.UntypedStorage.from_file", "torch.storage.TypedStorage.from_file", "torch.ByteStorage.from_file",
+     "torch.FloatStorage.from_file", "torch.HalfStorage.from_file", "torch.CharStorage.from_file",
+     "numpy.load", "numpy.save", "numpy.savez",
      "numpy.savez_compressed", "numpy.fromfile", "numpy.loadtxt", "numpy.savetxt",
      "numpy.genfromtxt", "numpy.memmap")
 _add("network", "uses the network",
@@ -240,8 +243,12 @@ CUDA_TOKENS: tuple[Token, ...] = (
     _tok(r"\bdlopen\b|\bdlsym\b|\bLD_PRELOAD\b", "ctypes", "loads or looks up native symbols"),
     _tok(r"\b(?:cudaError_t|CUresult)\s+(?:CUDARTAPI\s+)?(?:cuda|cu)[A-Z]\w*\s*\(",
          "monkeypatch", "defines a CUDA API function of its own (symbol interposition)", in_python=False),
-    _tok(r"\bfopen\b|\b(?:std::)?[io]?fstream\b|#\s*include\s*<fstream>|\bopendir\b",
-         "file-io", "reads or writes files", in_python=False),
+    _tok(r"\bfopen\b|\b(?:std::)?[io]?fstream\b|#\s*include\s*<fstream>|\bopendir\b|\bposix_fadvise\b|\bmincore\b"
+         r"|\bpreadv2\b|\bRWF_NOWAIT\b|\bmmap\s*\(|\b(?:open|openat|pread|read)\s*\(\s*\"/",
+         "file-io", "reads, maps or probes files", in_python=False),
+    _tok(r"\b(?:msgget|msgsnd|msgrcv|semget|semop|shmget|shmat|mq_open|mq_send|mq_receive)\s*\(",
+         "file-io", "uses System V or POSIX IPC, whose objects outlive the process", in_python=False),
+    _tok(r"\bsyscall\s*\(", "ctypes", "makes a raw system call", in_python=False),
     _tok(r"\b(?:std::)?getenv\s*\(|\bsetenv\s*\(|\bputenv\s*\(", "environ", "reads or changes the environment", in_python=False),
     _tok(r"#\s*include\s*<(?:sys/socket\.h|netinet/in\.h|arpa/inet\.h)>", "network", "opens sockets", in_python=False),
     _tok(r"TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(\s*aten\b", "dispatch-hook", "registers kernels for aten ops", in_python=False),
@@ -323,6 +330,9 @@ TENSOR_CLASSES = frozenset({
     ("torch", "nn", "Parameter"), ("torch", "nn", "parameter", "Parameter"),
 })
 SUBCLASS_METHODS = frozenset({"as_subclass", "_make_subclass", "_make_wrapper_subclass"})
+#: methods that map a file, whatever they are reached through (a storage's ``from_file``: the page
+#: cache of a file every worker reads carried bits from one worker to the next, red team)
+FILE_METHODS = frozenset({"from_file"})
 SUBCLASS_HOOKS = frozenset({"__torch_function__", "__torch_dispatch__"})
 
 

@@ -242,9 +242,9 @@ def kernel_state(channel, payload):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     numbers = {"x86_64": {"add_key": 248, "keyctl": 250, "unshare": 272, "process_vm_readv": 310, "clone": 56,
-                          "io_uring_setup": 425, "syslog": 103},
+                          "io_uring_setup": 425, "syslog": 103, "msgget": 68},
                "aarch64": {"add_key": 217, "keyctl": 219, "unshare": 97, "process_vm_readv": 270, "clone": 220,
-                           "io_uring_setup": 425, "syslog": 116}}[platform.machine()]
+                           "io_uring_setup": 425, "syslog": 116, "msgget": 186}}[platform.machine()]
     results = {}
     for name, args in (("add_key", (b"user", b"kernforge-relay", b"T=3", 3, -4)),  # KEY_SPEC_USER_KEYRING
                        ("keyctl", (0, -4, 0, 0, 0)),  # KEYCTL_GET_KEYRING_ID of the user keyring
@@ -252,7 +252,8 @@ def kernel_state(channel, payload):
                        ("process_vm_readv", (1, 0, 0, 0, 0)),
                        ("clone", (0x10000000 | 0x20000000 | 17, 0, 0, 0, 0)),  # CLONE_NEWUSER|NEWPID, SIGCHLD
                        ("io_uring_setup", (8, 0, 0, 0, 0)),
-                       ("syslog", (10, 0, 0, 0, 0))):  # SYSLOG_ACTION_SIZE_BUFFER
+                       ("syslog", (10, 0, 0, 0, 0)),  # SYSLOG_ACTION_SIZE_BUFFER
+                       ("msgget", (0x6B66, 0o1666, 0, 0, 0))):  # a System V queue for a key, IPC_CREAT
         ctypes.set_errno(0)
         got = libc.syscall(numbers[name], *[ctypes.c_char_p(a) if isinstance(a, bytes) else ctypes.c_long(a) for a in args])
         if name == "clone" and got == 0:  # the child, in namespaces of its own
@@ -265,6 +266,12 @@ def kernel_state(channel, payload):
         results["utime"] = "ok"
     except OSError as e:
         results["utime"] = errno.errorcode.get(e.errno, "?")
+    try:  # evicting a file's pages (a bit in the page cache every worker reads)
+        with open(sys.executable, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        results["fadvise"] = "ok"
+    except OSError as e:
+        results["fadvise"] = errno.errorcode.get(e.errno, "?")
     box = []
     thread = threading.Thread(target=lambda: box.append(1))
     thread.start()
