@@ -96,6 +96,9 @@ class DockerWorker:
         self.plan, self.engine = plan, engine
         self.private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-"))
         self.workdir = self.private / "work"
+        #: what the job can fill on the host's disk: its folder, and its stdout and stderr files, which
+        #: a container writes there (the process backend keeps them in a ring in memory)
+        self.disk_folders = (self.workdir, self.private / "io")
         self.lease: uids.Lease | None = None
         self._paused: set[int] = set()
         self.frames = FrameBuffer()

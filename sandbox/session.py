@@ -278,7 +278,10 @@ class ProcessSession:
         if self._disk_free[0] - free[0] < limits.disk_bytes // 2 and self._disk_free[1] - free[1] < limits.disk_entries // 2:
             return
         self._disk_walked = now
-        size, entries = folder_usage(self.workdir, limits.disk_bytes, limits.disk_entries)
+        size = entries = 0
+        for folder in getattr(self.worker, "disk_folders", (self.workdir,)):  # a container's output files too
+            more = folder_usage(folder, limits.disk_bytes, limits.disk_entries)
+            size, entries = size + more[0], entries + more[1]
         if size > limits.disk_bytes or entries > limits.disk_entries:
             self.fail(FailureKind.RESOURCE_LIMIT,
                       f"its folder on the host's disk holds {size >> 20} MiB in {entries} files and folders "

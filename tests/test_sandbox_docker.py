@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import test_sandbox as hostile  # the process backend's hostile tests, re-run here on containers
-from kernforge.sandbox import FailureKind, Limits, WorkerSpec
+from kernforge.sandbox import FailureKind, Limits, WorkerFailure, WorkerSpec
 from kernforge.sandbox.docker_backend import (LABEL_BACKEND, LABEL_OWNER, LABEL_ROLE, DockerBackend, owner_id,
                                               sweep_stale)
 from kernforge.sandbox.docker_worker import PRIVATE_PREFIX
@@ -234,3 +234,14 @@ def test_gpu_worker_gets_exactly_one_gpu_and_runs_triton():
         with backend.session("sandbox_jobs.gpu:add_one", {"n": 4096}, limits) as session:
             reply = session.recv(300)
         assert reply["ok"], reply
+
+
+def test_a_containers_output_counts_against_its_disk_limits(pool):
+    """A container's stdout and stderr are files on the host's disk (the process backend keeps
+    them in a ring in memory): a job that prints without end is stopped by the same limits as
+    one that fills its folder (red team: 8 GiB past the limit, from reading the code)."""
+    limits = Limits(**{**LIMITS.to_dict(), "disk_bytes": 16 << 20, "disk_entries": 1000})
+    with pool.session("sandbox_jobs.hostile:flood_forever", {}, limits) as session:
+        with pytest.raises(WorkerFailure) as ended:
+            session.recv(120)
+    assert ended.value.kind is FailureKind.RESOURCE_LIMIT and "on the host's disk holds" in ended.value.reason, ended.value
