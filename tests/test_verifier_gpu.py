@@ -224,9 +224,10 @@ def test_audit_of_a_seed_reads_the_nsight_compute_record(runtime_judge):
     recorded = runtime_judge.verify(task.seed_source, task)
     assert recorded.accepted, _describe(recorded)
     # the audit's time check holds on a GPU of its own; pytest-xdist workers time-slice it (one
-    # such audit came out more than 15% slower than its verdict), and this test is about ncu's record
+    # such audit came out more than 15% slower than its verdict, another 149% in session 36: the
+    # gate orders one process's judges, not three), and this test is about ncu's record
     shared = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
-    result = audit(runtime_judge, task.seed_source, task, recorded, tolerance=1.0 if shared else TOLERANCE)
+    result = audit(runtime_judge, task.seed_source, task, recorded, tolerance=4.0 if shared else TOLERANCE)
     assert result.passed, result.reason
     record = result.details["ncu"]
     assert record["ran"], record["note"]
