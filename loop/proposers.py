@@ -204,7 +204,7 @@ class LLMProposer:
         text; without them the prompt is the task, the parent (redacted) and the hardware; a parent
         that still names a hidden shape is left out (a fresh kernel is asked for instead: one
         kernel's record never stops the run). If the task's own prompt leaks, nothing is sent."""
-        attempts = ((parent, inspirations, lessons), (parent, [], []), (None, [], []))
+        attempts = [(parent, inspirations, lessons), (parent, [], [])] + ([(None, [], [])] if parent is not None else [])
         for shown, shown_inspirations, shown_lessons in attempts:
             try:
                 return render(task, self.hardware, parent=shown, inspirations=shown_inspirations, lessons=shown_lessons,

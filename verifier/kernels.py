@@ -47,6 +47,11 @@ def own_op_names(source: str) -> list[str]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
+    return own_ops_of(tree)
+
+
+def own_ops_of(tree: ast.Module) -> list[str]:
+    """``own_op_names`` of a module already parsed (the static screen's tree)."""
     library = _library_names(tree)
     calls: list[ast.Call] = []
     for stmt in tree.body:

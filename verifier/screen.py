@@ -91,7 +91,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from . import screen_rules as R
-from .kernels import own_op_names
+from .kernels import own_ops_of
 from .torch_ops import (
     FOREIGN_NAMESPACES,
     HOST_EXPORT_METHODS,
@@ -204,7 +204,7 @@ class _Screen:
         self.functions = {n.name: n for n in tree.body if isinstance(n, _FUNCS)}
         self.jit = self._kernel_functions()
         #: custom ops the module defines itself: the candidate's, whatever their namespace is called
-        self.own_ops = frozenset(own_op_names(ast.unparse(tree)))
+        self.own_ops = frozenset(own_ops_of(tree))
         self.own_names, self.ext_holders = self._own_names()
         self.construction = self._construction_functions()
         self.layer_attrs, self.layer_names = self._layers()
