@@ -343,13 +343,18 @@ class Session(Protocol):
 
     def pause(self) -> None:
         """Stop every process of the job (SIGSTOP to its uid's, or its tree's) until ``resume``:
-        while its judge waits for the GPU, another lane may be timing, and a stopped job launches
+        while another lane times, every other lane's job is stopped, and a stopped job launches
         nothing into that window (verifier/gate.py). Work it queued on the GPU before still runs:
         the reference worker waits for the GPU to be quiet before it times (refworker.py)."""
         ...
 
     def resume(self) -> None:
         """Let the processes ``pause`` stopped go on."""
+        ...
+
+    def stopped_seconds(self) -> float:
+        """Seconds the job has spent stopped by ``pause``, the stop in progress included: none of
+        it counts against its wall deadline or a request's timeout (it is not the job's time)."""
         ...
 
     def close(self) -> Diagnostics: ...

@@ -73,6 +73,22 @@ def classify(final: Mapping[str, Any] | None, report: Mapping[str, Any] | None, 
     return FailureKind.EXITED_EARLY, "the worker's supervisor disappeared (killed from inside the sandbox?)"
 
 
+class _End:
+    """The moment a request gives up: its own timeout from when it began, or the session's
+    deadline, whichever comes first; what the job spent stopped since the request began is not
+    counted against either (a lane timing beside it stopped it, verifier/gate.py)."""
+
+    def __init__(self, session: "ProcessSession", own: float, stopped: float):
+        self.session, self.own, self.stopped = session, own, stopped
+        self.at, self.per_call = own, True
+
+    def moved(self) -> "_End":
+        deadline = self.session._deadline_now()
+        own = self.own + self.session.stopped_seconds() - self.stopped
+        self.at, self.per_call = min(deadline, own), own < deadline
+        return self
+
+
 class ProcessSession:
     """The parent's end of one job (the Session protocol). Not thread-safe for concurrent recv."""
 
@@ -82,6 +98,10 @@ class ProcessSession:
         self.workdir: Path = worker.workdir
         self.started = time.monotonic()
         self.deadline = math.inf if limits.wall_seconds is None else self.started + limits.wall_seconds
+        #: seconds the job spent stopped by ``pause`` (another lane timing), and when the stop in
+        #: progress began: none of it counts against the job's deadline or a request's timeout
+        self._stopped_s = 0.0
+        self._stopped_at: float | None = None
         self.peak_rss = 0
         self._on_close = on_close
         self._lock = threading.Lock()
@@ -106,6 +126,7 @@ class ProcessSession:
         data = memoryview(encode(message))
         end = self._end(timeout)
         while data:
+            end = end.moved()
             self._raise_if_over()
             try:
                 data = data[os.write(self.worker.chan_w, data):]
@@ -114,23 +135,24 @@ class ProcessSession:
                 pass
             except BrokenPipeError:
                 self._finish(closed_channel=True)
-            remaining = end - time.monotonic()
+            remaining = end.at - time.monotonic()
             if remaining <= 0:
-                self._timeout(timeout if end < self.deadline else None)
+                self._timeout(timeout if end.per_call else None)
             self._select([], min(remaining, POLL_SECONDS), write=[self.worker.chan_w])
 
     def recv(self, timeout: float | None = None) -> dict[str, Any]:
         end = self._end(timeout)
         while True:
+            end = end.moved()
             self._raise_if_over()
             message = self._pop()
             if message is not None:
                 return message
             if self._eof or (self._report is not None and not self._readable(0)):
                 self._finish()
-            remaining = end - time.monotonic()
+            remaining = end.at - time.monotonic()
             if remaining <= 0:
-                self._timeout(timeout if end < self.deadline else None)
+                self._timeout(timeout if end.per_call else None)
             self._read(min(remaining, POLL_SECONDS))
 
     def send_fds(self, fds: Sequence[int], tag: str = "", timeout: float | None = None) -> None:
@@ -139,6 +161,7 @@ class ProcessSession:
         end = self._end(timeout)
         attached = False
         while data:
+            end = end.moved()
             self._raise_if_over()
             sock = self._fd_socket()
             try:
@@ -154,9 +177,9 @@ class ProcessSession:
             except OSError:
                 self._raise_if_over()  # closed under us by Backend.close() from another thread
                 raise
-            remaining = end - time.monotonic()
+            remaining = end.at - time.monotonic()
             if remaining <= 0:
-                self._timeout(timeout if end < self.deadline else None)
+                self._timeout(timeout if end.per_call else None)
             self._select([], min(remaining, POLL_SECONDS), write=[sock.fileno()])
 
     def recv_fds(self, timeout: float | None = None) -> tuple[str, list[int]]:
@@ -164,6 +187,7 @@ class ProcessSession:
         which the caller owns from here."""
         end = self._end(timeout)
         while True:
+            end = end.moved()
             self._raise_if_over()
             try:
                 message = self._fd_reader.pop()
@@ -174,9 +198,9 @@ class ProcessSession:
             sock = self._fd_socket()
             if self._report is not None and not self._select([sock.fileno()], 0):
                 self._fd_channel_ended()  # the job process is over and sent nothing more
-            remaining = end - time.monotonic()
+            remaining = end.at - time.monotonic()
             if remaining <= 0:
-                self._timeout(timeout if end < self.deadline else None)
+                self._timeout(timeout if end.per_call else None)
             self._read_fds(sock, min(remaining, POLL_SECONDS))
 
     def extend(self, seconds: float) -> None:
@@ -222,10 +246,32 @@ class ProcessSession:
         return set(procs.descendants(root, procs.snapshot())) if root is not None else set()
 
     def pause(self) -> None:
+        with self._lock:
+            if self._stopped_at is not None:
+                return
+            self._stopped_at = time.monotonic()
         self.worker.pause()
 
     def resume(self) -> None:
         self.worker.resume()
+        with self._lock:
+            if self._stopped_at is None:
+                return
+            stopped = time.monotonic() - self._stopped_at
+            self._stopped_at = None
+            self._stopped_s += stopped
+            self.deadline += stopped
+
+    def stopped_seconds(self) -> float:
+        """Seconds the job has spent stopped by ``pause`` so far, the stop in progress included."""
+        with self._lock:
+            now = 0.0 if self._stopped_at is None else time.monotonic() - self._stopped_at
+            return self._stopped_s + now
+
+    def _deadline_now(self) -> float:
+        """The wall deadline, pushed back by the stop in progress."""
+        with self._lock:
+            return self.deadline + (0.0 if self._stopped_at is None else time.monotonic() - self._stopped_at)
 
     def close(self) -> Diagnostics:
         with self._lock:
@@ -259,7 +305,7 @@ class ProcessSession:
         if rss > self.limits.memory_bytes:
             self.fail(FailureKind.OUT_OF_MEMORY,
                       f"host memory of the worker's processes reached {rss >> 20} MiB (limit {self.limits.memory_bytes >> 20} MiB)")
-        elif now >= self.deadline:
+        elif now >= self._deadline_now():
             self.fail(FailureKind.TIMEOUT, f"wall-clock limit of {self.limits.wall_seconds}s reached")
         else:
             self._check_disk(now)
@@ -315,9 +361,10 @@ class ProcessSession:
         if self._failure is not None:
             raise self._failure
 
-    def _end(self, timeout: float | None) -> float:
-        """When a call with this ``timeout`` must give up: that, or the session's deadline."""
-        return min(self.deadline, time.monotonic() + timeout if timeout is not None else math.inf)
+    def _end(self, timeout: float | None) -> "_End":
+        """When a call with this ``timeout`` must give up: that, or the session's deadline; both
+        pushed back by the time the job spends stopped meanwhile (``_End.moved``)."""
+        return _End(self, time.monotonic() + timeout if timeout is not None else math.inf, self.stopped_seconds())
 
     def _timeout(self, per_call: float | None) -> None:
         if per_call is not None:

@@ -184,6 +184,42 @@ def test_a_pause_holds_processes_that_wake_each_other(pool):
     assert_next_job_ok(pool)
 
 
+def test_time_a_job_spends_stopped_counts_against_neither_its_deadline_nor_a_request(pool):
+    """Another lane times while this job's request is under way (verifier/gate.py stops it):
+    the seconds it spends stopped are not its own. A request asked with a timeout shorter than
+    the stop, in a session whose wall limit is shorter too, gets its answer once the job goes on;
+    the session says how long it was stopped."""
+    import dataclasses
+    import time
+
+    limits = dataclasses.replace(LIMITS, wall_seconds=3)
+    with pool.session("sandbox_jobs.hostile:conversation", {}, limits) as session:
+        session.send({"op": "ask", "value": 1})
+        assert session.recv(10) == {"op": "answer", "value": 2}
+        session.pause()
+        session.send({"op": "ask", "value": 21})
+        answer: list = []
+        asker = threading.Thread(target=lambda: answer.append(_recv_or_failure(session, 2.0)))
+        asker.start()
+        stopped_until = time.monotonic() + 4.0  # past the request's timeout and the wall limit
+        while time.monotonic() < stopped_until:
+            time.sleep(0.05)
+        session.resume()
+        asker.join(30)
+        assert answer == [{"op": "answer", "value": 42}]
+        assert session.stopped_seconds() >= 4.0
+        session.send({"op": "stop"})
+        assert session.recv(10) == {"op": "stopped"}
+    assert_next_job_ok(pool)
+
+
+def _recv_or_failure(session, timeout):
+    try:
+        return session.recv(timeout)
+    except WorkerFailure as failure:
+        return failure.reason
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]

@@ -192,6 +192,9 @@ class _Session:
     def pause(self):
         self.events.append("pause")
 
+    def stopped_seconds(self):
+        return 0.0
+
     def resume(self):
         self.events.append("resume")
 
@@ -288,72 +291,97 @@ def test_the_baselines_are_measured_before_the_candidates_worker_exists(tmp_path
         assert events == asked + [("worker started", False), ("judged", False)], "the cached baselines are not measured again"
 
 
-def test_a_judge_waiting_for_the_gpu_has_its_worker_stopped():
-    """With two lanes, a judge may wait at the gate while the other lane times: its candidate's
-    worker is stopped before it waits (still holding its shared hold, so nobody times yet), going
-    in and coming out, and runs again once the judge holds the gate again. Where nothing waits,
-    nothing is stopped; with one lane, never."""
+def test_a_timed_phase_stops_every_other_lanes_worker_instead_of_waiting_for_it():
+    """Another lane's candidate is mid-check (its worker computing, its judge holding nothing):
+    the timed phase does not wait for that verdict to reach a timed phase of its own (the old
+    lockstep: 6-88 s at the gate per verdict with four lanes on the H200). It stops the other
+    worker first, times, and lets it go on; its own worker it never stops."""
     from kernforge.verifier.judge import Judge, JudgeOptions
 
     judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(2))
     gate = judge.gate
+    theirs, ours = _Session(), _Session()
+    enlisted, release = threading.Event(), threading.Event()
 
-    def verdict(session, during=None):
-        with gate.shared():  # a verdict holds the gate shared from start to end
-            with judge._gpu_alone(session):
-                session.events.append("timed")
-                if during is not None:
-                    during()
+    def other_lane():
+        with gate.enlisted(lambda: theirs):
+            enlisted.set()
+            release.wait(LONG)  # its check runs on: the judge waits for the worker's reply
 
-    free = _Session()
-    verdict(free)
-    assert free.events == ["timed"], "the gate was free and nobody waited for it"
-
-    # going in: the other lane is in its checks (it holds the gate shared)
-    checking, release = threading.Event(), threading.Event()
-
-    def other_checks():
-        with gate.shared():
-            checking.set()
-            release.wait(LONG)
-
-    thread = threading.Thread(target=other_checks)
-    thread.start()
-    assert checking.wait(LONG)
-    waiting = _Session()
-    ours = threading.Thread(target=verdict, args=(waiting,))
-    ours.start()
-    until(lambda: gate._waiting_writers, "our judge waits for the other lane's checks")
-    assert waiting.events == ["pause"], "stopped while it waits"
+    thread = run(other_lane)
+    assert enlisted.wait(LONG)
+    with gate.enlisted(lambda: ours):
+        with judge._gpu_alone(ours):
+            assert theirs.events == ["pause"], "the other lane's worker is stopped before anything is timed"
+            ours.events.append("timed")
+        assert theirs.events == ["pause", "resume"]
     release.set()
-    ours.join(LONG)
     thread.join(LONG)
-    assert waiting.events == ["pause", "resume", "timed"]
-
-    # coming out: the other lane waits to time when ours gives the gate back
-    other = threading.Event()
-    release.clear()
-
-    def other_lane():  # e.g. a verdict that needs the whole GPU's memory, alone from its start
-        with gate.exclusive():
-            other.set()
-
-    late = threading.Thread(target=other_lane)
-    leaving = _Session()
-
-    def another_waits():
-        late.start()
-        until(lambda: gate._waiting_writers, "the other lane waits to time")
-
-    verdict(leaving, during=another_waits)
-    late.join(LONG)
-    assert other.is_set()
-    assert leaving.events == ["timed", "pause", "resume"], "stopped while the other lane timed after it"
+    assert ours.events == ["timed"], "the judge's own worker runs its batch"
 
     single = _Session()
-    with Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(1))._gpu_alone(single):
+    one = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(1))
+    with one.gate.enlisted(lambda: single), one._gpu_alone(single):
         pass
     assert single.events == []
+
+
+def test_a_worker_does_not_start_while_another_lane_times_and_is_stopped_once_started():
+    """A worker starts with the gate held shared (its start is trusted GPU work: a context, the
+    arena), so never inside a window; once enlisted, the next timed phase of any other lane stops
+    it. Given back once its session ends, it is stopped no more."""
+    gate = DeviceGate(2)
+    order: list[str] = []
+    timing, may_end = threading.Event(), threading.Event()
+
+    def timed_lane():
+        with gate.exclusive():
+            timing.set()
+            may_end.wait(LONG)
+            order.append("timed")
+
+    thread = run(timed_lane)
+    assert timing.wait(LONG)
+    late = _Session()
+
+    def start():
+        order.append("started")
+        return late
+
+    held = gate.enlisted(start)  # kept: a context manager collected would end its hold
+    starter = run(held.__enter__)
+    until(lambda: len(gate._cond._waiters) >= 1, "the start waits for the window")
+    assert order == []
+    may_end.set()
+    thread.join(LONG)
+    starter.join(LONG)
+    assert order == ["timed", "started"]
+    with gate.exclusive():
+        pass
+    assert late.events == ["pause", "resume"]
+    held.__exit__(None, None, None)  # its session ended
+    with gate.exclusive():
+        pass
+    assert late.events == ["pause", "resume"]
+
+
+def test_a_reference_request_holds_the_gate_shared_for_its_own_length():
+    """The trusted work of a verdict (a request to its reference worker) holds the gate shared
+    while it runs, and only then: another lane's timing waits for the request in flight, not
+    for the verdict."""
+    from kernforge.verifier.judge import Judge, JudgeOptions
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(2))
+    seen = []
+
+    def exchange(msg, op, fds, recv_fds, timeout):
+        seen.append((op, judge.gate._shared, judge.gate._held_shared()))
+        return {"ok": True}, None
+
+    judge._ask_ref_held = exchange
+    judge._ask_ref(None, {"op": "forget"})
+    assert seen == [("forget", 1, 1)]
+    assert judge.gate._shared == 0
 
 
 def test_a_gpu_kept_busy_by_another_process_times_nothing_and_judges_nobody():
@@ -379,3 +407,45 @@ def test_a_gpu_kept_busy_by_another_process_times_nothing_and_judges_nobody():
     with pytest.raises(GpuBusy, match="busy for 20 s"):
         judge._time_prepared(session, task, shape, False, 1, 8, 0, [("long", 8)], {"long": ready}, [], {}, 1 << 30, "timing")
     assert session.events == ["close"]
+
+
+def test_a_repeat_call_s_wall_leaves_out_the_time_its_worker_spent_stopped():
+    """A repeat call's wall clock is set against the worker's own clock (clock.lied: a worker
+    that reports less than the judge measured fooled the timer). Another lane's timing can stop
+    the worker between the judge's send and the worker's reading of it: that stop is in the
+    judge's wall and not in the worker's claim. It is taken off the wall, or an honest kernel
+    stopped during every repeat call would be called a cheat."""
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier import messages as M
+    from kernforge.verifier.judge import Judge, JudgeOptions, _Call
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(2))
+    task = load_task("rms_norm")
+    shape = task.shapes("cuda", hidden=False)[0]
+
+    class Stopped(_Session):
+        def __init__(self):
+            super().__init__()
+            self.stopped = 0.0
+
+        def stopped_seconds(self):
+            return self.stopped
+
+    session = Stopped()
+    call = _Call(shape, task.distributions[0], False, "k" * 32, half=0, repeat_of="j" * 32)
+    call.prepared = M.Prepared(op="prepare", ok=True, args=[], slots=[], outputs=[])
+    judge._send = lambda s, m: None
+    judge._send_check(session, call)
+    # the worker: stopped 0.4 s by another lane before it read the call, then 1 ms of work; its
+    # reply is read at once (a wrong type ends the verdict there, after the sample is taken)
+    call.sent_at -= 0.401
+    session.stopped = 0.4
+
+    def reply(s, reply_type, op, what, timeout=None):
+        return M.Checked(op="check", ok=True, types=["proxy"], outputs=[], signals=M.Signals(), claimed_s=0.001)
+
+    judge._reply = reply
+    judge._finish_check(session, task, call, None, [], 1 << 30, False, 1)
+    (claimed, wall), = judge._state.clock
+    assert claimed == 0.001
+    assert wall < 0.2, "the 0.4 s the worker was stopped is not the call's"

@@ -7,15 +7,32 @@ GPU to itself: the batch clock's calibration, the timed batches, the baselines (
 candidate's worker starts), the ceilings, an Nsight Compute profile. One GPU runs one process's kernels at a time, so a
 neighbour's kernels inside a timed window would be counted in it.
 
-So each judge holds its GPU's gate *shared* for a whole verdict and *exclusively* for each timed
-phase: taking it exclusively from inside a verdict first lets the shared hold go, waits until no
-other judge holds the gate at all, and takes the shared hold back afterwards. A judge waiting to
-time goes before any judge waiting to start a verdict (writer preference): timing is never
-starved by a stream of checks. A verdict that needs more of the GPU's memory than a lane's share
-holds the gate exclusively from start to end (``Judge.verify``). The time a verdict waits for the
-gate is not its candidate's: the worker's wall deadline moves back by it (``Session.extend``).
+So a timed phase holds the gate *exclusively*, and everything else that puts work on the GPU is
+either short and trusted, or stopped while it holds it:
 
-With one lane (the default) the gate is never contended and changes nothing.
+- the trusted work of a verdict (each request to its reference worker, the start of its
+  candidate's worker) holds the gate *shared* for that request alone: a timed phase waits for
+  the requests in flight, and requests wait while one times;
+- a candidate's worker is *enlisted* with the gate for its whole session (``enlisted``): the
+  judge that takes the gate exclusively stops every other judge's enlisted worker first
+  (``Session.pause``, SIGSTOP to the job's processes) and lets them go on when it gives the gate
+  back. What a stopped worker queued on the GPU before still runs: the reference worker waits
+  for the GPU to be quiet before it times (refworker._quiet_gpu). The time a worker spends
+  stopped is not its own: it counts against neither its deadline nor a request's timeout
+  (``Session.stopped_seconds``), nor the judge's wall clock around a call (clock.lied).
+
+Before, a verdict held the gate shared from its start to its end, and a timed phase waited until
+every other lane had reached a timed phase of its own or ended: the lanes moved in lockstep. On
+the H200 (session 37), four lanes made 23 verdicts in 290 s where one lane made 15, each verdict
+waiting at the gate for 6-88 s.
+
+A judge waiting to time goes before any judge waiting to hold the gate shared (writer
+preference): timing is never starved by a stream of requests. A verdict that needs more of the
+GPU's memory than a lane's share holds the gate exclusively from start to end (``Judge.verify``),
+every other lane's worker stopped meanwhile. The time a judge waits for the gate is not its
+candidate's: its worker's wall deadline moves back by it (``Session.extend``).
+
+With one lane (the default) the gate is never contended and stops nothing.
 
 GPU work of the run outside any judge holds the gate shared too (``shared_async``, from the event
 loop): the Inductor capture of a start (loop/inductor_start.py) allocates and fills the task's
@@ -29,11 +46,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import AsyncIterator, Callable, Iterator
+from typing import AsyncIterator, Callable, Iterator, Protocol, TypeVar
+
+S = TypeVar("S", bound="Stoppable")
+
+
+class Stoppable(Protocol):
+    """What the gate stops while another judge times: a candidate's session (sandbox Session)."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
 
 
 class DeviceGate:
-    """A readers-writer lock over one GPU, with writer preference; ``lanes``: how many judges share it."""
+    """A readers-writer lock over one GPU, with writer preference, that stops every other judge's
+    enlisted worker while it is held exclusively; ``lanes``: how many judges share it."""
 
     def __init__(self, lanes: int = 1) -> None:
         if lanes < 1:
@@ -45,6 +73,8 @@ class DeviceGate:
         self._depth = 0  # its nested exclusive holds
         self._waiting_writers = 0
         self._local = threading.local()
+        #: candidates' workers, each with the thread of the judge it belongs to
+        self._enlisted: dict[int, tuple[int, Stoppable]] = {}
 
     def _held_shared(self) -> int:
         return getattr(self._local, "shared", 0)
@@ -70,14 +100,24 @@ class DeviceGate:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def exclusive(self, pause: Callable[[], None] | None = None, resume: Callable[[], None] | None = None) -> Iterator[None]:
-        """Hold the gate alone; a shared hold of this thread is let go meanwhile and taken back after.
+    def enlisted(self, start: Callable[[], S]) -> Iterator[S]:
+        """A candidate's worker, started by ``start`` with the gate held shared (nobody times while
+        it starts) and enlisted before anybody can: from then until the block ends, every other
+        judge that holds the gate exclusively stops it first."""
+        with self.shared():
+            worker = start()
+            with self._cond:
+                self._enlisted[id(worker)] = (threading.get_ident(), worker)
+        try:
+            yield worker
+        finally:
+            with self._cond:
+                self._enlisted.pop(id(worker), None)
 
-        ``pause`` and ``resume`` bracket every wait of this thread at the gate, going in and coming
-        out: ``pause`` runs while it still holds what it held (so no other judge can be timing
-        yet), ``resume`` once it holds the gate again. A judge stops its candidate's worker there
-        (judge._gpu_alone): another judge may time while it waits. Where the gate is free, or
-        nobody waits to time when it is given back, nothing waits and neither is called."""
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the gate alone, every other judge's enlisted worker stopped; a shared hold of this
+        thread is let go meanwhile and taken back after."""
         me = threading.get_ident()
         if self._writer == me:  # nested
             self._depth += 1
@@ -88,46 +128,35 @@ class DeviceGate:
             return
         mine = self._held_shared()
         with self._cond:
-            free = self._writer is None and self._shared == mine and not self._waiting_writers
-            if free:
-                self._shared -= mine
-                self._writer, self._depth = me, 1
-        if not free:
-            if pause is not None:
-                pause()
-            with self._cond:
-                self._shared -= mine
-                self._waiting_writers += 1
-                self._cond.notify_all()
-                try:
-                    while self._writer is not None or self._shared:
-                        self._cond.wait()
-                finally:
-                    self._waiting_writers -= 1
-                self._writer, self._depth = me, 1
-            if resume is not None:
-                resume()
+            self._shared -= mine
+            self._waiting_writers += 1
+            self._cond.notify_all()
+            try:
+                while self._writer is not None or self._shared:
+                    self._cond.wait()
+            finally:
+                self._waiting_writers -= 1
+            self._writer, self._depth = me, 1
+            others = [worker for owner, worker in self._enlisted.values() if owner != me]
+        stopped = []
         try:
+            for worker in others:
+                worker.pause()
+                stopped.append(worker)
             yield
         finally:
+            for worker in stopped:
+                try:
+                    worker.resume()
+                except Exception:  # a worker closed meanwhile: nothing of it runs to resume
+                    pass
             with self._cond:
-                # the verdict goes on holding the gate shared; a judge waiting to time goes first
-                queue = bool(mine and self._waiting_writers)
-                if not queue:
-                    self._writer, self._depth = None, 0
-                    self._shared += mine
-                    self._cond.notify_all()
-            if queue:
-                if pause is not None:
-                    pause()
-                with self._cond:
-                    self._writer, self._depth = None, 0
-                    self._cond.notify_all()
-                    while self._writer is not None or self._waiting_writers:
-                        self._cond.wait()
-                    self._shared += mine
-                if resume is not None:
-                    resume()
+                self._writer, self._depth = None, 0
+                self._cond.notify_all()
+                # the verdict's shared hold back; a judge waiting to time goes first
+                while mine and (self._writer is not None or self._waiting_writers):
+                    self._cond.wait()
+                self._shared += mine
 
     @contextlib.asynccontextmanager
     async def shared_async(self) -> AsyncIterator[None]:

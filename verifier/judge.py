@@ -161,6 +161,8 @@ class _Call:
     keep: bool = False
     prepared: M.Prepared | None = None
     sent_at: float = 0.0
+    #: the worker's stopped seconds when the call was sent (Session.stopped_seconds)
+    stopped_at_send: float = 0.0
 
     @property
     def ctx(self) -> str:
@@ -268,24 +270,10 @@ class Judge:
         if self._ref_pending:  # a request whose reply was never read (interrupted): start afresh
             self._drop_ref()
         try:
-            for attempt in (1, 2):
-                try:
-                    session = self._ref_session()
-                    self._ref_pending = True
-                    if fds is not None:
-                        session.send_fds(list(fds[0]), fds[1])
-                    session.send(msg)
-                    received = session.recv_fds(timeout or self.options.message_timeout_s) if recv_fds else None
-                    data = session.recv(timeout or self.options.message_timeout_s)
-                    self._ref_pending = False
-                    break
-                except WorkerFailure as failure:
-                    self._drop_ref()
-                    if self._arena_out:  # a fresh reference worker would not have the arena the verdict uses
-                        raise JudgeError(f"the reference worker failed on {op} while a candidate's worker shared its "
-                                         f"arena (the arena went with it): {failure.reason}") from failure
-                    if attempt == 2 or fds is not None or recv_fds:
-                        raise JudgeError(f"the reference worker failed on {op}: {failure.reason}") from failure
+            # the GPU's gate held shared for the request: another lane's timing waits for it, and
+            # it waits while another lane times (gate.py)
+            with self.gate.shared():
+                data, received = self._ask_ref_held(msg, op, fds, recv_fds, timeout)
         finally:
             self._spent(f"ref.{op}", t0)
         if not isinstance(data, dict) or data.get("ok") is not True:
@@ -299,6 +287,30 @@ class Judge:
         if hasattr(parsed, "steps"):
             self._add_steps(f"ref.{op}", parsed.steps)
         return (parsed, received) if recv_fds else parsed
+
+    def _ask_ref_held(self, msg: Mapping[str, Any], op: str, fds: tuple[tuple[int, ...], str] | None, recv_fds: bool,
+                      timeout: float | None) -> tuple[Any, Any]:
+        """``_ask_ref``'s exchange with the reference worker (once more with a fresh one where it failed)."""
+        received = None
+        for attempt in (1, 2):
+            try:
+                session = self._ref_session()
+                self._ref_pending = True
+                if fds is not None:
+                    session.send_fds(list(fds[0]), fds[1])
+                session.send(msg)
+                received = session.recv_fds(timeout or self.options.message_timeout_s) if recv_fds else None
+                data = session.recv(timeout or self.options.message_timeout_s)
+                self._ref_pending = False
+                return data, received
+            except WorkerFailure as failure:
+                self._drop_ref()
+                if self._arena_out:  # a fresh reference worker would not have the arena the verdict uses
+                    raise JudgeError(f"the reference worker failed on {op} while a candidate's worker shared its "
+                                     f"arena (the arena went with it): {failure.reason}") from failure
+                if attempt == 2 or fds is not None or recv_fds:
+                    raise JudgeError(f"the reference worker failed on {op}: {failure.reason}") from failure
+        raise AssertionError("unreachable")
 
     def _drop_ref(self) -> None:
         self._ref_pending = False
@@ -366,20 +378,20 @@ class Judge:
         started = time.perf_counter()
         self._phases = {}
         self._state = _Verdict(bar=bar, audit=audit)
-        with self.gate.shared():  # other lanes' checks may run beside this verdict, never its timing
-            # a task no GPU call of which fits is the task's problem, not a candidate's
-            alone = self._needs_the_gpu(self.check_fits(task))
-            try:
-                verdict = self._verify_held(source, task, alone)
-            except ReferenceFailed as error:
-                if not (self.on_gpu and _out_of_memory(error)):
-                    raise
-                # the reference ran out of GPU memory: what other lanes, or its own cache, held may be
-                # why. Once more, with a fresh reference worker and the GPU to itself, planned for the
-                # memory that is free then (another lane's reference worker keeps what it cached)
-                self._drop_ref()
-                self._state = _Verdict(bar=bar, audit=audit)
-                verdict = self._verify_held(source, task, True, free=True)
+        # other lanes' checks may run beside this verdict, never its timing (gate.py)
+        # a task no GPU call of which fits is the task's problem, not a candidate's
+        alone = self._needs_the_gpu(self.check_fits(task))
+        try:
+            verdict = self._verify_held(source, task, alone)
+        except ReferenceFailed as error:
+            if not (self.on_gpu and _out_of_memory(error)):
+                raise
+            # the reference ran out of GPU memory: what other lanes, or its own cache, held may be
+            # why. Once more, with a fresh reference worker and the GPU to itself, planned for the
+            # memory that is free then (another lane's reference worker keeps what it cached)
+            self._drop_ref()
+            self._state = _Verdict(bar=bar, audit=audit)
+            verdict = self._verify_held(source, task, True, free=True)
         env = dict(self.environment())
         env["verify_seconds"] = round(time.perf_counter() - started, 3)
         if self._state.calibration:
@@ -481,19 +493,20 @@ class Judge:
         try:
             t0 = time.perf_counter()
             limits = self.options.limits.capped(self.time_box.get(task.name))
-            session = backend.session(HARNESS_ENTRY, payload, limits)
-            self._spent("worker.start", t0)
-            try:
-                self._arena_out = True
-                session.send_fds([arena_fd], "arena")
-                if go_theirs is not None:
-                    session.send_fds([go_theirs.fileno()], "go")
-                yield session, arena["size"]
-            finally:
-                self._arena_out = False
-                t0 = time.perf_counter()
-                session.close()
-                self._spent("worker.close", t0)
+            # enlisted with the GPU's gate: stopped whenever another lane times (gate.py)
+            with self.gate.enlisted(lambda: backend.session(HARNESS_ENTRY, payload, limits)) as session:
+                self._spent("worker.start", t0)
+                try:
+                    self._arena_out = True
+                    session.send_fds([arena_fd], "arena")
+                    if go_theirs is not None:
+                        session.send_fds([go_theirs.fileno()], "go")
+                    yield session, arena["size"]
+                finally:
+                    self._arena_out = False
+                    t0 = time.perf_counter()
+                    session.close()
+                    self._spent("worker.close", t0)
         finally:
             os.close(arena_fd)
             for sock in (go_ours, go_theirs):
@@ -629,12 +642,11 @@ class Judge:
         """The GPU's gate held alone for a timed phase of the verdict in ``session``. The wait for
         other lanes is not the candidate's: its worker's wall deadline moves back by it."""
         asked = time.perf_counter()
-        # While this judge waits at the gate, going in or coming out, another lane may be timing:
-        # its worker is stopped meanwhile (the gate calls pause and resume around every wait), so
-        # it launches nothing into that lane's windows; what it queued before is the reference
-        # worker's quiet probe's to wait out (refworker._quiet_gpu)
-        hooks = (session.pause, session.resume) if self.gate.lanes > 1 else (None, None)
-        with self.gate.exclusive(*hooks):
+        # While this judge waits at the gate, another lane may be timing: its worker is stopped
+        # meanwhile (the gate stops every enlisted worker but the holder's), so it launches
+        # nothing into that lane's windows; what it queued before is the reference worker's
+        # quiet probe's to wait out (refworker._quiet_gpu)
+        with self.gate.exclusive():
             session.extend(time.perf_counter() - asked)
             self._spent("gate.wait", asked)  # the wait for other lanes and compiles ahead
             try:
@@ -762,13 +774,16 @@ class Judge:
                "args": [_arg(a) for a in p.args],
                "slots": [s.to_dict() for s in p.slots], "poison_bytes": 2 * out_bytes + (64 << 20)}
         call.sent_at = time.perf_counter()
+        call.stopped_at_send = session.stopped_seconds()
         self._send(session, msg)
 
     def _finish_check(self, session: Session, task: Task, call: _Call, nxt: _Call | None, own: list[str],
                       arena_size: int, public_passed: bool, init_seed: int) -> Rejected | None:
         ctx = call.ctx
         reply = self._reply(session, M.Checked, "check", f"checking the {ctx}", timeout=self._call_timeout(call.shape))
-        wall = time.perf_counter() - call.sent_at
+        # the judge's clock around the call, less what the worker spent stopped by another lane's
+        # timing meanwhile (gate.py): not the candidate's time, and not a lie of its clock (clock.lied)
+        wall = time.perf_counter() - call.sent_at - (session.stopped_seconds() - call.stopped_at_send)
         slowest = self._state.slowest
         slowest[call.shape.params] = max(slowest.get(call.shape.params, 0.0), wall)
         if isinstance(reply, Rejected):
