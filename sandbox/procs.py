@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -139,28 +140,42 @@ def freeze(root: int, uid: int | None = None) -> set[int]:
     in flight when SIGSTOP arrived can still complete); the pids stopped (``thaw`` them, or kill
     them: ``kill_tree``). A stopped process launches no GPU work while another lane times
     (verifier/gate.py); with a uid, one pass over /proc per round finds members and states."""
-    stopped: set[int] = set()
-    settled = False
+    return freeze_many([(root, uid)])[0]
+
+
+def freeze_many(targets: Sequence[tuple[int, int | None]]) -> list[set[int]]:
+    """``freeze`` of several jobs at once, each a (root, uid) pair: one pass over /proc per round
+    for all of them (a lane that times stops every other lane's job before each window, and a
+    pass reads every process's status); the pids stopped, per job."""
+    stopped: list[set[int]] = [set() for _ in targets]
+    settled = [False] * len(targets)
+    done = [False] * len(targets)
+    uids = {uid for _, uid in targets if uid is not None}
     for _ in range(500):
-        if uid is not None:  # the candidate's code runs as the uid; the tree's others are the sandbox's own
-            states = uid_states(uid)
-        else:
-            procs = snapshot()
-            states = {pid: procs[pid].state for pid in descendants(root, procs) if pid in procs} if root in procs else {}
-        fresh = [pid for pid in states if pid not in stopped]
-        # Stopped again: a member not yet stopped may have sent SIGCONT to one that was, and a
-        # zombie's state hides threads of its process still running.
-        awake = [pid for pid, state in states.items() if state not in "tT"]
-        for pid in set(fresh) | set(awake):
-            _signal(pid, signal.SIGSTOP)
-        stopped.update(fresh)
-        calm = not fresh and all(state in "tTZX" for state in states.values())
-        # The states are read after the listing: a member forking in between shows up stopped
-        # with its child missing. Once a round saw every member stopped, the next listing holds
-        # every child they made; it must find nobody new.
-        if calm and settled:
+        by_uid = uids_states(uids) if uids else {}
+        procs = snapshot() if any(uid is None for _, uid in targets) else {}
+        for i, (root, uid) in enumerate(targets):
+            if done[i]:
+                continue
+            if uid is not None:  # the candidate's code runs as the uid; the tree's others are the sandbox's own
+                states = by_uid.get(uid, {})
+            else:
+                states = {pid: procs[pid].state for pid in descendants(root, procs) if pid in procs} if root in procs else {}
+            fresh = [pid for pid in states if pid not in stopped[i]]
+            # Stopped again: a member not yet stopped may have sent SIGCONT to one that was, and a
+            # zombie's state hides threads of its process still running.
+            awake = [pid for pid, state in states.items() if state not in "tT"]
+            for pid in set(fresh) | set(awake):
+                _signal(pid, signal.SIGSTOP)
+            stopped[i].update(fresh)
+            calm = not fresh and all(state in "tTZX" for state in states.values())
+            # The states are read after the listing: a member forking in between shows up stopped
+            # with its child missing. Once a round saw every member stopped, the next listing holds
+            # every child they made; it must find nobody new.
+            done[i] = calm and settled[i]
+            settled[i] = calm
+        if all(done):
             break
-        settled = calm
         time.sleep(0.001)
     return stopped
 
@@ -168,7 +183,13 @@ def freeze(root: int, uid: int | None = None) -> set[int]:
 def uid_states(uid: int) -> dict[int, str]:
     """Every process whose real, effective, saved or file-system uid is ``uid`` (``pids_of_uid``),
     with its state letter, from one reading of each /proc/<pid>/status."""
-    found, wanted = {}, str(uid).encode()
+    return uids_states({uid}).get(uid, {})
+
+
+def uids_states(uids: set[int]) -> dict[int, dict[int, str]]:
+    """``uid_states`` of each of ``uids``, from one reading of each /proc/<pid>/status."""
+    found: dict[int, dict[int, str]] = {}
+    wanted = {str(uid).encode(): uid for uid in uids}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -178,9 +199,14 @@ def uid_states(uid: int) -> dict[int, str]:
         except OSError:
             continue
         start = status.find(b"\nUid:")
-        if start >= 0 and wanted in status[start + 5 : status.find(b"\n", start + 1)].split():
+        if start < 0:
+            continue
+        owners = {wanted[field] for field in status[start + 5 : status.find(b"\n", start + 1)].split() if field in wanted}
+        if owners:
             at = status.find(b"\nState:")
-            found[int(name)] = status[at + 7: at + 16].decode(errors="replace").strip()[:1] if at >= 0 else "R"
+            state = status[at + 7: at + 16].decode(errors="replace").strip()[:1] if at >= 0 else "R"
+            for uid in owners:
+                found.setdefault(uid, {})[int(name)] = state
     return found
 
 

@@ -246,11 +246,16 @@ class ProcessSession:
         return set(procs.descendants(root, procs.snapshot())) if root is not None else set()
 
     def pause(self) -> None:
+        if self._begin_stop():
+            self.worker.pause()
+
+    def _begin_stop(self) -> bool:
+        """The stop's start noted; False where the job is stopped already."""
         with self._lock:
             if self._stopped_at is not None:
-                return
+                return False
             self._stopped_at = time.monotonic()
-        self.worker.pause()
+            return True
 
     def resume(self) -> None:
         self.worker.resume()
@@ -495,3 +500,17 @@ class ProcessSession:
                 self.fail(FailureKind.PROTOCOL_VIOLATION, "the job closed its end of the descriptor channel")
                 self._raise_if_over()
             self._read(min(remaining, POLL_SECONDS))
+
+
+def pause_all(sessions: Sequence[Any]) -> None:
+    """``pause`` of every one of ``sessions``, the jobs of this module's sessions found and stopped
+    together (procs.freeze_many: one pass over /proc per round for all of them)."""
+    batch = []
+    for session in sessions:
+        target = getattr(getattr(session, "worker", None), "freeze_target", None)
+        if not isinstance(session, ProcessSession) or target is None:
+            session.pause()
+        elif session._begin_stop() and (where := target()) is not None:
+            batch.append((session, where))
+    for (session, _), pids in zip(batch, procs.freeze_many([where for _, where in batch])):
+        session.worker.stopped(pids)

@@ -147,10 +147,21 @@ class Worker:
         if self.proc is not None and os.geteuid() == 0 and self.proc.returncode is None:
             procs.renice_tree(self.proc.pid, 0)
 
+    def freeze_target(self) -> tuple[int, int | None] | None:
+        """What ``pause`` stops: the job's root and its uid (procs.freeze_many), None once it exited."""
+        if self.proc is not None and self.proc.returncode is None:
+            return self.proc.pid, self.lease.uid if self.lease is not None else None
+        return None
+
     def pause(self) -> None:
         """Stop every process of the job until ``resume`` (procs.freeze)."""
-        if self.proc is not None and self.proc.returncode is None:
-            self._paused |= procs.freeze(self.proc.pid, self.lease.uid if self.lease is not None else None)
+        target = self.freeze_target()
+        if target is not None:
+            self.stopped(procs.freeze(*target))
+
+    def stopped(self, pids: set[int]) -> None:
+        """``pids`` were stopped for this job (procs.freeze_many): ``resume`` lets them go on."""
+        self._paused |= pids
 
     def resume(self) -> None:
         procs.thaw(self._paused)

@@ -161,6 +161,35 @@ def test_a_paused_job_is_stopped_whole_until_resumed(pool):
     assert_next_job_ok(pool)
 
 
+def test_the_jobs_of_several_lanes_are_stopped_together_and_whole(pool):
+    """A lane that times stops every other lane's job at once (sandbox.session.pause_all: one
+    pass over /proc per round for all of them): every process of each job is stopped, the
+    children that left its tree too, and each goes on when its session resumes."""
+    from kernforge.sandbox import procs
+    from kernforge.sandbox.session import pause_all
+
+    with pool.session("sandbox_jobs.hostile:fork_spray", {"attempts": 3}, LIMITS) as first, \
+            pool.session("sandbox_jobs.hostile:wake_each_other", {"children": 3}, LIMITS) as second:
+        assert first.recv(30)["started"] == 3
+        assert len(second.recv(30)["pids"]) == 4
+        members = {}
+        for session in (first, second):
+            uid = session.worker.lease.uid if session.worker.lease else None
+            members[session] = sorted(procs.uid_states(uid)) if uid is not None else leftovers(session.workdir, None)
+        assert len(members[first]) >= 4 and len(members[second]) >= 4
+        pause_all([first, second])
+        for session in (first, second):
+            running = {pid: state for pid in members[session] if (state := _state(pid)) not in "TZ"}
+            assert running == {}, "every process of every job is stopped"
+        for session in (first, second):
+            session.resume()
+            for pid in members[session]:
+                if _state(pid) != "Z":
+                    assert _wait_state(pid, lambda s: s != "T"), f"process {pid} stayed stopped after resume"
+        assert first.stopped_seconds() > 0 and second.stopped_seconds() > 0
+    assert_next_job_ok(pool)
+
+
 def test_a_pause_holds_processes_that_wake_each_other(pool):
     """Each process sends SIGCONT to the others without end: a pause must stop them again until
     none is left to wake anyone, then hold them all for as long as it lasts."""

@@ -48,6 +48,8 @@ import contextlib
 import threading
 from typing import AsyncIterator, Callable, Iterator, Protocol, TypeVar
 
+from kernforge.sandbox.session import pause_all
+
 S = TypeVar("S", bound="Stoppable")
 
 
@@ -140,9 +142,8 @@ class DeviceGate:
             others = [worker for owner, worker in self._enlisted.values() if owner != me]
         stopped = []
         try:
-            for worker in others:
-                worker.pause()
-                stopped.append(worker)
+            stopped = others
+            pause_all(others)  # found and stopped together: one pass over /proc per round for all
             yield
         finally:
             for worker in stopped:
