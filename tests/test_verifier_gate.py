@@ -449,3 +449,97 @@ def test_a_repeat_call_s_wall_leaves_out_the_time_its_worker_spent_stopped():
     (claimed, wall), = judge._state.clock
     assert claimed == 0.001
     assert wall < 0.2, "the 0.4 s the worker was stopped is not the call's"
+
+
+# ---- memory other lanes hold (verifier/judge.py: Judge._verify_free) ---------------------------
+def _memory_judge(lanes, free_share, outcomes):
+    """A judge whose verdicts are ``outcomes`` in turn (a verdict, or an exception to raise), on a
+    GPU with ``free_share`` of its memory free; what each verdict was planned for is recorded."""
+    from kernforge.verifier.judge import Judge, JudgeOptions
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(lanes))
+    judge.check_fits = lambda task: 0
+    judge.environment = lambda: {"memory_gib": 100}
+    judge.device_memory = lambda: {"total_bytes": 100, "free_bytes": int(100 * free_share)}
+    asked, planned = [], []
+
+    def ask_ref(reply_type, msg, **kw):
+        asked.append(msg["op"])
+        return {"ok": True}
+
+    def verify(source, task):
+        planned.append(round(judge._memory_share, 3))
+        got = outcomes.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    judge._ask_ref, judge._verify, judge._drop_ref = ask_ref, verify, lambda: asked.append("fresh reference worker")
+    return judge, asked, planned
+
+
+def _oom():
+    from kernforge.verifier.defences import failures
+    from kernforge.verifier.verdict import Status
+
+    return failures.OOM.reject(Status.RUNTIME_ERROR, "ran out of memory while checking the public shape M=1")
+
+
+def test_a_candidate_out_of_memory_beside_other_lanes_is_judged_again_on_the_whole_gpu():
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier.verdict import Accepted
+
+    judge, asked, planned = _memory_judge(4, 0.9, [_oom(), Accepted(shapes=())])
+    got = judge.verify("source", load_task("rms_norm"))
+    assert isinstance(got, Accepted)
+    assert planned == [0.25, 0.9], "a lane's share first, then the memory free with the GPU held alone"
+
+
+def test_out_of_memory_where_other_processes_held_the_gpus_memory_is_nobodys_verdict():
+    """An audit planned for the 3 GiB that four lanes left free rejected an honest GEMM (H200,
+    session 37): out of memory with less than a lane's share free, the attempt is left unjudged."""
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier.judge import GpuMemoryHeld, ReferenceFailed
+
+    judge, _, planned = _memory_judge(4, 0.05, [_oom(), _oom()])
+    with pytest.raises(GpuMemoryHeld, match="5% of the GPU's memory free"):
+        judge.verify("source", load_task("rms_norm"))
+    assert planned == [0.25, 0.05]
+    oom = ReferenceFailed("the task's reference failed on arena: VMMError: cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY (2)")
+    judge, _, planned = _memory_judge(4, 0.05, [oom, oom])
+    with pytest.raises(GpuMemoryHeld):
+        judge.verify("source", load_task("rms_norm"))
+
+
+def test_out_of_memory_with_a_lanes_share_free_or_more_is_the_candidates():
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier.judge import ReferenceFailed
+    from kernforge.verifier.verdict import Rejected
+
+    judge, _, planned = _memory_judge(4, 0.5, [_oom(), _oom()])
+    got = judge.verify("source", load_task("rms_norm"))
+    assert isinstance(got, Rejected) and "ran out of memory" in got.reason
+    assert planned == [0.25, 0.5]
+    # one lane: a reference out of memory is judged again with what is free; the candidate's own
+    # shortage there is its verdict
+    oom = ReferenceFailed("the task's reference failed on prepare: OutOfMemoryError: CUDA out of memory")
+    judge, _, planned = _memory_judge(1, 0.97, [oom, _oom()])
+    assert isinstance(judge.verify("source", load_task("rms_norm")), Rejected)
+    assert planned == [1.0, 0.97]
+
+
+def test_a_verdict_that_held_the_whole_gpu_gives_its_reference_workers_memory_back():
+    """Its arena was planned for the whole GPU (a fused_moe verdict's reference worker kept 70 GiB
+    on the H200, and the next lane's arena could not be made): with other lanes, a fresh
+    reference worker after it. With one lane the worker is kept."""
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier.verdict import Accepted
+
+    judge, asked, _ = _memory_judge(4, 1.0, [Accepted(shapes=())])
+    judge._needs_the_gpu = lambda need: True
+    judge.verify("source", load_task("rms_norm"))
+    assert asked == ["forget", "fresh reference worker"]
+    judge, asked, _ = _memory_judge(1, 1.0, [Accepted(shapes=())])
+    judge._needs_the_gpu = lambda need: True
+    judge.verify("source", load_task("rms_norm"))
+    assert asked == ["forget"]

@@ -24,7 +24,12 @@ either short and trusted, or stopped while it holds it:
 Before, a verdict held the gate shared from its start to its end, and a timed phase waited until
 every other lane had reached a timed phase of its own or ended: the lanes moved in lockstep. On
 the H200 (session 37), four lanes made 23 verdicts in 290 s where one lane made 15, each verdict
-waiting at the gate for 6-88 s.
+waiting at the gate for 6-88 s. With this gate four lanes waited 5-33 s, but made 16 verdicts and
+3 audits in 272 s: what they now ran side by side, they ran slower. One GPU runs one process's
+kernels at a time and switches between processes by time slices, and a verdict's trusted steps
+are thousands of small kernels (drawing every call's inputs, comparing every output): a
+verdict's input draws took 10-23 s where one lane's take 1.4 s. More lanes pay on one GPU only
+where a lane's work is mostly on the CPU (compiles); the default stays one lane.
 
 A judge waiting to time goes before any judge waiting to hold the gate shared (writer
 preference): timing is never starved by a stream of requests. A verdict that needs more of the

@@ -81,6 +81,12 @@ class GpuBusy(JudgeError):
     outside kernforge, ran work that would have landed in the window)."""
 
 
+class GpuMemoryHeld(GpuBusy):
+    """Other processes (another lane's reference worker, a process outside kernforge) held so
+    much of the GPU's memory that the verdict, planned for what was free, ran out of it: neither
+    the candidate's failure nor the task's, and the attempt is left unjudged."""
+
+
 class TaskTooLarge(JudgeError):
     """The task's largest call needs more memory than this GPU has: no candidate can be judged."""
 
@@ -137,6 +143,10 @@ class JudgeOptions:
         if self.time_hidden not in HIDDEN_TIMING:
             raise ValueError(f"time_hidden must be one of {', '.join(HIDDEN_TIMING)}, not {self.time_hidden!r}")
 
+
+#: a verdict planned for the GPU's free memory, where that was less than this share of a lane's
+#: (of the whole GPU with one lane), and out of memory, is left unjudged (Judge._verify_free)
+LANE_SHARE_HELD = 0.9
 
 #: JudgeOptions.time_hidden's values
 HIDDEN_TIMING = ("audit", "always", "never")
@@ -383,15 +393,14 @@ class Judge:
         alone = self._needs_the_gpu(self.check_fits(task))
         try:
             verdict = self._verify_held(source, task, alone)
+            if self._memory_share < 1.0 and _ran_out_of_memory(verdict):
+                # planned for a lane's share of the GPU's memory: the whole of it may hold what it needs
+                verdict = self._verify_free(source, task, bar, audit)
         except ReferenceFailed as error:
             if not (self.on_gpu and _out_of_memory(error)):
                 raise
-            # the reference ran out of GPU memory: what other lanes, or its own cache, held may be
-            # why. Once more, with a fresh reference worker and the GPU to itself, planned for the
-            # memory that is free then (another lane's reference worker keeps what it cached)
-            self._drop_ref()
-            self._state = _Verdict(bar=bar, audit=audit)
-            verdict = self._verify_held(source, task, True, free=True)
+            # the reference ran out of GPU memory: what other lanes, or its own cache, held may be why
+            verdict = self._verify_free(source, task, bar, audit)
         env = dict(self.environment())
         env["verify_seconds"] = round(time.perf_counter() - started, 3)
         if self._state.calibration:
@@ -401,6 +410,32 @@ class Judge:
             return dataclasses.replace(verdict, environment=env)
         evidence = dict(verdict.evidence, **{SAW_HIDDEN: True}) if self._state.saw_hidden else verdict.evidence
         return Rejected(verdict.status, verdict.reason, verdict.threat, evidence, verdict.shapes, env, check=verdict.check)
+
+    def _verify_free(self, source: str, task: Task, bar: contender.Bar | None, audit: bool) -> Verdict:
+        """Once more, with a fresh reference worker and the GPU to itself, planned for the memory
+        that is free then (another lane's reference worker keeps what it cached, and a process
+        outside kernforge may hold some). Where that is less than a lane's share (``LANE_SHARE_HELD``)
+        and the reference, or the candidate, still runs out of memory, it is nobody's verdict: the memory others held
+        is why as much as the candidate (GpuMemoryHeld: the attempt is left unjudged). Before, an
+        audit planned for the 3 GiB four lanes left free rejected an honest GEMM that ran out of
+        memory in its 2 GiB heap (H200, session 37)."""
+        self._drop_ref()
+        self._state = _Verdict(bar=bar, audit=audit)
+        try:
+            verdict = self._verify_held(source, task, True, free=True)
+        except ReferenceFailed as error:
+            if _out_of_memory(error) and self._short_of_memory():
+                raise GpuMemoryHeld(f"the GPU's memory was held by other processes ({self._memory_share:.0%} of it free): "
+                                    f"{str(error)[:300]}") from None
+            raise
+        if self._short_of_memory() and _ran_out_of_memory(verdict):
+            raise GpuMemoryHeld(f"the candidate ran out of memory with {self._memory_share:.0%} of the GPU's memory free "
+                                f"(other processes held the rest): {getattr(verdict, 'reason', '')[:300]}")
+        return verdict
+
+    def _short_of_memory(self) -> bool:
+        """The verdict in progress was planned for less memory than a lane's share (``LANE_SHARE_HELD``)."""
+        return self._memory_share < LANE_SHARE_HELD / self.gate.lanes
 
     def _verify_held(self, source: str, task: Task, alone: bool, free: bool = False) -> Verdict:
         """``_verify`` with the lane's memory share, alone on the GPU if asked (``free``: with the
@@ -417,7 +452,9 @@ class Judge:
             finally:  # whatever happened, the reference worker forgets this verdict's calls
                 try:
                     forgot = self._ask_ref(None, {"op": "forget"})
-                    if forgot.get("restart"):  # it holds memory the next task's calls need: a fresh one
+                    # it holds memory the next task's calls need, or the arena of a verdict planned
+                    # for the whole GPU that other lanes need back: a fresh one
+                    if forgot.get("restart") or (alone and self.gate.lanes > 1):
                         self._drop_ref()
                 except JudgeError:
                     self._drop_ref()
@@ -1227,6 +1264,11 @@ class Judge:
         else:
             heap = 2 * check_out + (1 << 20)
         return {"size": input_bytes + _round(heap), "input_bytes": input_bytes}
+
+
+def _ran_out_of_memory(verdict: Verdict) -> bool:
+    """A rejection because the candidate's call ran out of the memory the judge gave it."""
+    return isinstance(verdict, Rejected) and verdict.check is failures.OOM.check
 
 
 def _out_of_memory(error: BaseException) -> bool:
