@@ -451,6 +451,7 @@ def describe_isolation() -> tuple[bool, str]:
 
     from .seccomp import ARCHES
 
-    calls = ("keyrings, new namespaces and other processes' memory refused (seccomp)" if platform.machine() in ARCHES
+    calls = ("keyrings, IPC, new namespaces, io_uring, other processes' memory, file times, the page cache's controls and "
+             "the kernel's log refused, and new processes in CPU workers (seccomp)" if platform.machine() in ARCHES
              else f"NO system call filter ({platform.machine()})")
     return True, f"{text}; {drop_detail}; rlimits cpu/fsize/nproc/core; memory polled; {calls}"
