@@ -115,9 +115,10 @@ while line := sys.stdin.readline():
 """
 
 
-def test_the_gate_is_held_for_a_compile_process_only_while_it_asks():
-    """loop/compile_ahead.py holds the GPU's gate shared for a compile process exactly from its
-    ask to its let-go, each time, and counts its answers (a stand-in process speaks the protocol)."""
+def test_a_compile_process_is_enlisted_with_the_gate_only_while_it_asks():
+    """loop/compile_ahead.py enlists a compile process with the GPU's gate (a judge that times
+    stops it) exactly from its ask to its let-go, each time, and counts its answers (a stand-in
+    process speaks the protocol)."""
     import asyncio
     import contextlib
 
@@ -125,8 +126,11 @@ def test_the_gate_is_held_for_a_compile_process_only_while_it_asks():
 
     events: list[str] = []
 
+    pids: list[int] = []
+
     @contextlib.asynccontextmanager
-    async def hold():
+    async def hold(pid):
+        pids.append(pid)
         events.append("held")
         yield
         events.append("let go")
@@ -141,6 +145,7 @@ def test_the_gate_is_held_for_a_compile_process_only_while_it_asks():
         finally:
             proc.kill()
             await proc.wait()
+        assert pids == [proc.pid] * 3
         return ahead
 
     ahead = asyncio.run(go())

@@ -39,8 +39,11 @@ candidate's: its worker's wall deadline moves back by it (``Session.extend``).
 
 With one lane (the default) the gate is never contended and stops nothing.
 
-GPU work of the run outside any judge holds the gate shared too (``shared_async``, from the event
-loop): the Inductor capture of a start (loop/inductor_start.py) allocates and fills the task's
+GPU work of the run outside any judge is enlisted or holds the gate shared too, from the event
+loop: a compile ahead's steps of GPU work (loop/compile_ahead.py) are enlisted (``enlisted_async``),
+so a judge about to time stops the compile process instead of waiting for its step: with one lane
+on the H200, a first verdict waited 18.6 s at the gate for compiles ahead (session 37). The
+Inductor capture of a start (loop/inductor_start.py) holds it shared (``shared_async``): it allocates and fills the task's
 inputs on the GPU in a child process. Unheld, that work landed inside other verdicts' timed
 windows on the H200 (an honest start's audit read 29% slower than its verdict and was demoted),
 and inside a baseline's it would have inflated a speedup.
@@ -53,6 +56,7 @@ import contextlib
 import threading
 from typing import AsyncIterator, Callable, Iterator, Protocol, TypeVar
 
+from kernforge.sandbox import procs
 from kernforge.sandbox.session import pause_all
 
 S = TypeVar("S", bound="Stoppable")
@@ -64,6 +68,21 @@ class Stoppable(Protocol):
     def pause(self) -> None: ...
 
     def resume(self) -> None: ...
+
+
+class _Process:
+    """A trusted process of the run and its tree, stopped while another judge times (procs.freeze)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._stopped: set[int] = set()
+
+    def pause(self) -> None:
+        self._stopped |= procs.freeze(self.pid)
+
+    def resume(self) -> None:
+        procs.thaw(self._stopped)
+        self._stopped = set()
 
 
 class DeviceGate:
@@ -80,8 +99,9 @@ class DeviceGate:
         self._depth = 0  # its nested exclusive holds
         self._waiting_writers = 0
         self._local = threading.local()
-        #: candidates' workers, each with the thread of the judge it belongs to
-        self._enlisted: dict[int, tuple[int, Stoppable]] = {}
+        #: candidates' workers, each with the thread of the judge it belongs to (None: a trusted
+        #: process of the run's, stopped by every judge that times)
+        self._enlisted: dict[int, tuple[int | None, Stoppable]] = {}
 
     def _held_shared(self) -> int:
         return getattr(self._local, "shared", 0)
@@ -163,6 +183,23 @@ class DeviceGate:
                 while mine and (self._writer is not None or self._waiting_writers):
                     self._cond.wait()
                 self._shared += mine
+
+    @contextlib.asynccontextmanager
+    async def enlisted_async(self, pid: int) -> AsyncIterator[None]:
+        """A step of GPU work of a trusted process of the run, ``pid`` (a compile ahead, from the
+        event loop): enlisted like a candidate's worker, with the gate held shared only to enlist
+        it (nobody times meanwhile), so that a judge that times stops the process (and its tree)
+        instead of waiting for the step to end. What it queued on the GPU before it was stopped
+        is the reference worker's quiet probe's to wait out, as a worker's is."""
+        process = _Process(pid)
+        async with self.shared_async():
+            with self._cond:
+                self._enlisted[id(process)] = (None, process)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._enlisted.pop(id(process), None)
 
     @contextlib.asynccontextmanager
     async def shared_async(self) -> AsyncIterator[None]:
