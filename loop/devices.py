@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from kernforge.archive.content import environment_key
 from kernforge.tasks.spec import Task
@@ -67,14 +67,24 @@ class Devices:
         return self.names == ["cpu"]
 
     @contextlib.asynccontextmanager
-    async def gpu_work(self) -> AsyncIterator[None]:
-        """Every device's gate held shared, for GPU work of the run outside any judge (the Inductor
-        capture of a start): it may overlap checks, never a timed phase. Every device, as the
-        capture's child process picks its GPU itself."""
+    async def gpu_child(self, start: Callable[[], Awaitable[Any]]) -> AsyncIterator[Any]:
+        """A child process of the run that does GPU work outside any judge (the Inductor capture of
+        a start), made by ``start`` (it returns the process) with every device's gate held shared,
+        so that nobody times while it starts, and enlisted with every gate until the block ends: a
+        judge about to time stops it (and its tree) instead of waiting for it to end (a capture
+        compiles for seconds, minutes at KernelBench's sizes). It may overlap checks, never a timed
+        phase. Every device's gate, as the child picks its GPU itself."""
+        tokens: list[tuple[Any, int]] = []
         async with contextlib.AsyncExitStack() as stack:
             for name in self.names:
                 await stack.enter_async_context(self.gates[name].shared_async())
-            yield
+            child = await start()
+            tokens = [(self.gates[name], self.gates[name].enlist_process(child.pid)) for name in self.names]
+        try:
+            yield child
+        finally:
+            for gate, token in tokens:
+                gate.delist(token)
 
     async def open(self) -> None:
         """Start every device's judge at once (workers, the reference); check they agree."""

@@ -54,7 +54,7 @@ import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncContextManager, Callable, Mapping, Sequence
+from typing import Any, AsyncContextManager, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from kernforge.tasks.spec import Task
 
@@ -67,8 +67,10 @@ BLOCKS = {"cpu": {"X": 1024, "Y": 32, "Z": 16, "R": 64, "XR": 8},
           # XO, RO: an outer reduction's (OUTER_HINT), as Inductor's outer config launches it
           "cuda": {"X": 1024, "Y": 32, "Z": 16, "R": 512, "XR": 1, "XO": 64, "RO": 8}}
 CAPTURE_TIMEOUT_S = 300
-#: what a capture on a GPU holds while its child runs (the run's ``Devices.gpu_work``: every gate shared)
-GpuHold = Callable[[], AsyncContextManager[None]]
+#: how a capture on a GPU starts its child and keeps it while it runs (the run's ``Devices.gpu_child``:
+#: started with every gate held shared, then stopped by any judge about to time); given the
+#: coroutine function that starts the child, it yields the child
+GpuHold = Callable[[Callable[[], Awaitable[Any]]], AsyncContextManager[Any]]
 
 
 @dataclass(frozen=True)
@@ -145,23 +147,35 @@ async def output_code_async(task: Task, device_kind: str = "cpu", *, timeout_s: 
 
 async def _child_reply(command: list[str], timeout_s: float, hold: GpuHold | None = None) -> dict | NoStart:
     """The capture child's JSON reply, or why there is none; the child is killed on a timeout or
-    when the caller is cancelled. It runs inside ``hold`` where one is given."""
-    async with hold() if hold is not None else contextlib.nullcontext():
-        return await _child_reply_held(command, timeout_s)
+    when the caller is cancelled. It is started and kept by ``hold`` where one is given."""
+    return await _child_reply_held(command, timeout_s, hold)
 
 
-async def _child_reply_held(command: list[str], timeout_s: float) -> dict | NoStart:
+async def _child_reply_held(command: list[str], timeout_s: float, hold: GpuHold | None = None) -> dict | NoStart:
     with tempfile.TemporaryDirectory(prefix="kernforge-inductor-") as tmp:
-        child = await asyncio.create_subprocess_exec(*command, env=_child_env(tmp), stdout=asyncio.subprocess.PIPE,
-                                                     stderr=asyncio.subprocess.PIPE)
-        try:
-            out, err = await asyncio.wait_for(child.communicate(), timeout_s)
-        except asyncio.TimeoutError:
-            return NoStart(_too_long(timeout_s))
-        finally:
-            if child.returncode is None:
-                child.kill()
-                await child.wait()
+        async def start() -> asyncio.subprocess.Process:
+            return await asyncio.create_subprocess_exec(*command, env=_child_env(tmp), stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.PIPE)
+
+        async with (hold or _started)(start) as child:
+            return await _child_answer(child, timeout_s)
+
+
+@contextlib.asynccontextmanager
+async def _started(start: Callable[[], Awaitable[Any]]) -> AsyncIterator[Any]:
+    """``GpuHold`` where there is nothing to hold (a CPU run): the child, started."""
+    yield await start()
+
+
+async def _child_answer(child: asyncio.subprocess.Process, timeout_s: float) -> dict | NoStart:
+    try:
+        out, err = await asyncio.wait_for(child.communicate(), timeout_s)
+    except asyncio.TimeoutError:
+        return NoStart(_too_long(timeout_s))
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
     reply, problem = _reply(out.decode(errors="replace"), err.decode(errors="replace"), child.returncode)
     return NoStart(problem) if reply is None else reply
 

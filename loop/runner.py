@@ -217,7 +217,7 @@ class Runner:
             self.fair = FairShare((state.task.name for state in self.states), earlier=self._before.attempts)
             self._compile_ahead()
             # a capture on a GPU never overlaps a timed phase there (verifier/gate.py)
-            gpu_hold = None if self.devices.on_cpu else self.devices.gpu_work
+            gpu_hold = None if self.devices.on_cpu else self.devices.gpu_child
             if config is None:
                 self.proposer = OfflineTuner(seed=s.seed, device_kind="cpu" if self.devices.on_cpu else "cuda",
                                              clusters=not self.devices.on_cpu and clusters_in(self.devices.env),

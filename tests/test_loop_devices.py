@@ -7,12 +7,36 @@ import asyncio
 from kernforge.loop.devices import Devices
 
 
-def test_gpu_work_holds_every_devices_gate_shared_and_gives_it_back():
+def test_a_gpu_child_starts_with_every_gate_held_and_is_stopped_by_any_judge_about_to_time():
+    """GPU work of the run itself (an Inductor capture's child) starts while every device's gate
+    is held shared (nobody times as it starts), then is enlisted with every gate until it ends:
+    a judge about to time on any device stops it instead of waiting for it; once it ended, nobody
+    stops it."""
+    import sys
+
     devices = Devices(["cuda:0", "cuda:1"], lanes=2)
+    seen = []
 
-    async def work() -> list[int]:
-        async with devices.gpu_work():
-            return [devices.gates[name]._shared for name in devices.names]
+    async def work() -> None:
+        async def start():
+            seen.append([devices.gates[name]._shared for name in devices.names])
+            return await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(60)")
 
-    assert asyncio.run(work()) == [1, 1]
-    assert [devices.gates[name]._shared for name in devices.names] == [0, 0]
+        async with devices.gpu_child(start) as child:
+            assert [devices.gates[name]._shared for name in devices.names] == [0, 0], "held only while it starts"
+            for name in devices.names:
+                def timed(gate=devices.gates[name]):
+                    with gate.exclusive():
+                        seen.append(_state(child.pid))
+                await asyncio.to_thread(timed)
+            child.kill()
+            await child.wait()
+        assert all(not gate._enlisted for gate in devices.gates.values())
+
+    asyncio.run(work())
+    assert seen == [[1, 1], "T", "T"]
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]

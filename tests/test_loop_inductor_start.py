@@ -67,8 +67,8 @@ def _captures() -> dict[tuple[str, str], object]:
     raw: dict[tuple[str, str], object] = {}
     held = inductor_start._child_reply_held
 
-    async def recorded(command: list[str], timeout_s: float):
-        reply = await held(command, timeout_s)
+    async def recorded(command: list[str], timeout_s: float, hold=None):
+        reply = await held(command, timeout_s, hold)
         if command[-1] == "cpu":  # a start's capture (an output code's ends with "public")
             raw[("raw", Path(command[-2]).stem)] = copy.deepcopy(reply)
         return reply
@@ -284,7 +284,7 @@ def test_without_a_usable_static_capture_the_start_is_dynamic_only_and_says_why(
     captured = _raw_reply("26_GELU_")  # the capture child's real reply (the one behind _captured's start)
     assert isinstance(captured, dict) and "static" in captured, captured
 
-    async def static_broken(command, timeout_s):
+    async def static_broken(command, timeout_s, hold=None):
         assert command == inductor_start._child_command(task, "cpu")
         reply = copy.deepcopy(captured)
         if broken == "capture failed":
@@ -479,26 +479,30 @@ def test_a_cancelled_start_capture_kills_its_child(tmp_path, monkeypatch):
 
 
 def test_a_capture_runs_its_child_inside_the_runs_gpu_hold(monkeypatch):
-    """On a GPU the child allocates and fills inputs: it runs only while the hold (every gate
-    shared: Devices.gpu_work) is held, and the hold is given back after it, also on a failure."""
+    """On a GPU the child allocates and fills inputs: the hold (Devices.gpu_child) starts it and
+    keeps it (enlisted with every gate) while it runs, and lets it go after, also on a failure."""
     from kernforge.loop import inductor_start
 
     events: list[str] = []
 
     @contextlib.asynccontextmanager
-    async def hold():
+    async def hold(start):
         events.append("held")
+        child = await start()
+        events.append("started")
         try:
-            yield
+            yield child
         finally:
             events.append("released")
 
-    async def child(command, timeout_s):
+    async def child(started, timeout_s):
         events.append("child")
+        started.kill()
+        await started.wait()
         return NoStart("the child failed")
 
-    monkeypatch.setattr(inductor_start, "_child_reply_held", child)
+    monkeypatch.setattr(inductor_start, "_child_answer", child)
     task = load_task(COPIES / "19_ReLU.py")
     assert isinstance(asyncio.run(inductor_start.derive_async(task, "cuda", hold=hold)), NoStart)
     assert isinstance(asyncio.run(inductor_start.output_code_async(task, "cuda", hold=hold)), NoStart)
-    assert events == ["held", "child", "released"] * 2
+    assert events == ["held", "started", "child", "released"] * 2

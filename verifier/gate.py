@@ -43,8 +43,10 @@ GPU work of the run outside any judge is enlisted or holds the gate shared too, 
 loop: a compile ahead's steps of GPU work (loop/compile_ahead.py) are enlisted (``enlisted_async``),
 so a judge about to time stops the compile process instead of waiting for its step: with one lane
 on the H200, a first verdict waited 18.6 s at the gate for compiles ahead (session 37). The
-Inductor capture of a start (loop/inductor_start.py) holds it shared (``shared_async``): it allocates and fills the task's
-inputs on the GPU in a child process. Unheld, that work landed inside other verdicts' timed
+Inductor capture of a start (loop/inductor_start.py), a child process that allocates and fills
+the task's inputs on the GPU and compiles for seconds to minutes, is started with the gate held
+shared and enlisted until it ends (loop/devices.py ``Devices.gpu_child``): before, it held the
+gate shared from start to end, and every timed phase of every verdict waited for it. Unheld, that work landed inside other verdicts' timed
 windows on the H200 (an honest start's audit read 29% slower than its verdict and was demoted),
 and inside a baseline's it would have inflated a speedup.
 """
@@ -191,15 +193,26 @@ class DeviceGate:
         it (nobody times meanwhile), so that a judge that times stops the process (and its tree)
         instead of waiting for the step to end. What it queued on the GPU before it was stopped
         is the reference worker's quiet probe's to wait out, as a worker's is."""
-        process = _Process(pid)
         async with self.shared_async():
-            with self._cond:
-                self._enlisted[id(process)] = (None, process)
+            token = self.enlist_process(pid)
         try:
             yield
         finally:
-            with self._cond:
-                self._enlisted.pop(id(process), None)
+            self.delist(token)
+
+    def enlist_process(self, pid: int) -> int:
+        """Enlist a trusted process of the run's, ``pid`` and its tree: every judge that times stops
+        it until it is delisted. The caller holds the gate shared (nobody times as it is enlisted).
+        A token for ``delist``."""
+        process = _Process(pid)
+        with self._cond:
+            self._enlisted[id(process)] = (None, process)
+        return id(process)
+
+    def delist(self, token: int) -> None:
+        """Stop stopping what ``enlist_process`` enlisted."""
+        with self._cond:
+            self._enlisted.pop(token, None)
 
     @contextlib.asynccontextmanager
     async def shared_async(self) -> AsyncIterator[None]:
