@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from .protocol import SandboxError
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -140,13 +142,18 @@ def freeze(root: int, uid: int | None = None) -> set[int]:
     in flight when SIGSTOP arrived can still complete); the pids stopped (``thaw`` them, or kill
     them: ``kill_tree``). A stopped process launches no GPU work while another lane times
     (verifier/gate.py); with a uid, one pass over /proc per round finds members and states."""
-    return freeze_many([(root, uid)])[0]
+    return freeze_many([(root, uid)])[0][0]
 
 
-def freeze_many(targets: Sequence[tuple[int, int | None]]) -> list[set[int]]:
+class NotStopped(SandboxError):
+    """Some process of a job was still running after every round of ``freeze_many``."""
+
+
+def freeze_many(targets: Sequence[tuple[int, int | None]]) -> list[tuple[set[int], bool]]:
     """``freeze`` of several jobs at once, each a (root, uid) pair: one pass over /proc per round
     for all of them (a lane that times stops every other lane's job before each window, and a
-    pass reads every process's status); the pids stopped, per job."""
+    pass reads every process's status); per job, the pids stopped and whether every member was
+    seen stopped (False: it gave up after the last round)."""
     stopped: list[set[int]] = [set() for _ in targets]
     settled = [False] * len(targets)
     done = [False] * len(targets)
@@ -177,7 +184,7 @@ def freeze_many(targets: Sequence[tuple[int, int | None]]) -> list[set[int]]:
         if all(done):
             break
         time.sleep(0.001)
-    return stopped
+    return list(zip(stopped, done))
 
 
 def uid_states(uid: int) -> dict[int, str]:

@@ -352,6 +352,10 @@ class Session(Protocol):
         """Let the processes ``pause`` stopped go on."""
         ...
 
+    def stoppable(self) -> bool:
+        """Whether ``pause`` can stop the job (the parent sees its processes, and it has not ended)."""
+        ...
+
     def stopped_seconds(self) -> float:
         """Seconds the job has spent stopped by ``pause``, the stop in progress included: none of
         it counts against its wall deadline or a request's timeout (it is not the job's time)."""

@@ -246,8 +246,13 @@ class ProcessSession:
         return set(procs.descendants(root, procs.snapshot())) if root is not None else set()
 
     def pause(self) -> None:
-        if self._begin_stop():
-            self.worker.pause()
+        _freeze([self])
+
+    def stoppable(self) -> bool:
+        """Whether ``pause`` can stop the job: the parent sees its processes (a container's it does
+        not where the engine runs in another pid namespace) and it has not ended."""
+        target = getattr(self.worker, "freeze_target", None)
+        return target is None or target() is not None
 
     def _begin_stop(self) -> bool:
         """The stop's start noted; False where the job is stopped already."""
@@ -258,6 +263,9 @@ class ProcessSession:
             return True
 
     def resume(self) -> None:
+        with self._lock:
+            if self._stopped_at is None:
+                return  # not stopped (another's resume came first)
         self.worker.resume()
         with self._lock:
             if self._stopped_at is None:
@@ -504,13 +512,31 @@ class ProcessSession:
 
 def pause_all(sessions: Sequence[Any]) -> None:
     """``pause`` of every one of ``sessions``, the jobs of this module's sessions found and stopped
-    together (procs.freeze_many: one pass over /proc per round for all of them)."""
+    together (procs.freeze_many: one pass over /proc per round for all of them). NotStopped where
+    a job's processes did not all stop (those that did stay stopped until their ``resume``)."""
+    for session in sessions:
+        if not isinstance(session, ProcessSession):
+            session.pause()
+    _freeze([s for s in sessions if isinstance(s, ProcessSession)])
+
+
+def _freeze(sessions: Sequence[ProcessSession]) -> None:
+    """Stop ``sessions``' jobs. A job already stopped is left as it is; one that has ended, or
+    whose processes the parent cannot see, is not counted as stopped (its time is its own)."""
     batch = []
     for session in sessions:
-        target = getattr(getattr(session, "worker", None), "freeze_target", None)
-        if not isinstance(session, ProcessSession) or target is None:
-            session.pause()
-        elif session._begin_stop() and (where := target()) is not None:
+        target = getattr(session.worker, "freeze_target", None)
+        if target is None:  # a worker that stops its job itself
+            if session._begin_stop():
+                session.worker.pause()
+            continue
+        where = target()
+        if where is not None and session._begin_stop():
             batch.append((session, where))
-    for (session, _), pids in zip(batch, procs.freeze_many([where for _, where in batch])):
+    stuck = []
+    for (session, where), (pids, settled) in zip(batch, procs.freeze_many([where for _, where in batch])):
         session.worker.stopped(pids)
+        if not settled:
+            stuck.append(f"the job of pid {where[0]}")
+    if stuck:
+        raise procs.NotStopped(f"processes of {', '.join(stuck)} still ran after every round of stopping")

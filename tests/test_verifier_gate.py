@@ -592,3 +592,142 @@ def _proc_state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         state = f.read().rsplit(")", 1)[1].split()[0]
     return "stopped" if state in "tT" else "running"
+
+
+# ---- stops and deadlines (red team, session 37) ---------------------------------------------------
+class _Recorded:
+    """A worker under a real ProcessSession's stop and deadline bookkeeping: its pauses and
+    resumes recorded; ``visible``: whether the parent sees its processes (a container's it does
+    not where the engine runs in another pid namespace: DockerWorker.freeze_target is None)."""
+
+    def __init__(self, visible: bool = True):
+        self.events: list[str] = []
+        self.visible = visible
+
+    def freeze_target(self):
+        return (1, None) if self.visible else None
+
+    def stopped(self, pids):
+        self.events.append("pause")
+
+    def resume(self):
+        self.events.append("resume")
+
+
+def _bookkept(worker, monkeypatch=None):
+    import time
+
+    from kernforge.sandbox.session import ProcessSession
+
+    session = ProcessSession.__new__(ProcessSession)
+    session.worker, session._lock = worker, threading.Lock()
+    session._stopped_s, session._stopped_at = 0.0, None
+    session.started = time.monotonic()
+    session.deadline = session.started + 100.0
+    return session
+
+
+@pytest.fixture
+def no_freeze(monkeypatch):
+    """procs.freeze_many stands in: nothing real to stop (pid 1 is not ours)."""
+    from kernforge.sandbox import procs
+
+    monkeypatch.setattr(procs, "freeze_many", lambda targets: [(set(), True) for _ in targets])
+
+
+def test_a_worker_nobody_can_stop_holds_the_gate_shared_to_the_end_of_its_verdict(no_freeze):
+    """A container whose processes the parent cannot see cannot be stopped: it is never
+    credited with a stop it did not make (its deadline, its timeouts and clock.lied's wall would
+    all take that time off), and another lane's timing waits for its verdict to end instead."""
+    gate = DeviceGate(2)
+    worker = _Recorded(visible=False)
+    session = _bookkept(worker)
+    base = session.deadline
+    order: list[str] = []
+    enlisted, done = threading.Event(), threading.Event()
+
+    def other_lane():
+        with gate.enlisted(lambda: session):
+            enlisted.set()
+            done.wait(LONG)
+            order.append("its verdict ended")
+
+    thread = run(other_lane)
+    assert enlisted.wait(LONG)
+    assert gate._enlisted == {} and gate._shared == 1, "not enlisted: its verdict holds the gate shared"
+    timer = run(lambda: (gate.exclusive().__enter__(), order.append("timed")))
+    until(lambda: gate._waiting_writers, "the timing waits for the verdict")
+    done.set()
+    thread.join(LONG)
+    timer.join(LONG)
+    assert order == ["its verdict ended", "timed"]
+    assert worker.events == [] and session.stopped_seconds() == 0.0 and session.deadline == base
+
+
+def test_a_judge_waiting_at_the_gate_has_its_worker_stopped_and_gets_that_time_back_once(no_freeze):
+    """While a judge waits for the gate (other lanes' requests in flight, or another lane
+    timing), its worker is stopped: the wait is neither the candidate's time nor free running
+    time for it. Its deadline moves back by the seconds it was stopped, and only by those (it
+    moved by the wait too, counting a stop twice)."""
+    from kernforge.verifier.judge import Judge, JudgeOptions
+
+    for holding in ("shared", "exclusive"):
+        gate = DeviceGate(2)
+        judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=gate)
+        worker = _Recorded()
+        session = _bookkept(worker)
+        base = session.deadline
+        enlisted, go, inside, release = (threading.Event() for _ in range(4))
+
+        def our_lane():  # the judge's own thread enlists its worker and times
+            with gate.enlisted(lambda: session):
+                enlisted.set()
+                go.wait(LONG)
+                with judge._gpu_alone(session):
+                    worker.events.append("timed")
+
+        def other_lane():
+            with getattr(gate, holding)():
+                inside.set()
+                release.wait(LONG)
+
+        ours = run(our_lane)
+        assert enlisted.wait(LONG)
+        thread = run(other_lane)
+        assert inside.wait(LONG)
+        go.set()
+        until(lambda: gate._waiting_writers, "our judge waits")
+        assert worker.events == ["pause"], f"stopped while it waits ({holding})"
+        release.set()
+        thread.join(LONG)
+        ours.join(LONG)
+        assert worker.events == ["pause", "resume", "timed"], holding
+        moved, stopped = session.deadline - base, session.stopped_seconds()
+        assert stopped > 0 and abs(moved - stopped) < 1e-6, (holding, moved, stopped)
+
+
+def test_a_job_that_does_not_stop_times_nothing(monkeypatch):
+    """procs.freeze_many gave up with a process of another lane's job still running: the timed
+    phase does not go ahead (GpuBusy: the attempt is left unjudged), and what was stopped goes on."""
+    from kernforge.sandbox import procs
+    from kernforge.verifier.judge import GpuBusy
+
+    monkeypatch.setattr(procs, "freeze_many", lambda targets: [(set(), False) for _ in targets])
+    gate = DeviceGate(2)
+    worker = _Recorded()
+    session = _bookkept(worker)
+    enlisted, done = threading.Event(), threading.Event()
+
+    def other_lane():
+        with gate.enlisted(lambda: session):
+            enlisted.set()
+            done.wait(LONG)
+
+    thread = run(other_lane)
+    assert enlisted.wait(LONG)
+    with pytest.raises(GpuBusy, match="could not be stopped"):
+        with gate.exclusive():
+            raise AssertionError("timed beside a running job")
+    done.set()
+    thread.join(LONG)
+    assert worker.events == ["pause", "resume"] and gate._writer is None

@@ -61,6 +61,8 @@ from typing import AsyncIterator, Callable, Iterator, Protocol, TypeVar
 from kernforge.sandbox import procs
 from kernforge.sandbox.session import pause_all
 
+from .judge_errors import GpuBusy
+
 S = TypeVar("S", bound="Stoppable")
 
 
@@ -132,21 +134,33 @@ class DeviceGate:
     def enlisted(self, start: Callable[[], S]) -> Iterator[S]:
         """A candidate's worker, started by ``start`` with the gate held shared (nobody times while
         it starts) and enlisted before anybody can: from then until the block ends, every other
-        judge that holds the gate exclusively stops it first."""
-        with self.shared():
+        judge that holds the gate exclusively stops it first. A worker that cannot be stopped (a
+        container whose processes the parent cannot see: ``Session.stoppable``) is never
+        enlisted: its verdict holds the gate shared to the end instead, and another lane's timing
+        waits for it."""
+        enlisted = False
+        with contextlib.ExitStack() as held:
+            held.enter_context(self.shared())
             worker = start()
-            with self._cond:
-                self._enlisted[id(worker)] = (threading.get_ident(), worker)
-        try:
-            yield worker
-        finally:
-            with self._cond:
-                self._enlisted.pop(id(worker), None)
+            if getattr(worker, "stoppable", lambda: True)():
+                with self._cond:
+                    self._enlisted[id(worker)] = (threading.get_ident(), worker)
+                enlisted = True
+                held.close()
+            try:
+                yield worker
+            finally:
+                if enlisted:
+                    with self._cond:
+                        self._enlisted.pop(id(worker), None)
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, own: Stoppable | None = None) -> Iterator[None]:
         """Hold the gate alone, every other judge's enlisted worker stopped; a shared hold of this
-        thread is let go meanwhile and taken back after."""
+        thread is let go meanwhile and taken back after. ``own``: this judge's worker, stopped
+        while the judge waits for the gate (it gets the time back: Session.stopped_seconds), so
+        that a wait for other lanes' requests is neither its time nor free time for it. GpuBusy
+        where another worker could not be stopped."""
         me = threading.get_ident()
         if self._writer == me:  # nested
             self._depth += 1
@@ -156,6 +170,10 @@ class DeviceGate:
                 self._depth -= 1
             return
         mine = self._held_shared()
+        with self._cond:
+            free = self._writer is None and self._shared == mine and not self._waiting_writers
+        if not free and own is not None:
+            own.pause()
         with self._cond:
             self._shared -= mine
             self._waiting_writers += 1
@@ -169,8 +187,13 @@ class DeviceGate:
             others = [worker for owner, worker in self._enlisted.values() if owner != me]
         stopped = []
         try:
+            if not free and own is not None:
+                own.resume()
             stopped = others
-            pause_all(others)  # found and stopped together: one pass over /proc per round for all
+            try:
+                pause_all(others)  # found and stopped together: one pass over /proc per round for all
+            except procs.NotStopped as error:
+                raise GpuBusy(f"another lane's worker could not be stopped for a timed phase: {error}") from None
             yield
         finally:
             for worker in stopped:

@@ -48,6 +48,7 @@ from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, processes, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
 from .gate import DeviceGate
+from .judge_errors import GpuBusy, GpuMemoryHeld, JudgeError, ReferenceFailed, TaskTooLarge
 from .kernels import own_kernel_names, own_op_names
 from .library import library_baseline
 from .screen import screen
@@ -63,32 +64,6 @@ REFERENCE_PRELOAD = ("torch", "triton", "kernforge.verifier.refworker")
 CALIBRATION_TIMEOUT_S = 10.0
 
 R = TypeVar("R")
-
-
-class JudgeError(Exception):
-    """The judge itself could not work (the task's reference failed, a worker would not start)."""
-
-
-class ReferenceFailed(JudgeError):
-    """The reference worker is alive and answered, but the task's reference raised (its reply
-    says why): the worker, and the arena it owns, can go on to the next request."""
-
-
-class GpuBusy(JudgeError):
-    """Another process kept the GPU busy before a timed window (the reference worker's quiet
-    probe waited it out in vain): the verdict cannot be timed. Neither the candidate's failure
-    nor the task's: the attempt is left unjudged (a lane's stopped neighbour, or a process
-    outside kernforge, ran work that would have landed in the window)."""
-
-
-class GpuMemoryHeld(GpuBusy):
-    """Other processes (another lane's reference worker, a process outside kernforge) held so
-    much of the GPU's memory that the verdict, planned for what was free, ran out of it: neither
-    the candidate's failure nor the task's, and the attempt is left unjudged."""
-
-
-class TaskTooLarge(JudgeError):
-    """The task's largest call needs more memory than this GPU has: no candidate can be judged."""
 
 
 @dataclass(frozen=True)
@@ -676,21 +651,18 @@ class Judge:
 
     @contextlib.contextmanager
     def _gpu_alone(self, session: Session) -> Iterator[None]:
-        """The GPU's gate held alone for a timed phase of the verdict in ``session``. The wait for
-        other lanes is not the candidate's: its worker's wall deadline moves back by it."""
+        """The GPU's gate held alone for a timed phase of the verdict in ``session``. While this
+        judge waits for it, its worker is stopped (gate.py), so the wait is not the candidate's
+        time and gives it none: a stopped job's seconds move its deadline back, and only those
+        (a deadline moved by the whole wait as well counted a stop twice, and gave a worker left
+        running during a wait for other lanes' requests free wall time: red team, session 37)."""
         asked = time.perf_counter()
-        # While this judge waits at the gate, another lane may be timing: its worker is stopped
-        # meanwhile (the gate stops every enlisted worker but the holder's), so it launches
-        # nothing into that lane's windows; what it queued before is the reference worker's
+        # While this judge holds it, every other lane's worker is stopped, so none launches
+        # anything into this lane's windows; what one queued before is the reference worker's
         # quiet probe's to wait out (refworker._quiet_gpu)
-        with self.gate.exclusive():
-            session.extend(time.perf_counter() - asked)
-            self._spent("gate.wait", asked)  # the wait for other lanes and compiles ahead
-            try:
-                yield
-            finally:
-                left = time.monotonic()
-        session.extend(time.monotonic() - left)
+        with self.gate.exclusive(own=session if self.gate.lanes > 1 else None):
+            self._spent("gate.wait", asked)  # the wait for other lanes
+            yield
 
     def _calibrate(self, session: Session) -> None:
         """The batch clock's fixed cost, measured with the harness alone (clock.fixed_cost)."""
