@@ -6,11 +6,9 @@ verdict of 35 s on the H200. At the start of a GPU run, ``CompileAhead`` hands e
 public shapes to a few trusted processes (verifier/compile_ahead.py) that compile them exactly as
 the reference worker will, into the trusted compiler cache the reference workers read
 (WorkerSpec.trusted_cache): the reference worker's compile is then a cache hit. A compile's GPU
-work (drawing the weights and inputs, the compiled graph's first run) is done with the process
-enlisted with the GPU's gate (it may overlap checks, never a timed window: a judge about to time
-stops the process, and its queued work is waited out); its code generation holds nothing. Before,
-each step held the gate shared and a timed phase waited for it to end: 18.6 s of a first verdict
-of 44 s on the H200 (session 37). It is only ever a head
+work (drawing the weights and inputs, the compiled graph's first run) is done while this holds
+the GPU's gate shared for it (it may overlap checks, never a timed window); its code generation
+holds nothing, so a timed phase waits at most for one step of GPU work. It is only ever a head
 start: a compile that fails, times out or is not done yet is made by the reference worker as
 before, and nothing a compile-ahead process says is evidence.
 """
@@ -58,11 +56,10 @@ def requests(tasks: Sequence[Task], hidden: bool = False) -> list[dict[str, Any]
 
 class CompileAhead:
     """Compiles ``tasks``' baselines ahead on ``device`` ("cuda:N"), the cache in ``cache``;
-    ``hold``: an async context manager factory, given a compile process's pid, that enlists it with
-    the device's gate for one step of GPU work (DeviceGate.enlisted_async); ``hidden``:
+    ``hold``: an async context manager factory that holds the device's gate shared; ``hidden``:
     the hidden shapes too, after every public one (where audits time them)."""
 
-    def __init__(self, tasks: Sequence[Task], device: str, cache: str, hold: Callable[[int], Any],
+    def __init__(self, tasks: Sequence[Task], device: str, cache: str, hold: Callable[[], Any],
                  note: Callable[[str], None] = lambda text: None, processes: int | None = None, hidden: bool = False) -> None:
         # the judge's own comparison kernels first (a first verdict's checks compile them), then the baselines
         self.queue = ([{"op": "judge_kernels", "task_ref": "the judge's comparison kernels", "shape": {}}] if tasks else []) \
@@ -112,8 +109,8 @@ class CompileAhead:
                 self.done += 1
 
     async def _answer(self, proc: asyncio.subprocess.Process) -> dict[str, Any] | None:
-        """The process's answer to its request, the process enlisted with the GPU's gate whenever it
-        asks (``{"gpu": true}`` until ``{"gpu": false}``: its GPU work, never its code generation);
+        """The process's answer to its request, the GPU's gate held shared for it whenever it asks
+        (``{"gpu": true}`` until ``{"gpu": false}``: its GPU work, never its code generation);
         None where it died or went quiet for ``COMPILE_TIMEOUT_S``."""
         assert proc.stdin is not None and proc.stdout is not None
         async with contextlib.AsyncExitStack() as stack:
@@ -131,7 +128,7 @@ class CompileAhead:
                 if not isinstance(got, dict):  # a library's own print to stdout: not the protocol's
                     continue
                 if got.get("gpu") is True:
-                    await stack.enter_async_context(self.hold(proc.pid))
+                    await stack.enter_async_context(self.hold())
                     proc.stdin.write(b"go\n")
                     await proc.stdin.drain()
                 elif got.get("gpu") is False:

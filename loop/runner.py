@@ -336,7 +336,7 @@ class Runner:
         fresh = [s.task for s in self._turn_order() if not s.ids]
         if not fresh:
             return
-        ahead = CompileAhead(fresh, device, str(cache), self.devices.gates[device].enlisted_async, note=self.display.note,
+        ahead = CompileAhead(fresh, device, str(cache), self.devices.gates[device].shared_async, note=self.display.note,
                              hidden=self.devices.options.time_hidden != "never")
         self._ahead = asyncio.create_task(ahead.run(), name="kernforge-compile-ahead")
 

@@ -545,55 +545,6 @@ def test_a_verdict_that_held_the_whole_gpu_gives_its_reference_workers_memory_ba
     assert asked == ["forget"]
 
 
-def test_a_judge_that_times_stops_a_compile_ahead_instead_of_waiting_for_its_step():
-    """A compile ahead's step of GPU work (loop/compile_ahead.py) is enlisted, not a shared hold:
-    a judge about to time stops the process (and what it started) and lets it go on after, where
-    it waited for the step to end before (18.6 s of a first verdict of 44 s on the H200). The
-    process is enlisted only once no judge times, and stopped by nobody once its step is over."""
-    import asyncio
-    import subprocess
-    import sys
-
-    gate = DeviceGate(1)
-    busy = "import time\nwhile True:\n    time.sleep(0.001)\n"
-    proc = subprocess.Popen([sys.executable, "-c", busy])
-    order: list[str] = []
-    try:
-        async def step(inside, leave):
-            async with gate.enlisted_async(proc.pid):
-                inside.set()
-                await asyncio.to_thread(leave.wait, LONG)
-
-        async def main():
-            inside, leave = threading.Event(), threading.Event()
-            task = asyncio.create_task(step(inside, leave))
-            await asyncio.to_thread(inside.wait, LONG)
-
-            def timed():
-                with gate.exclusive():
-                    order.append(f"timed, compile process {_proc_state(proc.pid)}")
-                order.append(f"after, compile process {_proc_state(proc.pid)}")
-
-            await asyncio.to_thread(timed)  # would wait for the step (never left) if it held the gate
-            leave.set()
-            await task
-            await asyncio.to_thread(timed)
-
-        asyncio.run(main())
-    finally:
-        proc.kill()
-        proc.wait()
-    assert order[0] == "timed, compile process stopped"
-    assert order[1] == "after, compile process running"
-    assert order[2:] == ["timed, compile process running", "after, compile process running"]
-
-
-def _proc_state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        state = f.read().rsplit(")", 1)[1].split()[0]
-    return "stopped" if state in "tT" else "running"
-
-
 # ---- stops and deadlines (red team, session 37) ---------------------------------------------------
 class _Recorded:
     """A worker under a real ProcessSession's stop and deadline bookkeeping: its pauses and

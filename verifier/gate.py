@@ -39,14 +39,15 @@ candidate's: its worker's wall deadline moves back by it (``Session.extend``).
 
 With one lane (the default) the gate is never contended and stops nothing.
 
-GPU work of the run outside any judge is enlisted or holds the gate shared too, from the event
-loop: a compile ahead's steps of GPU work (loop/compile_ahead.py) are enlisted (``enlisted_async``),
-so a judge about to time stops the compile process instead of waiting for its step: with one lane
-on the H200, a first verdict waited 18.6 s at the gate for compiles ahead (session 37). The
-Inductor capture of a start (loop/inductor_start.py), a child process that allocates and fills
-the task's inputs on the GPU and compiles for seconds to minutes, is started with the gate held
-shared and enlisted until it ends (loop/devices.py ``Devices.gpu_child``): before, it held the
-gate shared from start to end, and every timed phase of every verdict waited for it. Unheld, that work landed inside other verdicts' timed
+GPU work of the run outside any judge is enlisted, or holds the gate shared, from the event
+loop. The Inductor capture of a start (loop/inductor_start.py), a child process that allocates
+and fills the task's inputs on the GPU and compiles for seconds to minutes, is started with the
+gate held shared and enlisted until it ends (loop/devices.py ``Devices.gpu_child``): before, it
+held the gate shared from start to end, and every timed phase of every verdict waited for it. A
+compile ahead's steps of GPU work (loop/compile_ahead.py) hold it shared (``shared_async``) and
+are never stopped: a step is where Inductor autotunes its kernels, and a stop in the middle of
+a benchmark could make it choose a slower one, a slower torch.compile baseline for the whole
+night (a first verdict with one lane waited 18.6 s at the gate for them on the H200, session 37). Unheld, that work landed inside other verdicts' timed
 windows on the H200 (an honest start's audit read 29% slower than its verdict and was demoted),
 and inside a baseline's it would have inflated a speedup.
 """
@@ -208,20 +209,6 @@ class DeviceGate:
                 while mine and (self._writer is not None or self._waiting_writers):
                     self._cond.wait()
                 self._shared += mine
-
-    @contextlib.asynccontextmanager
-    async def enlisted_async(self, pid: int) -> AsyncIterator[None]:
-        """A step of GPU work of a trusted process of the run, ``pid`` (a compile ahead, from the
-        event loop): enlisted like a candidate's worker, with the gate held shared only to enlist
-        it (nobody times meanwhile), so that a judge that times stops the process (and its tree)
-        instead of waiting for the step to end. What it queued on the GPU before it was stopped
-        is the reference worker's quiet probe's to wait out, as a worker's is."""
-        async with self.shared_async():
-            token = self.enlist_process(pid)
-        try:
-            yield
-        finally:
-            self.delist(token)
 
     def enlist_process(self, pid: int) -> int:
         """Enlist a trusted process of the run's, ``pid`` and its tree: every judge that times stops
