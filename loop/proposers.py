@@ -20,8 +20,8 @@ hear every verdict through ``observe``. The runner does not know which one it dr
   tasks that is, ``needs_start`` says, for ``propose`` and for the runner alike: the runner hands
   them to ``prepare`` in the order it will first pick them, and their starts are derived in the
   background from the start of the run (a child process each, compiling for seconds), a few ahead
-  of the producer taking them (each holds the GPU's gate shared, and a verdict's timed phases wait
-  for it); a task's first proposal waits only for its own derivation, and the GPU is not left idle
+  of the producer taking them (each child is stopped while a verdict times: ``Devices.gpu_child``;
+  and each takes cores and GPU memory); a task's first proposal waits only for its own derivation, and the GPU is not left idle
   while each task's is made in turn. A derivation that cannot run is a ``NoStart`` saying why.
   ``reach`` counts the configurations its starting kernels can give, so a run can say up front
   that an attempt budget is out of reach.
@@ -254,10 +254,12 @@ class OfflineTuner:
         """Derive the Inductor start of each of ``tasks`` (those that ``needs_start``), in their
         order, in the background: the runner's producer then finds a task's start derived, or waits
         for that one alone, instead of deriving every task's in turn. Only ``PREPARED_AHEAD`` are
-        derived ahead of the producer taking them (``_feed``): each derivation holds the GPU's gate
-        shared while it compiles for seconds, and every timed phase of a verdict waits for the
-        holders to let go, so 43 KernelBench starts derived at once would hold back every verdict
-        of the run's first minutes for starts that are not needed yet."""
+        derived ahead of the producer taking them (``_feed``): each derivation compiles for
+        seconds in a child process, on the CPU cores and the GPU the verdicts use (stopped while
+        one times: ``Devices.gpu_child``), so 43 KernelBench starts derived at once would slow
+        every verdict of the run's first minutes for starts that are not needed yet. Before
+        session 37 each child held the GPU's gate shared from start to end, and every timed phase
+        waited for it."""
         self._queued.extend(tasks)
         self._feed()
 
