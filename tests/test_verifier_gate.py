@@ -682,3 +682,37 @@ def test_a_job_that_does_not_stop_times_nothing(monkeypatch):
     done.set()
     thread.join(LONG)
     assert worker.events == ["pause", "resume"] and gate._writer is None
+
+
+def test_a_waiting_judges_own_worker_that_does_not_stop_still_gets_its_turn(monkeypatch):
+    """A judge that waits for the gate stops its own worker; where some process of it does not
+    stop, the judge still times once the gate is free (its own worker runs in its own window
+    anyway) and resumes what did stop: never an error out of the gate, never a worker left stopped."""
+    from kernforge.sandbox import procs
+    from kernforge.verifier.judge import Judge, JudgeOptions
+
+    monkeypatch.setattr(procs, "freeze_many", lambda targets: [(set(), False) for _ in targets])
+    gate = DeviceGate(2)
+    judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=gate)
+    worker = _Recorded()
+    session = _bookkept(worker)
+    inside, release = threading.Event(), threading.Event()
+
+    def other_lane():
+        with gate.shared():
+            inside.set()
+            release.wait(LONG)
+
+    thread = run(other_lane)
+    assert inside.wait(LONG)
+    def our_lane():
+        with judge._gpu_alone(session):
+            worker.events.append("timed")
+
+    ours = run(our_lane)
+    until(lambda: gate._waiting_writers, "our judge waits")
+    release.set()
+    thread.join(LONG)
+    ours.join(LONG)
+    assert worker.events == ["pause", "resume", "timed"]
+    assert session.stopped_seconds() >= 0 and session._stopped_at is None

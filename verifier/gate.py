@@ -174,7 +174,10 @@ class DeviceGate:
         with self._cond:
             free = self._writer is None and self._shared == mine and not self._waiting_writers
         if not free and own is not None:
-            own.pause()
+            try:
+                own.pause()
+            except procs.NotStopped:  # what did stop is resumed below; the rest ran on while it waited
+                pass
         with self._cond:
             self._shared -= mine
             self._waiting_writers += 1
