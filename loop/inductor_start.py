@@ -148,10 +148,6 @@ async def output_code_async(task: Task, device_kind: str = "cpu", *, timeout_s: 
 async def _child_reply(command: list[str], timeout_s: float, hold: GpuHold | None = None) -> dict | NoStart:
     """The capture child's JSON reply, or why there is none; the child is killed on a timeout or
     when the caller is cancelled. It is started and kept by ``hold`` where one is given."""
-    return await _child_reply_held(command, timeout_s, hold)
-
-
-async def _child_reply_held(command: list[str], timeout_s: float, hold: GpuHold | None = None) -> dict | NoStart:
     with tempfile.TemporaryDirectory(prefix="kernforge-inductor-") as tmp:
         async def start() -> asyncio.subprocess.Process:
             return await asyncio.create_subprocess_exec(*command, env=_child_env(tmp), stdout=asyncio.subprocess.PIPE,

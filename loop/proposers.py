@@ -244,7 +244,7 @@ class OfflineTuner:
 
     async def aclose(self) -> None:
         """Cancel the Inductor starts still being derived (each one's child process is killed:
-        ``inductor_start._child_reply_held``) and wait for them, so a stopped run leaves none behind."""
+        ``inductor_start._child_reply``) and wait for them, so a stopped run leaves none behind."""
         self._queued.clear()
         for derivation in self._derivations.values():
             derivation.cancel()

@@ -332,10 +332,6 @@ class Session(Protocol):
         (whose descriptors are closed) or a job that closed its end of the descriptor channel."""
         ...
 
-    def extend(self, seconds: float) -> None:
-        """Push the wall deadline back by ``seconds``: time the parent kept the job waiting."""
-        ...
-
     def strays(self) -> list[str]:
         """Processes the job started that are still running (``pid command``), read from outside
         the worker; empty where its processes cannot be seen."""

@@ -203,11 +203,6 @@ class ProcessSession:
                 self._timeout(timeout if end.per_call else None)
             self._read_fds(sock, min(remaining, POLL_SECONDS))
 
-    def extend(self, seconds: float) -> None:
-        """Push the wall deadline back by ``seconds`` (the parent kept the job waiting that long)."""
-        with self._lock:
-            self.deadline += max(0.0, seconds)
-
     def strays(self) -> list[str]:
         """Processes alive in the worker's tree now that were not there when its job began (each
         as ``pid command``, the command as the process names itself, cut short): what the job
@@ -251,8 +246,7 @@ class ProcessSession:
     def stoppable(self) -> bool:
         """Whether ``pause`` can stop the job: the parent sees its processes (a container's it does
         not where the engine runs in another pid namespace) and it has not ended."""
-        target = getattr(self.worker, "freeze_target", None)
-        return target is None or target() is not None
+        return self.worker.freeze_target() is not None
 
     def _begin_stop(self) -> bool:
         """The stop's start noted; False where the job is stopped already."""
@@ -525,12 +519,7 @@ def _freeze(sessions: Sequence[ProcessSession]) -> None:
     whose processes the parent cannot see, is not counted as stopped (its time is its own)."""
     batch = []
     for session in sessions:
-        target = getattr(session.worker, "freeze_target", None)
-        if target is None:  # a worker that stops its job itself
-            if session._begin_stop():
-                session.worker.pause()
-            continue
-        where = target()
+        where = session.worker.freeze_target()
         if where is not None and session._begin_stop():
             batch.append((session, where))
     stuck = []

@@ -153,12 +153,6 @@ class Worker:
             return self.proc.pid, self.lease.uid if self.lease is not None else None
         return None
 
-    def pause(self) -> None:
-        """Stop every process of the job until ``resume`` (procs.freeze)."""
-        target = self.freeze_target()
-        if target is not None:
-            self.stopped(procs.freeze(*target))
-
     def stopped(self, pids: set[int]) -> None:
         """``pids`` were stopped for this job (procs.freeze_many): ``resume`` lets them go on."""
         self._paused |= pids

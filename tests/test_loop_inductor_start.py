@@ -41,7 +41,7 @@ def _output_code(stem: str) -> str | NoStart:
 
 
 def _raw_reply(stem: str) -> dict | NoStart:
-    """The capture child's own reply (``_child_reply_held``) behind ``_captured(stem)``."""
+    """The capture child's own reply (``_child_reply``) behind ``_captured(stem)``."""
     return copy.deepcopy(_captures()[("raw", stem)])
 
 
@@ -65,7 +65,7 @@ def _captures() -> dict[tuple[str, str], object]:
     jobs = [(("start", s), lambda s=s: inductor_start.captured_async(task(s), "cpu")) for s in _STARTS]
     jobs += [(("code", s), lambda s=s: output_code_async(task(s), "cpu")) for s in _OUTPUT_CODES]
     raw: dict[tuple[str, str], object] = {}
-    held = inductor_start._child_reply_held
+    held = inductor_start._child_reply
 
     async def recorded(command: list[str], timeout_s: float, hold=None):
         reply = await held(command, timeout_s, hold)
@@ -83,7 +83,7 @@ def _captures() -> dict[tuple[str, str], object]:
         return dict(zip([key for key, _ in jobs], await asyncio.gather(*(one(make) for _, make in jobs))))
 
     with pytest.MonkeyPatch.context() as monkeypatch:  # only while these captures run, before any test's patch
-        monkeypatch.setattr(inductor_start, "_child_reply_held", recorded)
+        monkeypatch.setattr(inductor_start, "_child_reply", recorded)
         done = asyncio.run(all_of())
     return done | raw
 
@@ -293,7 +293,7 @@ def test_without_a_usable_static_capture_the_start_is_dynamic_only_and_says_why(
             reply["static"]["wrapper"] = reply["static"]["wrapper"].replace("empty_strided_cpu(", "extern_kernels.empty(", 1)
         return reply
 
-    monkeypatch.setattr(inductor_start, "_child_reply_held", static_broken)
+    monkeypatch.setattr(inductor_start, "_child_reply", static_broken)
     task = load_task(COPIES / "26_GELU_.py")  # the smallest start: the fallback is the same for any op
     start = derive(task, "cpu")
     assert isinstance(start, Start), start

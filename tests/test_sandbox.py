@@ -84,16 +84,6 @@ def test_conversation(pool):
         assert session.recv(30) == {"op": "stopped"}
 
 
-def test_a_job_the_parent_kept_waiting_gets_that_time_back(pool):
-    """``extend``: time the parent spent before asking (another lane's timed phase on the GPU)
-    is not the job's; its wall deadline moves back by it."""
-    with pool.session("sandbox_jobs.hostile:conversation", {}, Limits(wall_seconds=1, cpu_seconds=60)) as session:
-        session.extend(60)
-        threading.Event().wait(2)  # past the first deadline: the monitor checks every 0.1 s
-        session.send({"op": "ask", "value": 4})
-        assert session.recv(30) == {"op": "answer", "value": 8}
-
-
 # ---- hostile jobs -----------------------------------------------------------------------------
 def test_infinite_loop_times_out(pool):
     only_once(pool)

@@ -186,9 +186,6 @@ class _Session:
     def __init__(self):
         self.events: list[str] = []
 
-    def extend(self, seconds):
-        pass
-
     def pause(self):
         self.events.append("pause")
 

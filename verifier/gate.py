@@ -35,7 +35,8 @@ A judge waiting to time goes before any judge waiting to hold the gate shared (w
 preference): timing is never starved by a stream of requests. A verdict that needs more of the
 GPU's memory than a lane's share holds the gate exclusively from start to end (``Judge.verify``),
 every other lane's worker stopped meanwhile. The time a judge waits for the gate is not its
-candidate's: its worker's wall deadline moves back by it (``Session.extend``).
+candidate's: its worker is stopped meanwhile (``exclusive``'s ``own``), and a stopped job's
+deadline moves back by the seconds it was stopped (``Session.stopped_seconds``).
 
 With one lane (the default) the gate is never contended and stops nothing.
 
