@@ -141,6 +141,34 @@ def test_a_lane_plans_for_its_share_and_a_large_task_holds_the_gpu_alone():
     assert not small._needs_the_gpu(small.check_fits(task)) and large._needs_the_gpu(large.check_fits(task))
 
 
+def test_a_baselines_calls_and_cache_key_do_not_depend_on_the_lanes(tmp_path):
+    """A baseline is kept per call count. Four lanes fit fewer calls per batch than one, so a
+    baseline cached by a four-lane night was measured again by a one-lane night, every task's
+    (H200, session 37). Its calls are the batch window's, capped where the batch has long
+    outgrown the L2 cache, never what a lane's arena fits; a small call keeps the window's."""
+    from kernforge.tasks.spec import Shape
+    from kernforge.verifier import judge as J
+
+    task = load_task(TASKS / "tiny_norm")
+    big, small = Shape.of({"T": 1, "H": 2}), Shape.of({"T": 1, "H": 1})
+    sizes = {big.params: {"input_bytes": 2 * GIB, "output_bytes": 2 * GIB},
+             small.params: {"input_bytes": 8 << 10, "output_bytes": 8 << 10}}
+    plans, calls, keys = {}, {}, {}
+    for lanes, share in ((1, 1.0), (4, 0.25)):
+        judge = _GpuJudge(139.8, 2.0)
+        judge.options = JudgeOptions(batch_window_ms=50.0)  # 50 big calls at the floor: more than a lane fits
+        judge.environment = lambda: {"memory_gib": 139.8, "l2_bytes": 50 << 20, "gpu": "test"}
+        judge.ceilings = lambda: {"bandwidth_gbps": 4000.0, "tflops": 800.0}
+        judge.gate, judge._memory_share = DeviceGate(lanes), share
+        plans[lanes] = judge._batch_plan(task, sizes, [big, small])
+        calls[lanes] = {s: judge._baseline_calls(task, s, sizes[s.params]) for s in (big, small)}
+        keys[lanes] = judge._baseline_key(task, big, calls[lanes][big])
+    assert plans[4][big.params] < plans[1][big.params], "a lane's batches are smaller"
+    assert calls[1] == calls[4] and keys[1] == keys[4]
+    assert calls[1][big] == J.BASELINE_MIN_CALLS  # 4 GiB a call: the cache is outgrown by one
+    assert calls[1][small] == plans[1][small.params] == JudgeOptions().max_batch_calls  # launch-bound: a window's worth
+
+
 @pytest.mark.parametrize("words", [
     "the task's reference failed on prepare: OutOfMemoryError: CUDA out of memory",
     # the arena's own allocation through the driver (four lanes on the H200: fused_moe was set aside)

@@ -129,6 +129,12 @@ HIDDEN_TIMING = ("audit", "always", "never")
 
 #: profiled workers started per audit before it says there is no Nsight Compute record
 PROFILE_ATTEMPTS = 2
+#: a baseline's batch outgrows the L2 cache this many times over (Judge._baseline_calls) ...
+BASELINE_COLD_L2 = 4
+#: ... and has at least this many calls
+BASELINE_MIN_CALLS = 8
+#: the L2 cache's size where the GPU does not say (the H100's and H200's is 50-60 MB)
+DEFAULT_L2_BYTES = 64 << 20
 
 
 @dataclass
@@ -476,7 +482,7 @@ class Judge:
         layout = self._arena_layout(sizes, checked, plan)
         self._spent("plan", t0)
         if self.on_gpu and self.options.baselines:
-            self._state.baselines = self._baselines(task, [s for s, _ in timed], plan, init_seed)
+            self._state.baselines = self._baselines(task, [s for s, _ in timed], sizes, init_seed)
         try:
             with self._candidate_session(self.candidates, source, task, init_seed, layout) as (session, arena_size):
                 return self._judge(session, task, own, init_seed, sizes, plan, timed, arena_size)
@@ -1119,7 +1125,8 @@ class Judge:
         return key_of("baseline", 3, source, shape.as_dict(), task.dtype("cuda"), calls, env.get("gpu"), env.get("driver"),
                       env.get("torch"), env.get("triton"), env.get("cuda"))
 
-    def _baselines(self, task: Task, shapes: list[Shape], plan: dict[tuple, int], init_seed: int) -> dict[tuple, dict[str, Any]]:
+    def _baselines(self, task: Task, shapes: list[Shape], sizes: dict[tuple, dict[str, Any]],
+                   init_seed: int) -> dict[tuple, dict[str, Any]]:
         """The eager, torch.compile and library baselines of each of ``shapes``: from the cache,
         or measured now, before the candidate's worker exists. Measured beside it, a thread or
         process of its own could launch GPU work into the baseline's windows (the quiet probe
@@ -1130,9 +1137,22 @@ class Judge:
         got: dict[tuple, dict[str, Any]] = {}
         for shape in shapes:
             if shape.params not in got:
-                got[shape.params] = self._baseline(task, shape, plan[shape.params], task.distributions[0], init_seed)
+                calls = self._baseline_calls(task, shape, sizes[shape.params])
+                got[shape.params] = self._baseline(task, shape, calls, task.distributions[0], init_seed)
         self._spent("baselines", t0)
         return got
+
+    def _baseline_calls(self, task: Task, shape: Shape, entry: Mapping[str, Any]) -> int:
+        """Calls per baseline batch: the batch window's worth (``_wanted_calls``), but no more than
+        it takes for the batch's bytes to outgrow the L2 cache ``BASELINE_COLD_L2`` times over (at
+        least ``BASELINE_MIN_CALLS``). Never what the arena fits: that depends on the lanes' share
+        of the GPU's memory, and a baseline cached under four lanes' call count was measured again
+        under one (every task, a night's first verdicts: H200, session 37). Past the cache a
+        call's time does not depend on how many follow it."""
+        moved = entry["input_bytes"] + entry["output_bytes"] + entry.get("param_bytes", 0)
+        l2 = int(self.environment().get("l2_bytes") or DEFAULT_L2_BYTES)
+        cold = max(BASELINE_MIN_CALLS, math.ceil(BASELINE_COLD_L2 * l2 / max(moved, 1)))
+        return max(1, min(self._wanted_calls(task, shape, entry), cold))
 
     def _baseline(self, task: Task, shape: Shape, calls: int, dist: str, init_seed: int) -> dict[str, Any]:
         """One shape's baselines: cached, or torch.compile's compile made while the judge holds the
@@ -1184,26 +1204,29 @@ class Judge:
         kernel at the roofline floor (the task's own, and at least the time to move each call's
         bytes once: a KernelBench problem has no roofline, and 512 calls of a 10 ms GEMM made
         a verdict of a minute), no more than the arena allows."""
-        ceilings = self.ceilings()
         budget = self._arena_budget()
         plan = {}
         for shape in shapes:
-            line = runtime.roofline(task, shape, task.dtype("cuda"))
-            floor_us = 0.0
-            if line is not None and ceilings.get("bandwidth_gbps") and ceilings.get("tflops"):
-                floor_us = 1e6 * line.floor_seconds(ceilings["bandwidth_gbps"] * 1e9, ceilings["tflops"] * 1e12)
             entry = sizes[shape.params]
-            if ceilings.get("bandwidth_gbps"):  # every call reads its inputs and weights and writes its outputs
-                moved = entry["input_bytes"] + entry["output_bytes"] + entry.get("param_bytes", 0)
-                floor_us = max(floor_us, 1e6 * moved / (ceilings["bandwidth_gbps"] * 1e9))
-            per_call = max(floor_us, self.options.min_call_us)
-            want = math.ceil(self.options.batch_window_ms * 1e3 / per_call)
             # the inputs twice (the arena's and the reference worker's pristine copy); both batch
             # sizes' outputs at once (a long batch's and an eighth more)
             per_set = 2 * entry["input_bytes"] + 2.25 * entry["output_bytes"]
             fits = max(1, int(budget // max(per_set, 1)))
-            plan[shape.params] = int(max(1, min(want, fits, self.options.max_batch_calls)))
+            plan[shape.params] = max(1, min(self._wanted_calls(task, shape, entry), fits))
         return plan
+
+    def _wanted_calls(self, task: Task, shape: Shape, entry: Mapping[str, Any]) -> int:
+        """Calls for a batch of ``batch_window_ms`` at the roofline floor (at most ``max_batch_calls``)."""
+        ceilings = self.ceilings()
+        line = runtime.roofline(task, shape, task.dtype("cuda"))
+        floor_us = 0.0
+        if line is not None and ceilings.get("bandwidth_gbps") and ceilings.get("tflops"):
+            floor_us = 1e6 * line.floor_seconds(ceilings["bandwidth_gbps"] * 1e9, ceilings["tflops"] * 1e12)
+        if ceilings.get("bandwidth_gbps"):  # every call reads its inputs and weights and writes its outputs
+            moved = entry["input_bytes"] + entry["output_bytes"] + entry.get("param_bytes", 0)
+            floor_us = max(floor_us, 1e6 * moved / (ceilings["bandwidth_gbps"] * 1e9))
+        per_call = max(floor_us, self.options.min_call_us)
+        return int(max(1, min(math.ceil(self.options.batch_window_ms * 1e3 / per_call), self.options.max_batch_calls)))
 
     def _arena_budget(self, share: float | None = None) -> int:
         """Bytes the arena's batches may take: ``arena_share`` of the GPU's memory, of the verdict's share of it."""
