@@ -27,7 +27,7 @@ import glob
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import shapes as kb_shapes
+from . import draws, shapes as kb_shapes
 from .errors import TaskError
 from .runtime import load_module
 from .shapes import int_globals as _int_globals
@@ -53,6 +53,7 @@ META_FIELDS = {
 META_FUNCTIONS = {
     "make_inputs": "make_inputs(shape, dist, dtype, device, generator) -> list",
     "roofline": "roofline(shape, dtype) -> (bytes, flops)",
+    "draw_hidden_shape": "draw_hidden_shape(rng, device) -> dict: a hidden shape drawn for one verdict (tasks/draws.py)",
 }
 
 
@@ -236,7 +237,7 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
     unsupported = meta.get("INTERPRETER_UNSUPPORTED")
     library = _library(where, meta)
 
-    return Task(
+    task = Task(
         name=name,
         ref=ref,
         reference_path=reference_path,
@@ -256,6 +257,8 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
         interpreter_unsupported=str(unsupported) if unsupported else None,
         library=library,
     )
+    draws.check(task)
+    return task
 
 
 def _library(where: Path, meta: dict[str, Any]) -> LibraryBaseline | None:

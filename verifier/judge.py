@@ -13,6 +13,8 @@ verdict rests only on what those trusted processes measured or read themselves:
   the number of calls whose outputs it then verifies (THREATS #8, #9, #11-#13);
 * order: the public shapes are checked, then timed, and only then is a hidden shape sent: a
   process that has seen one never produces a figure a prompt shows (THREATS #14);
+* hidden shapes: the task's fixed ones, and ones drawn for this verdict alone (tasks/draws.py),
+  so that what a worker can tell a later one about the shapes it saw is worth nothing;
 * every reply from the candidate's worker is parsed against its schema (messages.py) before any
   field is used; a malformed one is a rejection, never an exception (#9).
 
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 from kernforge.sandbox.protocol import Backend, FailureKind, Limits, SandboxError, Session, WorkerFailure
-from kernforge.tasks import runtime
+from kernforge.tasks import draws, runtime
 from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
@@ -113,11 +115,20 @@ class JudgeOptions:
     private_paths: tuple[str, ...] = ()
     #: tests switch the static screen off to show each runtime defence working on its own
     static_screen: bool = True
+    #: hidden shapes drawn for each verdict beside the task's fixed ones (tasks/draws.py), each
+    #: checked at one input distribution drawn too; 0 draws none
+    drawn_shapes: int = 1
 
     def __post_init__(self) -> None:
+        if self.drawn_shapes < 0:
+            raise ValueError(f"drawn_shapes must be 0 or more, not {self.drawn_shapes}")
         if self.time_hidden not in HIDDEN_TIMING:
             raise ValueError(f"time_hidden must be one of {', '.join(HIDDEN_TIMING)}, not {self.time_hidden!r}")
 
+
+#: where the hidden shapes a verdict checks beside the task's fixed ones, and their input
+#: distributions, are drawn from: the operating system's, which no candidate can predict
+_RANDOM = secrets.SystemRandom()
 
 #: a verdict planned for the GPU's free memory, where that was less than this share of a lane's
 #: (of the whole GPU with one lane), and out of memory, is left unjudged (Judge._verify_free)
@@ -191,6 +202,10 @@ class _Verdict:
     saw_hidden: bool = False
     #: the custom ops the source defines (kernels.own_op_names): the candidate's, whatever their namespace
     own_ops: tuple[str, ...] = ()
+    #: hidden shapes drawn for this verdict alone, checked after the task's fixed ones (tasks/draws.py)
+    drawn: tuple[Shape, ...] = ()
+    #: drawn shapes left unchecked: a call of them needs more memory than any declared shape's
+    drawn_too_large: tuple[Shape, ...] = ()
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -322,7 +337,8 @@ class Judge:
             sandbox = getattr(self.candidates, "name", "?") + (f"/{mech.name}" if mech is not None else "")
             o = self.options
             self._env = dict(env, sandbox=sandbox, judged_with=f"screen={'on' if o.static_screen else 'off'} "
-                                                               f"time_hidden={o.time_hidden} time_shapes={o.time_shapes}")
+                                                               f"time_hidden={o.time_hidden} time_shapes={o.time_shapes} "
+                                                               f"drawn_shapes={o.drawn_shapes}")
         return self._env
 
     def device_memory(self) -> dict[str, int]:
@@ -387,6 +403,10 @@ class Judge:
         if self._state.calibration:
             env["calibration"] = self._state.calibration
         env["phase_seconds"] = {k: round(v, 3) for k, v in sorted(self._phases.items(), key=lambda kv: -kv[1])}
+        if self._state.drawn:  # for people reading the archive; a prompt never shows a verdict's environment
+            env["drawn_shapes"] = [s.as_dict() for s in self._state.drawn]
+        if self._state.drawn_too_large:  # the task's drawer strayed: said, and not checked
+            env["drawn_too_large"] = [s.as_dict() for s in self._state.drawn_too_large]
         if isinstance(verdict, Accepted):
             return dataclasses.replace(verdict, environment=env)
         evidence = dict(verdict.evidence, **{SAW_HIDDEN: True}) if self._state.saw_hidden else verdict.evidence
@@ -477,7 +497,11 @@ class Judge:
         checked = list(task.shapes(kind, hidden=False)) + list(task.shapes(kind, hidden=True))
         timed = self._timed_shapes(task)
         t0 = time.perf_counter()
-        sizes = self._shape_sizes(task, checked + [s for s, _ in timed], init_seed)
+        drawn = list(draws.draw(task, kind, self.options.drawn_shapes, _RANDOM))
+        sizes = self._shape_sizes(task, checked + drawn + [s for s, _ in timed], init_seed)
+        self._state.drawn = _within(drawn, checked, sizes)
+        self._state.drawn_too_large = tuple(s for s in drawn if s not in self._state.drawn)
+        checked += self._state.drawn
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan)
         self._spent("plan", t0)
@@ -741,6 +765,8 @@ class Judge:
                     for k in range(repeats):
                         items.append(_Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2,
                                            repeat_of=first.key, last_repeat=k == repeats - 1))
+        for shape in self._state.drawn if hidden else ():  # drawn for this verdict: one call each, at a distribution drawn too
+            items.append(_Call(shape, _RANDOM.choice(task.distributions), True, uuid.uuid4().hex, half=len(items) % 2))
         return items
 
     def _check_all(self, session: Session, task: Task, hidden: bool, init_seed: int, own: list[str],
@@ -1259,6 +1285,14 @@ class Judge:
         else:
             heap = 2 * check_out + (1 << 20)
         return {"size": input_bytes + _round(heap), "input_bytes": input_bytes}
+
+
+def _within(drawn: list[Shape], declared: list[Shape], sizes: dict[tuple, dict[str, Any]]) -> tuple[Shape, ...]:
+    """The drawn shapes a call of which needs no more memory than the largest declared shape's
+    (fits.need): the memory plan, the arena and ``TaskTooLarge`` rest on the declared shapes, and
+    a task's drawer that strays past them is the task's slip, never a candidate's failure."""
+    most = max((fits.need(sizes[s.params]) for s in declared), default=0)
+    return tuple(s for s in drawn if fits.need(sizes[s.params]) <= most)
 
 
 def _ran_out_of_memory(verdict: Verdict) -> bool:

@@ -74,3 +74,15 @@ def roofline(shape, dtype):
     nbytes = t * h * elem + t * h * 1 + t * 4  # read x, write q (1 byte) and the scales
     flops = 3 * t * h  # |x| and max, divide, clamp
     return nbytes, flops
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int, size
+
+    if device == "cpu":
+        h = size(rng, 16, 1536, 64)
+        return {"T": log_int(rng, 1, min(33, 33 * 1100 // h)), "H": h}
+    h = size(rng, 16, 18944, 128)
+    return {"T": log_int(rng, 1, min(16384, 16384 * 8192 // h)), "H": h}

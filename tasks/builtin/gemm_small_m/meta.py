@@ -67,3 +67,14 @@ def roofline(shape, dtype):
     nbytes = (m * k + n * k + m * n) * elem  # read x and w once, write y once
     flops = 2 * m * n * k
     return nbytes, flops
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int, size
+
+    if device == "cpu":
+        return {"M": log_int(rng, 1, 33), "N": size(rng, 16, 192, 16), "K": size(rng, 16, 320, 16)}
+    n = size(rng, 16, 28672, 128)
+    return {"M": log_int(rng, 1, 64), "N": n, "K": size(rng, 16, min(14336, 28672 * 8192 // n), 128)}

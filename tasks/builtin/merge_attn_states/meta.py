@@ -91,3 +91,15 @@ def roofline(shape, dtype):
     nbytes = 3 * t * h * d * elem + 3 * h * t * 4
     flops = 3 * t * h * d + 10 * t * h  # two multiplies and an add per element; the weights
     return nbytes, flops
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int
+
+    if device == "cpu":
+        h, d = log_int(rng, 1, 5), rng.choice((64, 96, 128))
+        return {"T": log_int(rng, 1, min(19, 16 * 4 * 128 // (h * d))), "H": h, "D": d}
+    h, d = log_int(rng, 1, 128), rng.choice((64, 96, 128))
+    return {"T": log_int(rng, 1, min(16384, 16384 * 32 * 128 // (h * d))), "H": h, "D": d}

@@ -99,3 +99,15 @@ def roofline(shape, dtype):
 
 # No library baseline: Liger-Kernel 0.8.5 has no routing op (its fused MoE takes the top-k ids and
 # weights already computed).
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int
+
+    if device == "cpu":
+        e = log_int(rng, 2, 64)
+        return {"T": log_int(rng, 1, 9), "E": e, "K": rng.randint(1, min(8, e))}
+    e = log_int(rng, 2, 256)
+    return {"T": log_int(rng, 1, min(16384, 8191 * 256 // e)), "E": e, "K": rng.randint(1, min(8, e))}

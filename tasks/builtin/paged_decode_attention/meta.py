@@ -98,3 +98,21 @@ def roofline(shape, dtype):
     nbytes = 2 * tokens * nkv * d * elem + 2 * b * nq * d * elem + b * 4 + pages * 4
     flops = 4 * nq * d * tokens  # q.k and p.v for every query head and token
     return nbytes, flops
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int
+
+    # NQ is a multiple of NKV (grouped-query attention); head sizes and block sizes are the ones
+    # models and vLLM's cache use
+    if device == "cpu":
+        nkv, d, b = rng.choice((1, 2)), rng.choice((32, 48, 64)), log_int(rng, 1, 4)
+        longest = 3 * 112 * 64 // (b * nkv * d) // 16 * 16  # the largest declared cache, whole blocks
+        return {"B": b, "NQ": nkv * rng.choice((1, 2, 3)), "NKV": nkv, "D": d,
+                "BLOCK_SIZE": rng.choice((8, 16)), "MAX_LEN": log_int(rng, 1, min(100, longest))}
+    nkv = rng.choice((1, 2, 4, 8))
+    b = log_int(rng, 1, 256)
+    return {"B": b, "NQ": nkv * rng.choice((1, 2, 4, 5, 8)), "NKV": nkv, "D": rng.choice((64, 96, 128)),
+            "BLOCK_SIZE": rng.choice((8, 16, 32)), "MAX_LEN": log_int(rng, 1, min(65536, 256 * 2048 // b // 32 * 32))}

@@ -84,3 +84,20 @@ def roofline(shape, dtype):
     # read the slot mapping; read key and value of the written tokens and write them once
     nbytes = 8 * t + 4 * written * nkv * d * elem
     return nbytes, 0
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int
+
+    # every token's slot is a distinct one of the cache's NUM_BLOCKS * BLOCK_SIZE
+    if device == "cpu":
+        nkv, d, bs = log_int(rng, 1, 4), rng.choice((32, 64, 96)), rng.choice((4, 8, 16))
+        blocks = 8 * 16 * 4 * 64 // (bs * nkv * d)
+        t = log_int(rng, 1, min(21, 16 * 4 * 64 // (nkv * d), blocks * bs))
+        return {"T": t, "NKV": nkv, "D": d, "NUM_BLOCKS": log_int(rng, -(-t // bs), min(8, blocks)), "BLOCK_SIZE": bs}
+    nkv, d, bs = rng.choice((1, 2, 4, 8, 16)), rng.choice((64, 96, 128, 256)), rng.choice((16, 32, 64))
+    blocks = 4096 * 16 * 8 * 128 // (bs * nkv * d)  # at most the largest public cache
+    t = log_int(rng, 1, min(16384 * 8 * 128 // (nkv * d), blocks * bs))  # at most the largest public call's tokens
+    return {"T": t, "NKV": nkv, "D": d, "NUM_BLOCKS": log_int(rng, -(-t // bs), min(4096, blocks)), "BLOCK_SIZE": bs}

@@ -68,3 +68,14 @@ def liger_rms_norm(x, weight):
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
     return LigerRMSNormFunction.apply(x, weight, 1e-6, 0.0, "gemma", False)  # eps as the reference's EPS
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int, size
+
+    if device == "cpu":
+        h = size(rng, 16, 512, 64)
+        return {"T": log_int(rng, 1, min(33, 33 * 384 // h)), "H": h}
+    return {"T": log_int(rng, 1, 16384), "H": size(rng, 16, 8192, 128)}

@@ -71,3 +71,14 @@ def roofline(shape, dtype):
     nbytes = (t * h + h) * elem + t * h * 1 + t * 4
     flops = 7 * t * h  # square, sum, normalise, weight, |y| and max, divide, clamp
     return nbytes, flops
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int, size
+
+    if device == "cpu":
+        h = size(rng, 16, 1536, 64)
+        return {"T": log_int(rng, 1, min(33, 33 * 1100 // h)), "H": h}
+    return {"T": log_int(rng, 1, 16384), "H": size(rng, 16, 8192, 128)}

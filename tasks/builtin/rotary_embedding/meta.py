@@ -105,3 +105,20 @@ def liger_rotary_embedding(positions, query, key, cos_sin_cache):
     k = key.view(1, tokens, -1, head_dim).transpose(1, 2)
     q, k = LigerRopeFunction.apply(q, k, cos, sin, None, 1, head_dim)
     return q.transpose(1, 2).reshape(query.shape), k.transpose(1, 2).reshape(key.shape)
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int
+
+    # every token has a distinct position below MAX_POS
+    if device == "cpu":
+        nq, d = log_int(rng, 1, 6), rng.choice((64, 96, 128))
+        nk = log_int(rng, 1, nq)
+        t = log_int(rng, 1, min(13, 13 * 8 * 64 // ((nq + nk) * d)))
+        return {"T": t, "NQ": nq, "NK": nk, "D": d, "MAX_POS": log_int(rng, max(t, 32), 128 * 128 // d)}
+    nq, d = log_int(rng, 1, 64), rng.choice((64, 96, 128))
+    nk = log_int(rng, 1, nq)
+    t = log_int(rng, 1, min(16384, 16384 * 40 * 128 // ((nq + nk) * d)))
+    return {"T": t, "NQ": nq, "NK": nk, "D": d, "MAX_POS": rng.choice([p for p in (2048, 4096, 8192, 32768, 131072) if p >= t])}

@@ -72,3 +72,15 @@ def liger_silu_and_mul(x):
     from liger_kernel.ops.swiglu import LigerFusedGateUpSiLUMulFunction
 
     return LigerFusedGateUpSiLUMulFunction.apply(x)
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int, size
+
+    if device == "cpu":
+        i = size(rng, 16, 512, 64)
+        return {"T": log_int(rng, 1, min(17, 17 * 333 // i)), "I": i}
+    i = size(rng, 16, 28672, 128)
+    return {"T": log_int(rng, 1, min(16384, 16384 * 8192 // i)), "I": i}

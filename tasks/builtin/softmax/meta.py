@@ -74,3 +74,15 @@ def liger_softmax(logits):
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
 
     return LigerSoftmaxFunction.apply(logits.float())
+
+
+# One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
+# the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
+def draw_hidden_shape(rng, device):
+    from kernforge.tasks.draws import log_int, size
+
+    if device == "cpu":
+        v = size(rng, 2, 10000, 128)
+        return {"B": log_int(rng, 1, min(5, 5 * 7777 // v)), "V": v}
+    v = size(rng, 2, 256000, 128)
+    return {"B": log_int(rng, 1, min(4096, 4096 * 32000 // v)), "V": v}
