@@ -44,12 +44,13 @@ def log_int(rng: random.Random, lo: int, hi: int) -> int:
     return min(hi, max(lo, int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1))))))
 
 
-def size(rng: random.Random, lo: int, hi: int, multiple: int = 1, odd: float = 0.3) -> int:
+def size(rng: random.Random, lo: int, hi: int, multiple: int = 1, odd: float = 0.3, align: int = 1) -> int:
     """A size in [lo, hi], log-uniform: a multiple of ``multiple`` (a model's widths are), or with
-    chance ``odd`` any integer at all (the odd, non-power-of-two sizes masks must handle)."""
+    chance ``odd`` any multiple of ``align`` (the odd, non-power-of-two sizes masks must handle;
+    ``align`` where the task's fixed hidden shapes never go below it, as vectorised loads need)."""
     if multiple > 1 and multiple <= hi and rng.random() >= odd:
         return multiple * log_int(rng, max(1, -(-lo // multiple)), hi // multiple)
-    return log_int(rng, lo, hi)
+    return align * log_int(rng, max(1, -(-lo // align)), hi // align)
 
 
 # ---- drawing ---------------------------------------------------------------------------------------

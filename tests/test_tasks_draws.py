@@ -42,13 +42,22 @@ def _bytes(task, shape, device):
     return moved, sum(x.numel() * x.element_size() for x in inputs if hasattr(x, "numel"))
 
 
+def _twos(n: int) -> int:
+    """The largest power of two dividing ``n``."""
+    return n & -n
+
+
 @pytest.mark.parametrize("name", builtin_names())
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_every_builtin_task_draws_new_shapes_within_its_declared_ones(name, device):
     """Each draw is a shape none of the declared ones is, with the same sizes named, that the
     reference can run, moving no more bytes than the largest declared shape (the judge's memory
-    plan rests on those), and the draws differ from one another: a space, not a list."""
+    plan rests on those), no less aligned than every declared shape is (an honest kernel's
+    vectorised loads were never asked for less), and the draws differ from one another: a
+    space, not a list."""
     task = load_task(name)
+    every = [*task.public_shapes, *task.hidden_shapes, *task.cpu_public_shapes, *task.cpu_hidden_shapes]
+    align = {k: min(_twos(s.as_dict()[k]) for s in every) for k in every[0].as_dict()}
     assert draws.describe(task), "every built-in task draws its hidden shapes"
     declared = [*task.shapes(device, hidden=False), *task.shapes(device, hidden=True)]
     sized = [_bytes(task, s, device) for s in declared]
@@ -61,6 +70,7 @@ def test_every_builtin_task_draws_new_shapes_within_its_declared_ones(name, devi
         assert shape not in declared and list(values) == list(declared[0].as_dict())
         assert all(isinstance(v, int) and v >= 1 for v in values.values())
         assert RELATIONS.get(name, lambda s: True)(values), shape.label
+        assert all(v % align[k] == 0 for k, v in values.items()), f"{shape.label} is less aligned than {align}"
         moved, held = _bytes(task, shape, device)
         assert moved <= most[0] and held <= most[1], f"{shape.label} moves or holds more than any declared shape"
         seen.add(shape)
@@ -95,6 +105,9 @@ def test_the_sizes_are_log_uniform_odd_sometimes_and_within_bounds():
     assert all(16 <= v <= 8192 for v in sizes)
     odd = sum(v % 128 != 0 for v in sizes) / len(sizes)
     assert 0.2 < odd < 0.4, "about three in ten are any integer at all"
+    assert sum(v % 2 for v in sizes) > 300, "odd sizes among them"
+    aligned = [draws.size(rng, 16, 8192, 128, align=8) for _ in range(2000)]
+    assert all(v % 8 == 0 and 16 <= v <= 8192 for v in aligned) and sum(v % 128 != 0 for v in aligned) > 400
     assert draws.log_int(rng, 5, 5) == 5 and draws.size(rng, 3, 3, 128) == 3
 
 

@@ -82,7 +82,7 @@ def draw_hidden_shape(rng, device):
     from kernforge.tasks.draws import log_int, size
 
     if device == "cpu":
-        h = size(rng, 16, 1536, 64)
+        h = size(rng, 16, 1536, 64, align=4)
         return {"T": log_int(rng, 1, min(33, 33 * 1100 // h)), "H": h}
-    h = size(rng, 16, 18944, 128)
+    h = size(rng, 16, 18944, 128, align=4)
     return {"T": log_int(rng, 1, min(16384, 16384 * 8192 // h)), "H": h}

@@ -129,10 +129,10 @@ def draw_hidden_shape(rng, device):
     from kernforge.tasks.draws import log_int, size
 
     if device == "cpu":
-        e, h = rng.choice((2, 4, 6, 8, 12)), size(rng, 16, 128, 8)
-        return {"T": log_int(rng, 1, 16 * 128 // h), "H": h, "I": size(rng, 16, min(64, 12 * 48 * 96 // (e * h)), 8), "E": e,
+        e, h = rng.choice((2, 4, 6, 8, 12)), size(rng, 16, 128, 8, align=8)
+        return {"T": log_int(rng, 1, 16 * 128 // h), "H": h, "I": size(rng, 16, min(64, 12 * 48 * 96 // (e * h)), 8, align=8), "E": e,
                 "TOPK": rng.randint(1, min(4, e))}
     e = rng.choice((8, 16, 32, 60, 64, 128, 256))
-    h = size(rng, 64, 7168, 128)
-    i = size(rng, 32, min(14336, 8 * 14336 * 4096 // (e * h)), 128)
+    h = size(rng, 64, 7168, 128, align=8)
+    i = size(rng, 32, min(14336, 8 * 14336 * 4096 // (e * h)), 128, align=8)
     return {"T": log_int(rng, 1, 8192), "H": h, "I": i, "E": e, "TOPK": rng.randint(1, min(8, e))}

@@ -107,7 +107,7 @@ def draw_hidden_shape(rng, device):
     from kernforge.tasks.draws import log_int
 
     if device == "cpu":
-        e = log_int(rng, 2, 64)
+        e = 4 * log_int(rng, 1, 16)  # a multiple of 4, as every declared count of experts is
         return {"T": log_int(rng, 1, 9), "E": e, "K": rng.randint(1, min(8, e))}
-    e = log_int(rng, 2, 256)
+    e = 4 * log_int(rng, 1, 64)
     return {"T": log_int(rng, 1, min(16384, 8191 * 256 // e)), "E": e, "K": rng.randint(1, min(8, e))}

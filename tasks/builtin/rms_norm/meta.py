@@ -76,6 +76,6 @@ def draw_hidden_shape(rng, device):
     from kernforge.tasks.draws import log_int, size
 
     if device == "cpu":
-        h = size(rng, 16, 512, 64)
+        h = size(rng, 16, 512, 64, align=8)
         return {"T": log_int(rng, 1, min(33, 33 * 384 // h)), "H": h}
-    return {"T": log_int(rng, 1, 16384), "H": size(rng, 16, 8192, 128)}
+    return {"T": log_int(rng, 1, 16384), "H": size(rng, 16, 8192, 128, align=8)}

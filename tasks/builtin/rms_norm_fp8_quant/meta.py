@@ -79,6 +79,6 @@ def draw_hidden_shape(rng, device):
     from kernforge.tasks.draws import log_int, size
 
     if device == "cpu":
-        h = size(rng, 16, 1536, 64)
+        h = size(rng, 16, 1536, 64, align=4)
         return {"T": log_int(rng, 1, min(33, 33 * 1100 // h)), "H": h}
-    return {"T": log_int(rng, 1, 16384), "H": size(rng, 16, 8192, 128)}
+    return {"T": log_int(rng, 1, 16384), "H": size(rng, 16, 8192, 128, align=4)}

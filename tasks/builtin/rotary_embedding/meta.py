@@ -117,7 +117,7 @@ def draw_hidden_shape(rng, device):
         nq, d = log_int(rng, 1, 6), rng.choice((64, 96, 128))
         nk = log_int(rng, 1, nq)
         t = log_int(rng, 1, min(13, 13 * 8 * 64 // ((nq + nk) * d)))
-        return {"T": t, "NQ": nq, "NK": nk, "D": d, "MAX_POS": log_int(rng, max(t, 32), 128 * 128 // d)}
+        return {"T": t, "NQ": nq, "NK": nk, "D": d, "MAX_POS": 2 * log_int(rng, max(t, 32) // 2 + 1, 128 * 128 // d // 2)}
     nq, d = log_int(rng, 1, 64), rng.choice((64, 96, 128))
     nk = log_int(rng, 1, nq)
     t = log_int(rng, 1, min(16384, 16384 * 40 * 128 // ((nq + nk) * d)))
