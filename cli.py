@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -186,8 +185,9 @@ def tasks_show(
     db: DbOpt = DEFAULT_DB,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show exactly what the model is shown about a task (never the hidden shapes), then the
-    baselines measured in the archive, flagged where one is far slower than the roofline."""
+    """Show exactly what the model is shown about a task (never the hidden shapes), how many
+    hidden shapes are fixed and how each verdict draws more, then the baselines measured in the
+    archive, flagged where one is far slower than the roofline."""
     from kernforge.archive import report as archive_report
     from kernforge.archive.records import TaskRecord
     from kernforge.archive.score import slow_baselines
@@ -206,9 +206,11 @@ def tasks_show(
         spec = loaded.public_spec()
         spec["roofline"] = report.roofline_rows(loaded, device)
         spec["baselines"] = [b.to_dict() | {"slow": [s.line() for s in slow_baselines(b.shapes)]} for b in found]
+        spec["hidden"] = report.hidden_summary(loaded, device)
         show_json(spec)
     else:
-        show_line(report.show_text(loaded, device).rstrip("\n") + "\n\n" + archive_report.baselines_text(found))
+        show_line(report.show_text(loaded, device).rstrip("\n") + "\n\n" + report.hidden_text(loaded, device) + "\n\n"
+                  + archive_report.baselines_text(found))
 
 
 # ---- archive ----------------------------------------------------------------------------------

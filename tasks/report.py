@@ -124,3 +124,20 @@ def show_text(task: Task, device_kind: str = "cuda") -> str:
             f"floor {row['floor_us']:.2f} us"
         )
     return "\n".join(lines) + "\n"
+
+
+def hidden_summary(task: Task, device_kind: str = "cuda") -> dict[str, Any]:
+    """What the operator may know of the hidden shapes, never a size: how many are fixed, and
+    how each verdict draws more (tasks/draws.py), or why none are drawn."""
+    from . import draws
+
+    drawn = draws.describe(task)
+    return {"fixed": len(task.shapes(device_kind, hidden=True)),
+            "drawn": drawn or f"none: the task's meta.py has no {draws.DRAWER}(rng, device) and the reference no "
+                              "batch_size; its fixed hidden shapes are then all a leak could tell a later candidate"}
+
+
+def hidden_text(task: Task, device_kind: str = "cuda") -> str:
+    summary = hidden_summary(task, device_kind)
+    return f"Hidden shapes (never shown to the model): {summary['fixed']} fixed; drawn: {summary['drawn']}."
+

@@ -170,3 +170,20 @@ def test_log_int_covers_its_range_evenly_in_log():
     for _ in range(8000):
         buckets[min(3, int(math.log(draws.log_int(rng, 1, 65535), 16)))] += 1
     assert all(1500 < b < 2500 for b in buckets), buckets
+
+
+def test_tasks_show_says_how_many_hidden_shapes_are_fixed_and_how_more_are_drawn(tmp_path):
+    """The operator's view, never a size: the counts and the source of the draws."""
+    import json
+
+    from kernforge.cli import app
+    from typer.testing import CliRunner
+
+    cli, db = CliRunner(), str(tmp_path / "none.db")
+    text = cli.invoke(app, ["tasks", "show", "rms_norm", "--db", db]).output
+    assert "Hidden shapes (never shown to the model): 4 fixed; drawn: one shape per verdict from meta.py's draw_hidden_shape" in text
+    assert "8191" not in text and "3584" not in text, "no hidden size"
+    plain = cli.invoke(app, ["tasks", "show", str(TASKS / "tiny_norm"), "--db", db, "--json"])
+    assert plain.exit_code == 0, plain.output
+    hidden = json.loads(plain.output)["hidden"]
+    assert hidden["fixed"] == 2 and hidden["drawn"].startswith("none: the task's meta.py has no draw_hidden_shape")

@@ -103,3 +103,19 @@ def test_a_drawn_shape_larger_than_every_declared_one_is_said_and_not_checked(ju
     assert verdict.accepted, verdict.reason
     (large,) = verdict.environment["drawn_too_large"]
     assert large["T"] == 64 and "drawn_shapes" not in verdict.environment
+
+
+def test_a_drawn_shape_the_reference_cannot_run_is_said_and_not_checked(judges, tmp_path):
+    """A KernelBench batch of 1 can break a reference (a training-mode BatchNorm1d): the task's
+    limit, not the candidate's, and the verdict stands on the rest."""
+    folder = tmp_path / "picky"
+    shutil.copytree(TASKS / "tiny_norm", folder)
+    reference = (folder / "reference.py").read_text()
+    (folder / "reference.py").write_text(reference.replace(
+        "        xf = x.float()", "        if x.shape[0] == 7:\n            raise ValueError('no batch of 7')\n        xf = x.float()"))
+    (folder / "meta.py").write_text((folder / "meta.py").read_text()
+                                    + '\n\ndef draw_hidden_shape(rng, device):\n    return {"T": 7, "H": 64}\n')
+    drawing, _ = judges
+    verdict = drawing.verify(C.HONEST, load_task(folder))
+    assert verdict.accepted, verdict.reason
+    assert verdict.environment["drawn_unrunnable"] == [{"T": 7, "H": 64}] and "no batch of 7" in verdict.environment["drawn_unrunnable_why"]

@@ -41,7 +41,7 @@ class _GpuJudge(Judge):
     def environment(self):
         return {"memory_gib": self._memory}
 
-    def _shape_sizes(self, task, shapes, init_seed):
+    def _shape_sizes(self, task, shapes, init_seed, **_):
         n = int(self._per_call * GIB)
         return {s.params: {"input_bytes": n, "output_bytes": n} for s in shapes}
 

@@ -275,7 +275,8 @@ def test_the_baselines_are_measured_before_the_candidates_worker_exists(tmp_path
         return sorted(judge._state.baselines.values(), key=str)
 
     judge._ask_ref, judge._candidate_session, judge._judge = ask_ref, candidate_session, judged
-    judge._shape_sizes = lambda task, shapes, seed: {s.params: {} for s in shapes}
+    judge._shape_sizes = lambda task, shapes, seed, **_: {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}
+    judge.ceilings = lambda: {"bandwidth_gbps": 4000.0, "tflops": 800.0, "write_gbps": 2000.0}
     judge._batch_plan = lambda task, sizes, shapes: {s.params: 8 for s in shapes}
     judge._arena_layout = lambda sizes, checked, plan: {}
     for first in (True, False):

@@ -173,7 +173,7 @@ def test_closing_the_judge_ends_an_audits_profiled_worker_still_running(monkeypa
             self.on_gpu, self.options, self.gate, self.profiled = True, JudgeOptions(), DeviceGate(), profiled
             self._ref, self._profiling, self._ref_pending, self._closing = None, None, False, False
 
-        def _shape_sizes(self, task, shapes, init_seed):
+        def _shape_sizes(self, task, shapes, init_seed, **_):
             return {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}
 
         def _arena_layout(self, sizes, checked, plan):

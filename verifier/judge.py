@@ -204,8 +204,8 @@ class _Verdict:
     own_ops: tuple[str, ...] = ()
     #: hidden shapes drawn for this verdict alone, checked after the task's fixed ones (tasks/draws.py)
     drawn: tuple[Shape, ...] = ()
-    #: drawn shapes left unchecked: a call of them needs more memory than any declared shape's
-    drawn_too_large: tuple[Shape, ...] = ()
+    #: drawn shapes left unchecked, and why (Judge._draw)
+    drawn_left: dict[str, Any] = field(default_factory=dict)
 
 
 def where(shape: Shape, hidden: bool, dist: str) -> str:
@@ -405,8 +405,7 @@ class Judge:
         env["phase_seconds"] = {k: round(v, 3) for k, v in sorted(self._phases.items(), key=lambda kv: -kv[1])}
         if self._state.drawn:  # for people reading the archive; a prompt never shows a verdict's environment
             env["drawn_shapes"] = [s.as_dict() for s in self._state.drawn]
-        if self._state.drawn_too_large:  # the task's drawer strayed: said, and not checked
-            env["drawn_too_large"] = [s.as_dict() for s in self._state.drawn_too_large]
+        env.update(self._state.drawn_left)  # the task's drawer strayed: said, and not checked
         if isinstance(verdict, Accepted):
             return dataclasses.replace(verdict, environment=env)
         evidence = dict(verdict.evidence, **{SAW_HIDDEN: True}) if self._state.saw_hidden else verdict.evidence
@@ -497,10 +496,8 @@ class Judge:
         checked = list(task.shapes(kind, hidden=False)) + list(task.shapes(kind, hidden=True))
         timed = self._timed_shapes(task)
         t0 = time.perf_counter()
-        drawn = list(draws.draw(task, kind, self.options.drawn_shapes, _RANDOM))
-        sizes = self._shape_sizes(task, checked + drawn + [s for s, _ in timed], init_seed)
-        self._state.drawn = _within(drawn, checked, sizes)
-        self._state.drawn_too_large = tuple(s for s in drawn if s not in self._state.drawn)
+        sizes = self._shape_sizes(task, checked + [s for s, _ in timed], init_seed)
+        self._state.drawn = self._draw(task, kind, checked, sizes, init_seed)
         checked += self._state.drawn
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan)
@@ -1214,16 +1211,42 @@ class Judge:
         return out
 
     # ---- planning ------------------------------------------------------------------------------
-    def _shape_sizes(self, task: Task, shapes: list[Shape], init_seed: int) -> dict[tuple, dict[str, Any]]:
-        """Input and output bytes of one call at each shape (asked once per task version)."""
+    def _draw(self, task: Task, kind: str, declared: list[Shape], sizes: dict[tuple, dict[str, Any]],
+              init_seed: int) -> tuple[Shape, ...]:
+        """This verdict's drawn hidden shapes (tasks/draws.py), their sizes added to ``sizes``:
+        those whose call needs no more memory than the largest declared shape's (the memory plan,
+        the arena and ``TaskTooLarge`` rest on the declared shapes) and at which the reference
+        runs. A drawer that strays is the task's slip, never a candidate's failure: its shapes
+        are named in the verdict's environment (``drawn_too_large``, ``drawn_unrunnable``) and
+        left unchecked."""
+        drawn = list(draws.draw(task, kind, self.options.drawn_shapes, _RANDOM))
+        if not drawn:
+            return ()
+        try:
+            got = self._shape_sizes(task, drawn, init_seed, keep=False)
+        except ReferenceFailed as err:  # one request for them all: a failure leaves every one out
+            self._state.drawn_left = {"drawn_unrunnable": [s.as_dict() for s in drawn], "drawn_unrunnable_why": str(err)[:300]}
+            return ()
+        most = max((fits.need(sizes[s.params]) for s in declared), default=0)
+        kept = tuple(s for s in drawn if fits.need(got[s.params]) <= most)
+        if len(kept) < len(drawn):
+            self._state.drawn_left = {"drawn_too_large": [s.as_dict() for s in drawn if s not in kept]}
+        sizes.update({s.params: got[s.params] for s in kept})
+        return kept
+
+    def _shape_sizes(self, task: Task, shapes: list[Shape], init_seed: int, *, keep: bool = True) -> dict[tuple, dict[str, Any]]:
+        """Input and output bytes of one call at each shape (asked once per task version; not
+        kept where ``keep`` is false: a shape drawn for one verdict is seldom drawn again)."""
         version = key_of(task.reference_source, task.meta_path.read_text() if task.meta_path else "")
         missing = [s for s in dict.fromkeys(shapes) if (version, s.params) not in self._sizes]
+        got: dict[tuple, dict[str, Any]] = {}
         if missing:
-            got = self._ask_ref(None, {"op": "sizes", "task_ref": task.ref, "shapes": [s.as_dict() for s in missing],
-                                       "init_seed": init_seed})
-            for s, entry in zip(missing, got["sizes"]):
-                self._sizes[(version, s.params)] = entry
-        return {s.params: self._sizes[(version, s.params)] for s in shapes}
+            reply = self._ask_ref(None, {"op": "sizes", "task_ref": task.ref, "shapes": [s.as_dict() for s in missing],
+                                         "init_seed": init_seed})
+            got = {s.params: entry for s, entry in zip(missing, reply["sizes"])}
+            if keep:
+                self._sizes.update({(version, k): entry for k, entry in got.items()})
+        return {s.params: got[s.params] if s.params in got else self._sizes[(version, s.params)] for s in shapes}
 
     def _batch_plan(self, task: Task, sizes: dict[tuple, dict[str, Any]], shapes: list[Shape]) -> dict[tuple, int]:
         """Calls per timed batch: enough that the batch lasts ``batch_window_ms`` even for a
@@ -1285,14 +1308,6 @@ class Judge:
         else:
             heap = 2 * check_out + (1 << 20)
         return {"size": input_bytes + _round(heap), "input_bytes": input_bytes}
-
-
-def _within(drawn: list[Shape], declared: list[Shape], sizes: dict[tuple, dict[str, Any]]) -> tuple[Shape, ...]:
-    """The drawn shapes a call of which needs no more memory than the largest declared shape's
-    (fits.need): the memory plan, the arena and ``TaskTooLarge`` rest on the declared shapes, and
-    a task's drawer that strays past them is the task's slip, never a candidate's failure."""
-    most = max((fits.need(sizes[s.params]) for s in declared), default=0)
-    return tuple(s for s in drawn if fits.need(sizes[s.params]) <= most)
 
 
 def _ran_out_of_memory(verdict: Verdict) -> bool:
