@@ -6,11 +6,14 @@ its task on its last line (``# task: NAME``); all are accepted with the screen o
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
 import pytest
 
+from kernel_checks import check_kernel
+from kernforge.tasks import draws
 from kernforge.tasks.loader import load_task
 
 HONEST = sorted((Path(__file__).parent / "honest").glob("*.py"))
@@ -18,6 +21,14 @@ HONEST = sorted((Path(__file__).parent / "honest").glob("*.py"))
 
 def _task(path: Path) -> str:
     return re.search(r"^# task: (\S+)", path.read_text(encoding="utf-8"), re.M).group(1)
+
+
+@pytest.mark.parametrize("path", HONEST, ids=[p.stem for p in HONEST])
+def test_an_honest_kernel_is_right_at_its_tasks_drawn_shapes(path):
+    """Every verdict also checks a shape drawn for it (tasks/draws.py): the same shapes here every
+    run, so that a corpus kernel wrong somewhere in its task's space fails here, not by chance."""
+    task = load_task(_task(path))
+    check_kernel(task, "cpu", draws.draw(task, "cpu", 6, random.Random(path.stem)), path)
 
 
 @pytest.mark.parametrize("path", HONEST, ids=[p.stem for p in HONEST])

@@ -62,6 +62,22 @@ def test_an_honest_batch_verifies(batch):
     assert got["max_abs_err"] < 1e-3
 
 
+def test_outputs_placed_elsewhere_are_read_where_they_now_lie(batch):
+    """The views of a batch's outputs are kept from window to window while its calls leave them
+    in the same places (a captured batch's do). A window whose calls leave them elsewhere is read
+    there: views kept from the last window would compare its right answers, not these."""
+    arena, b, task = batch
+    assert verify(task)["failed_call"] == -1  # the views of these places are made and kept
+    heap = Slots(arena.layout.input_bytes + (2 << 20), arena.layout.size)
+    moved = [[arena.place(heap, arena.view(r)) for r in call] for call in b.outputs]
+    arena.view(moved[2][0]).zero_()  # the new place of call 2's output is wrong; its old place still right
+    W._place_outputs(b, moved)
+    assert verify(task)["failed_call"] == 2
+    W._place_outputs(b, [list(call) for call in moved])  # the same places again: the views are kept
+    kept = b.out_views
+    assert kept is not None and verify(task)["failed_call"] == 2 and b.out_views is kept
+
+
 @pytest.mark.parametrize("chunk_bytes", [W.CHUNK_BYTES, 1], ids=["one chunk", "a chunk per call"])
 def test_the_first_wrong_call_is_found_and_explained(batch, monkeypatch, chunk_bytes):
     arena, b, task = batch

@@ -133,10 +133,17 @@ class _Batch:
     region: Any = None  # the arena's input bytes the batch uses
     pristine: Any = None  # the same bytes as they must be written, in this worker's memory
     sets: list[list[dict[str, Any]]] = field(default_factory=list)
+    #: each call's tensor inputs as views of ``pristine`` (None for a value), made once per layout:
+    #: a fresh draw copies into them and the reference reads them (per call, a view made anew was
+    #: three view ops more, thousands per verdict: bench/refworker_steps.py)
+    views: list[list[Any]] = field(default_factory=list)
     inputs: list[list[Any]] = field(default_factory=list)
     probe_index: Any = None
     probe: Any = None
     outputs: list[list[Any]] = field(default_factory=list)
+    #: each call's outputs as views of the arena, while ``outputs`` names the same places (a
+    #: captured batch's do, window after window); None: made at the next use
+    out_views: list[list[Any]] | None = None
     start: Any = None  # the window's events
     written: Any = None
     host: dict[str, float] = field(default_factory=dict)
@@ -538,6 +545,7 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         batch.region = arena.data[:end]
         batch.pristine = torch.empty(end, dtype=torch.uint8, device=batch.region.device)
         batch.sets = layout
+        batch.views = [[_pristine_view(batch, a) if a.get("ref") else None for a in args] for args in layout]
         _STATE["batches"][key] = batch
         _fill(batch, task, seeds, device, drawn if all(d is not None for d in drawn) else None)
         del drawn
@@ -559,20 +567,14 @@ DRAWN_KEEP_BYTES = 256 << 20
 def _fill(batch: _Batch, task: Any, seeds: list[int], device: str, drawn: list[list[Any]] | None = None) -> None:
     """Fresh inputs for every call, into the batch's pristine bytes at its layout (``drawn``:
     each seed's inputs, already drawn)."""
-    import torch
-
-    from .messages import TensorRef
-
     batch.inputs = []
     batch.pristine.fill_(0)
     for k, (seed, args) in enumerate(zip(seeds, batch.sets)):
         inputs = drawn[k] if drawn is not None else runtime.make_inputs(task, batch.shape, batch.dist, seed, device)
-        for x, a in zip(inputs, args):
-            if a.get("ref"):
-                ref = TensorRef(**a["ref"])
-                view = batch.pristine[ref.offset: ref.offset + ref.span].view(getattr(torch, ref.dtype))
-                view.as_strided(tuple(ref.shape), tuple(ref.strides)).copy_(x)
-        batch.inputs.append([None if a.get("ref") else a["value"] for a in args])
+        for x, view in zip(inputs, batch.views[k]):
+            if view is not None:
+                view.copy_(x)
+        batch.inputs.append([None if view is not None else a["value"] for a, view in zip(args, batch.views[k])])
 
 
 def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
@@ -597,11 +599,11 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("a timed batch needs the trusted write's rate (write_gbps) from the ceilings")
     floor_ms = 2 * batch.region.numel() / (float(msg["write_gbps"]) * 1e9 * WRITE_HEADROOM) * 1e3
     if msg.get("probe"):  # the second half of an eager batch's window
-        batch.outputs = [[TensorRef(**r) for r in call] for call in msg["outputs"]]
+        _place_outputs(batch, [[TensorRef(**r) for r in call] for call in msg["outputs"]])
         batch.probe_index = _probe_index(batch.outputs, arena.data.device)
         return _close_window(batch, arena, floor_ms, done=True)
     go: socket.socket = _STATE["go"]
-    batch.outputs = [[TensorRef(**r) for r in call] for call in msg["outputs"]]
+    _place_outputs(batch, [[TensorRef(**r) for r in call] for call in msg["outputs"]])
     batch.probe_index = _probe_index(batch.outputs, arena.data.device)
     _drain(go)  # a byte sent before this window is nobody's "done"
     try:
@@ -626,6 +628,20 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     if not done or msg.get("probe_later"):
         return {"done": done, "window_ms": 0.0, "write_ms": 0.0, "write_floor_ms": floor_ms, "steps": batch.host}
     return _close_window(batch, arena, floor_ms, done=True)
+
+
+def _place_outputs(batch: _Batch, outputs: list[list[Any]]) -> None:
+    """Where this window's calls leave their outputs; the views of the last window's kept where
+    they are the same places."""
+    if outputs != batch.outputs:
+        batch.outputs, batch.out_views = outputs, None
+
+
+def _output_views(batch: _Batch, arena: Any) -> list[list[Any]]:
+    """Every call's outputs as views of the arena (made once while the places stay the same)."""
+    if batch.out_views is None:
+        batch.out_views = [[arena.view(r) for r in call] for call in batch.outputs]
+    return batch.out_views
 
 
 #: bytes the calibration writes and probes: a stand-in for a batch's write and probe
@@ -862,9 +878,10 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             return captured[k]
         return reference.run_reference(model, _call_inputs(batch, k), task.mutated_inputs)
 
+    views = _output_views(batch, arena)
     for k in range(len(batch.sets)):
         high, low = reference_of(k)
-        outs = [arena.view(r) for r in batch.outputs[k]]  # in-place inputs last, in their slots
+        outs = views[k]  # in-place inputs last, in their slots
         chunk.append((k, outs, high, low))
         held += sum(h.numel() * 4 for h in high)
         if held >= CHUNK_BYTES or k == len(batch.sets) - 1:
@@ -876,12 +893,12 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     laps.lap("check")
     if failed >= 0:
         high, low = reference_of(failed)
-        outs = [arena.view(r) for r in batch.outputs[failed]]
+        outs = views[failed]
         results = [_judge_output(j, o, h, lo, msg["tolerances"]) for j, (o, h, lo) in enumerate(zip(outs, high, low))]
         _explain_precision(results, outs, high, low, model, _call_inputs(batch, failed), task.mutated_inputs)
     else:  # the errors of one call, for the record
         high, low = reference_of(len(batch.sets) - 1)
-        for j, (o, h, lo) in enumerate(zip([arena.view(r) for r in batch.outputs[-1]], high, low)):
+        for j, (o, h, lo) in enumerate(zip(views[-1], high, low)):
             d = _judge_output(j, o, h, lo, msg["tolerances"])["details"]
             worst = (max(worst[0], d.get("max_abs_err", 0.0)), max(worst[1], d.get("max_rel_err", 0.0)))
     laps.lap("errors")
@@ -920,7 +937,7 @@ def _batch_reference(batch: _Batch, model: Any, task: Any, device: str) -> list[
 
 def _call_inputs(batch: _Batch, k: int) -> list[Any]:
     """Call k's arguments as the reference reads them: its tensors in the batch's pristine bytes."""
-    return [_pristine_view(batch, a) if a.get("ref") else v for a, v in zip(batch.sets[k], batch.inputs[k])]
+    return [view if view is not None else v for view, v in zip(batch.views[k], batch.inputs[k])]
 
 
 def _pristine_view(batch: _Batch, arg: dict[str, Any]) -> Any:
