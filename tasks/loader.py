@@ -17,7 +17,10 @@ is an error, so a typo cannot silently drop the hidden shapes.
 Every integer global of a reference module is a size (KernelBench reads sizes from globals), so
 a shape is an assignment to them; keep other constants (a rope base, an epsilon) as floats.
 Without ``HIDDEN_SHAPES``, the hidden shapes vary the globals that probing the file on the meta
-device shows to be sizes (``shapes.py``); the interpreter's vary only ``batch_size``.
+device shows to be sizes (``shapes.py``); the interpreter's vary only ``batch_size``. Beside
+these fixed hidden shapes every verdict checks one drawn for it alone (``draws.py``): from
+meta.py's ``draw_hidden_shape(rng, device)``, or a declared shape's ``batch_size``; a drawer is
+tried when the task loads, so a broken one is said then.
 """
 
 from __future__ import annotations
