@@ -161,6 +161,8 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    if args.windows < 2:
+        parser.error("--windows must be 2 or more: the first warms up, the last is counted, the rest are timed")
     rows = [measure(t, args.shape, args.calls, args.windows, args.device)
             for t in args.task or ["rms_norm", "silu_and_mul", "softmax"]]
     print(f"per window, {rows[0]['calls']} calls, on {args.device} (ops: aten ops dispatched; writes: those no view)")

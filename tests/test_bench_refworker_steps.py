@@ -1,0 +1,27 @@
+"""bench/refworker_steps.py on the CPU: a timed batch's fresh inputs cost the draws and their
+copies alone (no view made per call), and comparing its calls' outputs costs ops that do not
+grow with the number of calls (each call's views are made once, not per window)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "refworker_steps.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("refworker_steps", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_windows_draw_and_comparison_make_no_view_per_call():
+    bench = _bench()
+    small, large = (bench.measure("rms_norm", "T=2,H=256", calls, 2, "cpu") for calls in (8, 32))
+    for row in (small, large):
+        assert row["fill_ops"] == row["fill_writes"], f"views made per call: {row['top_fill']}"
+    # rms_norm draws x and a weight per call (randn, randn, mul, add) and copies both
+    assert large["fill_writes"] - small["fill_writes"] == (32 - 8) * 6
+    assert large["verify_ops"] == small["verify_ops"], (small["top_verify"], large["top_verify"])
