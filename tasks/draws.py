@@ -53,6 +53,12 @@ def size(rng: random.Random, lo: int, hi: int, multiple: int = 1, odd: float = 0
     return align * log_int(rng, max(1, -(-lo // align)), hi // align)
 
 
+def rows(rng: random.Random, width: int, most: int, elements: int) -> int:
+    """A count of rows of ``width`` (tokens, sequences), log-uniform from 1 to ``most``, and no
+    more than ``elements`` in all (the declared shapes' largest call: a drawn call costs no more)."""
+    return log_int(rng, 1, max(1, min(most, elements // max(width, 1))))
+
+
 # ---- drawing ---------------------------------------------------------------------------------------
 def describe(task: Task) -> str | None:
     """How this task's verdicts draw hidden shapes, in words; None where they draw none."""

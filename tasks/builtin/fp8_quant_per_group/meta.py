@@ -81,11 +81,11 @@ def roofline(shape, dtype):
 # One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
 # the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
 def draw_hidden_shape(rng, device):
-    from kernforge.tasks.draws import log_int
+    from kernforge.tasks.draws import log_int, rows
 
     # H is a multiple of the group size (128), as the reference requires
     if device == "cpu":
         h = 128 * log_int(rng, 1, 8)
-        return {"T": log_int(rng, 1, min(33, 33 * 640 // h)), "H": h}
+        return {"T": rows(rng, h, 33, 33 * 640), "H": h}
     h = 128 * log_int(rng, 1, 144)
-    return {"T": log_int(rng, 1, min(16384, 16384 * 7168 // h)), "H": h}
+    return {"T": rows(rng, h, 16384, 16384 * 7168), "H": h}

@@ -79,10 +79,10 @@ def roofline(shape, dtype):
 # One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
 # the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
 def draw_hidden_shape(rng, device):
-    from kernforge.tasks.draws import log_int, size
+    from kernforge.tasks.draws import rows, size
 
     if device == "cpu":
         h = size(rng, 16, 1536, 64, align=4)
-        return {"T": log_int(rng, 1, min(33, 33 * 1100 // h)), "H": h}
+        return {"T": rows(rng, h, 33, 33 * 1100), "H": h}
     h = size(rng, 16, 18944, 128, align=4)
-    return {"T": log_int(rng, 1, min(16384, 16384 * 8192 // h)), "H": h}
+    return {"T": rows(rng, h, 16384, 16384 * 8192), "H": h}

@@ -83,9 +83,9 @@ def liger_fused_add_rms_norm(x, residual, weight):
 # One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
 # the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
 def draw_hidden_shape(rng, device):
-    from kernforge.tasks.draws import log_int, size
+    from kernforge.tasks.draws import log_int, rows, size
 
     if device == "cpu":
         h = size(rng, 16, 512, 64, align=8)
-        return {"T": log_int(rng, 1, min(33, 33 * 384 // h)), "H": h}
+        return {"T": rows(rng, h, 33, 33 * 384), "H": h}
     return {"T": log_int(rng, 1, 16384), "H": size(rng, 16, 8192, 128, align=8)}

@@ -96,10 +96,10 @@ def roofline(shape, dtype):
 # One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
 # the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
 def draw_hidden_shape(rng, device):
-    from kernforge.tasks.draws import log_int
+    from kernforge.tasks.draws import log_int, rows
 
     if device == "cpu":
         h, d = log_int(rng, 1, 5), rng.choice((64, 96, 128))
-        return {"T": log_int(rng, 1, min(19, 16 * 4 * 128 // (h * d))), "H": h, "D": d}
+        return {"T": rows(rng, h * d, 19, 16 * 4 * 128), "H": h, "D": d}
     h, d = log_int(rng, 1, 128), rng.choice((64, 96, 128))
-    return {"T": log_int(rng, 1, min(16384, 16384 * 32 * 128 // (h * d))), "H": h, "D": d}
+    return {"T": rows(rng, h * d, 16384, 16384 * 32 * 128), "H": h, "D": d}

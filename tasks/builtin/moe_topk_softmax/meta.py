@@ -104,10 +104,10 @@ def roofline(shape, dtype):
 # One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
 # the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
 def draw_hidden_shape(rng, device):
-    from kernforge.tasks.draws import log_int
+    from kernforge.tasks.draws import log_int, rows
 
     if device == "cpu":
         e = 4 * log_int(rng, 1, 16)  # a multiple of 4, as every declared count of experts is
         return {"T": log_int(rng, 1, 9), "E": e, "K": rng.randint(1, min(8, e))}
     e = 4 * log_int(rng, 1, 64)
-    return {"T": log_int(rng, 1, min(16384, 8191 * 256 // e)), "E": e, "K": rng.randint(1, min(8, e))}
+    return {"T": rows(rng, e, 16384, 8191 * 256), "E": e, "K": rng.randint(1, min(8, e))}

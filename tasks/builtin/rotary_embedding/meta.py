@@ -110,15 +110,15 @@ def liger_rotary_embedding(positions, query, key, cos_sin_cache):
 # One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
 # the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
 def draw_hidden_shape(rng, device):
-    from kernforge.tasks.draws import log_int
+    from kernforge.tasks.draws import log_int, rows
 
     # every token has a distinct position below MAX_POS
     if device == "cpu":
         nq, d = log_int(rng, 1, 6), rng.choice((64, 96, 128))
         nk = log_int(rng, 1, nq)
-        t = log_int(rng, 1, min(13, 13 * 8 * 64 // ((nq + nk) * d)))
+        t = rows(rng, (nq + nk) * d, 13, 13 * 8 * 64)
         return {"T": t, "NQ": nq, "NK": nk, "D": d, "MAX_POS": 2 * log_int(rng, max(t, 32) // 2 + 1, 128 * 128 // d // 2)}
     nq, d = log_int(rng, 1, 64), rng.choice((64, 96, 128))
     nk = log_int(rng, 1, nq)
-    t = log_int(rng, 1, min(16384, 16384 * 40 * 128 // ((nq + nk) * d)))
+    t = rows(rng, (nq + nk) * d, 16384, 16384 * 40 * 128)
     return {"T": t, "NQ": nq, "NK": nk, "D": d, "MAX_POS": rng.choice([p for p in (2048, 4096, 8192, 32768, 131072) if p >= t])}

@@ -77,10 +77,10 @@ def liger_silu_and_mul(x):
 # One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
 # the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
 def draw_hidden_shape(rng, device):
-    from kernforge.tasks.draws import log_int, size
+    from kernforge.tasks.draws import rows, size
 
     if device == "cpu":
         i = size(rng, 16, 512, 64)
-        return {"T": log_int(rng, 1, min(17, 17 * 333 // i)), "I": i}
+        return {"T": rows(rng, i, 17, 17 * 333), "I": i}
     i = size(rng, 16, 28672, 128)
-    return {"T": log_int(rng, 1, min(16384, 16384 * 8192 // i)), "I": i}
+    return {"T": rows(rng, i, 16384, 16384 * 8192), "I": i}

@@ -79,10 +79,10 @@ def liger_softmax(logits):
 # One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
 # the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
 def draw_hidden_shape(rng, device):
-    from kernforge.tasks.draws import log_int, size
+    from kernforge.tasks.draws import rows, size
 
     if device == "cpu":
         v = size(rng, 2, 10000, 128)
-        return {"B": log_int(rng, 1, min(5, 5 * 7777 // v)), "V": v}
+        return {"B": rows(rng, v, 5, 5 * 7777), "V": v}
     v = size(rng, 2, 256000, 128)
-    return {"B": log_int(rng, 1, min(4096, 4096 * 32000 // v)), "V": v}
+    return {"B": rows(rng, v, 4096, 4096 * 32000), "V": v}
