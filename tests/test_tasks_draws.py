@@ -187,3 +187,16 @@ def test_tasks_show_says_how_many_hidden_shapes_are_fixed_and_how_more_are_drawn
     assert plain.exit_code == 0, plain.output
     hidden = json.loads(plain.output)["hidden"]
     assert hidden["fixed"] == 2 and hidden["drawn"].startswith("none: the task's meta.py has no draw_hidden_shape")
+
+
+def test_a_drawer_is_tried_once_per_process_not_per_load(tmp_path):
+    """The reference worker loads its task for every request: 128 draws per load made each load
+    9 ms where it was 1."""
+    from kernforge.tasks import runtime as R
+
+    folder = _task_with(tmp_path, "_calls = []\n\n\ndef draw_hidden_shape(rng, device):\n"
+                                  "    _calls.append(device)\n    return {'T': rng.randint(6, 9), 'H': 64}")
+    first = load_task(folder)
+    load_task(folder)
+    calls = R.meta_module(first)._calls
+    assert len(calls) == 2 * draws.CHECK_DRAWS and set(calls) == {"cuda", "cpu"}
