@@ -52,7 +52,10 @@ def _shape(text: str | None, task: Any) -> Shape:
     return Shape.of({**task.public_shapes[0].as_dict(), **{k: int(v) for k, v in values.items()}})
 
 
-def measure(task_name: str, shape_text: str | None, calls: int, windows: int, device: str) -> dict[str, Any]:
+def measure(task_name: str, shape_text: str | None, calls: int, windows: int, device: str,
+            batched: bool = True) -> dict[str, Any]:
+    """One task's window steps; ``batched`` False: every call drawn on its own (as before batched
+    draws, or for a task whose draw cannot be batched)."""
     task = load_task(task_name)
     shape = _shape(shape_text, task)
     ref = task.ref
@@ -67,6 +70,8 @@ def measure(task_name: str, shape_text: str | None, calls: int, windows: int, de
     try:
         planned = W._plan_batch(device, {**msg, "seeds": list(range(1, calls + 1))})
         batch = W._STATE["batches"]["bench"]
+        if not batched:
+            batch.stacked = None
         model = W._model(ref, shape, 3, device)
         heap = Slots(arena.layout.input_bytes, arena.layout.size)
         outputs = []
@@ -105,6 +110,7 @@ def measure(task_name: str, shape_text: str | None, calls: int, windows: int, de
                 fills.append(t1 - t0)
                 verifies.append(t3 - t2)
         return {"task": task.name, "shape": shape.label, "calls": calls, "device": device,
+                "draw": "batched" if batch.stacked is not None else "per call",
                 "fill_ms": 1e3 * statistics.median(fills), "verify_ms": 1e3 * statistics.median(verifies),
                 "fill_ops": sum(fill_ops.ops.values()), "fill_writes": fill_ops.writes,
                 "verify_ops": sum(verify_ops.ops.values()), "verify_writes": verify_ops.writes,
@@ -163,15 +169,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.windows < 2:
         parser.error("--windows must be 2 or more: the first warms up, the last is counted, the rest are timed")
-    rows = [measure(t, args.shape, args.calls, args.windows, args.device)
-            for t in args.task or ["rms_norm", "silu_and_mul", "softmax"]]
-    print(f"per window, {rows[0]['calls']} calls, on {args.device} (ops: aten ops dispatched; writes: those no view)")
-    print(f"{'task':<16} {'shape':<16} {'fill ms':>8} {'fill ops':>9} {'writes':>7} {'verify ms':>10} {'verify ops':>11} {'writes':>7}")
+    rows = [measure(t, args.shape, args.calls, args.windows, args.device, batched)
+            for t in args.task or ["rms_norm", "silu_and_mul", "softmax"] for batched in (False, True)]
+    print(f"per window, {rows[0]['calls']} calls, on {args.device} (ops: aten ops dispatched; writes: those no view;"
+          " draw: each call's inputs drawn on its own, or all calls' at once)")
+    print(f"{'task':<20} {'shape':<16} {'draw':<9} {'fill ms':>8} {'fill ops':>9} {'writes':>7} {'verify ms':>10} {'verify ops':>11} {'writes':>7}")
     for r in rows:
-        print(f"{r['task']:<16} {r['shape']:<16} {r['fill_ms']:>8.1f} {r['fill_ops']:>9} {r['fill_writes']:>7} "
+        print(f"{r['task']:<20} {r['shape']:<16} {r['draw']:<9} {r['fill_ms']:>8.1f} {r['fill_ops']:>9} {r['fill_writes']:>7} "
               f"{r['verify_ms']:>10.1f} {r['verify_ops']:>11} {r['verify_writes']:>7}")
     for r in rows:
-        print(f"{r['task']}: fill {r['top_fill']}; verify {r['top_verify']}")
+        print(f"{r['task']} ({r['draw']}): fill {r['top_fill']}; verify {r['top_verify']}")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ file called ``loop.py`` cannot shadow anything.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib.util
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping, Sequence
@@ -142,6 +144,47 @@ def make_inputs(task: Task, shape: Shape, dist: str, seed: int, device: str) -> 
                 inputs = module.get_inputs()
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
     return list(inputs)
+
+
+def make_many(task: Task, shape: Shape, dist: str, seed: int, count: int, device: str) -> list[Any] | None:
+    """The tensor inputs of ``count`` calls drawn in one pass, each stacked on a new first
+    dimension, in the order the task returns them (its other values left out); None where the
+    task's draw cannot be batched (a ``.item()``, a host branch on a value, an op vmap lacks).
+
+    The task's own draw runs under ``torch.func.vmap`` with different randomness per call, so each
+    call's tensors come from the same distribution as ``make_inputs``' and are independent of the
+    other calls', determined by (task, shape, dist, seed, count, device); the values are not
+    ``make_inputs``' for any one seed. A timed batch draws hundreds of calls before every window:
+    one call at a time that was hundreds of small launches and their Python."""
+    import torch
+
+    device_kind = "cuda" if str(device).startswith("cuda") else "cpu"
+    meta = meta_module(task)
+    if meta is not None and hasattr(meta, "make_inputs") and dist != "default":
+        generator = torch.Generator(device=device).manual_seed(seed)
+        dtype = torch_dtype(task.dtype(device_kind))
+        args = (shape.as_dict(), dist, dtype, device, generator)
+
+        def one(_: Any) -> tuple[Any, ...]:
+            return tuple(x for x in meta.make_inputs(*args) if isinstance(x, torch.Tensor))
+        rng = contextlib.nullcontext()
+    else:
+        module = reference_module(task)
+        set_shape(module, shape)
+
+        def one(_: Any) -> tuple[Any, ...]:
+            with torch.device(device):
+                return tuple(x for x in module.get_inputs() if isinstance(x, torch.Tensor))
+        rng = torch.random.fork_rng(devices=[torch.device(device).index or 0] if device_kind == "cuda" else [])
+    with rng, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # vmap's "performance drop" notes for ops it loops over
+        if meta is None or dist == "default":
+            torch.manual_seed(seed)
+        try:
+            drawn = torch.func.vmap(one, randomness="different")(torch.empty(count))
+        except Exception:  # noqa: BLE001 - any failure of the task's code under vmap: draw per call
+            return None
+    return [x.to(device) for x in drawn]
 
 
 def _drawn_on(device: str, seed: int, get_inputs: Any) -> list[Any] | None:

@@ -138,6 +138,12 @@ class _Batch:
     #: three view ops more, thousands per verdict: bench/refworker_steps.py)
     views: list[list[Any]] = field(default_factory=list)
     inputs: list[list[Any]] = field(default_factory=list)
+    #: each tensor input of every call as one view of ``pristine``, [calls, *shape] (the calls' places
+    #: are evenly spaced): a batched draw fills it with one copy per input (None: the layout is not
+    #: even, or a batched draw failed its checks, and every call is drawn on its own)
+    stacked: list[Any] | None = None
+    #: whether a batched draw was checked on this layout (``_fill_batched``)
+    stacked_checked: bool = False
     probe_index: Any = None
     probe: Any = None
     outputs: list[list[Any]] = field(default_factory=list)
@@ -546,8 +552,10 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         batch.pristine = torch.empty(end, dtype=torch.uint8, device=batch.region.device)
         batch.sets = layout
         batch.views = [[_pristine_view(batch, a) if a.get("ref") else None for a in args] for args in layout]
+        batch.stacked = _stacked_views(batch)
         _STATE["batches"][key] = batch
-        _fill(batch, task, seeds, device, drawn if all(d is not None for d in drawn) else None)
+        # one call at a time: a later batched draw is checked against this one (_fill_batched)
+        _fill(batch, task, seeds, device, drawn if all(d is not None for d in drawn) else None, batched=False)
         del drawn
         batch.region.copy_(batch.pristine)
         if device.startswith("cuda"):
@@ -564,9 +572,18 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
 DRAWN_KEEP_BYTES = 256 << 20
 
 
-def _fill(batch: _Batch, task: Any, seeds: list[int], device: str, drawn: list[list[Any]] | None = None) -> None:
+#: at most this many bytes of inputs drawn at once by a batched draw (the calls of a larger batch
+#: are drawn in parts)
+MANY_BYTES = 256 << 20
+
+
+def _fill(batch: _Batch, task: Any, seeds: list[int], device: str, drawn: list[list[Any]] | None = None,
+          batched: bool = True) -> None:
     """Fresh inputs for every call, into the batch's pristine bytes at its layout (``drawn``:
-    each seed's inputs, already drawn)."""
+    each seed's inputs, already drawn). Where ``batched`` and the layout allow, the calls are
+    drawn together (``_fill_batched``), else one call at a time."""
+    if batched and drawn is None and _fill_batched(batch, task, seeds, device):
+        return
     batch.inputs = []
     batch.pristine.fill_(0)
     for k, (seed, args) in enumerate(zip(seeds, batch.sets)):
@@ -575,6 +592,73 @@ def _fill(batch: _Batch, task: Any, seeds: list[int], device: str, drawn: list[l
             if view is not None:
                 view.copy_(x)
         batch.inputs.append([None if view is not None else a["value"] for a, view in zip(args, batch.views[k])])
+
+
+def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str) -> bool:
+    """Every call's inputs drawn in one pass per part (``runtime.make_many``) and copied into the
+    stacked views, one copy per input; False, with nothing written, where the batch cannot be
+    drawn so (``batch.stacked`` is then dropped and the calls are drawn one at a time).
+
+    The first such draw on a layout is checked before it is used: each input must come back with
+    every call's shape and dtype, and an input that differed between two calls of the layout's
+    first draw (drawn one call at a time, from different seeds) must differ between two calls of
+    this one too. A task whose draw vmap would repeat across calls (its randomness lost) falls
+    back rather than give a window of identical calls, which a kernel that caches could pass."""
+    import torch
+
+    stacked, calls = batch.stacked, len(batch.sets)
+    if stacked is None or calls < 2:
+        return False
+    per_call = sum(v[0].numel() * v.element_size() for v in stacked)
+    part = max(MANY_BYTES // max(per_call, 1), 2)
+    varies = None
+    if not batch.stacked_checked:  # the layout's first draw, one call at a time, is still in pristine
+        varies = [not torch.equal(v[0], v[1]) for v in stacked]
+    for start in range(0, calls, part):
+        n = min(part, calls - start)
+        drawn = runtime.make_many(task, batch.shape, batch.dist, seeds[start], n, device)
+        if varies is not None:
+            ok = drawn is not None and len(drawn) == len(stacked) and all(
+                x.shape == v[start: start + n].shape and x.dtype == v.dtype for x, v in zip(drawn, stacked))
+            if ok and n >= 2:
+                ok = all(not d or not torch.equal(x[0], x[1]) for d, x in zip(varies, drawn))
+            if not ok:
+                batch.stacked = None
+                return False
+        for x, view in zip(drawn, stacked):
+            view[start: start + n].copy_(x)
+        del drawn
+    batch.stacked_checked = True
+    batch.inputs = [[None if view is not None else a["value"] for a, view in zip(args, views)]
+                    for args, views in zip(batch.sets, batch.views)]
+    return True
+
+
+def _stacked_views(batch: _Batch) -> list[Any] | None:
+    """Each tensor input of every call as one [calls, *shape] view of ``pristine``, where every
+    call has its tensors at the same offsets from its own start, the calls evenly spaced; else
+    None."""
+    from .messages import ITEMSIZE, TensorRef
+
+    if len(batch.sets) < 2:
+        return None
+    refs = [[TensorRef(**a["ref"]) if a.get("ref") else None for a in args] for args in batch.sets]
+    first = [r for r in refs[0] if r is not None]
+    if not first or any([r is None for r in call] != [r is None for r in refs[0]] for call in refs):
+        return None  # calls with their tensors at different positions: drawn one at a time
+    step = next(r for r in refs[1] if r is not None).offset - first[0].offset
+    stacked = []
+    for j, ref in enumerate(first):
+        size = ITEMSIZE[ref.dtype]
+        if step <= 0 or step % size or ref.offset % size or batch.pristine.numel() % size:
+            return None
+        for k, call in enumerate(refs):
+            r = [x for x in call if x is not None][j]
+            if r.dtype != ref.dtype or r.shape != ref.shape or r.strides != ref.strides or r.offset != ref.offset + k * step:
+                return None
+        view = batch.pristine.view(_dtype(ref.dtype))
+        stacked.append(view.as_strided((len(refs), *ref.shape), (step // size, *ref.strides), ref.offset // size))
+    return stacked
 
 
 def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:

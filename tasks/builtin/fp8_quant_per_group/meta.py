@@ -64,9 +64,11 @@ def _draw(size, dist, device, generator):
         # Massive activations: a few fixed channels ~100x larger than the rest, as in trained
         # LLMs; only the groups holding them get large scales, the others must not.
         x = torch.randn(size, device=device, generator=generator)
-        channels = torch.randperm(size[-1], device=device, generator=generator)[: size[-1] // 512 + 1]
-        x[:, channels] *= 100.0
-        return x
+        # A random permutation as a sort of uniform draws: the judge draws a batch's calls
+        # at once under vmap, which batches a sort and runs randperm call by call.
+        channels = torch.rand(size[-1], device=device, generator=generator, dtype=torch.float64).argsort()[: size[-1] // 512 + 1]
+        # (a scale per channel, not an indexed write, which vmap cannot batch)
+        return x * torch.ones(size[-1], device=device).index_fill(0, channels, 100.0)
     return torch.randn(size, device=device, generator=generator)
 
 

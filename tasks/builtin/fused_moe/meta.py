@@ -90,13 +90,15 @@ def _route(tokens, experts, top_k, skewed, device, generator):
     """
     popularity = torch.ones(experts, device=device)
     if skewed:
-        ranks = torch.randperm(experts, device=device, generator=generator)
+        # A random permutation as a sort of uniform draws: the judge draws a batch's calls
+        # at once under vmap, which batches a sort and runs randperm call by call.
+        ranks = torch.rand(experts, device=device, generator=generator, dtype=torch.float64).argsort()
         popularity = 1.0 / (ranks.float() + 1.0) ** 1.2
     gumbel = -torch.log(-torch.log(torch.rand((tokens, experts), device=device, generator=generator).clamp(1e-12, 1 - 1e-7)))
     ids = (popularity.log() + gumbel).topk(top_k, dim=-1).indices
     covering = min(tokens, -(-experts // top_k))
-    which = torch.randperm(tokens, device=device, generator=generator)[:covering]
-    order = torch.randperm(experts, device=device, generator=generator)
+    which = torch.rand(tokens, device=device, generator=generator, dtype=torch.float64).argsort()[:covering]
+    order = torch.rand(experts, device=device, generator=generator, dtype=torch.float64).argsort()
     slots = torch.arange(covering * top_k, device=device).reshape(covering, top_k) % experts
     ids[which] = order[slots]
     return ids.to(torch.int32)

@@ -46,7 +46,9 @@ def make_inputs(shape, dist, dtype, device, generator):
     # (no cache hit), 1/8 no suffix, 1/16 neither (vLLM's MLA corner case). Counts are fixed so
     # every shape of 16 tokens or more has each kind. The empty part's output holds finite
     # garbage, which its zero weight must cancel.
-    order = torch.randperm(t, device=device, generator=generator)
+    # A random permutation as a sort of uniform draws: the judge draws a batch's calls
+    # at once under vmap, which batches a sort and runs randperm call by call.
+    order = torch.rand(t, device=device, generator=generator, dtype=torch.float64).argsort()
     n_one, n_both = t // 8, t // 16
     no_prefix = torch.cat([order[:n_one], order[2 * n_one : 2 * n_one + n_both]])
     no_suffix = order[n_one : 2 * n_one + n_both]

@@ -84,8 +84,10 @@ def make_inputs(shape, dist, dtype, device, generator):
         offset = 1000.0 + 100.0 * torch.rand((t, 1), device=device, generator=generator)
     else:
         offset = 2.0 * torch.randn((t, 1), device=device, generator=generator)
+    # each row's levels in a random order (a gather by a random permutation, which vmap batches:
+    # the judge draws a batch's calls at once)
     order = torch.rand((t, e), device=device, generator=generator).argsort(dim=-1)
-    logits = torch.empty((t, e), device=device).scatter_(1, order, levels + offset)
+    logits = (levels + offset).gather(1, order)
     return [logits.to(dtype)]
 
 

@@ -58,8 +58,10 @@ def make_inputs(shape, dist, dtype, device, generator):
     value_cache = _draw((num_blocks, block_size, nkv, d), dist, device, generator)
     # Distinct slots anywhere in the cache; exactly T // 8 tokens are padding (slot -1, vLLM's
     # PAD_SLOT_ID), at random places, so the roofline's count of written tokens is exact.
-    slot_mapping = torch.randperm(num_blocks * block_size, device=device, generator=generator)[:t]
-    padding = torch.randperm(t, device=device, generator=generator)[: t // 8]
+    # A random permutation as a sort of uniform draws: the judge draws a batch's calls
+    # at once under vmap, which batches a sort and runs randperm call by call.
+    slot_mapping = torch.rand(num_blocks * block_size, device=device, generator=generator, dtype=torch.float64).argsort()[:t]
+    padding = torch.rand(t, device=device, generator=generator, dtype=torch.float64).argsort()[: t // 8]
     slot_mapping[padding] = -1
     return [key.to(dtype), value.to(dtype), key_cache.to(dtype), value_cache.to(dtype), slot_mapping]
 

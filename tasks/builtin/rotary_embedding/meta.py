@@ -45,14 +45,17 @@ def make_inputs(shape, dist, dtype, device, generator):
     t, nq, nk, d, max_pos = shape["T"], shape["NQ"], shape["NK"], shape["D"], shape["MAX_POS"]
     # Distinct positions (as within one sequence), so each token reads its own cache row and
     # the roofline's one row per token is exact.
-    positions = torch.randperm(max_pos, device=device, generator=generator)[:t]
+    # A random permutation as a sort of uniform draws: the judge draws a batch's calls
+    # at once under vmap, which batches a sort and runs randperm call by call.
+    positions = torch.rand(max_pos, device=device, generator=generator, dtype=torch.float64).argsort()[:t]
     query = _draw((t, nq * d), dist, device, generator)
     key = _draw((t, nk * d), dist, device, generator)
     # A real cos/sin cache, but with a rope base drawn per call between 1e4 (Llama-2) and 1e6
     # (Qwen2): a kernel that recomputes cos/sin from a hard-coded base instead of reading the
     # cache is wrong.
-    base = float(10.0 ** (4.0 + 2.0 * torch.rand((), device=device, generator=generator)))
-    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+    # (a tensor, not a Python float: the judge draws a batch's calls at once, under vmap)
+    base = 10.0 ** (4.0 + 2.0 * torch.rand((), device=device, generator=generator, dtype=torch.float64))
+    inv_freq = (1.0 / (base ** (torch.arange(0, d, 2, device=device, dtype=torch.float64) / d))).float()
     angles = torch.arange(max_pos, device=device, dtype=torch.float32)[:, None] * inv_freq[None, :]
     cos_sin_cache = torch.cat([angles.cos(), angles.sin()], dim=-1)
     return [positions, query.to(dtype), key.to(dtype), cos_sin_cache.to(dtype)]

@@ -1,0 +1,165 @@
+"""A timed batch's fresh inputs drawn for all its calls at once (``runtime.make_many`` under vmap,
+``refworker._fill_batched``), on the CPU: the same distribution as one call at a time, inputs of
+their own for every call and every window, and a fall back to one call at a time wherever the
+task's draw cannot be batched or would lose its randomness under vmap."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernforge.tasks import runtime
+from kernforge.tasks.loader import load_task
+from kernforge.verifier import refworker as W
+from kernforge.verifier.arena import Arena, Layout
+
+TASKS = Path(__file__).parent / "tasks"
+BUILTIN = sorted(p.name for p in (Path(__file__).parent.parent / "tasks" / "builtin").iterdir()
+                 if (p / "meta.py").exists())
+CALLS = 32
+
+
+def _ks(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The two-sample Kolmogorov-Smirnov distance of two tensors' values."""
+    a, b = a.flatten().double().sort().values, b.flatten().double().sort().values
+    both = torch.cat([a, b])
+    return float((torch.searchsorted(a, both, right=True) / a.numel() - torch.searchsorted(b, both, right=True) / b.numel()).abs().max())
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_builtin_task_draws_a_batch_like_its_calls_one_at_a_time(name):
+    """Each input comes back for every call with the call's shape and dtype; no two calls of an
+    input that varies with the seed are the same; its values are as far (Kolmogorov-Smirnov)
+    from as many calls drawn one at a time as two sets of calls drawn one at a time are from
+    each other, within sampling noise; the reference runs on a batched call and is finite where
+    it is on a call drawn alone."""
+    task = load_task(name)
+    shape = max(task.cpu_public_shapes, key=lambda s: sum(v for _, v in s.params))
+    model = W._model(task.ref, shape, 3, "cpu")
+    for dist in task.distributions:
+        alone, twin = ([runtime.make_inputs(task, shape, dist, seed, "cpu") for seed in seeds]
+                       for seeds in (range(1, CALLS + 1), range(CALLS + 1, 2 * CALLS + 1)))
+        many = runtime.make_many(task, shape, dist, 1234, CALLS, "cpu")
+        assert many is not None, f"{name} {dist}: the draw does not batch"
+
+        def stacked(calls: list[list[object]], j: int) -> torch.Tensor:
+            return torch.stack([[x for x in call if isinstance(x, torch.Tensor)][j] for call in calls])
+
+        assert len(many) == len([x for x in alone[0] if isinstance(x, torch.Tensor)])
+        for j, batched in enumerate(many):
+            one, other = stacked(alone, j), stacked(twin, j)
+            where = f"{name} {dist} input {j}"
+            assert batched.shape == one.shape and batched.dtype == one.dtype, where
+            if not torch.equal(one[0], one[1]):  # it varies with the seed: it varies across calls
+                rows = batched.reshape(CALLS, -1)
+                assert all(not torch.equal(rows[0], rows[k]) for k in range(1, CALLS)), where
+            noise = (2 / one.numel()) ** 0.5
+            assert _ks(one, batched) <= 2 * _ks(one, other) + 2 * noise, where
+        values = [x for x in alone[0] if not isinstance(x, torch.Tensor)]
+        batched_call = iter(x[5] for x in many)
+        call = [next(batched_call) if isinstance(x, torch.Tensor) else x for x in alone[0]]
+        assert values == [x for x in call if not isinstance(x, torch.Tensor)]
+        with torch.no_grad():
+            want, got = model(*alone[0]), model(*call)
+        for w, g in zip(*(r if isinstance(r, (tuple, list)) else [r] for r in (want, got))):
+            if isinstance(w, torch.Tensor) and w.is_floating_point():
+                w, g = w.float(), g.float()
+                assert bool(torch.isfinite(g).all()) or not bool(torch.isfinite(w).all()), f"{name} {dist}"
+
+
+def test_a_kernelbench_file_draws_a_batch_from_get_inputs():
+    task = load_task(str(TASKS / "kb_relu.py"))
+    shape = task.cpu_public_shapes[0] if task.cpu_public_shapes else task.public_shapes[0]
+    many = runtime.make_many(task, shape, task.distributions[0], 7, 5, "cpu")
+    one = runtime.make_inputs(task, shape, task.distributions[0], 7, "cpu")
+    assert many is not None and many[0].shape == (5, *one[0].shape)
+    assert len({float(x.flatten()[0]) for x in many[0]}) == 5
+
+
+@pytest.fixture
+def arena():
+    W._STATE.clear()
+    made = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
+    W._STATE.update(arena=made, calls={}, history={}, batches={})
+    yield made
+    made.close()
+    W._STATE.clear()
+
+
+def _plan(task_ref: str, seeds: list[int], shape: dict[str, int]) -> W._Batch:
+    W._plan_batch("cpu", {"key": "b", "task_ref": task_ref, "shape": shape, "dist": "normal", "seeds": seeds, "init_seed": 3})
+    return W._STATE["batches"]["b"]
+
+
+def _calls(batch: W._Batch) -> list[list[torch.Tensor]]:
+    return [[v.clone() for v in views if v is not None] for views in batch.views]
+
+
+def test_every_window_gives_every_call_new_inputs_drawn_at_once(arena):
+    shape = {"T": 5, "H": 200}
+    batch = _plan(str(TASKS / "tiny_norm"), list(range(10, 26)), shape)
+    first = _calls(batch)
+    _plan(str(TASKS / "tiny_norm"), list(range(40, 56)), shape)
+    assert batch.stacked is not None and batch.stacked_checked, "tiny_norm's draw batches"
+    second = _calls(batch)
+    for k, call in enumerate(second):
+        assert all(not torch.equal(a, b) for a, b in zip(call, first[k])), f"call {k} kept a window's input"
+        assert all(not torch.equal(call[0], other[0]) for other in second[k + 1:]), f"call {k} repeats another"
+    # the stacked views are the per-call views the reference reads
+    assert torch.equal(batch.stacked[0][3], batch.views[3][0])
+    assert batch.inputs == [[None, None]] * 16
+
+
+def _variant(tmp_path: Path, make_inputs: str) -> str:
+    """tiny_norm with another make_inputs."""
+    root = tmp_path / "variant"
+    shutil.copytree(TASKS / "tiny_norm", root)
+    meta = (root / "meta.py").read_text()
+    start = meta.index("def make_inputs")
+    end = meta.index("def roofline")
+    (root / "meta.py").write_text(meta[:start] + make_inputs + "\n\n" + meta[end:])
+    return str(root)
+
+
+HOST_READ = '''def make_inputs(shape, dist, dtype, device, generator):
+    t, h = shape["T"], shape["H"]
+    scale = float(torch.rand((), generator=generator))  # read on the host: vmap cannot batch it
+    x = scale * torch.randn(t, h, device=device, generator=generator)
+    return [x.to(dtype), torch.ones(h, device=device).to(dtype)]
+'''
+
+# the seed itself on the host: each call differs when drawn alone, every call is the same under
+# vmap (one generator for all): a window of identical calls, which a caching kernel could pass
+SEED_ON_HOST = '''def make_inputs(shape, dist, dtype, device, generator):
+    t, h = shape["T"], shape["H"]
+    x = torch.full((t, h), float(generator.initial_seed() % 997), device=device)
+    return [x.to(dtype), torch.ones(h, device=device).to(dtype)]
+'''
+
+
+@pytest.mark.parametrize("code", [HOST_READ, SEED_ON_HOST], ids=["host_read", "seed_on_host"])
+def test_a_draw_that_cannot_batch_is_drawn_one_call_at_a_time(arena, tmp_path, code):
+    ref = _variant(tmp_path, code)
+    shape = {"T": 5, "H": 200}
+    batch = _plan(ref, list(range(10, 18)), shape)
+    seeds = list(range(60, 68))
+    _plan(ref, seeds, shape)
+    assert batch.stacked is None
+    task = load_task(ref)
+    for k, seed in enumerate(seeds):
+        want = runtime.make_inputs(task, task.cpu_hidden_shapes[1], "normal", seed, "cpu")
+        assert all(torch.equal(v, w) for v, w in zip(batch.views[k], want)), f"call {k}"
+
+
+def test_calls_laid_out_unevenly_are_not_stacked(arena):
+    batch = _plan(str(TASKS / "tiny_norm"), [1, 2, 3], {"T": 5, "H": 200})
+    refs = [[dict(a) for a in args] for args in batch.sets]
+    moved = dict(refs[2][0]["ref"])
+    moved["offset"] += 512
+    batch.sets = [refs[0], refs[1], [{"ref": moved}, refs[2][1]]]
+    assert W._stacked_views(batch) is None
+    batch.sets = refs
+    assert W._stacked_views(batch) is not None
