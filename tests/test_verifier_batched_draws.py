@@ -101,9 +101,10 @@ def _calls(batch: W._Batch) -> list[list[torch.Tensor]]:
 def test_every_window_gives_every_call_new_inputs_drawn_at_once(arena):
     shape = {"T": 5, "H": 200}
     batch = _plan(str(TASKS / "tiny_norm"), list(range(10, 26)), shape)
+    assert batch.stacked is not None and batch.stacked_checked, "a new batch's calls are drawn together too"
     first = _calls(batch)
+    assert all(not torch.equal(first[0][0], other[0]) for other in first[1:])
     _plan(str(TASKS / "tiny_norm"), list(range(40, 56)), shape)
-    assert batch.stacked is not None and batch.stacked_checked, "tiny_norm's draw batches"
     second = _calls(batch)
     for k, call in enumerate(second):
         assert all(not torch.equal(a, b) for a, b in zip(call, first[k])), f"call {k} kept a window's input"

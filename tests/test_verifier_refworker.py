@@ -313,11 +313,13 @@ def test_baseline_calls_shrink_to_the_free_memory(monkeypatch):
 
 @pytest.mark.parametrize("keep", [W.DRAWN_KEEP_BYTES, 0], ids=["drawn_once", "drawn_again"])
 def test_pristine_bytes_are_each_seeds_inputs(monkeypatch, keep):
-    """The layout's own draw fills the pristine bytes of a small batch; a large one draws again:
-    either way each call's bytes are exactly its seed's inputs."""
+    """Drawn one call at a time (a task whose draw cannot be batched), the layout's own draw
+    fills the pristine bytes of a small batch; a large one draws again: either way each call's
+    bytes are exactly its seed's inputs (drawn together: tests/test_verifier_batched_draws.py)."""
     from kernforge.tasks import runtime
 
     monkeypatch.setattr(W, "DRAWN_KEEP_BYTES", keep)
+    monkeypatch.setattr(runtime, "make_many", lambda *args: None)
     W._STATE.clear()
     arena = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
     W._STATE.update(arena=arena, calls={}, history={}, batches={})

@@ -522,8 +522,6 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     that reply holds no layout (it is the first plan's)."""
     import torch
 
-    from .arena import Slots
-
     arena = _arena_of()
     task = load_task(msg["task_ref"])
     key = msg["key"]
@@ -532,31 +530,21 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     seeds = [int(s) for s in msg["seeds"]]
     if batch is None:
         batch = _Batch(shape, msg["task_ref"], int(msg["init_seed"]), msg["dist"])
-        slots = Slots(0, arena.layout.input_bytes)
-        layout, drawn = [], []
-        for seed in seeds:
-            inputs = runtime.make_inputs(task, shape, batch.dist, seed, device)
-            args = []
-            for x in inputs:
-                if isinstance(x, torch.Tensor):
-                    ref = arena.slot(slots, str(x.dtype).removeprefix("torch."), list(x.shape))
-                    args.append({"ref": ref.to_dict()})
-                else:
-                    args.append({"value": x})
-            layout.append(args)
-            # small calls keep what they drew for the pristine bytes (drawn once, not twice)
-            drawn.append(inputs if slots.next <= DRAWN_KEEP_BYTES else None)
-            del inputs
-        end = -(-slots.next // 512) * 512
-        batch.region = arena.data[:end]
-        batch.pristine = torch.empty(end, dtype=torch.uint8, device=batch.region.device)
-        batch.sets = layout
-        batch.views = [[_pristine_view(batch, a) if a.get("ref") else None for a in args] for args in layout]
-        batch.stacked = _stacked_views(batch)
         _STATE["batches"][key] = batch
-        # one call at a time: a later batched draw is checked against this one (_fill_batched)
-        _fill(batch, task, seeds, device, drawn if all(d is not None for d in drawn) else None, batched=False)
-        del drawn
+        # two calls drawn alone: the layout of every call where they agree, and what a batched
+        # draw is checked against (_fill_batched); else every call drawn and laid out alone
+        pair = [runtime.make_inputs(task, shape, batch.dist, seed, device) for seed in seeds[:2]]
+        even = len(pair) == 2 and _signature(pair[0]) == _signature(pair[1])
+        if even:
+            _lay_out(batch, arena, (pair[0] for _ in seeds))
+        if not (even and _fill_batched(batch, task, seeds, device, pair)):
+            drawn = _lay_out(batch, arena, (pair[k] if k < len(pair) else runtime.make_inputs(task, shape, batch.dist, seed, device)
+                                            for k, seed in enumerate(seeds)))
+            del pair
+            if even:
+                batch.stacked = None  # a batched draw failed its checks on this layout: not tried again
+            _fill(batch, task, seeds, device, drawn if all(d is not None for d in drawn) else None, batched=False)
+            del drawn
         batch.region.copy_(batch.pristine)
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
@@ -565,6 +553,44 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError("a planned batch keeps its number of calls")
     _fill(batch, task, seeds, device)
     return {"sets": []}  # the judge has the layout; a batch of 512 calls made a reply of thousands of records
+
+
+def _signature(inputs: list[Any]) -> list[Any]:
+    """One call's inputs as the layout sees them: each tensor's dtype and shape, each value."""
+    import torch
+
+    return [(x.dtype, tuple(x.shape)) if isinstance(x, torch.Tensor) else ("value", x) for x in inputs]
+
+
+def _lay_out(batch: _Batch, arena: Any, calls: Any) -> list[Any]:
+    """Places in the input region for every call's inputs (``calls``: each call's inputs, in
+    order), and the batch's pristine bytes, views and stacked views over them; returns what each
+    call drew where the batch is small enough to keep it (``DRAWN_KEEP_BYTES``), else None."""
+    import torch
+
+    from .arena import Slots
+
+    slots = Slots(0, arena.layout.input_bytes)
+    layout, drawn = [], []
+    for inputs in calls:
+        args = []
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                ref = arena.slot(slots, str(x.dtype).removeprefix("torch."), list(x.shape))
+                args.append({"ref": ref.to_dict()})
+            else:
+                args.append({"value": x})
+        layout.append(args)
+        # small calls keep what they drew for the pristine bytes (drawn once, not twice)
+        drawn.append(inputs if slots.next <= DRAWN_KEEP_BYTES else None)
+        del inputs
+    end = -(-slots.next // 512) * 512
+    batch.region = arena.data[:end]
+    batch.pristine = torch.empty(end, dtype=torch.uint8, device=batch.region.device)
+    batch.sets = layout
+    batch.views = [[_pristine_view(batch, a) if a.get("ref") else None for a in args] for args in layout]
+    batch.stacked = _stacked_views(batch)
+    return drawn
 
 
 #: a batch whose inputs take at most this many bytes keeps the inputs its layout drew, to write
@@ -594,15 +620,15 @@ def _fill(batch: _Batch, task: Any, seeds: list[int], device: str, drawn: list[l
         batch.inputs.append([None if view is not None else a["value"] for a, view in zip(args, batch.views[k])])
 
 
-def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str) -> bool:
+def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair: list[list[Any]] | None = None) -> bool:
     """Every call's inputs drawn in one pass per part (``runtime.make_many``) and copied into the
     stacked views, one copy per input; False, with nothing written, where the batch cannot be
     drawn so (``batch.stacked`` is then dropped and the calls are drawn one at a time).
 
     The first such draw on a layout is checked before it is used: each input must come back with
-    every call's shape and dtype, and an input that differed between two calls of the layout's
-    first draw (drawn one call at a time, from different seeds) must differ between two calls of
-    this one too. A task whose draw vmap would repeat across calls (its randomness lost) falls
+    every call's shape and dtype, and an input that differed between two calls drawn one at a
+    time from different seeds (``pair``; else the layout's first two calls in pristine, drawn
+    so) must differ between two calls of this one too. A task whose draw vmap would repeat across calls (its randomness lost) falls
     back rather than give a window of identical calls, which a kernel that caches could pass."""
     import torch
 
@@ -612,8 +638,12 @@ def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str) -> bo
     per_call = sum(v[0].numel() * v.element_size() for v in stacked)
     part = max(MANY_BYTES // max(per_call, 1), 2)
     varies = None
-    if not batch.stacked_checked:  # the layout's first draw, one call at a time, is still in pristine
-        varies = [not torch.equal(v[0], v[1]) for v in stacked]
+    if not batch.stacked_checked:
+        if pair is not None:
+            alone = [[x for x in call if isinstance(x, torch.Tensor)] for call in pair]
+            varies = [not torch.equal(a, b) for a, b in zip(*alone)]
+        else:  # the layout's first draw, one call at a time, is still in pristine
+            varies = [not torch.equal(v[0], v[1]) for v in stacked]
     for start in range(0, calls, part):
         n = min(part, calls - start)
         drawn = runtime.make_many(task, batch.shape, batch.dist, seeds[start], n, device)
