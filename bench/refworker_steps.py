@@ -78,8 +78,9 @@ def measure(task_name: str, shape_text: str | None, calls: int, windows: int, de
         with torch.no_grad():
             for args in planned["sets"]:
                 inputs = [arena.view(TensorRef(**a["ref"])) if a.get("ref") else a["value"] for a in args]
-                got = model(*inputs)
-                outputs.append([arena.place(heap, t) for t in (got if isinstance(got, (tuple, list)) else [got])])
+                # what the call returns, placed in the heap, then the inputs it writes in place, where they lie
+                outputs.append([arena.place(heap, t) for t in _returned(model(*inputs))]
+                               + [TensorRef(**args[i]["ref"]) for i in task.mutated_inputs])
         batch.outputs = outputs
         fills, verifies, fill_ops, verify_ops = [], [], _Ops(), _Ops()
         tolerances = task.tolerance_table()
@@ -95,8 +96,7 @@ def measure(task_name: str, shape_text: str | None, calls: int, windows: int, de
             with torch.no_grad():  # the candidate's calls: honest, on this window's inputs
                 for args, outs in zip(planned["sets"], outputs):
                     inputs = [arena.view(TensorRef(**a["ref"])) if a.get("ref") else a["value"] for a in args]
-                    got = model(*inputs)
-                    for t, r in zip(got if isinstance(got, (tuple, list)) else [got], outs):
+                    for t, r in zip(_returned(model(*inputs)), outs):  # in-place outputs are written where they lie
                         arena.view(r).copy_(t)
             references = _references(batch, model, task, device)
             with verify_ops if counted else _nothing(), _replayed(references):
@@ -118,6 +118,11 @@ def measure(task_name: str, shape_text: str | None, calls: int, windows: int, de
     finally:
         arena.close()
         W._STATE.clear()
+
+
+def _returned(got: Any) -> list[Any]:
+    """The tensors a call returned (none for an op that only writes its inputs in place)."""
+    return [t for t in (got if isinstance(got, (tuple, list)) else [got]) if isinstance(t, torch.Tensor)]
 
 
 def _references(batch: Any, model: Any, task: Any, device: str) -> list[Any] | None:

@@ -15,6 +15,7 @@ from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import refworker as W
 from kernforge.verifier.arena import Arena, Layout
+from kernforge.verifier.messages import TensorRef
 
 TASKS = Path(__file__).parent / "tasks"
 BUILTIN = sorted(p.name for p in (Path(__file__).parent.parent / "tasks" / "builtin").iterdir()
@@ -164,3 +165,26 @@ def test_calls_laid_out_unevenly_are_not_stacked(arena):
     assert W._stacked_views(batch) is None
     batch.sets = refs
     assert W._stacked_views(batch) is not None
+
+
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "per_call"])
+def test_a_written_input_is_found_among_inputs_written_in_place(arena, stacked):
+    """fused_add_rms_norm writes x and the residual in place: written there, nothing is said;
+    its weight written in one call of many is found, compared input by input over every call at
+    once (or call by call where the calls are not stacked)."""
+    task = load_task("fused_add_rms_norm")
+    shape = task.cpu_public_shapes[0].as_dict()
+    batch = _plan(task.ref, list(range(1, 9)), shape)
+    if not stacked:
+        batch.stacked = None
+    batch.region.copy_(batch.pristine)
+    written = W._stacked_views(batch, batch.region) if stacked else None
+    views = [[arena.view(TensorRef(**a["ref"])) for a in args] for args in batch.sets]
+    for i in task.mutated_inputs:
+        views[1][i].add_(1.0)
+    assert W._batch_mutations(batch, arena, task) == []
+    weight = next(i for i in range(len(views[0])) if i not in task.mutated_inputs)
+    views[5][weight].view(-1)[-1] += 1.0
+    assert W._batch_mutations(batch, arena, task) == [weight]
+    if written is not None:
+        assert written[weight].data_ptr() == views[0][weight].data_ptr()

@@ -599,7 +599,7 @@ DRAWN_KEEP_BYTES = 256 << 20
 
 
 #: at most this many bytes of inputs drawn at once by a batched draw (the calls of a larger batch
-#: are drawn in parts)
+#: are drawn in parts; a batch whose calls do not fit two to a part is drawn one call at a time)
 MANY_BYTES = 256 << 20
 
 
@@ -636,7 +636,9 @@ def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair:
     if stacked is None or calls < 2:
         return False
     per_call = sum(v[0].numel() * v.element_size() for v in stacked)
-    part = max(MANY_BYTES // max(per_call, 1), 2)
+    part = MANY_BYTES // max(per_call, 1)
+    if part < 2:  # calls this large gain nothing drawn together, and their draw's scratch memory would double
+        return False
     varies = None
     if not batch.stacked_checked:
         if pair is not None:
@@ -664,10 +666,10 @@ def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair:
     return True
 
 
-def _stacked_views(batch: _Batch) -> list[Any] | None:
-    """Each tensor input of every call as one [calls, *shape] view of ``pristine``, where every
-    call has its tensors at the same offsets from its own start, the calls evenly spaced; else
-    None."""
+def _stacked_views(batch: _Batch, over: Any = None) -> list[Any] | None:
+    """Each tensor input of every call as one [calls, *shape] view of ``pristine`` (or of
+    ``over``, bytes laid out as it is: the arena's region), where every call has its tensors at
+    the same offsets from its own start, the calls evenly spaced; else None."""
     from .messages import ITEMSIZE, TensorRef
 
     if len(batch.sets) < 2:
@@ -686,7 +688,7 @@ def _stacked_views(batch: _Batch) -> list[Any] | None:
             r = [x for x in call if x is not None][j]
             if r.dtype != ref.dtype or r.shape != ref.shape or r.strides != ref.strides or r.offset != ref.offset + k * step:
                 return None
-        view = batch.pristine.view(_dtype(ref.dtype))
+        view = (batch.pristine if over is None else over).view(_dtype(ref.dtype))
         stacked.append(view.as_strided((len(refs), *ref.shape), (step // size, *ref.strides), ref.offset // size))
     return stacked
 
@@ -1070,6 +1072,14 @@ def _batch_mutations(batch: _Batch, arena: Any, task: Any) -> list[int]:
     if not task.mutated_inputs and integrity.bits_equal(batch.region, batch.pristine):
         return []
     found: set[int] = set()
+    if batch.stacked is not None and all(v.numel() * v.element_size() <= MANY_BYTES for v in batch.stacked):
+        # each input of every call in one comparison (a copy of each side: bounded like a batched draw)
+        positions = [i for i, a in enumerate(batch.sets[0]) if a.get("ref")]
+        written = _stacked_views(batch, batch.region)
+        for i, now, want in zip(positions, written, batch.stacked):
+            if i not in task.mutated_inputs and not integrity.bits_equal(now, want):
+                found.add(i)
+        return sorted(found)
     for args in batch.sets:
         for i, a in enumerate(args):
             if a.get("ref") and i not in task.mutated_inputs and not integrity.bits_equal(arena.view(TensorRef(**a["ref"])), _pristine_view(batch, a)):
