@@ -188,3 +188,19 @@ def test_a_written_input_is_found_among_inputs_written_in_place(arena, stacked):
     assert W._batch_mutations(batch, arena, task) == [weight]
     if written is not None:
         assert written[weight].data_ptr() == views[0][weight].data_ptr()
+
+
+def test_the_padding_between_a_new_batchs_inputs_is_zero(arena):
+    """No draw writes the padding between inputs, and the region the candidate reads is written
+    from the pristine bytes: they start as zeros, never as this worker's earlier memory."""
+    arena.data.fill_(0xFF)
+    batch = _plan(str(TASKS / "tiny_norm"), list(range(1, 9)), {"T": 5, "H": 200})
+    assert batch.stacked_checked
+    used = torch.zeros(batch.region.numel(), dtype=torch.bool)
+    for args in batch.sets:
+        for a in args:
+            ref = TensorRef(**a["ref"])
+            used[ref.offset: ref.offset + ref.span] = True
+    assert not bool(used.all()), "tiny_norm's inputs leave padding"
+    assert int(batch.pristine[~used].count_nonzero()) == 0
+    assert int(batch.region[~used].count_nonzero()) == 0

@@ -586,7 +586,9 @@ def _lay_out(batch: _Batch, arena: Any, calls: Any) -> list[Any]:
         del inputs
     end = -(-slots.next // 512) * 512
     batch.region = arena.data[:end]
-    batch.pristine = torch.empty(end, dtype=torch.uint8, device=batch.region.device)
+    # zeros: the padding between inputs is never drawn, and is written into the arena the
+    # candidate reads (this worker's earlier bytes must not reach it)
+    batch.pristine = torch.zeros(end, dtype=torch.uint8, device=batch.region.device)
     batch.sets = layout
     batch.views = [[_pristine_view(batch, a) if a.get("ref") else None for a in args] for args in layout]
     batch.stacked = _stacked_views(batch)
