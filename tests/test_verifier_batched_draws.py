@@ -204,3 +204,24 @@ def test_the_padding_between_a_new_batchs_inputs_is_zero(arena):
     assert not bool(used.all()), "tiny_norm's inputs leave padding"
     assert int(batch.pristine[~used].count_nonzero()) == 0
     assert int(batch.region[~used].count_nonzero()) == 0
+
+
+def test_a_batched_draw_that_fails_after_its_check_draws_that_window_call_by_call(arena, monkeypatch):
+    """Say the draw runs out of memory on a later window: that window is drawn one call at a time,
+    every call written again, and the next window tries a batched draw again."""
+    shape = {"T": 5, "H": 200}
+    batch = _plan(str(TASKS / "tiny_norm"), list(range(1, 9)), shape)
+    assert batch.stacked_checked
+    real = runtime.make_many
+    monkeypatch.setattr(runtime, "make_many", lambda *args: None)
+    seeds = list(range(20, 28))
+    _plan(str(TASKS / "tiny_norm"), seeds, shape)
+    task = load_task(str(TASKS / "tiny_norm"))
+    for k, seed in enumerate(seeds):
+        want = runtime.make_inputs(task, task.cpu_hidden_shapes[1], "normal", seed, "cpu")
+        assert all(torch.equal(v, w) for v, w in zip(batch.views[k], want)), f"call {k}"
+    assert batch.stacked is not None
+    monkeypatch.setattr(runtime, "make_many", real)
+    before = _calls(batch)
+    _plan(str(TASKS / "tiny_norm"), list(range(40, 48)), shape)
+    assert all(not torch.equal(a[0], b[0]) for a, b in zip(_calls(batch), before))

@@ -651,14 +651,14 @@ def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair:
     for start in range(0, calls, part):
         n = min(part, calls - start)
         drawn = runtime.make_many(task, batch.shape, batch.dist, seeds[start], n, device)
-        if varies is not None:
-            ok = drawn is not None and len(drawn) == len(stacked) and all(
-                x.shape == v[start: start + n].shape and x.dtype == v.dtype for x, v in zip(drawn, stacked))
-            if ok and n >= 2:
-                ok = all(not d or not torch.equal(x[0], x[1]) for d, x in zip(varies, drawn))
-            if not ok:
+        ok = drawn is not None and len(drawn) == len(stacked) and all(
+            x.shape == v[start: start + n].shape and x.dtype == v.dtype for x, v in zip(drawn, stacked))
+        if ok and varies is not None and n >= 2:
+            ok = all(not d or not torch.equal(x[0], x[1]) for d, x in zip(varies, drawn))
+        if not ok:  # this window is drawn call by call (every call written again); a layout whose check failed, always
+            if varies is not None:
                 batch.stacked = None
-                return False
+            return False
         for x, view in zip(drawn, stacked):
             view[start: start + n].copy_(x)
         del drawn
