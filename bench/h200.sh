@@ -26,7 +26,7 @@
 #   probe      bench/overhead_probe.py (where a batch's time goes, one process, against the judge)
 #   gputestx   the verifier's GPU tests (and the reference graph's) on three pytest-xdist workers sharing the GPU
 #   drawn      every seed against its reference at its public, hidden and 12 drawn GPU shapes (tasks/draws.py)
-#   steps      bench/refworker_steps.py on the GPU (a window's input draw and comparison: ms and aten ops)
+#   steps      bench/refworker_steps.py on the GPU (a window's input draw, call by call and batched, and comparison: ms and aten ops)
 #   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, one step at a time, and the audit's profiled worker)
 #   footprint  bench/footprint_probe.py (per-call time against where the buffers live and how much memory a batch touches)
 #   sweep      bench/clock_sweep.py (the batch window against its number of calls: fixed cost or per-call excess)
@@ -89,7 +89,8 @@ for p in "$@"; do
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
     gputestx) phase gputest 260 python3 -m pytest -m gpu -v -p no:cacheprovider --tb=line -rf --timeout 120 -n 3 --durations=12 tests/test_verifier_gpu.py tests/test_verifier_reference_graph.py ;;
     drawn) phase drawn 240 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 200 -n 3 tests/test_tasks_builtin.py -k seed_matches ;;
-    steps) phase steps 150 python3 bench/refworker_steps.py --device cuda:0 --task rms_norm --task silu_and_mul --task softmax --task fused_add_rms_norm ;;
+    steps) phase steps 200 python3 bench/refworker_steps.py --device cuda:0 --task rms_norm --task silu_and_mul --task softmax --task fused_add_rms_norm \
+             --task rotary_embedding --task moe_topk_softmax --task merge_attn_states ;;
     ncusbx) phase ncusbx 200 python3 bench/ncu_sandbox.py --timeout 25 ;;
     footprint) phase footprint 60 python3 bench/footprint_probe.py ;;
     sweep) phase sweep 240 python3 bench/clock_sweep.py --json "$OUT/sweep.json" ;;
