@@ -624,14 +624,16 @@ def _fill(batch: _Batch, task: Any, seeds: list[int], device: str, drawn: list[l
 
 def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair: list[list[Any]] | None = None) -> bool:
     """Every call's inputs drawn in one pass per part (``runtime.make_many``) and copied into the
-    stacked views, one copy per input; False, with nothing written, where the batch cannot be
-    drawn so (``batch.stacked`` is then dropped and the calls are drawn one at a time).
+    stacked views, one copy per input; False where the batch cannot be drawn so, and the caller
+    then draws every call again, one at a time (a layout that fails the check below drops
+    ``batch.stacked`` for good; a later failure, say out of memory, costs only that window).
 
     The first such draw on a layout is checked before it is used: each input must come back with
     every call's shape and dtype, and an input that differed between two calls drawn one at a
     time from different seeds (``pair``; else the layout's first two calls in pristine, drawn
-    so) must differ between two calls of this one too. A task whose draw vmap would repeat across calls (its randomness lost) falls
-    back rather than give a window of identical calls, which a kernel that caches could pass."""
+    so) must differ between two calls of this one too. A task whose draw vmap would repeat
+    across calls (its randomness lost) falls back rather than give a window of identical calls,
+    which a kernel that caches could pass."""
     import torch
 
     stacked, calls = batch.stacked, len(batch.sets)
@@ -655,7 +657,7 @@ def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair:
             x.shape == v[start: start + n].shape and x.dtype == v.dtype for x, v in zip(drawn, stacked))
         if ok and varies is not None and n >= 2:
             ok = all(not d or not torch.equal(x[0], x[1]) for d, x in zip(varies, drawn))
-        if not ok:  # this window is drawn call by call (every call written again); a layout whose check failed, always
+        if not ok:
             if varies is not None:
                 batch.stacked = None
             return False
