@@ -225,3 +225,26 @@ def test_a_batched_draw_that_fails_after_its_check_draws_that_window_call_by_cal
     before = _calls(batch)
     _plan(str(TASKS / "tiny_norm"), list(range(40, 48)), shape)
     assert all(not torch.equal(a[0], b[0]) for a, b in zip(_calls(batch), before))
+
+
+def test_a_batch_of_large_calls_never_holds_two_calls_drawn_alone(arena, monkeypatch):
+    """Calls too large to draw two at once are drawn and laid out one at a time, as before
+    batched draws: the memory this worker's allocator keeps is memory the candidate lacks (a
+    pair of 3 GB fused_moe calls held through the layout left an honest audit out of memory)."""
+    import weakref
+
+    monkeypatch.setattr(W, "MANY_BYTES", 1)
+    monkeypatch.setattr(W, "DRAWN_KEEP_BYTES", 0)
+    real, alive, most = runtime.make_inputs, [], [0]
+
+    def counting(*args):
+        most[0] = max(most[0], sum(1 for r in alive if r() is not None))
+        got = real(*args)
+        alive.append(weakref.ref(got[0]))
+        return got
+
+    monkeypatch.setattr(runtime, "make_inputs", counting)
+    batch = _plan(str(TASKS / "tiny_norm"), list(range(1, 7)), {"T": 5, "H": 200})
+    assert batch.stacked is None or not batch.stacked_checked
+    assert len(alive) == 12, "laid out, then drawn again, one call at a time"
+    assert most[0] <= 1, f"{most[0]} calls' inputs held while another was drawn"

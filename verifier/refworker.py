@@ -532,19 +532,26 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         batch = _Batch(shape, msg["task_ref"], int(msg["init_seed"]), msg["dist"])
         _STATE["batches"][key] = batch
         # two calls drawn alone: the layout of every call where they agree, and what a batched
-        # draw is checked against (_fill_batched); else every call drawn and laid out alone
-        pair = [runtime.make_inputs(task, shape, batch.dist, seed, device) for seed in seeds[:2]]
-        even = len(pair) == 2 and _signature(pair[0]) == _signature(pair[1])
+        # draw is checked against (_fill_batched); else every call drawn and laid out alone. Calls
+        # too large to draw two at once (_fill_batched) are never held two at a time: the memory
+        # this worker's allocator keeps is memory the candidate's worker lacks (an honest
+        # fused_moe audit ran out of it on the H200 while a pair of 3 GB calls was held)
+        first = runtime.make_inputs(task, shape, batch.dist, seeds[0], device)
+        small = len(seeds) >= 2 and 2 * _tensor_bytes(first) <= MANY_BYTES
+        pair = [first] + ([runtime.make_inputs(task, shape, batch.dist, seeds[1], device)] if small else [])
+        del first
+        even = small and _signature(pair[0]) == _signature(pair[1])
         if even:
             _lay_out(batch, arena, (pair[0] for _ in seeds))
         if not (even and _fill_batched(batch, task, seeds, device, pair)):
-            drawn = _lay_out(batch, arena, (pair[k] if k < len(pair) else runtime.make_inputs(task, shape, batch.dist, seed, device)
-                                            for k, seed in enumerate(seeds)))
-            del pair
+            # each call's draw is let go once laid out (pair[k] handed over, not kept here)
+            drawn = _lay_out(batch, arena, (pair.pop(0) if pair else runtime.make_inputs(task, shape, batch.dist, seed, device)
+                                            for seed in seeds))
             if even:
                 batch.stacked = None  # a batched draw failed its checks on this layout: not tried again
             _fill(batch, task, seeds, device, drawn if all(d is not None for d in drawn) else None, batched=False)
             del drawn
+        del pair
         batch.region.copy_(batch.pristine)
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
@@ -553,6 +560,12 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError("a planned batch keeps its number of calls")
     _fill(batch, task, seeds, device)
     return {"sets": []}  # the judge has the layout; a batch of 512 calls made a reply of thousands of records
+
+
+def _tensor_bytes(inputs: list[Any]) -> int:
+    import torch
+
+    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
 
 
 def _signature(inputs: list[Any]) -> list[Any]:
