@@ -123,13 +123,20 @@ def torch_dtype(name: str):
     return value
 
 
+def _meta_draw(task: Task, dist: str) -> ModuleType | None:
+    """The task's meta.py where its ``make_inputs`` draws ``dist``; else None (the reference's
+    ``get_inputs`` draws)."""
+    meta = meta_module(task)
+    return meta if meta is not None and hasattr(meta, "make_inputs") and dist != "default" else None
+
+
 def make_inputs(task: Task, shape: Shape, dist: str, seed: int, device: str) -> list[Any]:
     """The inputs of one call, determined entirely by (task, shape, dist, seed, device)."""
     import torch
 
     device_kind = "cuda" if str(device).startswith("cuda") else "cpu"
-    meta = meta_module(task)
-    if meta is not None and hasattr(meta, "make_inputs") and dist != "default":
+    meta = _meta_draw(task, dist)
+    if meta is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
         dtype = torch_dtype(task.dtype(device_kind))
         inputs = meta.make_inputs(shape.as_dict(), dist, dtype, device, generator)
@@ -159,8 +166,8 @@ def make_many(task: Task, shape: Shape, dist: str, seed: int, count: int, device
     import torch
 
     device_kind = "cuda" if str(device).startswith("cuda") else "cpu"
-    meta = meta_module(task)
-    if meta is not None and hasattr(meta, "make_inputs") and dist != "default":
+    meta = _meta_draw(task, dist)
+    if meta is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
         dtype = torch_dtype(task.dtype(device_kind))
         args = (shape.as_dict(), dist, dtype, device, generator)
@@ -178,7 +185,7 @@ def make_many(task: Task, shape: Shape, dist: str, seed: int, count: int, device
         rng = torch.random.fork_rng(devices=[torch.device(device).index or 0] if device_kind == "cuda" else [])
     with rng, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # vmap's "performance drop" notes for ops it loops over
-        if meta is None or dist == "default":
+        if meta is None:  # get_inputs draws from the global generators (forked above)
             torch.manual_seed(seed)
         try:
             drawn = torch.func.vmap(one, randomness="different")(torch.empty(count))

@@ -142,6 +142,8 @@ class _Batch:
     #: are evenly spaced): a batched draw fills it with one copy per input (None: the layout is not
     #: even, or a batched draw failed its checks, and every call is drawn on its own)
     stacked: list[Any] | None = None
+    #: the same views of the arena's region, where the candidate's calls read them
+    region_stacked: list[Any] | None = None
     #: whether a batched draw was checked on this layout (``_fill_batched``)
     stacked_checked: bool = False
     probe_index: Any = None
@@ -537,7 +539,7 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         # this worker's allocator keeps is memory the candidate's worker lacks (an honest
         # fused_moe audit ran out of it on the H200 while a pair of 3 GB calls was held)
         first = runtime.make_inputs(task, shape, batch.dist, seeds[0], device)
-        small = len(seeds) >= 2 and 2 * _tensor_bytes(first) <= MANY_BYTES
+        small = len(seeds) >= 2 and _calls_per_part(_tensor_bytes(first)) >= 2
         pair = [first] + ([runtime.make_inputs(task, shape, batch.dist, seeds[1], device)] if small else [])
         del first
         even = small and _signature(pair[0]) == _signature(pair[1])
@@ -604,7 +606,11 @@ def _lay_out(batch: _Batch, arena: Any, calls: Any) -> list[Any]:
     batch.pristine = torch.zeros(end, dtype=torch.uint8, device=batch.region.device)
     batch.sets = layout
     batch.views = [[_pristine_view(batch, a) if a.get("ref") else None for a in args] for args in layout]
+    # the reference's arguments: each call's values are the layout's (its tensors are the views)
+    batch.inputs = [[None if view is not None else a["value"] for a, view in zip(args, views)]
+                    for args, views in zip(layout, batch.views)]
     batch.stacked = _stacked_views(batch)
+    batch.region_stacked = _stacked_views(batch, batch.region) if batch.stacked is not None else None
     return drawn
 
 
@@ -618,6 +624,12 @@ DRAWN_KEEP_BYTES = 256 << 20
 MANY_BYTES = 256 << 20
 
 
+def _calls_per_part(per_call: int) -> int:
+    """Calls a batched draw takes at once (below 2: calls this large gain nothing drawn together,
+    and their draw's scratch memory would double; they are drawn one at a time)."""
+    return MANY_BYTES // max(per_call, 1)
+
+
 def _fill(batch: _Batch, task: Any, seeds: list[int], device: str, drawn: list[list[Any]] | None = None,
           batched: bool = True) -> None:
     """Fresh inputs for every call, into the batch's pristine bytes at its layout (``drawn``:
@@ -625,14 +637,12 @@ def _fill(batch: _Batch, task: Any, seeds: list[int], device: str, drawn: list[l
     drawn together (``_fill_batched``), else one call at a time."""
     if batched and drawn is None and _fill_batched(batch, task, seeds, device):
         return
-    batch.inputs = []
     batch.pristine.fill_(0)
-    for k, (seed, args) in enumerate(zip(seeds, batch.sets)):
+    for k, seed in enumerate(seeds):
         inputs = drawn[k] if drawn is not None else runtime.make_inputs(task, batch.shape, batch.dist, seed, device)
         for x, view in zip(inputs, batch.views[k]):
             if view is not None:
                 view.copy_(x)
-        batch.inputs.append([None if view is not None else a["value"] for a, view in zip(args, batch.views[k])])
 
 
 def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair: list[list[Any]] | None = None) -> bool:
@@ -652,9 +662,8 @@ def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair:
     stacked, calls = batch.stacked, len(batch.sets)
     if stacked is None or calls < 2:
         return False
-    per_call = sum(v[0].numel() * v.element_size() for v in stacked)
-    part = MANY_BYTES // max(per_call, 1)
-    if part < 2:  # calls this large gain nothing drawn together, and their draw's scratch memory would double
+    part = _calls_per_part(sum(v[0].numel() * v.element_size() for v in stacked))
+    if part < 2:
         return False
     varies = None
     if not batch.stacked_checked:
@@ -678,8 +687,6 @@ def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair:
             view[start: start + n].copy_(x)
         del drawn
     batch.stacked_checked = True
-    batch.inputs = [[None if view is not None else a["value"] for a, view in zip(args, views)]
-                    for args, views in zip(batch.sets, batch.views)]
     return True
 
 
@@ -1092,8 +1099,7 @@ def _batch_mutations(batch: _Batch, arena: Any, task: Any) -> list[int]:
     if batch.stacked is not None and all(v.numel() * v.element_size() <= MANY_BYTES for v in batch.stacked):
         # each input of every call in one comparison (a copy of each side: bounded like a batched draw)
         positions = [i for i, a in enumerate(batch.sets[0]) if a.get("ref")]
-        written = _stacked_views(batch, batch.region)
-        for i, now, want in zip(positions, written, batch.stacked):
+        for i, now, want in zip(positions, batch.region_stacked, batch.stacked):
             if i not in task.mutated_inputs and not integrity.bits_equal(now, want):
                 found.add(i)
         return sorted(found)
