@@ -7,6 +7,12 @@ verdict drawing inputs and 2.5 s comparing (session 37): thousands of small ops 
 counts are the same on any device, so a change measured here on the CPU shows what it saves
 there; the milliseconds are this machine's.
 
+Each task has two rows. "per call": every call drawn on its own and its reference run on its own
+(on the GPU replayed from the worker's captured graph where it has one; on the CPU made before
+the comparison is measured, so that row counts the gathering and comparing alone). "batched": the
+calls drawn at once and their reference run over many calls at once (reference_batched.py), both
+counted.
+
     python bench/refworker_steps.py                        # rms_norm T=1 H=4096, 512 calls, on the CPU
     python bench/refworker_steps.py --task silu_and_mul --shape T=64,I=8192 --calls 128 --device cuda
 """
@@ -98,7 +104,9 @@ def measure(task_name: str, shape_text: str | None, calls: int, windows: int, de
                     inputs = [arena.view(TensorRef(**a["ref"])) if a.get("ref") else a["value"] for a in args]
                     for t, r in zip(_returned(model(*inputs)), outs):  # in-place outputs are written where they lie
                         arena.view(r).copy_(t)
-            references = _references(batch, model, task, device)
+            # call by call on the CPU, the references are made before the comparison (on a GPU the
+            # worker replays them from its graph); batched, the comparison runs its own, stacked
+            references = _references(batch, model, task, device) if batch.stacked is None else None
             with verify_ops if counted else _nothing(), _replayed(references):
                 t2 = time.perf_counter()
                 got = W._verify_batch(device, {"key": "bench", "tolerances": tolerances})

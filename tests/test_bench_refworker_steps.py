@@ -1,7 +1,7 @@
 """bench/refworker_steps.py on the CPU: a timed batch's fresh inputs cost the draws and their
 copies alone (no view made per call), drawn for all calls at once where the task's draw allows;
 and comparing its calls' outputs costs ops that do not grow with the number of calls (each
-call's views are made once, not per window)."""
+call's views are made once, not per window; batched, the reference too runs once per part)."""
 
 from __future__ import annotations
 
@@ -36,3 +36,13 @@ def test_a_batched_draw_costs_the_same_ops_for_any_number_of_calls():
     assert large["fill_ops"] == small["fill_ops"], (small["top_fill"], large["top_fill"])
     # the per-call draw's six writes per call are now four draws and one copy per input
     assert large["fill_writes"] <= 8, large["top_fill"]
+
+
+def test_a_stacked_reference_costs_the_same_ops_for_any_number_of_calls():
+    """Batched, the comparison runs the reference itself, over every call at once: its ops (the
+    reference's and the comparison's) do not grow with the calls, where the reference run call
+    by call made a dozen ops per call."""
+    bench = _bench()
+    small, large = (bench.measure("rms_norm", "T=2,H=256", calls, 2, "cpu") for calls in (8, 32))
+    assert large["verify_ops"] == small["verify_ops"], (small["top_verify"], large["top_verify"])
+    assert dict(large["top_verify"]).get("aten.pow", 0) <= 3, "the reference ran per call"

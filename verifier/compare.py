@@ -154,7 +154,7 @@ def compare(
     for sl in blocks:
         c, h = part(candidate, sl), part(high, sl)
         lo = part(low, sl) if low is not None else None
-        err, allowed, nonfinite_bad, hf, both = _errors(c, h, lo, tolerance, scale_t)
+        err, allowed, nonfinite_bad, hf, both = errors(c, h, lo, tolerance, scale_t)
         finite_bad = both & (err > allowed)
         bad_mask = finite_bad | nonfinite_bad
         bad += int(bad_mask.sum())
@@ -316,13 +316,13 @@ def within_tolerance(candidates: torch.Tensor, highs: torch.Tensor, tolerance: T
     gross = torch.zeros(n, dtype=torch.bool, device=device)
     for sl in blocks:
         lo = part(lo_all, sl) if lo_all is not None else None
-        err, allowed, nonfinite_bad, _, both = _errors(part(c_all, sl), part(h_all, sl), lo, tolerance, scale)
+        err, allowed, nonfinite_bad, _, both = errors(part(c_all, sl), part(h_all, sl), lo, tolerance, scale)
         bad += ((both & (err > allowed)) | nonfinite_bad).sum(dim=1)
         gross |= ((both & (err > MARGINAL_FACTOR * allowed)) | nonfinite_bad).any(dim=1)
     return ~gross & (bad <= marginal_allowed(width))
 
 
-def _errors(c: torch.Tensor, h: torch.Tensor, lo: torch.Tensor | None, tolerance: Tolerance,
+def errors(c: torch.Tensor, h: torch.Tensor, lo: torch.Tensor | None, tolerance: Tolerance,
             scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The rule of the module docstring: (|c - h|, what each element is allowed, non-finite
     mismatches, h with non-finite values zeroed, where both are finite). ``scale``: the rms of

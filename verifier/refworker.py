@@ -152,12 +152,19 @@ class _Batch:
     #: each call's outputs as views of the arena, while ``outputs`` names the same places (a
     #: captured batch's do, window after window); None: made at the next use
     out_views: list[list[Any]] | None = None
+    #: each output of every call as one [calls, *shape] view of the arena (``_stacked_outputs``;
+    #: False: the calls' outputs lie unevenly), or None: made at the next use
+    out_stacked: Any = None
     start: Any = None  # the window's events
     written: Any = None
     host: dict[str, float] = field(default_factory=dict)
     #: the reference of every call, captured over the batch's input places (reference_graph.py);
     #: False once a capture was tried and gave none
     ref_graph: Any = None
+    #: the reference of many calls at once (reference_batched.py), prepared on the first
+    #: verification; False once tried and ruled out: the calls run one at a time
+    ref_stacked: Any = None
+    ref_stacked_new: bool = False
 
 
 def _model(task_ref: str, shape: Shape, init_seed: int, device: str) -> Any:
@@ -694,26 +701,41 @@ def _stacked_views(batch: _Batch, over: Any = None) -> list[Any] | None:
     """Each tensor input of every call as one [calls, *shape] view of ``pristine`` (or of
     ``over``, bytes laid out as it is: the arena's region), where every call has its tensors at
     the same offsets from its own start, the calls evenly spaced; else None."""
-    from .messages import ITEMSIZE, TensorRef
+    from .messages import TensorRef
 
-    if len(batch.sets) < 2:
-        return None
     refs = [[TensorRef(**a["ref"]) if a.get("ref") else None for a in args] for args in batch.sets]
-    first = [r for r in refs[0] if r is not None]
-    if not first or any([r is None for r in call] != [r is None for r in refs[0]] for call in refs):
+    if any([r is None for r in call] != [r is None for r in refs[0]] for call in refs):
         return None  # calls with their tensors at different positions: drawn one at a time
-    step = next(r for r in refs[1] if r is not None).offset - first[0].offset
+    return _even_stack([[r for r in call if r is not None] for call in refs], batch.pristine if over is None else over)
+
+
+def _stacked_outputs(batch: _Batch, arena: Any) -> list[Any] | None:
+    """Each output of every call as one [calls, *shape] view of the arena, where the calls left
+    them evenly spaced (made once while the places stay the same); else None."""
+    if batch.out_stacked is None:
+        batch.out_stacked = _even_stack(batch.outputs, arena.data) or False
+    return batch.out_stacked or None
+
+
+def _even_stack(refs: list[list[Any]], data: Any) -> list[Any] | None:
+    """The j-th tensor of every call (``refs``: each call's TensorRefs into ``data``, bytes) as
+    one [calls, *shape] view, for every j, where each call's tensors lie at the same offsets from
+    its own start, the calls evenly spaced; else None."""
+    from .messages import ITEMSIZE
+
+    if len(refs) < 2 or not refs[0] or len(refs[1]) != len(refs[0]):
+        return None
+    step = refs[1][0].offset - refs[0][0].offset
     stacked = []
-    for j, ref in enumerate(first):
+    for j, ref in enumerate(refs[0]):
         size = ITEMSIZE[ref.dtype]
-        if step <= 0 or step % size or ref.offset % size or batch.pristine.numel() % size:
+        if step <= 0 or step % size or ref.offset % size or data.numel() % size:
             return None
         for k, call in enumerate(refs):
-            r = [x for x in call if x is not None][j]
-            if r.dtype != ref.dtype or r.shape != ref.shape or r.strides != ref.strides or r.offset != ref.offset + k * step:
+            r = call[j] if len(call) == len(refs[0]) else None
+            if r is None or r.dtype != ref.dtype or r.shape != ref.shape or r.strides != ref.strides or r.offset != ref.offset + k * step:
                 return None
-        view = (batch.pristine if over is None else over).view(_dtype(ref.dtype))
-        stacked.append(view.as_strided((len(refs), *ref.shape), (step // size, *ref.strides), ref.offset // size))
+        stacked.append(data.view(_dtype(ref.dtype)).as_strided((len(refs), *ref.shape), (step // size, *ref.strides), ref.offset // size))
     return stacked
 
 
@@ -774,7 +796,7 @@ def _place_outputs(batch: _Batch, outputs: list[list[Any]]) -> None:
     """Where this window's calls leave their outputs; the views of the last window's kept where
     they are the same places."""
     if outputs != batch.outputs:
-        batch.outputs, batch.out_views = outputs, None
+        batch.outputs, batch.out_views, batch.out_stacked = outputs, None, None
 
 
 def _output_views(batch: _Batch, arena: Any) -> list[list[Any]]:
@@ -958,10 +980,8 @@ CHUNK_BYTES = 256 << 20
 def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     """Every output of every call of the last timed batch, against its own reference; the
     probe against the final bytes; the inputs against what was written. Many small calls are
-    compared a chunk at a time, stacked; the first failing call is then explained in full."""
-    import torch
-
-    from . import compare, compare_kernel, integrity, reference
+    compared a part or chunk at a time, stacked; the first failing call is then explained in full."""
+    from . import integrity
 
     batch: _Batch = _STATE["batches"][msg["key"]]
     arena = _arena_of()
@@ -979,7 +999,97 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         return {"failed_call": -1, "results": [], "incomplete_calls": incomplete, "mutated_inputs": mutated,
                 "steps": {"verify": time.perf_counter() - started}}
     model = _model(batch.task_ref, batch.shape, batch.init_seed, device)
-    failed, results, worst = -1, [], (0.0, 0.0)
+    laps.lap("model")
+    stacked = _stacked_reference(batch, model, task, msg["tolerances"])
+    laps.lap("stack_check" if batch.ref_stacked_new else "stacked")
+    found = None
+    if stacked is not None:
+        try:
+            found = _failing_stacked(batch, arena, stacked, msg["tolerances"], laps)
+        except Exception:  # noqa: BLE001 - say, out of memory: this window's calls one at a time
+            laps.lap("stacked_failed")
+    failing, reference_of = found or _failing_per_call(batch, arena, model, task, device, msg["tolerances"], laps)
+    hits = failing.nonzero()
+    failed = int(hits[0]) if hits.numel() else -1
+    laps.lap("check")
+    views = _output_views(batch, arena)
+    results, worst = [], (0.0, 0.0)
+    if failed >= 0:
+        high, low = reference_of(failed)
+        outs = views[failed]
+        results = [_judge_output(j, o, h, lo, msg["tolerances"]) for j, (o, h, lo) in enumerate(zip(outs, high, low))]
+        _explain_precision(results, outs, high, low, model, _call_inputs(batch, failed), task.mutated_inputs)
+    else:  # the errors of one call, for the record
+        high, low = reference_of(len(batch.sets) - 1)
+        for j, (o, h, lo) in enumerate(zip(views[-1], high, low)):
+            d = _judge_output(j, o, h, lo, msg["tolerances"])["details"]
+            worst = (max(worst[0], d.get("max_abs_err", 0.0)), max(worst[1], d.get("max_rel_err", 0.0)))
+    laps.lap("errors")
+    return {"failed_call": failed, "results": results, "incomplete_calls": incomplete, "mutated_inputs": [],
+            "max_abs_err": worst[0], "max_rel_err": worst[1], "steps": {"verify": time.perf_counter() - started, **laps.seconds}}
+
+
+Reference = tuple[list[Any], list[Any]]
+
+
+def _stacked_reference(batch: _Batch, model: Any, task: Any, tolerances: dict[str, Any]) -> Any:
+    """The batch's reference run over many calls at once (reference_batched.py), prepared on its
+    first verification; None where its calls are run one at a time."""
+    from . import reference_batched
+
+    batch.ref_stacked_new = batch.ref_stacked is None
+    if batch.ref_stacked is None:
+        batch.ref_stacked = False
+        if batch.stacked is not None:
+            calls = [_call_inputs(batch, k) for k in range(len(batch.sets))]
+            batch.ref_stacked = reference_batched.prepare(model, batch.stacked, calls, task.mutated_inputs,
+                                                          lambda t: _tolerance(t, tolerances)) or False
+    return batch.ref_stacked or None
+
+
+def _failing_stacked(batch: _Batch, arena: Any, stacked: Any, tolerances: dict[str, Any],
+                     laps: _Laps) -> tuple[Any, Callable[[int], Reference]]:
+    """Which calls fail (a bool per call, on the device), the reference a part of the calls at a
+    time (``stacked``), each output of the part compared at once; and each call's reference."""
+    import torch
+
+    from . import compare
+
+    views = _output_views(batch, arena)  # every place checked to lie in the arena
+    outs_stacked = _stacked_outputs(batch, arena)
+    failing = torch.zeros(len(batch.sets), dtype=torch.bool, device=arena.data.device)
+    last: tuple[int, Reference] = (0, ([], []))
+    for start, count in stacked.parts(len(batch.sets)):
+        highs, lows = stacked.run(batch.stacked, start, count)
+        laps.lap("reference")
+        for j, (high, low) in enumerate(zip(highs, lows)):
+            if outs_stacked is not None:
+                outs = outs_stacked[j][start: start + count]
+            else:  # the candidate's outputs lie unevenly: copied together
+                outs = torch.stack([views[k][j] for k in range(start, start + count)])
+            laps.lap("gather")
+            failing[start: start + count] |= ~compare.within_tolerance(outs, high, _tolerance(low, tolerances), low)
+            laps.lap("check")
+        last = (start, (highs, lows))  # the last call's, for the record, without running its part again
+        del highs, lows
+
+    def reference_of(k: int) -> Reference:
+        """Call k's (high, low) as the comparison saw them (its part run again, but the last's)."""
+        start = k - k % stacked.part
+        highs, lows = last[1] if start == last[0] else stacked.run(batch.stacked, start, min(stacked.part, len(batch.sets) - start))
+        return [h[k - start] for h in highs], [lo[k - start] for lo in lows]
+
+    return failing, reference_of
+
+
+def _failing_per_call(batch: _Batch, arena: Any, model: Any, task: Any, device: str, tolerances: dict[str, Any],
+                      laps: _Laps) -> tuple[Any, Callable[[int], Reference]]:
+    """Which calls fail (a bool per call, on the device), each call's reference run on its own
+    (replayed from the batch's captured graph where it has one); and each call's reference."""
+    import torch
+
+    from . import compare, compare_kernel, reference
+
     chunk: list[tuple[int, list[Any], list[Any], list[Any]]] = []
     held = 0
     # which calls failed, filled chunk by chunk on the device and read once at the end: a read per
@@ -999,20 +1109,19 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             outs = stacked(1, j)
             highs, lows = stacked(2, j, outs.device), stacked(3, j, outs.device)
             laps.lap("gather")
-            bad |= ~compare.within_tolerance(outs, highs, _tolerance(lows, msg["tolerances"]), lows)
+            bad |= ~compare.within_tolerance(outs, highs, _tolerance(lows, tolerances), lows)
             # the PyTorch ops' pass is several times the fused kernel's: a verdict's steps say which ran
             laps.lap("check" if compare_kernel.applies(outs, highs, lows) else "check_pytorch_ops")
         failing[chunk[0][0]: chunk[-1][0] + 1] |= bad
         laps.lap("check")
 
-    laps.lap("model")
     first = batch.ref_graph is None
     captured = _batch_reference(batch, model, task, device)
     if captured is not None:  # the reference's device time is its own step, not the comparison's
         torch.cuda.synchronize(arena.data.device)
     laps.lap("capture" if first else "replay")
 
-    def reference_of(k: int) -> tuple[list[Any], list[Any]]:
+    def reference_of(k: int) -> Reference:
         """Call k's (high, low): from the batch's graph where it has one, else run now."""
         if captured is not None:
             return captured[k]
@@ -1028,22 +1137,7 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             flush()
             chunk, held = [], 0
     laps.lap("gather")
-    hits = failing.nonzero()
-    failed = int(hits[0]) if hits.numel() else -1
-    laps.lap("check")
-    if failed >= 0:
-        high, low = reference_of(failed)
-        outs = views[failed]
-        results = [_judge_output(j, o, h, lo, msg["tolerances"]) for j, (o, h, lo) in enumerate(zip(outs, high, low))]
-        _explain_precision(results, outs, high, low, model, _call_inputs(batch, failed), task.mutated_inputs)
-    else:  # the errors of one call, for the record
-        high, low = reference_of(len(batch.sets) - 1)
-        for j, (o, h, lo) in enumerate(zip(views[-1], high, low)):
-            d = _judge_output(j, o, h, lo, msg["tolerances"])["details"]
-            worst = (max(worst[0], d.get("max_abs_err", 0.0)), max(worst[1], d.get("max_rel_err", 0.0)))
-    laps.lap("errors")
-    return {"failed_call": failed, "results": results, "incomplete_calls": incomplete, "mutated_inputs": [],
-            "max_abs_err": worst[0], "max_rel_err": worst[1], "steps": {"verify": time.perf_counter() - started, **laps.seconds}}
+    return failing, reference_of
 
 
 class _Laps:

@@ -1,0 +1,254 @@
+"""A timed batch's reference run over many calls at once (``reference_batched``, under vmap), on
+the CPU: the same answers as each call run alone, for every built-in task whose reference vmap
+can run; ruled out (the calls run one at a time, as before) wherever it would not give eager's
+answer; and the verification of a batch by it finds the same wrong calls, in any part, with the
+candidate's outputs laid out evenly or not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernforge.tasks.loader import load_task
+from kernforge.tasks.spec import Shape, Tolerance
+from kernforge.verifier import reference, reference_batched
+from kernforge.verifier import refworker as W
+from kernforge.verifier.arena import Arena, Layout, Slots
+from kernforge.verifier.messages import TensorRef
+
+TASKS = Path(__file__).parent / "tasks"
+BUILTIN = sorted(p.name for p in (Path(__file__).parent.parent / "tasks" / "builtin").iterdir()
+                 if (p / "meta.py").exists())
+#: built-in references vmap cannot run (a data-dependent index per expert): their calls run alone
+NOT_STACKED = {"fused_moe"}
+
+
+@pytest.fixture
+def arena():
+    W._STATE.clear()
+    made = Arena.create(Layout(64 << 20, 32 << 20), "cpu")
+    W._STATE.update(arena=made, calls={}, history={}, batches={})
+    yield made
+    made.close()
+    W._STATE.clear()
+
+
+def _plan(task: object, seeds: list[int], shape: dict[str, int]) -> W._Batch:
+    W._plan_batch("cpu", {"key": "b", "task_ref": task.ref, "shape": shape, "dist": task.distributions[0], "seeds": seeds,
+                          "init_seed": 3})
+    return W._STATE["batches"]["b"]
+
+
+def _prepare(batch: W._Batch, task: object) -> reference_batched.StackedReference | None:
+    model = W._model(task.ref, batch.shape, 3, "cpu")
+    calls = [W._call_inputs(batch, k) for k in range(len(batch.sets))]
+    return reference_batched.prepare(model, batch.stacked, calls, task.mutated_inputs,
+                                     lambda t: W._tolerance(t, task.tolerance_table()))
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_builtin_reference_run_stacked_gives_each_calls_own_answer(arena, name):
+    task = load_task(name)
+    batch = _plan(task, list(range(1, 7)), task.cpu_public_shapes[-1].as_dict())
+    assert batch.stacked is not None
+    stacked = _prepare(batch, task)
+    if name in NOT_STACKED:
+        assert stacked is None
+        return
+    assert stacked is not None and stacked.part == 6
+    highs, lows = stacked.run(batch.stacked, 0, 6)
+    model = W._model(task.ref, batch.shape, 3, "cpu")
+    for k in range(6):
+        high, low = reference.run_reference(model, W._call_inputs(batch, k), task.mutated_inputs)
+        for got, want in zip([h[k] for h in highs] + [lo[k] for lo in lows], high + low):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            torch.testing.assert_close(got.double(), want.double(), rtol=1e-5, atol=1e-6, equal_nan=True, msg=f"call {k}")
+    # the task's own inputs written in place are left as they were drawn
+    again = _plan(task, list(range(1, 7)), task.cpu_public_shapes[-1].as_dict())
+    assert again is batch
+
+
+def test_an_answer_further_from_eager_than_allowed_rules_it_out(arena, monkeypatch):
+    task = load_task(str(TASKS / "tiny_norm"))
+    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
+    run = reference_batched.StackedReference.run
+    tol = W._tolerance(torch.empty(0), task.tolerance_table())
+
+    def off_by(amount: float):
+        def shifted(self, stacked, start, count):
+            highs, lows = run(self, stacked, start, count)
+            highs[0][count - 1] += amount * (tol.rtol * highs[0][count - 1].abs() + tol.atol)  # the last call only
+            return highs, lows
+        return shifted
+
+    monkeypatch.setattr(reference_batched.StackedReference, "run", off_by(0.5))
+    assert _prepare(batch, task) is None, "half the tolerance off, at one call"
+    monkeypatch.setattr(reference_batched.StackedReference, "run", off_by(0.01))
+    assert _prepare(batch, task) is not None, "well inside the sixteenth of the tolerance"
+
+
+def test_close_allows_a_rounding_step_and_wants_the_same_non_finite_values():
+    tol = [Tolerance(rtol=1e-2, atol=1e-2)]
+    want = torch.tensor([1.0, -3.0, 0.5, 200.0], dtype=torch.bfloat16)
+    step = (want.view(torch.int16) + 1).view(torch.bfloat16)  # each one rounding step away from zero
+    assert reference_batched._close([step], [want], tol)
+    assert not reference_batched._close([(step.view(torch.int16) + 2).view(torch.bfloat16)], [want], tol), "three steps"
+    nan = torch.tensor([float("nan"), float("inf"), 1.0])
+    assert reference_batched._close([nan.clone()], [nan], tol)
+    assert not reference_batched._close([torch.tensor([float("nan"), float("-inf"), 1.0])], [nan], tol)
+    assert not reference_batched._close([torch.tensor([0.0, float("inf"), 1.0])], [nan], tol)
+    ints = torch.tensor([1, 2, 3])
+    assert not reference_batched._close([ints + torch.tensor([0, 0, 1])], [ints], tol), "integers bit for bit"
+
+
+ITEM = '''import torch
+import torch.nn as nn
+
+T = 4
+H = 64
+
+
+class Model(nn.Module):
+    def forward(self, x, weight):
+        return x * float(weight.abs().max())  # read on the host: vmap cannot run it
+
+
+def get_inputs():
+    return [torch.randn(T, H), 1.0 + 0.1 * torch.randn(H)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_reference_vmap_cannot_run_is_run_call_by_call(arena, tmp_path):
+    root = tmp_path / "item_norm"
+    root.mkdir()
+    for f in (TASKS / "tiny_norm").iterdir():
+        if f.is_file():
+            (root / f.name).write_text(f.read_text())
+    (root / "reference.py").write_text(ITEM)
+    task = load_task(str(root))
+    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
+    assert batch.stacked is not None and _prepare(batch, task) is None
+    _honest_outputs(arena, batch, task)
+    got = W._verify_batch("cpu", {"key": "b", "tolerances": task.tolerance_table()})
+    assert got["failed_call"] == -1 and batch.ref_stacked is False
+
+
+def test_plain_values_that_differ_between_calls_rule_it_out():
+    model = torch.nn.Identity()
+    calls = [[torch.ones(3), 1], [torch.ones(3), 2]]
+    assert reference_batched.prepare(model, [torch.ones(2, 3)], calls, [], lambda t: Tolerance(rtol=1e-2, atol=1e-2)) is None
+
+
+def _honest_outputs(arena: Arena, batch: W._Batch, task: object, gap: int = 0) -> None:
+    """Each call's right outputs placed in the heap (``gap`` bytes more before every other call's:
+    the outputs then lie unevenly), then the inputs it writes in place, where they lie; the
+    trusted write done before."""
+    batch.region.copy_(batch.pristine)
+    heap = Slots(arena.layout.input_bytes, arena.layout.size)
+    model = W._model(task.ref, batch.shape, 3, str(arena.data.device))
+    outputs = []
+    with torch.no_grad():
+        for k, args in enumerate(batch.sets):
+            if gap and k % 2:
+                heap.next += gap
+            got = model(*[arena.view(TensorRef(**a["ref"])) if a.get("ref") else a["value"] for a in args])
+            returned = [t for t in (got if isinstance(got, (tuple, list)) else [got]) if isinstance(t, torch.Tensor)]
+            outputs.append([arena.place(heap, t) for t in returned] + [TensorRef(**args[i]["ref"]) for i in task.mutated_inputs])
+    W._place_outputs(batch, outputs)
+
+
+@pytest.mark.parametrize("gap", [0, 512], ids=["even", "uneven"])
+@pytest.mark.parametrize("part_bytes", [reference_batched.PART_BYTES, 1], ids=["one part", "parts of two"])
+def test_a_wrong_call_is_found_in_any_part_with_outputs_laid_out_evenly_or_not(arena, monkeypatch, gap, part_bytes):
+    task = load_task(str(TASKS / "tiny_norm"))
+    batch = _plan(task, list(range(1, 10)), {"T": 5, "H": 200})
+    _honest_outputs(arena, batch, task, gap)
+    model = W._model(task.ref, batch.shape, 3, "cpu")
+    low = reference.run_low(model, W._call_inputs(batch, 0), [])
+    per_call = reference_batched.call_bytes(model, W._call_inputs(batch, 0), low, True)
+    monkeypatch.setattr(reference_batched, "PART_BYTES", part_bytes if part_bytes > 1 else 2 * per_call + 100)
+    verify = {"key": "b", "tolerances": task.tolerance_table()}
+    assert W._verify_batch("cpu", verify)["failed_call"] == -1
+    assert batch.ref_stacked and (W._stacked_outputs(batch, arena) is None) == bool(gap)
+    assert batch.ref_stacked.part == (9 if part_bytes > 1 else 2)
+    arena.view(batch.outputs[7][0])[1, 3] += 1.0
+    got = W._verify_batch("cpu", verify)
+    assert got["failed_call"] == 7 and got["results"][0]["details"]["bad"] == 1, got["results"]
+    arena.view(batch.outputs[7][0])[1, 3] -= 1.0
+    arena.view(batch.outputs[8][0]).zero_()
+    assert W._verify_batch("cpu", verify)["failed_call"] == 8, "the last call, alone in its part"
+
+
+def test_a_stacked_run_that_fails_later_verifies_that_window_call_by_call(arena, monkeypatch):
+    task = load_task(str(TASKS / "tiny_norm"))
+    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
+    _honest_outputs(arena, batch, task)
+    verify = {"key": "b", "tolerances": task.tolerance_table()}
+    assert W._verify_batch("cpu", verify)["failed_call"] == -1 and batch.ref_stacked
+
+    def fails(*args):
+        raise torch.OutOfMemoryError("out of memory")
+
+    monkeypatch.setattr(reference_batched.StackedReference, "run", fails)
+    arena.view(batch.outputs[2][0]).zero_()
+    got = W._verify_batch("cpu", verify)
+    assert got["failed_call"] == 2 and "stacked_failed" in got["steps"]
+
+
+def test_a_verify_uses_the_stacked_reference_and_reads_the_record_from_its_last_part(arena, monkeypatch):
+    task = load_task(str(TASKS / "tiny_norm"))
+    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
+    _honest_outputs(arena, batch, task)
+    verify = {"key": "b", "tolerances": task.tolerance_table()}
+    W._verify_batch("cpu", verify)
+    runs = []
+    run = reference_batched.StackedReference.run
+    monkeypatch.setattr(reference_batched.StackedReference, "run", lambda self, *a: runs.append(a[1:]) or run(self, *a))
+    monkeypatch.setattr(reference, "run_reference", lambda *a: pytest.fail("a call's reference run alone"))
+    got = W._verify_batch("cpu", verify)
+    assert got["failed_call"] == -1 and got["max_abs_err"] < 1e-3 and runs == [(0, 8)]
+    assert Shape.of({"T": 5, "H": 200}) == batch.shape
+
+
+# ---- on a GPU ------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", BUILTIN)
+def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
+    """bf16 and fp8 at the task's smallest public GPU shape, 24 calls: where the stacked reference
+    is taken, every call's answers (not only the three checked) are as close to eager's as the
+    check asks; an honest batch passes its verification either way."""
+    W._STATE.clear()
+    task = load_task(name)
+    shape = min(task.public_shapes, key=lambda s: sum(v for _, v in s.params))
+    sizes = W._sizes("cuda", {"task_ref": task.ref, "shapes": [shape.as_dict()], "init_seed": 3})["sizes"][0]
+    calls = 24
+    input_bytes = int((sizes["input_bytes"] + 4096) * calls * 1.1) + (1 << 20)
+    heap_bytes = int((sizes["output_bytes"] + 4096) * calls * 1.1) + (1 << 20)
+    made = Arena.create(Layout(input_bytes + heap_bytes, input_bytes), "cuda")
+    W._STATE.update(arena=made, calls={}, history={}, batches={})
+    try:
+        W._plan_batch("cuda", {"key": "b", "task_ref": task.ref, "shape": shape.as_dict(), "dist": task.distributions[0],
+                               "seeds": list(range(1, calls + 1)), "init_seed": 3})
+        batch = W._STATE["batches"]["b"]
+        stacked = _prepare(batch, task) if batch.stacked is not None else None
+        print(f"{name} {shape.label}: {'stacked, part ' + str(stacked.part) if stacked else 'call by call'}")
+        if stacked is not None:
+            model = W._model(task.ref, batch.shape, 3, "cuda")
+            for start, count in stacked.parts(calls):
+                highs, lows = stacked.run(batch.stacked, start, count)
+                for k in range(start, start + count):
+                    high, low = reference.run_reference(model, W._call_inputs(batch, k), task.mutated_inputs)
+                    tolerances = [W._tolerance(lo, task.tolerance_table()) for lo in low]
+                    assert reference_batched._close([h[k - start] for h in highs], high, tolerances), f"call {k} high"
+                    assert reference_batched._close([lo[k - start] for lo in lows], low, tolerances), f"call {k} low"
+        _honest_outputs(made, batch, task)
+        assert W._verify_batch("cuda", {"key": "b", "tolerances": task.tolerance_table()})["failed_call"] == -1
+    finally:
+        made.close()
+        W._STATE.clear()

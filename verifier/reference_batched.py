@@ -1,0 +1,161 @@
+"""The reference of many calls of a timed batch at once, under ``torch.func.vmap`` (trusted side only).
+
+A timed batch whose calls are laid out evenly holds each input of every call as one
+``[calls, *shape]`` view (refworker.py's ``_Batch.stacked``). The reference then runs over a part
+of the calls at a time, batched by vmap: a launch per op for the whole part, where the calls run
+one at a time made a launch per op per call (silu_and_mul at T=64, 512 calls: 7,900 ops per
+window on the H200, and a captured graph of them is ruled out above a GiB of outputs). Its
+outputs come stacked, as the comparison reads them, and are let go part by part.
+
+vmap runs the reference's own code, but a batched kernel may add up in another order than one
+call's (a reduction over more rows, a matmul run as a bmm). So a batch's stacked reference stands
+in for the eager one only where, on three of its calls (the first, the last and one at random),
+both its answers (high and low, reference.py) lie within ``CLOSE`` of the task's tolerance (for
+the output's dtype) of
+the eager answers or one rounding step of their dtype, element by element, with non-finite values
+exactly where eager has them; an output of 8 bits or fewer, or not floating point, must match bit
+for bit (one step of float8 is an eighth). Else, or where vmap cannot run the reference at all (a ``.item()``, a host branch, an
+op without a batching rule that raises), the batch's calls are run as before (reference_graph.py,
+or eagerly).
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from kernforge.tasks.runtime import collect_outputs
+from kernforge.tasks.spec import Tolerance
+
+from . import integrity, reference
+
+#: how far the stacked reference may lie from the eager one: this share of the tolerance
+CLOSE = 1 / 16
+#: what one part of the calls may take at its peak, reckoned from one call's inputs, outputs and
+#: wider copies (a part's scratch is vmap's, as large as that of its calls run at once)
+PART_BYTES = 512 << 20
+
+Outputs = tuple[list[torch.Tensor], list[torch.Tensor]]
+
+
+@dataclass
+class StackedReference:
+    """The reference of a batch's calls, ``part`` calls per run; ``values`` is one call's
+    arguments with None where its tensors go (at ``positions``, in the order of the stacked
+    inputs), the same for every call."""
+
+    model: Any
+    hi_model: Any  # None: the reference does not run one step wider, and high is low
+    values: list[Any]
+    positions: list[int]
+    mutated: list[int]
+    part: int
+
+    def run(self, stacked: Sequence[torch.Tensor], start: int, count: int) -> Outputs:
+        """(highs, lows) of calls ``start`` to ``start + count``: each output as [count, *shape]."""
+        one = _one_call(self.model, self.hi_model, self.values, self.positions, self.mutated)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # vmap's "performance drop" notes for ops it loops over
+            high, low = torch.func.vmap(one, randomness="error")(*[s[start: start + count] for s in stacked])
+        return list(high), list(low)
+
+    def parts(self, calls: int) -> list[tuple[int, int]]:
+        return [(start, min(self.part, calls - start)) for start in range(0, calls, self.part)]
+
+
+def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequence[Any]], mutated: Sequence[int],
+            tolerance_of: Callable[[torch.Tensor], Tolerance]) -> StackedReference | None:
+    """The stacked reference of a batch, or None where it must run call by call. ``stacked``:
+    each tensor input of every call as one [calls, *shape] tensor; ``calls``: each call's
+    arguments (views of the same bytes, and its plain values); ``tolerance_of``: the task's
+    tolerance for an output of that dtype."""
+    n = len(calls)
+    positions = [i for i, x in enumerate(calls[0]) if isinstance(x, torch.Tensor)]
+    values = [None if isinstance(x, torch.Tensor) else x for x in calls[0]]
+    if n < 2 or len(positions) != len(stacked) or any(
+            [None if isinstance(x, torch.Tensor) else x for x in c] != values for c in calls):
+        return None
+    try:
+        with torch.no_grad():
+            low = reference.run_low(model, calls[0], mutated)
+            hi_model = reference.wider_model(model, calls[0], low)
+            high, low = reference.run_high(hi_model, calls[0], low, mutated)
+    except RuntimeError:
+        return None
+    part = min(n, PART_BYTES // max(call_bytes(model, calls[0], low, high is not low), 1))
+    if part < 2:
+        return None  # calls this large gain nothing run together
+    found = StackedReference(model, hi_model if high is not low else None, values, positions, list(mutated), part)
+    checked = sorted({0, n - 1, random.randrange(n)})
+    for start, count in found.parts(n):
+        wanted = [k for k in checked if start <= k < start + count]
+        if not wanted:
+            continue
+        try:
+            highs, lows = found.run(stacked, start, count)
+        except Exception:  # noqa: BLE001 - any failure of the reference's code under vmap: call by call
+            return None
+        for k in wanted:
+            eager_high, eager_low = reference.run_reference(model, calls[k], mutated)
+            got_high, got_low = [h[k - start] for h in highs], [lo[k - start] for lo in lows]
+            # the tolerance the comparison applies: that of the output's own dtype (the low's)
+            tolerances = [tolerance_of(lo) for lo in eager_low]
+            if not (_close(got_high, eager_high, tolerances) and _close(got_low, eager_low, tolerances)):
+                return None
+        del highs, lows
+    return found
+
+
+def call_bytes(model: Any, inputs: Sequence[Any], low: Sequence[Any], wide: bool) -> int:
+    """What one call takes in a part at its peak: its inputs and a copy, its outputs twice, and
+    (``wide``: the reference runs one step wider) the wider copies (reference.wider_bytes)."""
+    size = 2 * reference.nbytes(inputs, False) + 2 * reference.nbytes(low, False)
+    return size + (reference.wider_bytes(inputs, low, model) if wide else 0)
+
+
+def _one_call(model: Any, hi_model: Any, values: list[Any], positions: list[int], mutated: list[int]) -> Callable[..., Any]:
+    """One call's (high, low) from its tensors, as reference.run_reference computes them with its
+    decision (``hi_model``) taken."""
+
+    def one(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        args = list(values)
+        for p, t in zip(positions, tensors):
+            args[p] = t
+        low = reference.run_low(model, args, mutated)
+        if hi_model is None:
+            return low, low
+        wide = [reference.upcast(x) for x in reference.clone_inputs(args)]
+        return collect_outputs(hi_model(*wide), wide, mutated), low
+
+    return one
+
+
+def _close(got: Sequence[Any], want: Sequence[Any], tolerances: Sequence[Tolerance]) -> bool:
+    """Whether every output of ``got`` is within ``CLOSE`` of its tolerance (``tolerances``, one per
+    output) of ``want``'s, or one rounding step of its dtype (another order of a sum moves a bf16
+    result by a step, and a reordered eager run would too), non-finite values the same; bit for
+    bit where a step of the dtype is coarse (8 bits) or there is no tolerance (not floating point)."""
+    if len(got) != len(want) or len(tolerances) != len(want):
+        return False
+    for g, w, tol in zip(got, want, tolerances):
+        if not isinstance(g, torch.Tensor) or not isinstance(w, torch.Tensor) or g.shape != w.shape or g.dtype != w.dtype:
+            return False
+        if not w.is_floating_point() or w.element_size() <= 1 or not w.numel():
+            if not integrity.bits_equal(g.contiguous(), w.contiguous()):
+                return False
+            continue
+        g64, w64 = g.detach().to(torch.float64), w.detach().to(torch.float64)
+        finite = torch.isfinite(w64)
+        same = torch.where(finite, torch.isfinite(g64), (g64 == w64) | (g64.isnan() & w64.isnan()))
+        if not bool(same.all()):
+            return False
+        w64 = torch.where(finite, w64, 0.0)
+        scale = torch.linalg.vector_norm(w64) / w64.numel() ** 0.5
+        allowed = CLOSE * (tol.rtol * w64.abs() + tol.atol * scale) + torch.finfo(w.dtype).eps * w64.abs()
+        if bool(((torch.where(finite, g64, 0.0) - w64).abs() > allowed).any()):
+            return False
+    return True
