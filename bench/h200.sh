@@ -55,6 +55,8 @@
 #              LOOP_HOURS as for loop14: with a budget of LOOP_S the audits loop14 left (it is stopped, not ended)
 #              are due at once, to fit before the end, and hold the verdicts back; with a night's they take
 #              at most their share of the GPU (loop/runner.py AUDIT_SHARE) and the verdicts go on
+#   loop14bbefore  loop14b with the code of the carried .before/ on a copy of the carried .loop14/loop14.db (a cache of its
+#              own): the second run before and after on one lease (log, loop14bbefore.db/.json)
 #   lanes      bench/loop.py, 3 tasks x 12 attempts, with two lanes and then one (caches the first run warms favour
 #              the second: the one-lane baseline; logs: lanes2.log, lanes1.log)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
@@ -118,6 +120,13 @@ for p in "$@"; do
              if [ -f .loop14/loop14.db ]; then cp .loop14/loop14.db "$OUT/$b.db"; else cp "$OUT/loop14.db" "$OUT/$b.db"; fi
              KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase "$b" "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
               --attempts 1000 --hours "${LOOP_HOURS:-$(python3 -c "print(${LOOP_S:-290} / 3600)")}" --lanes "${LANES:-1}" --db "$OUT/$b.db" --json "$OUT/$b.json" ;;
+    loop14bbefore) if [ ! -f .before/bench/loop.py ]; then echo "loop14bbefore: carry .before (git archive COMMIT | tar -x -C .before)"; continue; fi
+             if [ ! -f .loop14/loop14.db ]; then echo "loop14bbefore: carry .loop14/loop14.db"; continue; fi
+             mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
+             cp .loop14/loop14.db "$OUT/loop14bbefore.db"
+             PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14bbefore "$((${LOOP_S:-290} + 30))" \
+                python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
+                --hours "${LOOP_HOURS:-$(python3 -c "print(${LOOP_S:-290} / 3600)")}" --lanes "${LANES:-1}" --db "$OUT/loop14bbefore.db" --json "$OUT/loop14bbefore.json" ;;
     *) echo "unknown phase $p" ;;
   esac
 done
