@@ -99,6 +99,11 @@ def test_close_allows_a_rounding_step_and_wants_the_same_non_finite_values():
     assert reference_batched._close([nan.clone()], [nan], tol)
     assert not reference_batched._close([torch.tensor([float("nan"), float("-inf"), 1.0])], [nan], tol)
     assert not reference_batched._close([torch.tensor([0.0, float("inf"), 1.0])], [nan], tol)
+    fp8 = torch.tensor([1.0, -3.0, 0.5, 448.0]).to(torch.float8_e4m3fn)
+    one = (fp8.view(torch.uint8) - torch.tensor([0, 0, 1, 1], dtype=torch.uint8)).view(torch.float8_e4m3fn)
+    assert reference_batched._close([one], [fp8], tol), "float8: one step, as a sum in another order rounds"
+    two = (fp8.view(torch.uint8) - torch.tensor([0, 2, 0, 0], dtype=torch.uint8)).view(torch.float8_e4m3fn)  # -3 to -2.5
+    assert not reference_batched._close([two], [fp8], tol)
     ints = torch.tensor([1, 2, 3])
     assert not reference_batched._close([ints + torch.tensor([0, 0, 1])], [ints], tol), "integers bit for bit"
 
@@ -220,14 +225,16 @@ def test_a_verify_uses_the_stacked_reference_and_reads_the_record_from_its_last_
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", BUILTIN)
 def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
-    """bf16 and fp8 at the task's smallest public GPU shape, 24 calls: where the stacked reference
-    is taken, every call's answers (not only the three checked) are as close to eager's as the
-    check asks; an honest batch passes its verification either way."""
+    """bf16 and fp8 at the task's smallest public GPU shape, 24 calls (fewer for large ones): where
+    the stacked reference is taken, every call's answers (not only the three checked) are as close
+    to eager's as the check asks; an honest batch passes its verification either way."""
     W._STATE.clear()
     task = load_task(name)
     shape = min(task.public_shapes, key=lambda s: sum(v for _, v in s.params))
     sizes = W._sizes("cuda", {"task_ref": task.ref, "shapes": [shape.as_dict()], "init_seed": 3})["sizes"][0]
-    calls = 24
+    # 24 calls, fewer where they would take more than 2 GiB of inputs (fused_moe's weights: 27 GiB
+    # on the H100 beside two other test workers); at least three
+    calls = max(3, min(24, (2 << 30) // max(sizes["input_bytes"], 1)))
     input_bytes = int((sizes["input_bytes"] + 4096) * calls * 1.1) + (1 << 20)
     heap_bytes = int((sizes["output_bytes"] + 4096) * calls * 1.1) + (1 << 20)
     made = Arena.create(Layout(input_bytes + heap_bytes, input_bytes), "cuda")
