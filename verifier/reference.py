@@ -35,6 +35,13 @@ def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
+def wide_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """Copies of ``inputs`` one step wider: each tensor upcast (a copy already; cloned first, it
+    was copied twice) or, where it has no wider dtype, cloned: the reference never gets the
+    calls' own tensors."""
+    return [(upcast(x) if x.dtype in _UPCAST else x.clone()) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
 def upcast_model(model: Any) -> Any:
     """A copy of ``model`` whose floating parameters and buffers are one step wider, so upcast
     inputs meet weights of the same dtype (KernelBench models own their weights)."""
@@ -114,7 +121,7 @@ def run_high(hi_model: Any, inputs: Sequence[Any], low: list[torch.Tensor], muta
     wider model, it raises, or its outputs are shaped otherwise."""
     if hi_model is None:
         return low, low
-    hi_inputs = [upcast(x) for x in clone_inputs(inputs)]
+    hi_inputs = wide_inputs(inputs)
     try:
         high = collect_outputs(hi_model(*hi_inputs), hi_inputs, mutated)
     except (RuntimeError, TypeError):  # an op with no wider kernel, or a dtype check in forward

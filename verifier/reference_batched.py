@@ -128,7 +128,7 @@ def _one_call(model: Any, hi_model: Any, values: list[Any], positions: list[int]
         low = reference.run_low(model, args, mutated)
         if hi_model is None:
             return low, low
-        wide = [reference.upcast(x) for x in reference.clone_inputs(args)]
+        wide = reference.wide_inputs(args)
         return collect_outputs(hi_model(*wide), wide, mutated), low
 
     return one

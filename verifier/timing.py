@@ -32,19 +32,45 @@ from . import integrity as I
 CUDA_LIMIT_PERSISTING_L2 = 0x06
 
 
+#: elements a checksum reduces at a time: a reduction into float64 casts its whole input first
+#: (PyTorch promotes only fp16/bf16 to float32 on the fly), 12 GiB for a KernelBench output of
+#: 1.6e9 float32 elements, which ran the reference worker out of memory on the H100 (19_ReLU)
+CHECKSUM_ELEMENTS = 1 << 26
+
+
 def checksum(outputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Two float64 numbers per output, computed on the device without a host sync."""
+    """Two float64 numbers per output, computed on the device without a host sync, a piece of
+    at most ``CHECKSUM_ELEMENTS`` at a time."""
     sums = []
     for out in outputs:
         if out.is_floating_point() and out.element_size() >= 2:
-            s = I.tensor_sum(out, dtype=torch.float64)
-            a = I.vector_norm(out, ord=1, dtype=torch.float64)
+            parts = _pieces(out)
+            s = _total([I.tensor_sum(p, dtype=torch.float64) for p in parts])
+            a = _total([I.vector_norm(p, ord=1, dtype=torch.float64) for p in parts])
         else:  # fp8, ints, bool: the bytes themselves
             b = out.contiguous().view(torch.uint8)
-            s = I.tensor_sum(b, dtype=torch.float64)
-            a = I.tensor_sum(b.to(torch.float64).pow(2)) if b.numel() < (1 << 26) else s
+            parts = _pieces(b)
+            s = _total([I.tensor_sum(p, dtype=torch.float64) for p in parts])
+            a = _total([I.tensor_sum(p.to(torch.float64).pow(2)) for p in parts]) if b.numel() < (1 << 26) else s
         sums.append(torch.stack([s, a]))
     return sums
+
+
+def _pieces(t: torch.Tensor) -> list[torch.Tensor]:
+    """``t`` as views of at most ``CHECKSUM_ELEMENTS`` each (a strided one by its leading
+    dimension: no copy, a row at least)."""
+    n = CHECKSUM_ELEMENTS
+    if t.dim() == 0 or t.numel() <= n:
+        return [t]
+    if t.is_contiguous():
+        flat = t.view(-1)
+        return [flat[i: i + n] for i in range(0, flat.numel(), n)]
+    rows = max(1, n // max(1, t[0].numel()))
+    return [t[i: i + rows] for i in range(0, t.shape[0], rows)]
+
+
+def _total(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else I.tensor_sum(torch.stack(parts), dtype=torch.float64)
 
 
 class L2Control:
