@@ -113,6 +113,7 @@ class TaskState:
     pending: int = 0  # proposals being asked for, queued or being judged
     done: str | None = None  # why no more proposals are asked for this task
     waiting: bool = False  # the tuner has nothing until an in-flight verdict arrives
+    memory_failures: int = 0  # attempts left unjudged because the GPU's memory ran out under the judge
     ids: dict[str, int] = field(default_factory=dict)  # code hash -> attempt id (parents' ids)
 
     def note_best(self, *, new: bool = True) -> None:

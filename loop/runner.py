@@ -62,6 +62,7 @@ from kernforge.verifier.audit import Audit
 from kernforge.verifier.cache import compiled_dir
 from kernforge.verifier.checks import Check
 from kernforge.verifier.judge import GpuBusy, JudgeError, JudgeOptions
+from kernforge.verifier.judge_errors import out_of_memory
 from kernforge.verifier.verdict import Rejected, Status, Verdict
 
 from .budget import Meter, Spent
@@ -85,6 +86,9 @@ __all__ = ["RunResult", "RunSettings", "Runner", "run", "run_async"]
 
 #: An LLM provider failing this many requests in a row (after each one's own retries) ends the run.
 MAX_CONSECUTIVE_LLM_FAILURES = 5
+#: a task whose judge runs out of GPU memory this many times is set aside; before, each time its
+#: attempt is left unjudged (the memory may have been held for a moment)
+MEMORY_TRIES = 3
 
 
 #: the time budget kept for the audits that wait for every task's first verdict: this many times
@@ -627,6 +631,16 @@ class Runner:
             except GpuBusy as error:  # another process's GPU work: nobody's verdict, the task goes on
                 self.display.note(f"[{state.task.name}] an attempt was left unjudged: {error}"[:600])
             except JudgeError as error:
+                if out_of_memory(error) and state.memory_failures + 1 < MEMORY_TRIES:
+                    # the GPU's memory ran out under the judge: our own compiles ahead, or a process
+                    # outside kernforge, may have held it for a moment (on the H100 fused_moe's arena
+                    # could not be made while its torch.compile baseline was compiled beside it)
+                    state.memory_failures += 1
+                    if proposal.proposer == "seed":
+                        state.seed_code = proposal.code  # judged again: the seed is the task's yardstick
+                    self.display.note(f"[{state.task.name}] an attempt was left unjudged: the GPU's memory ran out under "
+                                      f"the judge ({state.memory_failures} of {MEMORY_TRIES} tries; tried again later): {error}"[:600])
+                    continue
                 # the task's reference (or the judge on it) failed, not the candidate: that task is set
                 # aside and said why; the other tasks of the night go on
                 self._finish_task(state, f"set aside: the judge failed on it, not a candidate ({error})"[:600])

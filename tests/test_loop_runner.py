@@ -639,6 +639,34 @@ def test_a_task_whose_reference_fails_is_set_aside_and_the_night_goes_on(tmp_pat
     assert "OutOfMemoryError" in shown
 
 
+def test_a_judge_that_runs_out_of_memory_once_leaves_the_seed_to_be_judged_again(tmp_path, monkeypatch):
+    """On the H100 fused_moe's arena could not be made while its own torch.compile baseline was
+    being compiled beside it, and the task was set aside for the night. The GPU's memory running
+    out under the judge may be a moment's: the attempt is left unjudged, the seed is judged again,
+    and only a task that runs out on every try is set aside."""
+    from kernforge.loop import runner as runner_module
+    from kernforge.verifier.judge import ReferenceFailed
+
+    class Judge(GpuStandInJudge):
+        failures = runner_module.MEMORY_TRIES - 1
+
+        def verify(self, code, task, bar=None, audit=False):
+            if self.failures:
+                self.failures -= 1
+                raise ReferenceFailed("the task's reference failed on arena: VMMError: cuMemCreate of 22863151104 bytes "
+                                      "failed: CUDA_ERROR_OUT_OF_MEMORY (2)")
+            self.judged.append(code)
+            return gpu_accepted(100.0 - len(self.judged))
+
+    judge = Judge([])
+    result, shown = _run_on_a_stand_in_gpu(judge, (seeded_task(tmp_path),), tmp_path, monkeypatch)
+    assert result.status == "finished", shown
+    assert "an attempt was left unjudged: the GPU's memory ran out under the judge (2 of 3 tries" in shown
+    assert "set aside" not in shown
+    rows = attempts(tmp_path / "k.db")
+    assert [r["proposer"] for r in rows].count("seed") == 1 and len(judge.judged) >= 1
+
+
 def test_an_attempt_the_gpu_could_not_time_is_left_unjudged_and_its_task_goes_on(tmp_path, monkeypatch):
     """GpuBusy (another process kept the GPU busy before a window) is nobody's verdict: the
     attempt is not recorded, the run says why, and the same task is judged on (not set aside)."""

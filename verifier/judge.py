@@ -50,7 +50,7 @@ from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, processes, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
 from .gate import DeviceGate
-from .judge_errors import GpuBusy, GpuMemoryHeld, JudgeError, ReferenceFailed, TaskTooLarge
+from .judge_errors import GpuBusy, GpuMemoryHeld, JudgeError, ReferenceFailed, TaskTooLarge, out_of_memory
 from .kernels import own_kernel_names, own_op_names
 from .library import library_baseline
 from .screen import screen
@@ -394,7 +394,7 @@ class Judge:
                 # planned for a lane's share of the GPU's memory: the whole of it may hold what it needs
                 verdict = self._verify_free(source, task, bar, audit)
         except ReferenceFailed as error:
-            if not (self.on_gpu and _out_of_memory(error)):
+            if not (self.on_gpu and out_of_memory(error)):
                 raise
             # the reference ran out of GPU memory: what other lanes, or its own cache, held may be why
             verdict = self._verify_free(source, task, bar, audit)
@@ -424,7 +424,7 @@ class Judge:
         try:
             verdict = self._verify_held(source, task, True, free=True)
         except ReferenceFailed as error:
-            if _out_of_memory(error) and self._short_of_memory():
+            if out_of_memory(error) and self._short_of_memory():
                 raise GpuMemoryHeld(f"the GPU's memory was held by other processes ({self._memory_share:.0%} of it free): "
                                     f"{str(error)[:300]}") from None
             raise
@@ -1313,13 +1313,6 @@ class Judge:
 def _ran_out_of_memory(verdict: Verdict) -> bool:
     """A rejection because the candidate's call ran out of the memory the judge gave it."""
     return isinstance(verdict, Rejected) and verdict.check is failures.OOM.check
-
-
-def _out_of_memory(error: BaseException) -> bool:
-    """A reference that failed because the GPU's memory ran out: PyTorch's words for it, or the
-    driver's (the arena's own allocation, verifier/vmm.py)."""
-    text = str(error)
-    return "OutOfMemoryError" in text or "out of memory" in text.lower() or "CUDA_ERROR_OUT_OF_MEMORY" in text
 
 
 # ---- rules over the worker's own signals ---------------------------------------------------------

@@ -1,6 +1,7 @@
 """What stops the judge from giving a verdict: neither a candidate's failure nor a verdict
 (verifier/judge.py raises them; the gate, verifier/gate.py, raises GpuBusy too). The run sets a
-task aside on a JudgeError and leaves an attempt unjudged on a GpuBusy (loop/runner.py)."""
+task aside on a JudgeError (one that ran out of memory only after a few tries: out_of_memory) and
+leaves an attempt unjudged on a GpuBusy (loop/runner.py)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,10 @@ class GpuMemoryHeld(GpuBusy):
 
 class TaskTooLarge(JudgeError):
     """The task's largest call needs more memory than this GPU has: no candidate can be judged."""
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """A failure because the GPU's memory ran out: PyTorch's words for it, or the driver's (the
+    arena's own allocation, verifier/vmm.py)."""
+    text = str(error)
+    return "OutOfMemoryError" in text or "out of memory" in text.lower() or "CUDA_ERROR_OUT_OF_MEMORY" in text
