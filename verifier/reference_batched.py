@@ -10,13 +10,12 @@ outputs come stacked, as the comparison reads them, and are let go part by part.
 vmap runs the reference's own code, but a batched kernel may add up in another order than one
 call's (a reduction over more rows, a matmul run as a bmm). So a batch's stacked reference stands
 in for the eager one only where, on three of its calls (the first, the last and one at random),
-both its answers (high and low, reference.py) lie within ``CLOSE`` of the task's tolerance (for
-the output's dtype) of
-the eager answers or one rounding step of their dtype (``_close``), element by element, with
-non-finite values exactly where eager has them; an output that is not floating point must match bit
-for bit. Else, or where vmap cannot run the reference at all (a ``.item()``, a host branch, an
-op without a batching rule that raises), the batch's calls are run as before (reference_graph.py,
-or eagerly).
+both its answers (high and low, reference.py) lie within ``CLOSE`` of the task's tolerance for
+the output's dtype of the eager answers, or one rounding step of that dtype (``_close``), element
+by element, with non-finite values exactly where eager has them; an output that is not floating
+point must match bit for bit. Else, or where vmap cannot run the reference at all (a ``.item()``,
+a host branch, an op without a batching rule that raises), the batch's calls are run as before
+(reference_graph.py, or eagerly).
 """
 
 from __future__ import annotations
