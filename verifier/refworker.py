@@ -1062,6 +1062,8 @@ def _failing_stacked(batch: _Batch, arena: Any, stacked: Any, tolerances: dict[s
     for start, count in stacked.parts(len(batch.sets)):
         highs, lows = stacked.run(batch.stacked, start, count)
         laps.lap("reference")
+        if len(highs) != len(views[0]):  # never an output left uncompared (the judge checked the count)
+            raise ValueError(f"{len(views[0])} outputs against the reference's {len(highs)}")
         for j, (high, low) in enumerate(zip(highs, lows)):
             if outs_stacked is not None:
                 outs = outs_stacked[j][start: start + count]
