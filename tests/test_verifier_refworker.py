@@ -78,10 +78,13 @@ def test_outputs_placed_elsewhere_are_read_where_they_now_lie(batch):
     assert kept is not None and verify(task)["failed_call"] == 2 and b.out_views is kept
 
 
-@pytest.mark.parametrize("chunk_bytes", [W.CHUNK_BYTES, 1], ids=["one chunk", "a chunk per call"])
+@pytest.mark.parametrize("chunk_bytes", [None, W.CHUNK_BYTES, 1], ids=["stacked reference", "one chunk", "a chunk per call"])
 def test_the_first_wrong_call_is_found_and_explained(batch, monkeypatch, chunk_bytes):
+    """Run over every call at once (reference_batched.py), or call by call compared in chunks."""
     arena, b, task = batch
-    monkeypatch.setattr(W, "CHUNK_BYTES", chunk_bytes)
+    if chunk_bytes is not None:
+        b.ref_stacked = False  # the calls' reference one at a time
+        monkeypatch.setattr(W, "CHUNK_BYTES", chunk_bytes)
     arena.view(b.outputs[3][0])[2, 7] += 1.0
     arena.view(b.outputs[5][0]).zero_()
     got = verify(task)
