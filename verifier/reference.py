@@ -91,8 +91,23 @@ def run_reference(model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> 
     too where the wider run would not fit in the GPU's free memory (KernelBench's default sizes
     move several GB per call: a float64 copy of it all does not fit beside the arena), where the
     tolerance then rests on the task's own precision alone."""
+    return decide_wider(model, inputs, mutated)[1:]
+
+
+@torch.no_grad()
+def decide_wider(model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> tuple[Any, list[torch.Tensor], list[torch.Tensor]]:
+    """``run_reference`` with its decision: (the wider model, high, low), the wider model None
+    where there is none (high is then low). A batch's captured or stacked reference takes the
+    decision of one eager call for all its calls."""
     low = run_low(model, inputs, mutated)
-    return run_high(wider_model(model, inputs, low), inputs, low, mutated)
+    hi_model = wider_model(model, inputs, low)
+    high, low = run_high(hi_model, inputs, low, mutated)
+    return (hi_model if high is not low else None), high, low
+
+
+def run_decided(model: Any, hi_model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """``run_reference`` with ``decide_wider``'s decision taken: the wider model, or None for none."""
+    return run_high(hi_model, inputs, run_low(model, inputs, mutated), mutated)
 
 
 def run_low(model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[torch.Tensor]:

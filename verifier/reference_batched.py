@@ -27,10 +27,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kernforge.tasks.runtime import collect_outputs
 from kernforge.tasks.spec import Tolerance
 
-from . import integrity, reference
+from . import compare, integrity, reference
 
 #: how far the stacked reference may lie from the eager one: this share of the tolerance
 CLOSE = 1 / 16
@@ -79,16 +78,13 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
             [None if isinstance(x, torch.Tensor) else x for x in c] != values for c in calls):
         return None
     try:
-        with torch.no_grad():
-            low = reference.run_low(model, calls[0], mutated)
-            hi_model = reference.wider_model(model, calls[0], low)
-            high, low = reference.run_high(hi_model, calls[0], low, mutated)
+        hi_model, _, low = reference.decide_wider(model, calls[0], mutated)
     except RuntimeError:
         return None
-    part = min(n, PART_BYTES // max(call_bytes(model, calls[0], low, high is not low), 1))
+    part = min(n, PART_BYTES // max(call_bytes(model, calls[0], low, hi_model is not None), 1))
     if part < 2:
         return None  # calls this large gain nothing run together
-    found = StackedReference(model, hi_model if high is not low else None, values, positions, list(mutated), part)
+    found = StackedReference(model, hi_model, values, positions, list(mutated), part)
     checked = sorted({0, n - 1, random.randrange(n)})
     for start, count in found.parts(n):
         wanted = [k for k in checked if start <= k < start + count]
@@ -124,11 +120,7 @@ def _one_call(model: Any, hi_model: Any, values: list[Any], positions: list[int]
         args = list(values)
         for p, t in zip(positions, tensors):
             args[p] = t
-        low = reference.run_low(model, args, mutated)
-        if hi_model is None:
-            return low, low
-        wide = reference.wide_inputs(args)
-        return collect_outputs(hi_model(*wide), wide, mutated), low
+        return reference.run_decided(model, hi_model, args, mutated)
 
     return one
 
@@ -153,14 +145,11 @@ def _close(got: Sequence[Any], want: Sequence[Any], tolerances: Sequence[Toleran
                 return False
             continue
         g64, w64 = g.detach().to(torch.float64), w.detach().to(torch.float64)
-        finite = torch.isfinite(w64)
-        same = torch.where(finite, torch.isfinite(g64), (g64 == w64) | (g64.isnan() & w64.isnan()))
-        if not bool(same.all()):
-            return False
-        w64 = torch.where(finite, w64, 0.0)
-        scale = torch.linalg.vector_norm(w64) / w64.numel() ** 0.5
-        allowed = CLOSE * (tol.rtol * w64.abs() + tol.atol * scale) + _step(w64, w.dtype)
-        if bool(((torch.where(finite, g64, 0.0) - w64).abs() > allowed).any()):
+        finite = torch.where(torch.isfinite(w64), w64, 0.0)
+        scale = torch.linalg.vector_norm(finite) / w64.numel() ** 0.5
+        # the comparison's own rule (compare.errors), at CLOSE of the tolerance, plus one step
+        err, allowed, nonfinite_bad, _, both = compare.errors(g64, w64, None, Tolerance(rtol=tol.rtol * CLOSE, atol=tol.atol * CLOSE), scale)
+        if bool(nonfinite_bad.any()) or bool((both & (err > allowed + _step(finite, w.dtype))).any()):
             return False
     return True
 

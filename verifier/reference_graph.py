@@ -64,14 +64,11 @@ def capture(model: Any, calls: Sequence[Sequence[Any]], values: Sequence[Sequenc
     stream.wait_stream(torch.cuda.current_stream())
     try:
         with torch.no_grad(), torch.cuda.stream(stream), _no_host_sync():
-            low = reference.run_low(model, calls[0], mutated)
-            hi_model = reference.wider_model(model, calls[0], low)
-            high, low = reference.run_high(hi_model, calls[0], low, mutated)
+            hi_model, high, low = reference.decide_wider(model, calls[0], mutated)
     except RuntimeError:
         return None
     finally:
         torch.cuda.current_stream().wait_stream(stream)
-    hi_model = hi_model if high is not low else None
     inputs = reference.nbytes(calls[0], False)
     per_call = reference.nbytes(low, False) + inputs + (reference.nbytes(high, False) + 2 * inputs if hi_model is not None else 0)
     if per_call * len(calls) > GRAPH_BYTES:
@@ -80,7 +77,7 @@ def capture(model: Any, calls: Sequence[Sequence[Any]], values: Sequence[Sequenc
     try:
         with torch.no_grad(), torch.cuda.graph(graph, stream=stream):
             for args in calls:
-                outputs.append(_run(model, hi_model, args, mutated))
+                outputs.append(reference.run_decided(model, hi_model, args, mutated))
     except (RuntimeError, TypeError):
         with contextlib.suppress(RuntimeError):  # a capture that raised may still allocate to its pool
             torch._C._cuda_endAllocateToPool(torch.cuda.current_device(), graph.pool())
@@ -93,11 +90,6 @@ def capture(model: Any, calls: Sequence[Sequence[Any]], values: Sequence[Sequenc
         if not _same(outputs[k], reference.run_reference(model, calls[k], mutated)):
             return None
     return captured
-
-
-def _run(model: Any, hi_model: Any, args: Sequence[Any], mutated: Sequence[int]) -> Outputs:
-    """``reference.run_reference`` with its decision taken: the wider model, or None for none."""
-    return reference.run_high(hi_model, args, reference.run_low(model, args, mutated), mutated)
 
 
 def _same(got: Outputs, want: Outputs) -> bool:

@@ -164,7 +164,6 @@ class _Batch:
     #: the reference of many calls at once (reference_batched.py), prepared on the first
     #: verification; False once tried and ruled out: the calls run one at a time
     ref_stacked: Any = None
-    ref_stacked_new: bool = False
 
 
 def _model(task_ref: str, shape: Shape, init_seed: int, device: str) -> Any:
@@ -531,6 +530,8 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     that reply holds no layout (it is the first plan's)."""
     import torch
 
+    from . import reference
+
     arena = _arena_of()
     task = load_task(msg["task_ref"])
     key = msg["key"]
@@ -546,7 +547,7 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         # this worker's allocator keeps is memory the candidate's worker lacks (an honest
         # fused_moe audit ran out of it on the H200 while a pair of 3 GB calls was held)
         first = runtime.make_inputs(task, shape, batch.dist, seeds[0], device)
-        small = len(seeds) >= 2 and _calls_per_part(_tensor_bytes(first)) >= 2
+        small = len(seeds) >= 2 and _calls_per_part(reference.nbytes(first, False)) >= 2
         pair = [first] + ([runtime.make_inputs(task, shape, batch.dist, seeds[1], device)] if small else [])
         del first
         even = small and _signature(pair[0]) == _signature(pair[1])
@@ -569,12 +570,6 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError("a planned batch keeps its number of calls")
     _fill(batch, task, seeds, device)
     return {"sets": []}  # the judge has the layout; a batch of 512 calls made a reply of thousands of records
-
-
-def _tensor_bytes(inputs: list[Any]) -> int:
-    import torch
-
-    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
 
 
 def _signature(inputs: list[Any]) -> list[Any]:
@@ -666,10 +661,12 @@ def _fill_batched(batch: _Batch, task: Any, seeds: list[int], device: str, pair:
     which a kernel that caches could pass."""
     import torch
 
+    from . import reference
+
     stacked, calls = batch.stacked, len(batch.sets)
     if stacked is None or calls < 2:
         return False
-    part = _calls_per_part(sum(v[0].numel() * v.element_size() for v in stacked))
+    part = _calls_per_part(reference.nbytes([v[0] for v in stacked], False))
     if part < 2:
         return False
     varies = None
@@ -1000,8 +997,9 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
                 "steps": {"verify": time.perf_counter() - started}}
     model = _model(batch.task_ref, batch.shape, batch.init_seed, device)
     laps.lap("model")
+    first = batch.ref_stacked is None
     stacked = _stacked_reference(batch, model, task, msg["tolerances"])
-    laps.lap("stack_check" if batch.ref_stacked_new else "stacked")
+    laps.lap("stack_check" if first else "stacked")
     found = None
     if stacked is not None:
         try:
@@ -1037,7 +1035,6 @@ def _stacked_reference(batch: _Batch, model: Any, task: Any, tolerances: dict[st
     first verification; None where its calls are run one at a time."""
     from . import reference_batched
 
-    batch.ref_stacked_new = batch.ref_stacked is None
     if batch.ref_stacked is None:
         batch.ref_stacked = False
         if batch.stacked is not None:
