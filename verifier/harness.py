@@ -58,7 +58,7 @@ def warm_up() -> None:
         from . import interpreter
 
         interpreter.install()
-    from . import arena, heap, integrity, messages, timing, trace  # noqa: F401  (bind originals)
+    from . import arena, heap, integrity, late_reads, messages, timing, trace  # noqa: F401  (bind originals)
 
     global I_TENSOR_DICT
     I_TENSOR_DICT = torch.Tensor.__dict__["__dict__"].__get__
@@ -157,7 +157,7 @@ def _attach(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     _STATE["device"] = device
     _STATE["init_seed"] = int(payload["init_seed"])
     _STATE["models"] = {}
-    _STATE["keep"] = collections.deque(maxlen=2)  # the last calls' outputs stay put until re-read
+    _STATE["keep"] = collections.deque()  # the last calls' outputs stay put until read again (_keep)
     _STATE["task_globals"] = _task_globals()
     return {"ok": True}
 
@@ -277,17 +277,30 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     I.synchronize()
     steps.mark("sync")
     aliases = _aliases(returned, inputs)
-    refs = _outputs(returned, msg["args"], msg.get("slots", []), task.mutated_inputs, on_gpu)
+    held: list[Any] = [result, inputs]
+    refs = _outputs(returned, msg["args"], msg.get("slots", []), task.mutated_inputs, on_gpu, held)
     steps.mark("outputs")
-    _STATE["keep"].append((result, inputs))
+    _keep(held, sum(r.numel() * r.element_size() for r in returned))
     pinned = _l2().persisting_limit() if on_gpu else None
     return {"ok": True, "types": types, "outputs": refs, "steps": steps.seconds,
             "signals": _signals(rec=rec, kernels=kernels, aliases=aliases, modes=modes, pinned=pinned, census=census,
                                 hooked=hooked, inputs=_elements(inputs))}
 
 
+def _keep(held: list[Any], nbytes: int) -> None:
+    """A call's outputs (and what they were copied from) stay where they lie until the reference
+    worker has read them again (late_reads.py): the last two calls', and a third's where its
+    outputs take at most late_reads.DEFER_BYTES; older ones go back to the pool."""
+    from . import late_reads
+
+    keep = _STATE["keep"]
+    keep.append((held, nbytes))
+    while len(keep) > late_reads.KEPT_CALLS or (len(keep) == late_reads.KEPT_CALLS and keep[0][1] > late_reads.DEFER_BYTES):
+        keep.popleft()
+
+
 def _outputs(returned: list[Any], args: list[dict[str, Any]], slots: list[dict[str, Any]],
-             mutated: tuple[int, ...], on_gpu: bool) -> list[dict[str, Any]]:
+             mutated: tuple[int, ...], on_gpu: bool, held: list[Any]) -> list[dict[str, Any]]:
     """Where each output lies in the arena. GPU: where forward left it (copied into the heap if
     it lies elsewhere); CPU: copied into the judge's slot. In-place inputs stay in their slots."""
     from .messages import TensorRef
@@ -300,7 +313,7 @@ def _outputs(returned: list[Any], args: list[dict[str, Any]], slots: list[dict[s
             if ref is None:  # allocated outside the pool (another thread, cudaMalloc): bring it in
                 with _pool():
                     copy = out.clone()
-                _STATE["keep"].append(copy)
+                held.append(copy)
                 ref = arena.ref_of(copy)
             refs.append((ref or _nowhere()).to_dict())
             continue

@@ -165,6 +165,8 @@ class _Call:
     sent_at: float = 0.0
     #: the worker's stopped seconds when the call was sent (Session.stopped_seconds)
     stopped_at_send: float = 0.0
+    #: where the worker said its outputs lie (a deferred second read may blame a later call's reuse)
+    outputs: list[M.TensorRef] = field(default_factory=list)
 
     @property
     def ctx(self) -> str:
@@ -786,10 +788,11 @@ class Judge:
         if len(items) > 1:
             self._prepare(task, items[1], init_seed)
         public_passed = hidden
+        calls = {call.key: call for call in items}
         for n, call in enumerate(items):
             rejection = self._finish_check(session, task, call, items[n + 1] if n + 1 < len(items) else None, own,
-                                           arena_size, public_passed, init_seed)
-            if rejection is not None:
+                                           arena_size, public_passed, init_seed, calls)
+            if rejection is not None:  # an earlier call's carries its own shape already
                 return _with_shape(rejection, call.shape, call.hidden, call.dist)
             if n + 2 < len(items):
                 self._prepare(task, items[n + 2], init_seed)
@@ -798,6 +801,25 @@ class Judge:
                 # sent now, not ahead and not before the call after it is prepared: its wall
                 # clock is then the candidate's call alone, never the reference worker's work
                 self._send_check(session, nxt)
+        # the second reads still due (late_reads.py): every call's, before the group has passed
+        settled = self._ask_ref(M.Settled, {"op": "settle"})
+        return self._late_earlier(settled.late, calls)
+
+    def _late_earlier(self, late: list[M.LateRead], calls: Mapping[str, _Call]) -> Rejected | None:
+        """The rejection for an earlier call whose outputs a deferred second read found changed
+        (late_reads.py): a later call's outputs in its memory, else work left running."""
+        order = list(calls)
+        for found in late:
+            call = calls.get(found.key)
+            if call is None:  # the reference worker read a call of no group of this verdict's
+                raise JudgeError(f"a second read of an unknown call {found.key[:12]}")
+            for key in order[order.index(found.key) + 1:]:
+                clash = _same_memory(call.outputs, calls[key].outputs)
+                if clash is not None:
+                    rejection = memory.reused(f"output {clash[0]} of the {call.ctx}", f"output {clash[1]} of a later call "
+                                              f"({calls[key].ctx})", "forward's results")
+                    return _with_shape(rejection, call.shape, call.hidden, call.dist)
+            return _with_shape(late_writes.changed(found.outputs, call.ctx, self.on_gpu), call.shape, call.hidden, call.dist)
         return None
 
     def _prepare(self, task: Task, call: _Call, init_seed: int) -> None:
@@ -816,7 +838,9 @@ class Judge:
         self._send(session, msg)
 
     def _finish_check(self, session: Session, task: Task, call: _Call, nxt: _Call | None, own: list[str],
-                      arena_size: int, public_passed: bool, init_seed: int) -> Rejected | None:
+                      arena_size: int, public_passed: bool, init_seed: int, calls: Mapping[str, _Call]) -> Rejected | None:
+        """One checked call's reply read and compared: its rejection, or that of an earlier call
+        this compare read again (with that call's shape already), or None."""
         ctx = call.ctx
         reply = self._reply(session, M.Checked, "check", f"checking the {ctx}", timeout=self._call_timeout(call.shape))
         # the judge's clock around the call, less what the worker spent stopped by another lane's
@@ -835,6 +859,7 @@ class Judge:
             self._state.clock.append((reply.claimed_s, wall))
         if rejection is not None:
             return rejection
+        call.outputs = list(reply.outputs)
         if nxt is not None and not nxt.repeat_of:  # the candidate computes the next call while this one is compared
             self._send_check(session, nxt)
         compared = self._ask_ref(M.Compared, {
@@ -842,6 +867,9 @@ class Judge:
             "tolerances": task.tolerance_table(), "keep": call.keep, "repeat_of": call.repeat_of})
         if call.repeat_of and call.last_repeat:
             self._ask_ref(None, {"op": "drop", "key": call.repeat_of})
+        rejection = self._late_earlier(compared.late_earlier, calls)
+        if rejection is not None:
+            return rejection
         earlier = compared.earlier
         failed = bool(compared.late_writes) or not all(r.ok for r in compared.results)
         ahead = None

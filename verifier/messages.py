@@ -206,6 +206,24 @@ class OutputResult:
 
 
 @dataclass(frozen=True)
+class LateRead:
+    """An earlier checked call whose outputs changed after its reply, read again at a later
+    request (late_reads.py)."""
+
+    key: str = _meta(max_len=64)
+    outputs: list[int] = _meta(min=0, max_items=256)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """Every checked call whose second read was still due, read again: those with a change."""
+
+    op: str = _meta(equals="settle")
+    ok: bool = _meta(equals=True)
+    late: list[LateRead] = _meta_default(factory=list, max_items=MAX_LIST)
+
+
+@dataclass(frozen=True)
 class Compared:
     op: str = _meta(equals="compare")
     ok: bool = _meta(equals=True)
@@ -214,6 +232,8 @@ class Compared:
     mutated_inputs: list[int] = _meta_default(factory=list, min=0)
     #: outputs whose bytes changed after the reply, read twice by the reference worker
     late_writes: list[int] = _meta_default(factory=list, min=0)
+    #: earlier calls read again at this compare (late_reads.py) whose outputs had changed
+    late_earlier: list[LateRead] = _meta_default(factory=list, max_items=MAX_LIST)
     repeat: dict[str, Any] = _meta_default(factory=dict, max_items=16)
     earlier: str = _meta_default("", choices=("", "cached", "deferred"))
     steps: dict[str, float] = _meta_default(factory=dict, min=0.0, max_items=32)

@@ -31,12 +31,12 @@ from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape, Tolerance
 
+from . import late_reads
+
 _MODELS: dict[tuple, Any] = {}
 _STATE: dict[str, Any] = {}
 _WARM: list[bool] = []
 
-#: how long after the reply an output must still hold the same bytes (late writes, #5/#6)
-LATE_WRITE_PAUSE_S = 0.02
 #: elements of each output read right after a batch's "done" (the probe)
 PROBE_ELEMENTS = 32
 #: the write's floor uses this much headroom over the fastest write measured on this GPU
@@ -65,7 +65,7 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
         "sizes": _sizes, "arena": _arena, "batch_socket": _batch_socket, "prepare": _prepare, "compare": _compare,
         "drop": _drop, "plan_batch": _plan_batch, "time_batch": _time_batch, "verify_batch": _verify_batch,
         "baseline": _baseline, "compile_baseline": _compile_baseline, "ceilings": _ceilings, "environment": _environment, "forget": _forget,
-        "calibrate": _calibrate, "memory": _memory,
+        "calibrate": _calibrate, "memory": _memory, "settle": _settle,
     }
     profiler = _profiler()
     while True:
@@ -282,6 +282,7 @@ def _forget(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     _STATE["calls"].clear()
     _STATE["history"].clear()
     _STATE["batches"].clear()
+    _late_reads(device).clear()
     go = _STATE.pop("go", None)
     if go is not None:
         go.close()
@@ -397,8 +398,6 @@ def _prepare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
 
 def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     """Judge one call's outputs where they lie in the arena (refs checked by the judge)."""
-    import torch
-
     from . import integrity, timing
     from .messages import TensorRef
 
@@ -434,18 +433,44 @@ def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     if msg.get("repeat_of"):
         repeat = _repeat(_STATE["calls"][msg["repeat_of"]].snapshot, snapshot, results)
     # Read again after a pause: bytes that change now were written by work the call left running.
-    pause = LATE_WRITE_PAUSE_S - (time.perf_counter() - taken)
-    if pause > 0:
-        time.sleep(pause)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    late = [j for j, (r, s) in enumerate(zip(refs, snapshot)) if not integrity.bits_equal(arena.view(r), s)]
+    # On a GPU a call that passed is read again at a later compare (late_reads.py): the pause
+    # then overlaps the candidate's next calls; earlier calls due now are read first.
+    reads = _late_reads(device)
+    places = [arena.view(r) for r in refs]
+    failed = bool(mutated) or not all(r["ok"] for r in results) or bool(repeat) and not repeat.get("same", True)
+    if late_reads.deferrable(device.startswith("cuda"), failed, bool(task.mutated_inputs),
+                             [(r.offset, r.span) for r in refs], arena.layout.input_bytes):
+        earlier_late = reads.at_compare()
+        reads.defer(msg["key"], places, snapshot, taken)
+        late: list[int] = []
+    else:
+        earlier_late = reads.settle()
+        reads.defer(msg["key"], places, snapshot, taken)
+        late = next((j for key, j in reads.settle() if key == msg["key"]), [])
     if msg.get("keep"):
         call.snapshot = snapshot
     else:
         _STATE["calls"].pop(msg["key"], None)
     return {"results": results, "mutated_inputs": mutated, "late_writes": late, "repeat": repeat, "earlier": earlier,
+            "late_earlier": [{"key": key, "outputs": outs} for key, outs in earlier_late],
             "steps": {"snapshot": taken - started, "compare": time.perf_counter() - taken}}
+
+
+def _late_reads(device: str) -> late_reads.LateReads:
+    """This worker's deferred second reads (late_reads.py), made on first use."""
+    if "late_reads" not in _STATE:
+        sync: Callable[[], None] = lambda: None  # noqa: E731
+        if device.startswith("cuda"):
+            import torch
+
+            sync = torch.cuda.synchronize
+        _STATE["late_reads"] = late_reads.LateReads(sync=sync)
+    return _STATE["late_reads"]
+
+
+def _settle(device: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """The end of a group of checked calls: every deferred second read made now."""
+    return {"late": [{"key": key, "outputs": outs} for key, outs in _late_reads(device).settle()]}
 
 
 def _judge_output(j: int, cand: Any, high: Any, low: Any, tolerances: dict[str, Any], *, bound: bool = False) -> dict[str, Any]:

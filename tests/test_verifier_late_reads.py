@@ -1,0 +1,234 @@
+"""A checked call's second read (late writes, THREATS #5/#6) deferred to a later compare on a GPU
+(late_reads.py): never sooner than the pause after the snapshot, at the latest two compares on,
+every change found and blamed on the call it belongs to; the worker keeps those calls' outputs in
+place until then. The reference worker's part runs in-process on the CPU here, with the rule
+that keeps the CPU from deferring set aside (the test owns the memory it writes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kernforge.tasks.spec import Shape
+from kernforge.verifier import harness, judge as J, late_reads as L, refworker as W
+from kernforge.verifier import messages as M
+from kernforge.verifier.arena import Arena, Layout, Slots
+from kernforge.verifier.messages import TensorRef
+from kernforge.verifier.verdict import Rejected, Status
+
+TASK = str(Path(__file__).parent / "tasks" / "tiny_norm")
+SHAPE = {"T": 5, "H": 200}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now, self.slept = 0.0, []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(round(s, 6))
+        self.now += s
+
+
+@pytest.fixture
+def clock():
+    return _Clock()
+
+
+def _reads(clock: _Clock) -> L.LateReads:
+    return L.LateReads(clock=clock, sleep=clock.sleep)
+
+
+def _output(value: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    place = torch.full((4, 4), value)
+    return place, place.clone()
+
+
+def test_a_deferred_call_is_read_at_the_first_compare_after_its_pause(clock):
+    reads = _reads(clock)
+    place, snap = _output()
+    reads.defer("a", [place], [snap], taken=0.0)
+    clock.now = 0.005
+    assert reads.at_compare() == [] and len(reads) == 1, "not read before its pause is over"
+    clock.now = 0.021
+    place[1, 2] = 7.0
+    assert reads.at_compare() == [("a", [0])] and len(reads) == 0
+    assert clock.slept == [], "nothing waited: the pause had passed"
+
+
+def test_a_call_two_compares_old_is_read_with_what_is_left_of_its_pause_waited_out(clock):
+    """Its memory may go back to the candidate's pool once this compare is over: read now, never
+    sooner than the pause after its snapshot."""
+    reads = _reads(clock)
+    place, snap = _output()
+    reads.defer("a", [place], [snap], taken=0.0)
+    clock.now = 0.004
+    assert reads.at_compare() == []
+    clock.now = 0.008
+    assert reads.at_compare() == [] and len(reads) == 0
+    assert clock.slept == [0.012]
+
+
+def test_each_change_is_named_with_its_call_and_output(clock):
+    reads = _reads(clock)
+    a0, a0s = _output()
+    a1, a1s = _output(2.0)
+    b0, b0s = _output(3.0)
+    reads.defer("a", [a0, a1], [a0s, a1s], taken=0.0)
+    reads.defer("b", [b0], [b0s], taken=0.001)
+    a1[0, 0] = -1.0
+    b0[3, 3] = float("nan")
+    assert reads.settle() == [("a", [1]), ("b", [0])]
+    assert clock.slept == [0.021], "one wait, until the newest call's pause is over"
+
+
+def test_settle_reads_every_deferred_call_and_leaves_none(clock):
+    reads = _reads(clock)
+    for k in range(2):
+        place, snap = _output()
+        reads.defer(str(k), [place], [snap], taken=0.01 * k)
+    clock.now = 0.015
+    assert reads.settle() == [] and len(reads) == 0
+    assert clock.slept == [0.015], "until the last call's pause is over"
+
+
+def test_nan_bytes_that_did_not_change_are_no_change(clock):
+    reads = _reads(clock)
+    place, snap = _output(float("nan"))
+    reads.defer("a", [place], [snap], taken=0.0)
+    assert reads.settle() == []
+
+
+@pytest.mark.parametrize("on_gpu, failed, in_place, places, ok", [
+    (True, False, False, [(4096, 1024)], True),
+    (False, False, False, [(4096, 1024)], False),  # the CPU worker's slots are reused by the call after next
+    (True, True, False, [(4096, 1024)], False),  # a failed call's reasons come whole, as always
+    (True, False, True, [(4096, 1024)], False),  # in-place outputs: the call after next's inputs go there
+    (True, False, False, [(100, 1024)], False),  # outside the heap
+    (True, False, False, [(4096, L.DEFER_BYTES)], True),
+    (True, False, False, [(4096, L.DEFER_BYTES), (8192, 1)], False),  # the worker keeps no third call of these
+], ids=["a passing GPU call", "a CPU call", "failed", "in place", "outside the heap", "at the limit", "over it"])
+def test_which_calls_are_deferred(on_gpu, failed, in_place, places, ok):
+    assert L.deferrable(on_gpu, failed, in_place, places, heap_start=4096) is ok
+
+
+# ---- the candidate's worker keeps those outputs in place ------------------------------------------
+def test_the_worker_keeps_the_last_two_calls_and_a_third_small_one(monkeypatch):
+    monkeypatch.setitem(harness._STATE, "keep", __import__("collections").deque())
+    for k in range(5):
+        harness._keep([f"call {k}"], 1024)
+    assert [held[0] for held, _ in harness._STATE["keep"]] == ["call 2", "call 3", "call 4"]
+    harness._keep(["big"], L.DEFER_BYTES + 1)
+    harness._keep(["after"], 1024)
+    harness._keep(["last"], 1024)
+    assert [held[0] for held, _ in harness._STATE["keep"]] == ["after", "last"], \
+        "a large call is kept only while it is one of the last two"
+
+
+# ---- the reference worker's compare, in-process --------------------------------------------------
+@pytest.fixture
+def worker(monkeypatch):
+    """A reference worker whose compares defer as on a GPU, its outputs in a heap the test writes."""
+    W._STATE.clear()
+    arena = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
+    W._STATE.update(arena=arena, calls={}, history={}, batches={})
+    real = L.deferrable
+    monkeypatch.setattr(W.late_reads, "deferrable", lambda on_gpu, *rest: real(True, *rest))
+    heap = Slots(arena.layout.input_bytes, arena.layout.size)
+    model = W._model(TASK, Shape.of(SHAPE), 3, "cpu")
+    task = W.load_task(TASK)
+
+    def call(key: str, seed: int, *, wrong: bool = False) -> list[dict]:
+        prepared = W._prepare("cpu", {"key": key, "task_ref": TASK, "shape": SHAPE, "dist": "normal", "seed": seed,
+                                      "init_seed": 3, "half": seed % 2})
+        inputs = [arena.view(TensorRef(**a["ref"])) for a in prepared["args"]]
+        y = model(*inputs)
+        if wrong:
+            y = y + 1.0
+        return [arena.place(heap, y).to_dict()]
+
+    def compare(key: str, outputs: list[dict]) -> dict:
+        return W._compare("cpu", {"key": key, "task_ref": TASK, "outputs": outputs, "tolerances": task.tolerance_table()})
+
+    yield arena, call, compare
+    arena.close()
+    W._STATE.clear()
+
+
+def test_a_write_after_a_passing_call_is_found_at_a_later_compare_and_blamed_on_it(worker):
+    arena, call, compare = worker
+    first = call("first", 1)
+    got = compare("first", first)
+    assert all(r["ok"] for r in got["results"]) and got["late_writes"] == [] and got["late_earlier"] == []
+    arena.view(TensorRef(**first[0]))[0, 0] += 1.0  # written after the reply: work the call left running
+    second = call("second", 2)
+    third = call("third", 3)
+    found = compare("second", second)["late_earlier"] + compare("third", third)["late_earlier"]
+    assert found == [{"key": "first", "outputs": [0]}]
+    assert W._settle("cpu", {}) == {"late": []}, "the two later calls held still"
+
+
+def test_a_failed_call_is_read_again_within_its_own_compare(worker):
+    arena, call, compare = worker
+    first = call("first", 1)
+    compare("first", first)
+    arena.view(TensorRef(**first[0]))[1, 1] = 0.0
+    wrong = call("wrong", 2, wrong=True)
+    got = compare("wrong", wrong)
+    assert not got["results"][0]["ok"] and got["late_writes"] == []
+    assert got["late_earlier"] == [{"key": "first", "outputs": [0]}], "every earlier call read with it"
+    assert len(W._late_reads("cpu")) == 0
+
+
+def test_settle_finds_a_write_to_the_last_call_of_a_group(worker):
+    arena, call, compare = worker
+    last = call("last", 1)
+    compare("last", last)
+    arena.view(TensorRef(**last[0])).zero_()
+    assert W._settle("cpu", {}) == {"late": [{"key": "last", "outputs": [0]}]}
+    assert M.parse(M.Settled, {"op": "settle", "ok": True, **W._settle("cpu", {})}).late == []
+
+
+def test_a_verdicts_end_forgets_the_deferred_reads(worker):
+    _, call, compare = worker
+    compare("only", call("only", 1))
+    W._forget("cpu", {})
+    assert len(W._late_reads("cpu")) == 0
+
+
+# ---- the judge blames the call it belongs to ---------------------------------------------------
+def _calls() -> dict[str, J._Call]:
+    shape = Shape.of(SHAPE)
+    calls = {}
+    for k, offset in enumerate((4096, 8192, 4096)):
+        c = J._Call(shape, "normal", False, f"k{k}", half=k % 2)
+        c.outputs = [TensorRef(offset, "float32", [5, 200], [200, 1])]
+        calls[c.key] = c
+    return calls
+
+
+def _late_earlier(late: list[M.LateRead], calls: dict) -> Rejected | None:
+    return J.Judge._late_earlier(SimpleNamespace(on_gpu=True), late, calls)
+
+
+def test_a_late_write_found_later_is_rejected_as_its_own_calls():
+    calls = _calls()
+    calls["k2"].outputs = [TensorRef(1 << 20, "float32", [5, 200], [200, 1])]
+    got = _late_earlier([M.LateRead("k1", [0])], calls)
+    assert isinstance(got, Rejected) and got.status is Status.CHEAT and got.threat == 5
+    assert "output 0 changed after forward returned (public shape T=5 H=200, normal inputs)" in got.reason
+    assert got.evidence["shape"] == {"T": 5, "H": 200}
+    assert _late_earlier([], calls) is None
+
+
+def test_a_later_call_returning_the_same_memory_is_named_as_that_not_as_a_cheat():
+    """A module that returns one persistent buffer overwrites its last result at its next call:
+    wrong, but not work left running."""
+    got = _late_earlier([M.LateRead("k0", [0])], _calls())
+    assert isinstance(got, Rejected) and got.status is Status.INCORRECT
+    assert "lie in the same memory" in got.reason and "a later call" in got.reason
