@@ -89,7 +89,7 @@ for p in "$@"; do
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
-    gputestx) phase gputest 260 python3 -m pytest -m gpu -v -p no:cacheprovider --tb=line -rf --timeout 120 -n 3 --durations=12 tests/test_verifier_gpu.py tests/test_verifier_reference_graph.py tests/test_verifier_reference_batched.py ;;
+    gputestx) phase gputest 260 python3 -m pytest -m gpu -v -p no:cacheprovider --tb=line -rf --timeout 120 -n 3 --durations=12 tests/test_verifier_gpu.py tests/test_verifier_reference_graph.py tests/test_verifier_reference_batched.py tests/test_verifier_late_reads.py ;;
     drawn) phase drawn 240 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 200 -n 3 tests/test_tasks_builtin.py -k seed_matches ;;
     steps) phase steps 200 python3 bench/refworker_steps.py --device cuda:0 --task rms_norm --task silu_and_mul --task softmax --task fused_add_rms_norm \
              --task rotary_embedding --task moe_topk_softmax --task merge_attn_states ;;

@@ -131,21 +131,24 @@ def test_the_worker_keeps_the_last_two_calls_and_a_third_small_one(monkeypatch):
 
 
 # ---- the reference worker's compare, in-process --------------------------------------------------
-@pytest.fixture
-def worker(monkeypatch):
-    """A reference worker whose compares defer as on a GPU, its outputs in a heap the test writes."""
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def worker(request, monkeypatch):
+    """A reference worker whose compares defer as on a GPU (on the CPU, the rule that keeps it
+    from deferring set aside), its outputs in a heap the test writes."""
+    device = request.param
     W._STATE.clear()
-    arena = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
-    W._STATE.update(arena=arena, calls={}, history={}, batches={})
-    real = L.deferrable
-    monkeypatch.setattr(W.late_reads, "deferrable", lambda on_gpu, *rest: real(True, *rest))
+    arena = Arena.create(Layout(8 << 20, 4 << 20), device)
+    W._STATE.update(arena=arena, calls={}, history={}, batches={}, device=device)
+    if device == "cpu":
+        real = L.deferrable
+        monkeypatch.setattr(W.late_reads, "deferrable", lambda on_gpu, *rest: real(True, *rest))
     heap = Slots(arena.layout.input_bytes, arena.layout.size)
-    model = W._model(TASK, Shape.of(SHAPE), 3, "cpu")
+    model = W._model(TASK, Shape.of(SHAPE), 3, device)
     task = W.load_task(TASK)
 
     def call(key: str, seed: int, *, wrong: bool = False) -> list[dict]:
-        prepared = W._prepare("cpu", {"key": key, "task_ref": TASK, "shape": SHAPE, "dist": "normal", "seed": seed,
-                                      "init_seed": 3, "half": seed % 2})
+        prepared = W._prepare(device, {"key": key, "task_ref": TASK, "shape": SHAPE, "dist": "normal", "seed": seed,
+                                       "init_seed": 3, "half": seed % 2})
         inputs = [arena.view(TensorRef(**a["ref"])) for a in prepared["args"]]
         y = model(*inputs)
         if wrong:
@@ -153,7 +156,7 @@ def worker(monkeypatch):
         return [arena.place(heap, y).to_dict()]
 
     def compare(key: str, outputs: list[dict]) -> dict:
-        return W._compare("cpu", {"key": key, "task_ref": TASK, "outputs": outputs, "tolerances": task.tolerance_table()})
+        return W._compare(device, {"key": key, "task_ref": TASK, "outputs": outputs, "tolerances": task.tolerance_table()})
 
     yield arena, call, compare
     arena.close()
@@ -170,7 +173,7 @@ def test_a_write_after_a_passing_call_is_found_at_a_later_compare_and_blamed_on_
     third = call("third", 3)
     found = compare("second", second)["late_earlier"] + compare("third", third)["late_earlier"]
     assert found == [{"key": "first", "outputs": [0]}]
-    assert W._settle("cpu", {}) == {"late": []}, "the two later calls held still"
+    assert W._settle(W._STATE["device"], {}) == {"late": []}, "the two later calls held still"
 
 
 def test_a_failed_call_is_read_again_within_its_own_compare(worker):
@@ -182,7 +185,7 @@ def test_a_failed_call_is_read_again_within_its_own_compare(worker):
     got = compare("wrong", wrong)
     assert not got["results"][0]["ok"] and got["late_writes"] == []
     assert got["late_earlier"] == [{"key": "first", "outputs": [0]}], "every earlier call read with it"
-    assert len(W._late_reads("cpu")) == 0
+    assert len(W._late_reads(W._STATE["device"])) == 0
 
 
 def test_settle_finds_a_write_to_the_last_call_of_a_group(worker):
@@ -190,15 +193,16 @@ def test_settle_finds_a_write_to_the_last_call_of_a_group(worker):
     last = call("last", 1)
     compare("last", last)
     arena.view(TensorRef(**last[0])).zero_()
-    assert W._settle("cpu", {}) == {"late": [{"key": "last", "outputs": [0]}]}
-    assert M.parse(M.Settled, {"op": "settle", "ok": True, **W._settle("cpu", {})}).late == []
+    device = W._STATE["device"]
+    assert W._settle(device, {}) == {"late": [{"key": "last", "outputs": [0]}]}
+    assert M.parse(M.Settled, {"op": "settle", "ok": True, **W._settle(device, {})}).late == []
 
 
 def test_a_verdicts_end_forgets_the_deferred_reads(worker):
     _, call, compare = worker
     compare("only", call("only", 1))
-    W._forget("cpu", {})
-    assert len(W._late_reads("cpu")) == 0
+    W._forget(W._STATE["device"], {})
+    assert len(W._late_reads(W._STATE["device"])) == 0
 
 
 # ---- the judge blames the call it belongs to ---------------------------------------------------
