@@ -215,3 +215,35 @@ def test_a_reference_out_of_memory_is_judged_once_more_alone_with_a_fresh_refere
     judge._verify = never
     with pytest.raises(ReferenceFailed, match="bad shape"):
         judge.verify("source", task)
+
+
+def test_a_large_elementwise_call_leaves_the_reference_worker_room_beside_the_arena():
+    """KernelBench's ReLU moves 6 GiB in and 6 GiB out per call. On an H100 (79.2 GiB) the
+    candidate's margin of four outputs (24 GiB) made an arena of 50 GiB, and the reference
+    worker's two prepared calls then ran out of memory at every problem of its kind. The margin
+    now takes only what the GPU has beside the reference worker's own peak, and still holds a
+    working copy of the output."""
+    from kernforge.tasks.spec import Shape
+
+    judge = _GpuJudge(79.18, 0.001)
+    shape = Shape.of({"N": 1})
+    call = 4096 * 393216 * 4
+    sizes = {shape.params: {"input_bytes": call, "output_bytes": call}}
+    plan = {shape.params: 1}
+    layout = judge._arena_layout(sizes, [shape], plan)
+    beside = fits.reference_bytes(call, call, call)
+    assert layout["size"] + beside + fits.OVERHEAD <= int(79.18 * GIB) + (4 << 20)  # the layout's rounding
+    assert layout["size"] - layout["input_bytes"] >= 2 * call + call, "its two outputs and a working copy"
+
+
+def test_the_margin_is_untouched_where_the_gpu_has_room():
+    """The clamp binds only where the arena and the reference worker would not fit together: a
+    built-in task's largest call keeps four outputs' margin."""
+    from kernforge.tasks.spec import Shape
+
+    judge = _GpuJudge(79.18, 0.001)
+    shape = Shape.of({"N": 1})
+    sizes = {shape.params: {"input_bytes": 512 << 20, "output_bytes": 256 << 20}}
+    layout = judge._arena_layout(sizes, [shape], {shape.params: 32})
+    heap = max(2 * (256 << 20), 32 * (256 << 20) * 9 // 8)
+    assert layout["size"] - layout["input_bytes"] >= heap + max(heap // 2, 4 * (256 << 20)) + (2 << 30)

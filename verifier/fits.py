@@ -24,6 +24,15 @@ OVERHEAD = 4 << 30
 PARAM_COPIES = 2
 
 
+def reference_bytes(check_in: int, check_out: int, batch_in: int = 0) -> int:
+    """What the reference worker holds beside the arena at its peak, for calls of ``check_in``
+    and ``check_out`` bytes: in the checks, two calls prepared (the candidate computes one while
+    the other is compared), each with its inputs and its answer, and the outputs it compares
+    snapshotted, with a comparison's working copy; in a timed phase, the pristine copy of a batch's
+    inputs (``batch_in``), one call's answer and its comparison's working copy."""
+    return max(2 * (check_in + check_out) + 2 * check_out, batch_in + 2 * check_out)
+
+
 def need_bytes(input_bytes: int, output_bytes: int, param_bytes: int = 0) -> int:
     return INPUT_COPIES * input_bytes + OUTPUT_COPIES * output_bytes + PARAM_COPIES * param_bytes + OVERHEAD
 

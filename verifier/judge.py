@@ -1315,7 +1315,8 @@ class Judge:
     def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int]) -> dict[str, int]:
         """Input region and heap: two calls' worth of the largest check (calls alternate halves)
         and room for the largest batch; on a GPU the heap also holds the candidate's own
-        temporaries, so it gets a margin (at least a working copy of its largest input or weight),
+        temporaries, so it gets a margin (at least a working copy of its largest input or weight,
+        where the GPU has room for it beside what the reference worker holds: fits.reference_bytes),
         and its models' weights (the reference's size)."""
         check_in = max((sizes[s.params]["input_bytes"] for s in checked), default=0)
         check_out = max((sizes[s.params]["output_bytes"] for s in checked), default=0)
@@ -1332,7 +1333,12 @@ class Judge:
             need = max((fits.need(sizes[s.params]) for s in checked), default=0)
             memory = float(self.environment().get("memory_gib") or 0) * (1 << 30) * self._memory_share
             copy = min(copy, max(0, int(memory) - need)) if memory else copy
-            heap = heap + max(heap // 2, 4 * check_out, copy) + params + (2 << 30)
+            margin = max(heap // 2, 4 * check_out, copy)
+            if memory:  # never so large that the reference worker's own answers no longer fit beside the arena
+                # (a KernelBench ReLU of 6 GiB a call: a 24 GiB margin left its prepare out of memory on an H100)
+                beside = fits.reference_bytes(check_in, check_out, batch_in)
+                margin = min(margin, max(0, int(memory) - fits.OVERHEAD - input_bytes - heap - params - (2 << 30) - beside))
+            heap = heap + margin + params + (2 << 30)
         else:
             heap = 2 * check_out + (1 << 20)
         return {"size": input_bytes + _round(heap), "input_bytes": input_bytes}
