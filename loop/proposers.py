@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kernforge.prompts.render import Inspiration, Parent, PromptLeak, TorchCompile, render
 from kernforge.tasks.spec import Task
+from kernforge.verifier.judge_errors import out_of_memory
 from kernforge.verifier.verdict import Verdict
 
 from .config import ConfigError, LLMConfig, load_config, needs_key
@@ -59,6 +60,9 @@ from .strategy import Arm, Bandit, proposer_name
 CAPTURE_SLOTS = 2
 #: Inductor starts derived ahead of the offline tuner's producer asking for them (prepare)
 PREPARED_AHEAD = CAPTURE_SLOTS
+#: a capture that ran out of GPU memory is tried this many times in all, this many seconds apart
+START_MEMORY_TRIES = 3
+START_MEMORY_WAIT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -280,9 +284,21 @@ class OfflineTuner:
         return self._derivations[task.name]
 
     async def _derive(self, task: Task) -> Start | NoStart:
-        """``task``'s Inductor start (or why there is none) once a slot is free."""
-        async with self._derive_slots:
-            return await derive_async(task, self.device_kind, hold=self.gpu_hold)
+        """``task``'s Inductor start (or why there is none) once a slot is free. A capture that ran
+        out of GPU memory is tried again a little later, up to ``START_MEMORY_TRIES`` times: it runs
+        beside the verdicts, and a verdict's arena may hold most of the GPU for the moment (on an
+        H100 KernelBench's Tanh, 3.4 GiB a call, found the GPU full, and the problem went without
+        any start for the whole run)."""
+        tries = 0
+        while True:
+            tries += 1
+            async with self._derive_slots:
+                result = await derive_async(task, self.device_kind, hold=self.gpu_hold)
+            if not isinstance(result, NoStart) or not out_of_memory(RuntimeError(result.reason)):
+                return result
+            if tries == START_MEMORY_TRIES:
+                return NoStart(f"{result.reason.rstrip('.')} ({tries} tries, {START_MEMORY_WAIT_S:.0f} s apart)")
+            await asyncio.sleep(START_MEMORY_WAIT_S)
 
     def _tuner(self, task: Task) -> OfflineProposer:
         if task.name not in self._tuners:

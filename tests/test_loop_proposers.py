@@ -570,3 +570,42 @@ def test_a_parent_whose_record_names_a_hidden_shape_is_left_out_and_the_run_goes
     monkeypatch.setattr(proposers, "render", lambda *a, **k: (_ for _ in ()).throw(PromptLeak("the task itself")))
     with pytest.raises(LoopError, match="the task itself"):
         LLMProposer._render(me, task, None, [], [], None)
+
+
+@pytest.mark.parametrize("outcomes, tries, proposer", [
+    (["oom", "start"], 2, "inductor"),
+    (["oom", "oom", "oom"], 3, None),
+    (["exit"], 1, None),
+], ids=["out of memory once, then a start", "out of memory every time", "another failure: not tried again"])
+def test_a_capture_that_ran_out_of_gpu_memory_is_derived_again_later(monkeypatch, outcomes, tries, proposer):
+    """A capture runs beside the verdicts, whose arena may hold the GPU for a moment: out of memory
+    it is derived again, a little later, a few times; any other failure is said at once."""
+    said = {"oom": inductor_start.NoStart("the Inductor capture exited with status 1: torch.OutOfMemoryError: CUDA out "
+                                          "of memory. Tried to allocate 3.38 GiB"),
+            "exit": inductor_start.NoStart("the Inductor capture exited with status 1: SyntaxError"),
+            "start": FAKE_START}
+    asked, slept = [], []
+
+    async def derive(task, device_kind, hold=None):
+        asked.append(task.name)
+        return said[outcomes[len(asked) - 1]]
+
+    async def nap(seconds):
+        slept.append(seconds)
+
+    monkeypatch.setattr(proposers, "derive_async", derive)
+    monkeypatch.setattr(proposers.asyncio, "sleep", nap)
+
+    async def go():
+        tuner = OfflineTuner(device_kind="cuda")
+        made = await tuner.propose(named("a"), empty(), Lessons())
+        await tuner.aclose()
+        return made
+
+    made = asyncio.run(go())
+    assert len(asked) == tries and slept == [proposers.START_MEMORY_WAIT_S] * (tries - 1)
+    if proposer is not None:
+        assert made.proposer == proposer
+    else:
+        assert isinstance(made, NoProposal) and made.kind == "nothing_to_tune"
+        assert ("(3 tries, 20 s apart)" in made.reason) is (tries == 3)
