@@ -23,7 +23,7 @@
   session's device time, the audit waits (``_deferred``): first verdicts come first, a run of
   would-be bests cannot hold every new verdict back, and the run's end audits what still waits
   (so does a time budget about to run out: ``_audits_due``). Kernels an earlier session left
-  unaudited wait alike (``_leftover``), ahead of the new ones. One that a faster audited best
+  unaudited (``_leftover``) wait only for the audits' share, ahead of the new ones. One that a faster audited best
   has overtaken meanwhile is not audited (it could not lead). Passed, it is the new best;
   failed, it is demoted (an accepted attempt, never the best) and the display says why. A run
   stopped between the two leaves an attempt without an audit: simply not a best (``kernforge
@@ -420,14 +420,23 @@ class Runner:
         """Audit the kernels an earlier session left unaudited, then the would-be bests whose audits
         waited (``_audits_wait``), once they need not wait (``at_end``: the run has nothing more
         to judge, unless it was interrupted). Without it a resumed benchmark reported a problem's
-        fastest kernel as untimed, and the tuner worked around a best that was not the fittest."""
+        fastest kernel as untimed, and the tuner worked around a best that was not the fittest.
+        A kernel left unaudited waits only for the audits' share of the device time, not for the
+        other tasks' first verdicts: a resumed KernelBench run of 43 problems, each slice a few
+        minutes, never reached them (problems that kept running out of memory never had one), so
+        its metrics counted no problem at all."""
         if at_end:
             def go_on() -> bool:
                 return not self.abandon and not self._interrupts
+
+            left_go_on = go_on
         else:
             def go_on() -> bool:
                 return self.stopping is None and (not self._audits_wait() or self._audits_due())
-        await self._audit_waiting(index, self._leftover, "left unaudited", go_on)
+
+            def left_go_on() -> bool:  # their tasks had their verdicts in an earlier session: no first verdict waits on them
+                return self.stopping is None and (audits_may_run(self._audit_s, self._verify_s) or self._audits_due())
+        await self._audit_waiting(index, self._leftover, "left unaudited", left_go_on)
         await self._audit_waiting(index, self._deferred, "its audit deferred", go_on)
 
     def _audits_due(self) -> bool:
