@@ -259,3 +259,16 @@ def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
     finally:
         made.close()
         W._STATE.clear()
+
+
+@pytest.mark.parametrize("free_gib, expected", [(None, reference_batched.PART_BYTES), (2, reference_batched.PART_BYTES),
+                                                (16, 2 << 30), (100, reference_batched.PART_MOST_BYTES)],
+                         ids=["the CPU", "a full GPU", "16 GiB free", "100 GiB free"])
+def test_a_part_takes_a_share_of_the_free_memory_within_bounds(monkeypatch, free_gib, expected):
+    """Parts of a few hundred MB left the large shapes' calls one to a part (run call by call): on a
+    GPU with room a part takes an eighth of the free memory, never less than before nor more than 4 GiB."""
+    if free_gib is None:
+        assert reference_batched.part_bytes(torch.device("cpu")) == expected
+        return
+    monkeypatch.setattr(reference, "room", lambda device: free_gib << 30)
+    assert reference_batched.part_bytes(torch.device("cuda", 0)) == expected

@@ -72,11 +72,17 @@ def wider_bytes(inputs: Sequence[Any], low: Sequence[Any], model: Any = None) ->
 
 
 def _room(device: torch.device) -> int | None:
-    """Free device memory (bytes) on a GPU; None on the CPU (host memory is not the limit)."""
-    if device.type != "cuda":
-        return None
+    """Device memory (bytes) this process can still take on a GPU; None on the CPU (host memory is
+    not the limit)."""
+    return room(device) if device.type == "cuda" else None
+
+
+def room(device: torch.device) -> int:
+    """What this process can still allocate on a GPU: the driver's free memory and what its own
+    caching allocator holds unused (a stacked reference's part leaves that behind, and it is this
+    process's to reuse, not gone)."""
     free, _ = torch.cuda.mem_get_info(device)
-    return int(free)
+    return int(free) + max(0, torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 
 
 #: memory the wider run must leave free for everything else this process does next, besides

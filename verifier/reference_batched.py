@@ -34,8 +34,14 @@ from . import compare, integrity, reference
 #: how far the stacked reference may lie from the eager one: this share of the tolerance
 CLOSE = 1 / 16
 #: what one part of the calls may take at its peak, reckoned from one call's inputs, outputs and
-#: wider copies (a part's scratch is vmap's, as large as that of its calls run at once)
+#: wider copies (a part's scratch is vmap's, as large as that of its calls run at once): at least
+#: this much...
 PART_BYTES = 512 << 20
+#: ...and on a GPU up to this share of its free memory, at most ``PART_MOST_BYTES`` (at the large
+#: shapes a call of a few hundred MB made parts of one call, run call by call: on the H100 that was
+#: most of a warm verdict's verification, its calls' references launched one by one)
+PART_FREE_SHARE = 1 / 8
+PART_MOST_BYTES = 4 << 30
 
 Outputs = tuple[list[torch.Tensor], list[torch.Tensor]]
 
@@ -81,7 +87,7 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
         hi_model, _, low = reference.decide_wider(model, calls[0], mutated)
     except RuntimeError:
         return None
-    part = min(n, PART_BYTES // max(call_bytes(model, calls[0], low, hi_model is not None), 1))
+    part = min(n, part_bytes(low[0].device if low else torch.device("cpu")) // max(call_bytes(model, calls[0], low, hi_model is not None), 1))
     if part < 2:
         return None  # calls this large gain nothing run together
     found = StackedReference(model, hi_model, values, positions, list(mutated), part)
@@ -103,6 +109,14 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
                 return None
         del highs, lows
     return found
+
+
+def part_bytes(device: torch.device) -> int:
+    """What one part may take on ``device``: ``PART_BYTES``, or on a GPU with room for more a
+    share of its free memory (``PART_FREE_SHARE``, at most ``PART_MOST_BYTES``)."""
+    if device.type != "cuda":
+        return PART_BYTES
+    return max(PART_BYTES, min(PART_MOST_BYTES, int(reference.room(device) * PART_FREE_SHARE)))
 
 
 def call_bytes(model: Any, inputs: Sequence[Any], low: Sequence[Any], wide: bool) -> int:
