@@ -20,6 +20,7 @@ from kernforge.sandbox.protocol import WorkerSpec
 from kernforge.tasks.loader import load_task
 
 TASK = str(Path(__file__).parent / "tasks" / "tiny_norm")
+KB = Path(__file__).parent.parent / "bench" / "kernelbench" / "problems" / "level1"
 
 HIT = """
 import json, sys
@@ -146,3 +147,28 @@ def test_the_gate_is_held_for_a_compile_process_only_while_it_asks():
     ahead = asyncio.run(go())
     assert events == ["held", "let go"] * 3
     assert ahead.done == 1 and ahead.seconds == 3.0 and ahead.failed == ["b {}: bad"]
+
+
+@pytest.mark.parametrize("ref, shape, gib, left", [
+    ("rms_norm", {"T": 16384, "H": 8192}, 0.5, False),  # the roofline's bytes
+    ("fused_moe", {"T": 8192, "H": 7168, "I": 256, "E": 256, "TOPK": 8}, None, False),  # its weights, under a sixteenth of 79 GiB
+    (str(KB / "19_ReLU.py"), {"batch_size": 4096, "dim": 393216}, 6.0, True),  # inputs made on the meta device
+    (str(KB.parent / "level2" / "12_Gemm_Multiply_LeakyReLU.py"), {"batch_size": 1024, "in_features": 8192, "out_features": 8192}, 0.28, False),
+], ids=["rms_norm", "fused_moe", "KernelBench ReLU", "KernelBench GEMM"])
+def test_a_call_of_gigabytes_is_left_to_the_judge_not_drawn_beside_the_verdicts(ref, shape, gib, left):
+    """Compiled ahead, a shape's inputs and weights are drawn on the GPU beside the verdicts: on the
+    H100 KernelBench's ReLU drew 6 GiB while the verdicts prepared theirs, and both ran out of memory.
+    A call's bytes are told without drawing it; above a sixteenth of the GPU's memory it is the
+    judge's to compile, said as the reason."""
+    from kernforge.tasks.spec import Shape
+    from kernforge.verifier import compile_ahead
+
+    nbytes = compile_ahead.call_bytes(load_task(ref).ref, Shape.of(shape))
+    assert nbytes is not None
+    if gib is not None:
+        assert abs(nbytes / (1 << 30) - gib) < 0.01
+    why = compile_ahead.too_large(nbytes, int(79.18 * (1 << 30)))
+    assert (why is not None) is left
+    if left:
+        assert why.startswith("left to the judge: a call moves 6.0 GiB")
+    assert compile_ahead.too_large(None, 1 << 30) is None, "a size it cannot tell compiles ahead as before"

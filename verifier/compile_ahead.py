@@ -66,6 +66,48 @@ def _gpu_held() -> Iterator[None]:
         print(json.dumps({"gpu": False}), flush=True)
 
 
+#: a shape whose one call moves more than this share of the GPU's memory is left to the judge:
+#: compiled ahead, its draw took GBs beside a verdict's arena (on the H100 KernelBench's ReLU drew
+#: 6 GiB of inputs while the verdicts prepared theirs, and both ran out of memory), for a few
+#: seconds of code generation saved (4.9 GiB on an H100: fused_moe's 2.9 GiB still go ahead)
+AHEAD_SHARE = 1 / 16
+
+
+def call_bytes(task_ref: str, shape: Shape, dtype: str = "") -> int | None:
+    """What one call of ``task_ref`` at ``shape`` moves, without drawing it: a built-in task's
+    roofline bytes, or a KernelBench problem's inputs and weights made on the meta device; None
+    where neither can be told (the shape is compiled ahead as before)."""
+    import torch
+
+    from kernforge.tasks import runtime
+    from kernforge.tasks.loader import load_task
+
+    task = load_task(task_ref)
+    try:
+        line = runtime.roofline(task, shape, dtype or task.dtype("cuda"))
+        if line is not None:
+            return int(line.bytes)
+        module = runtime.reference_module(task)
+        runtime.set_shape(module, shape)
+        with torch.device("meta"):
+            inputs = module.get_inputs()
+            model = module.Model(*runtime.make_init_inputs(task, shape))
+    except Exception:  # noqa: BLE001 - a draw the meta device cannot make: not told
+        return None
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    if isinstance(model, torch.nn.Module):
+        tensors += [*model.parameters(), *model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def too_large(nbytes: int | None, memory_bytes: int) -> str | None:
+    """Why a call of ``nbytes`` is left to the judge on a GPU of ``memory_bytes``, or None."""
+    if nbytes is None or nbytes <= AHEAD_SHARE * memory_bytes:
+        return None
+    return (f"left to the judge: a call moves {nbytes / (1 << 30):.1f} GiB, more than 1/{round(1 / AHEAD_SHARE)} of the "
+            "GPU's memory, too much to draw beside the verdicts")
+
+
 def main() -> None:
     from . import refworker
 
@@ -79,6 +121,14 @@ def main() -> None:
                 judge_kernels(device)
             print(json.dumps({"seconds": round(time.perf_counter() - t0, 3), "error": None}), flush=True)
             continue
+        if device.startswith("cuda"):
+            import torch
+
+            why = too_large(call_bytes(msg["task_ref"], Shape.of(msg["shape"])),
+                            torch.cuda.get_device_properties(torch.device(device)).total_memory)
+            if why is not None:
+                print(json.dumps({"seconds": 0.0, "error": why}), flush=True)
+                continue
         with _gpu_held():  # the task's weights are drawn on the GPU
             model = refworker._model(msg["task_ref"], Shape.of(msg["shape"]), int(msg["init_seed"]), device)
         compiled = refworker._compiled(msg, model, device, held=_gpu_held)
