@@ -24,7 +24,7 @@ from kernforge.verifier import revision
 from kernforge.verifier.audit import Audit
 from kernforge.verifier.verdict import SAW_HIDDEN, ShapeResult, Verdict, verdict_from_dict
 
-from .content import code_hash, environment_key
+from .content import code_hash, environment_fields, environment_key
 from .errors import ArchiveError, ReadOnlyError
 from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, Population, ShapeBest, TaskBaselines,
                       StatRow, Stats)
@@ -127,6 +127,17 @@ class Queries:
             [task_id, code_hash(code), key],
         )
         return found[0] if found else None
+
+    @guarded
+    def tasks_judged_on(self, environment: Mapping[str, Any]) -> set[int]:
+        """Ids of the tasks with an attempt judged on this GPU, driver, CUDA, torch and Triton, by
+        any judge: their baselines, which no judge's fingerprint keys, are in the archive already."""
+        fields_ = environment_fields(environment, columns=True)
+        names = sorted(fields_)
+        where = " AND ".join(f"e.{name} IS ?" for name in names)
+        rows = self.conn.execute(f"SELECT DISTINCT a.task_id FROM attempts a JOIN environments e ON e.key = a.env_key "
+                                 f"WHERE {where}", [fields_[name] for name in names])
+        return {r[0] for r in rows}
 
     @guarded
     def reuse_count(self, attempt_id: int) -> int:

@@ -329,15 +329,18 @@ class Runner:
             self.proposer.prime(state.task, judged)
 
     def _compile_ahead(self) -> None:
-        """torch.compile's baselines of every task with no verdict in this environment yet compiled
-        in the background, on the CPU cores, into the reference workers' trusted compiler cache
-        (loop/compile_ahead.py), in the order of first verdicts: a GPU run only."""
+        """torch.compile's baselines of every task never judged on this GPU and these versions
+        compiled in the background, on the CPU cores, into the reference workers' trusted compiler
+        cache (loop/compile_ahead.py), in the order of first verdicts: a GPU run only."""
         if self.devices is None or self.devices.on_cpu or not self.states or not _cuda_here():
             return
         device = self.devices.names[0]
         cache = compiled_dir(self.devices.options.cache_dir)
-        # a task judged in this environment before has its baselines in the archive: nothing to compile
-        fresh = [s.task for s in self._turn_order() if not s.ids]
+        # a task judged on this GPU and these versions before, by any judge, has its baselines in
+        # the archive: nothing to compile (after an upgrade of kernforge a warm night compiled all
+        # 143 shapes again, and its first verdict waited 10 s at the gate for them)
+        known = self.archive.tasks_judged_on(self.devices.env) if self.archive is not None else set()
+        fresh = [s.task for s in self._turn_order() if not s.ids and s.task_id not in known]
         if not fresh:
             return
         ahead = CompileAhead(fresh, device, str(cache), self.devices.gates[device].shared_async, note=self.display.note,

@@ -1247,3 +1247,16 @@ def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_n
     assert first.status == "finished" and handed == [["tiny_other", "tiny_seeded"]]
     again = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=3)))
     assert again.status == "finished" and handed == [["tiny_other", "tiny_seeded"]], "nothing compiled ahead again"
+
+    class Upgraded(GpuStandInJudge):  # another judge (kernforge upgraded): a new environment, the same GPU
+        def environment(self):
+            return {**super().environment(), "judge": "a later judge"}
+
+    @contextlib.contextmanager
+    def upgraded(device, **kw):
+        yield Upgraded([40.0] * 40)
+
+    monkeypatch.setattr(devices, "open_judge", upgraded)
+    later = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=4)))
+    assert later.status == "finished" and handed == [["tiny_other", "tiny_seeded"]], \
+        "judged on this GPU and these versions before: the baselines are in the archive, nothing compiled ahead"
