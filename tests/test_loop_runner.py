@@ -1106,33 +1106,44 @@ def test_baselines_travel_between_the_archive_and_the_judges_cache(tmp_path, mon
                                        "held-by-the-judge": {"eager_us": 5.0}, "measured": {"eager_us": 7.0}}
 
 
+def _audited_kernel(n: int, us: float, passed=None):
+    """A kernel judged at ``us`` (attempt ``n``), audited (``passed``) or not yet."""
+    from kernforge.loop.search import Member
+    from kernforge.verifier.verdict import Accepted, ShapeResult
+
+    shapes = (ShapeResult({"T": 4}, False, "float32", "graph", time_us=us, compile_us=100.0),)
+    return Member(HONEST + f"\n# {n}\n", Accepted(shapes=shapes), attempt_id=n, audit_passed=passed)
+
+
+def _task_state(name: str, *members):
+    """tiny_norm's state under ``name``, its population holding ``members``."""
+    import random
+
+    from kernforge.loop.display import TaskStats
+    from kernforge.loop.lessons import Lessons
+    from kernforge.loop.plan import TaskState
+    from kernforge.loop.search import Population
+    from kernforge.tasks.loader import load_task
+
+    pop = Population(rng=random.Random(0))
+    for m in members:
+        pop.add(m)
+    return TaskState(load_task(TASKS / "tiny_norm"), 1, pop, Lessons(), TaskStats(name))
+
+
 def test_a_resumed_run_audits_the_kernels_left_unaudited(tmp_path):
     """A run stopped between a verdict and its audit (a benchmark call cut by its time limit) left a
     kernel fitter than the best unaudited: the resumed run audits it, and a passed audit makes it
     the best; a failed one demotes it; a judge failure is said and the next is audited."""
     import asyncio
-    import random
 
-    from kernforge.loop.display import QuietDisplay, TaskStats
-    from kernforge.loop.lessons import Lessons
-    from kernforge.loop.plan import RunSettings, TaskState
+    from kernforge.loop.display import QuietDisplay
+    from kernforge.loop.plan import RunSettings
     from kernforge.loop.runner import Runner
-    from kernforge.loop.search import Member, Population
-    from kernforge.tasks.loader import load_task
     from kernforge.verifier.audit import Audit
     from kernforge.verifier.judge import JudgeError
-    from kernforge.verifier.verdict import Accepted, ShapeResult
 
-    def kernel(n: int, us: float, passed=None) -> Member:
-        shapes = (ShapeResult({"T": 4}, False, "float32", "graph", time_us=us, compile_us=100.0),)
-        return Member(HONEST + f"\n# {n}\n", Accepted(shapes=shapes), attempt_id=n, audit_passed=passed)
-
-    def state(name: str, *members: Member) -> TaskState:
-        pop = Population(rng=random.Random(0))
-        for m in members:
-            pop.add(m)
-        return TaskState(load_task(TASKS / "tiny_norm"), 1, pop, Lessons(), TaskStats(name))
-
+    kernel, state = _audited_kernel, _task_state
     a = state("a", kernel(1, 50.0, True), kernel(2, 20.0))
     b = state("b", kernel(3, 50.0, True), kernel(4, 20.0))
     c = state("c", kernel(5, 50.0, True), kernel(6, 20.0))
@@ -1164,28 +1175,14 @@ def test_kernels_left_unaudited_do_not_wait_for_other_tasks_first_verdicts(tmp_p
     which count audited kernels only, stay empty slice after slice. A new would-be best's audit
     still waits for them; both wait once audits have had their share of the device time."""
     import asyncio
-    import random
 
-    from kernforge.loop.display import QuietDisplay, TaskStats
-    from kernforge.loop.lessons import Lessons
-    from kernforge.loop.plan import RunSettings, TaskState
     from kernforge.loop.budget import Budget, Meter
+    from kernforge.loop.display import QuietDisplay
+    from kernforge.loop.plan import RunSettings
     from kernforge.loop.runner import AUDIT_GRACE_S, Runner
-    from kernforge.loop.search import Member, Population
-    from kernforge.tasks.loader import load_task
     from kernforge.verifier.audit import Audit
-    from kernforge.verifier.verdict import Accepted, ShapeResult
 
-    def kernel(n: int, us: float, passed=None) -> Member:
-        shapes = (ShapeResult({"T": 4}, False, "float32", "graph", time_us=us, compile_us=100.0),)
-        return Member(HONEST + f"\n# {n}\n", Accepted(shapes=shapes), attempt_id=n, audit_passed=passed)
-
-    def state(name: str, *members: Member) -> TaskState:
-        pop = Population(rng=random.Random(0))
-        for m in members:
-            pop.add(m)
-        return TaskState(load_task(TASKS / "tiny_norm"), 1, pop, Lessons(), TaskStats(name))
-
+    kernel, state = _audited_kernel, _task_state
     judged = state("judged", kernel(1, 50.0, True), kernel(2, 20.0))
     newer = state("newer", kernel(3, 50.0, True), kernel(4, 20.0))
     never = state("never judged")
