@@ -339,8 +339,9 @@ class Runner:
         # a task judged on this GPU and these versions before, by any judge, has its baselines in
         # the archive: nothing to compile (after an upgrade of kernforge a warm night compiled all
         # 143 shapes again, and its first verdict waited 10 s at the gate for them)
-        known = self.archive.tasks_judged_on(self.devices.env) if self.archive is not None else set()
-        fresh = [s.task for s in self._turn_order() if not s.ids and s.task_id not in known]
+        assert self.archive is not None
+        known = self.archive.tasks_judged_on(self.devices.env)  # this environment's tasks among them
+        fresh = [s.task for s in self._turn_order() if s.task_id not in known]
         if not fresh:
             return
         ahead = CompileAhead(fresh, device, str(cache), self.devices.gates[device].shared_async, note=self.display.note,

@@ -14,8 +14,8 @@ import torch
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import refworker as W
-from kernforge.verifier.arena import Arena, Layout
 from kernforge.verifier.messages import TensorRef
+from refworker_helpers import refworker_arena  # noqa: E402
 
 TASKS = Path(__file__).parent / "tasks"
 BUILTIN = sorted(p.name for p in (Path(__file__).parent.parent / "tasks" / "builtin").iterdir()
@@ -82,12 +82,8 @@ def test_a_kernelbench_file_draws_a_batch_from_get_inputs():
 
 @pytest.fixture
 def arena():
-    W._STATE.clear()
-    made = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
-    W._STATE.update(arena=made, calls={}, history={}, batches={})
-    yield made
-    made.close()
-    W._STATE.clear()
+    with refworker_arena(8 << 20, 4 << 20) as made:
+        yield made
 
 
 def _plan(task_ref: str, seeds: list[int], shape: dict[str, int]) -> W._Batch:

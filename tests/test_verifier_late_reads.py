@@ -15,9 +15,10 @@ import torch
 from kernforge.tasks.spec import Shape
 from kernforge.verifier import harness, judge as J, late_reads as L, refworker as W
 from kernforge.verifier import messages as M
-from kernforge.verifier.arena import Arena, Layout, Slots
+from kernforge.verifier.arena import Slots
 from kernforge.verifier.messages import TensorRef
 from kernforge.verifier.verdict import Rejected, Status
+from refworker_helpers import refworker_arena  # noqa: E402
 
 TASK = str(Path(__file__).parent / "tasks" / "tiny_norm")
 SHAPE = {"T": 5, "H": 200}
@@ -136,31 +137,27 @@ def worker(request, monkeypatch):
     """A reference worker whose compares defer as on a GPU (on the CPU, the rule that keeps it
     from deferring set aside), its outputs in a heap the test writes."""
     device = request.param
-    W._STATE.clear()
-    arena = Arena.create(Layout(8 << 20, 4 << 20), device)
-    W._STATE.update(arena=arena, calls={}, history={}, batches={}, device=device)
     if device == "cpu":
         real = L.deferrable
         monkeypatch.setattr(W.late_reads, "deferrable", lambda on_gpu, *rest: real(True, *rest))
-    heap = Slots(arena.layout.input_bytes, arena.layout.size)
-    model = W._model(TASK, Shape.of(SHAPE), 3, device)
-    task = W.load_task(TASK)
+    with refworker_arena(8 << 20, 4 << 20, device) as arena:
+        heap = Slots(arena.layout.input_bytes, arena.layout.size)
+        model = W._model(TASK, Shape.of(SHAPE), 3, device)
+        task = W.load_task(TASK)
 
-    def call(key: str, seed: int, *, wrong: bool = False) -> list[dict]:
-        prepared = W._prepare(device, {"key": key, "task_ref": TASK, "shape": SHAPE, "dist": "normal", "seed": seed,
-                                       "init_seed": 3, "half": seed % 2})
-        inputs = [arena.view(TensorRef(**a["ref"])) for a in prepared["args"]]
-        y = model(*inputs)
-        if wrong:
-            y = y + 1.0
-        return [arena.place(heap, y).to_dict()]
+        def call(key: str, seed: int, *, wrong: bool = False) -> list[dict]:
+            prepared = W._prepare(device, {"key": key, "task_ref": TASK, "shape": SHAPE, "dist": "normal", "seed": seed,
+                                           "init_seed": 3, "half": seed % 2})
+            inputs = [arena.view(TensorRef(**a["ref"])) for a in prepared["args"]]
+            y = model(*inputs)
+            if wrong:
+                y = y + 1.0
+            return [arena.place(heap, y).to_dict()]
 
-    def compare(key: str, outputs: list[dict]) -> dict:
-        return W._compare(device, {"key": key, "task_ref": TASK, "outputs": outputs, "tolerances": task.tolerance_table()})
+        def compare(key: str, outputs: list[dict]) -> dict:
+            return W._compare(device, {"key": key, "task_ref": TASK, "outputs": outputs, "tolerances": task.tolerance_table()})
 
-    yield arena, call, compare
-    arena.close()
-    W._STATE.clear()
+        yield arena, call, compare
 
 
 def test_a_write_after_a_passing_call_is_found_at_a_later_compare_and_blamed_on_it(worker):

@@ -15,8 +15,9 @@ from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape, Tolerance
 from kernforge.verifier import reference, reference_batched
 from kernforge.verifier import refworker as W
-from kernforge.verifier.arena import Arena, Layout, Slots
+from kernforge.verifier.arena import Arena, Slots
 from kernforge.verifier.messages import TensorRef
+from refworker_helpers import refworker_arena  # noqa: E402
 
 TASKS = Path(__file__).parent / "tasks"
 BUILTIN = sorted(p.name for p in (Path(__file__).parent.parent / "tasks" / "builtin").iterdir()
@@ -27,12 +28,8 @@ NOT_STACKED = {"fused_moe"}
 
 @pytest.fixture
 def arena():
-    W._STATE.clear()
-    made = Arena.create(Layout(64 << 20, 32 << 20), "cpu")
-    W._STATE.update(arena=made, calls={}, history={}, batches={})
-    yield made
-    made.close()
-    W._STATE.clear()
+    with refworker_arena(64 << 20, 32 << 20) as made:
+        yield made
 
 
 def _plan(task: object, seeds: list[int], shape: dict[str, int]) -> W._Batch:
@@ -228,7 +225,6 @@ def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
     """bf16 and fp8 at the task's smallest public GPU shape, 24 calls (fewer for large ones): where
     the stacked reference is taken, every call's answers (not only the three checked) are as close
     to eager's as the check asks; an honest batch passes its verification either way."""
-    W._STATE.clear()
     task = load_task(name)
     shape = min(task.public_shapes, key=lambda s: sum(v for _, v in s.params))
     sizes = W._sizes("cuda", {"task_ref": task.ref, "shapes": [shape.as_dict()], "init_seed": 3})["sizes"][0]
@@ -237,9 +233,7 @@ def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
     calls = max(3, min(24, (2 << 30) // max(sizes["input_bytes"], 1)))
     input_bytes = int((sizes["input_bytes"] + 4096) * calls * 1.1) + (1 << 20)
     heap_bytes = int((sizes["output_bytes"] + 4096) * calls * 1.1) + (1 << 20)
-    made = Arena.create(Layout(input_bytes + heap_bytes, input_bytes), "cuda")
-    W._STATE.update(arena=made, calls={}, history={}, batches={})
-    try:
+    with refworker_arena(input_bytes + heap_bytes, input_bytes, "cuda") as made:
         W._plan_batch("cuda", {"key": "b", "task_ref": task.ref, "shape": shape.as_dict(), "dist": task.distributions[0],
                                "seeds": list(range(1, calls + 1)), "init_seed": 3})
         batch = W._STATE["batches"]["b"]
@@ -256,9 +250,6 @@ def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
                     assert reference_batched._close([lo[k - start] for lo in lows], low, tolerances), f"call {k} low"
         _honest_outputs(made, batch, task)
         assert W._verify_batch("cuda", {"key": "b", "tolerances": task.tolerance_table()})["failed_call"] == -1
-    finally:
-        made.close()
-        W._STATE.clear()
 
 
 @pytest.mark.parametrize("free_gib, expected", [(None, reference_batched.PART_BYTES), (2, reference_batched.PART_BYTES),

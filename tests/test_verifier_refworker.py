@@ -5,6 +5,7 @@ call, the probe's positions, and the inputs' integrity (only the clock itself ne
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -12,8 +13,9 @@ import torch
 from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape
 from kernforge.verifier import refworker as W
-from kernforge.verifier.arena import Arena, Layout, Slots
+from kernforge.verifier.arena import Arena, Slots
 from kernforge.verifier.messages import TensorRef
+from refworker_helpers import refworker_arena  # noqa: E402
 
 TASK = str(Path(__file__).parent / "tasks" / "tiny_norm")
 SHAPE = {"T": 5, "H": 200}
@@ -21,9 +23,12 @@ SHAPE = {"T": 5, "H": 200}
 
 @pytest.fixture
 def batch():
-    W._STATE.clear()
-    arena = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
-    W._STATE.update(arena=arena, calls={}, history={}, batches={})
+    with refworker_arena(8 << 20, 4 << 20) as arena:
+        yield _honest_batch(arena)
+
+
+def _honest_batch(arena: Arena) -> tuple[Arena, Any, Any]:
+    """A planned batch of six calls, each call's output computed honestly in the heap."""
     planned = W._plan_batch("cpu", {"key": "b", "task_ref": TASK, "shape": SHAPE, "dist": "normal",
                                     "seeds": [11, 12, 13, 14, 15, 16], "init_seed": 3})
     b = W._STATE["batches"]["b"]
@@ -38,9 +43,7 @@ def batch():
         y = model(*inputs)
         outputs.append([arena.place(heap, y)])
     b.outputs = outputs
-    yield arena, b, task
-    arena.close()
-    W._STATE.clear()
+    return arena, b, task
 
 
 def verify(task):
@@ -323,10 +326,7 @@ def test_pristine_bytes_are_each_seeds_inputs(monkeypatch, keep):
 
     monkeypatch.setattr(W, "DRAWN_KEEP_BYTES", keep)
     monkeypatch.setattr(runtime, "make_many", lambda *args: None)
-    W._STATE.clear()
-    arena = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
-    W._STATE.update(arena=arena, calls={}, history={}, batches={})
-    try:
+    with refworker_arena(8 << 20, 4 << 20):
         seeds = [31, 32, 33]
         planned = W._plan_batch("cpu", {"key": "p", "task_ref": TASK, "shape": SHAPE, "dist": "normal",
                                         "seeds": seeds, "init_seed": 3})
@@ -335,19 +335,13 @@ def test_pristine_bytes_are_each_seeds_inputs(monkeypatch, keep):
         for seed, args in zip(seeds, planned["sets"]):
             for a, want in zip(args, runtime.make_inputs(task, Shape.of(SHAPE), "normal", seed, "cpu")):
                 assert torch.equal(W._pristine_view(b, a), want)
-    finally:
-        arena.close()
-        W._STATE.clear()
 
 
 def test_a_new_batch_leaves_valid_inputs_where_its_calls_are_captured():
     """The candidate warms up on the batch's places before capturing them: a new plan writes
     its own draw there (an index input must hold valid indices, not an earlier layout's bytes);
     a plan again before a window draws fresh inputs and leaves the arena to the trusted write."""
-    W._STATE.clear()
-    arena = Arena.create(Layout(8 << 20, 4 << 20), "cpu")
-    W._STATE.update(arena=arena, calls={}, history={}, batches={})
-    try:
+    with refworker_arena(8 << 20, 4 << 20) as arena:
         arena.data[: 1 << 20].fill_(0xFF)  # what an earlier layout left: NaNs, or an index far out of range
         msg = {"key": "v", "task_ref": TASK, "shape": SHAPE, "dist": "normal", "seeds": [41, 42], "init_seed": 3}
         W._plan_batch("cpu", msg)
@@ -358,9 +352,6 @@ def test_a_new_batch_leaves_valid_inputs_where_its_calls_are_captured():
         assert again["sets"] == [], "the layout is the first plan's: not sent again"
         assert torch.equal(b.region, captured), "the arena is written only inside the timed window"
         assert not torch.equal(b.pristine, captured), "every window gets inputs of its own"
-    finally:
-        arena.close()
-        W._STATE.clear()
 
 
 class _Channel:

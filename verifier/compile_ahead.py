@@ -73,7 +73,7 @@ def _gpu_held() -> Iterator[None]:
 AHEAD_SHARE = 1 / 16
 
 
-def call_bytes(task_ref: str, shape: Shape, dtype: str = "") -> int | None:
+def call_bytes(task_ref: str, shape: Shape) -> int | None:
     """What one call of ``task_ref`` at ``shape`` moves, without drawing it: a built-in task's
     roofline bytes, or a KernelBench problem's inputs and weights made on the meta device; None
     where neither can be told (the shape is compiled ahead as before)."""
@@ -84,7 +84,7 @@ def call_bytes(task_ref: str, shape: Shape, dtype: str = "") -> int | None:
 
     task = load_task(task_ref)
     try:
-        line = runtime.roofline(task, shape, dtype or task.dtype("cuda"))
+        line = runtime.roofline(task, shape, task.dtype("cuda"))
         if line is not None:
             return int(line.bytes)
         module = runtime.reference_module(task)

@@ -440,13 +440,13 @@ def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     failed = bool(mutated) or not all(r["ok"] for r in results) or bool(repeat) and not repeat.get("same", True)
     if late_reads.deferrable(device.startswith("cuda"), failed, bool(task.mutated_inputs),
                              [(r.offset, r.span) for r in refs], arena.layout.input_bytes):
-        earlier_late = reads.at_compare()
+        found = reads.at_compare()
         reads.defer(msg["key"], places, snapshot, taken)
-        late: list[int] = []
-    else:
-        earlier_late = reads.settle()
+    else:  # this call and every earlier one read now, one wait for all
         reads.defer(msg["key"], places, snapshot, taken)
-        late = next((j for key, j in reads.settle() if key == msg["key"]), [])
+        found = reads.settle()
+    late = next((outs for key, outs in found if key == msg["key"]), [])
+    earlier_late = [(key, outs) for key, outs in found if key != msg["key"]]
     if msg.get("keep"):
         call.snapshot = snapshot
     else:
