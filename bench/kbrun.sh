@@ -15,6 +15,15 @@ P=bench/kernelbench/problems
 # every thread's stack every two minutes into STACKS.txt beside DB: a run that makes no verdict says where it waits
 STACKS="${DB%.db}.stacks.txt"
 kf() { timeout -s TERM "$LIMIT" python3 -c "import faulthandler, sys; faulthandler.dump_traceback_later(120, repeat=True, file=open(sys.argv.pop(1), 'w')); from kernforge.cli import main; main()" "$STACKS" "$@"; }
+# a carried archive judged on another kind of GPU is not resumed (one run, one GPU): this one starts afresh
+if [ -f .kbrun/kbrun.db ]; then
+  HERE=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  THERE=$(python3 -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(\"SELECT gpu FROM attempts WHERE gpu != 'cpu' LIMIT 1\").fetchone()[0])" .kbrun/kbrun.db 2>/dev/null)
+  if [ -n "$HERE" ] && [ -n "$THERE" ] && [ "$HERE" != "$THERE" ]; then
+    echo "kbrun: the carried archive was judged on $THERE, this GPU is $HERE: a fresh run"
+    mv .kbrun/kbrun.db .kbrun/kbrun.other-gpu.db
+  fi
+fi
 if [ -f .kbrun/kbrun.db ]; then
   cp .kbrun/kbrun.db "$DB"
   kf bench kernelbench --resume 1 --db "$DB"

@@ -22,7 +22,8 @@
   verdict yet in this session, or while audits have had more than ``AUDIT_SHARE`` of the
   session's device time, the audit waits (``_deferred``): first verdicts come first, a run of
   would-be bests cannot hold every new verdict back, and the run's end audits what still waits
-  (so does a time budget about to run out: ``_audits_due``). Kernels an earlier session left
+  (so does a time budget about to run out: ``_audits_due``). A benchmark run audits as it goes
+  (``_audits_go_at_once``): its metrics count audited kernels only. Kernels an earlier session left
   unaudited (``_leftover``) wait only for the audits' share, ahead of the new ones. One that a faster audited best
   has overtaken meanwhile is not audited (it could not lead). Passed, it is the new best;
   failed, it is demoted (an accepted attempt, never the best) and the display says why. A run
@@ -417,8 +418,19 @@ class Runner:
 
     def _audits_wait(self, but: TaskState | None = None) -> bool:
         """A would-be best's audit waits now: another task awaits its first verdict of this session,
-        or audits have had their share of the device time (``AUDIT_SHARE``)."""
+        or audits have had their share of the device time (``AUDIT_SHARE``). Never in a benchmark
+        run (``_audits_go_at_once``)."""
+        if self._audits_go_at_once():
+            return False
         return self._first_verdicts_pending(but) or not audits_may_run(self._audit_s, self._verify_s)
+
+    def _audits_go_at_once(self) -> bool:
+        """A benchmark run audits every would-be best as it comes. A benchmark counts a problem only
+        once its best is audited (an unaudited one is untimed), and each problem's budget is fixed,
+        so waiting reorders nothing but what a run cut short has to show: the H100's KernelBench
+        slices of 43 problems, each cut by its time limit, ended with 11 correct problems and
+        none of them timed. Audited as they come, every problem judged is a problem counted."""
+        return self.settings.benchmark is not None
 
     async def _audit_deferred(self, index: int, at_end: bool = False) -> None:
         """Audit the kernels an earlier session left unaudited, then the would-be bests whose audits
@@ -439,7 +451,8 @@ class Runner:
                 return self.stopping is None and (not self._audits_wait() or self._audits_due())
 
             def left_go_on() -> bool:  # their tasks had their verdicts in an earlier session: no first verdict waits on them
-                return self.stopping is None and (audits_may_run(self._audit_s, self._verify_s) or self._audits_due())
+                return self.stopping is None and (self._audits_go_at_once() or audits_may_run(self._audit_s, self._verify_s)
+                                                  or self._audits_due())
         await self._audit_waiting(index, self._leftover, "left unaudited", left_go_on)
         await self._audit_waiting(index, self._deferred, "its audit deferred", go_on)
 

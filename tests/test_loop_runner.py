@@ -1207,6 +1207,43 @@ def test_kernels_left_unaudited_do_not_wait_for_other_tasks_first_verdicts(tmp_p
     assert audited == [2] and runner._leftover, "past their share, leftovers wait too"
 
 
+def test_a_benchmark_run_audits_every_would_be_best_as_it_comes(tmp_path):
+    """KernelBench's metrics count audited kernels only, and a benchmark's budget per problem is
+    fixed: its audits wait neither for other problems' first verdicts nor for their share of the
+    device time, so a run cut short (the H100's slices of 43 problems) counts every problem it
+    judged. A plain run's audits still wait (the test above)."""
+    import asyncio
+
+    from kernforge.loop.budget import Budget, Meter
+    from kernforge.loop.display import QuietDisplay
+    from kernforge.loop.plan import RunSettings
+    from kernforge.loop.runner import AUDIT_GRACE_S, Runner
+    from kernforge.verifier.audit import Audit
+
+    kernel, state = _audited_kernel, _task_state
+    judged = state("judged", kernel(1, 50.0, True), kernel(2, 20.0))
+    newer = state("newer", kernel(3, 50.0, True), kernel(4, 20.0))
+    never = state("never judged")
+    audited = []
+
+    async def audit(index, st, member):
+        audited.append(member.attempt_id)
+        return Audit(passed=True, reason="", recorded_us=20.0, measured_us=20.0)
+
+    for benchmark, expected in ((None, []), ("kernelbench", [2, 4])):
+        audited.clear()
+        runner = Runner(RunSettings(db=tmp_path / "k.db", benchmark=benchmark), QuietDisplay())
+        runner.meter = Meter(Budget(max_attempts=2))
+        runner.states = [judged, newer, never]
+        runner._leftover = [(judged, judged.population.contenders()[0])]
+        runner._deferred = [(newer, newer.population.contenders()[0])]
+        runner._audit_s, runner._verify_s = AUDIT_GRACE_S + 1.0, 1.0  # audits took their share and more
+        runner._audit = audit
+        asyncio.run(runner._audit_deferred(0))
+        assert audited == expected, benchmark
+        assert runner._audits_wait() == (benchmark is None)
+
+
 def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_never_judged_here(tmp_path, monkeypatch):
     """A GPU run hands torch.compile's baselines to the compile-ahead processes task by task in
     the order the first verdicts take the tasks; a second run on the archive, where every task
