@@ -119,16 +119,35 @@ def test_which_calls_are_deferred(on_gpu, failed, in_place, places, ok):
 
 
 # ---- the candidate's worker keeps those outputs in place ------------------------------------------
-def test_the_worker_keeps_the_last_two_calls_and_a_third_small_one(monkeypatch):
+def _kept():
+    return [held[0] for held, _ in harness._STATE["keep"]]
+
+
+def test_before_a_call_the_worker_keeps_the_last_call_and_two_more_small_ones(monkeypatch):
+    """While call n runs, call n-1's compare runs beside it (reading n-1, and the deferred n-2 and
+    n-3); the compare of n-2 ended before n was sent. So n-1 is kept whatever its size, n-2 and
+    n-3 only where they could be deferred (small), and nothing older."""
     monkeypatch.setitem(harness._STATE, "keep", __import__("collections").deque())
+    big = L.DEFER_BYTES + 1
     for k in range(5):
         harness._keep([f"call {k}"], 1024)
-    assert [held[0] for held, _ in harness._STATE["keep"]] == ["call 2", "call 3", "call 4"]
-    harness._keep(["big"], L.DEFER_BYTES + 1)
+    harness._let_go()
+    assert _kept() == ["call 2", "call 3", "call 4"]
+    harness._keep(["big"], big)
+    assert _kept() == ["call 2", "call 3", "call 4", "big"], "nothing is let go until the next call"
+    harness._let_go()
+    assert _kept() == ["call 3", "call 4", "big"], "the last call's outputs stay, whatever their size"
     harness._keep(["after"], 1024)
-    harness._keep(["last"], 1024)
-    assert [held[0] for held, _ in harness._STATE["keep"]] == ["after", "last"], \
-        "a large call is kept only while it is one of the last two"
+    harness._let_go()
+    assert _kept() == ["call 4", "after"], "a large call is let go once it is not the last"
+    harness._keep(["big 2"], big)
+    harness._let_go()
+    harness._keep(["big 3"], big)
+    harness._let_go()
+    assert _kept() == ["after", "big 3"], \
+        "two large calls' outputs at most, the new one's included: the heap the judge sizes holds two"
+    harness._let_go(everything=True)
+    assert _kept() == [], "a timed batch: every read was settled"
 
 
 # ---- the reference worker's compare, in-process --------------------------------------------------

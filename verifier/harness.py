@@ -243,6 +243,7 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     on_gpu = _STATE["device"].startswith("cuda")
     shape = Shape.of(msg["shape"])
     steps = _Steps()
+    _let_go()
     model = _model_for(shape)
     inputs = _args(msg["args"])
     steps.mark("inputs")
@@ -289,14 +290,26 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
 
 def _keep(held: list[Any], nbytes: int) -> None:
     """A call's outputs (and what they were copied from) stay where they lie until the reference
-    worker has read them again (late_reads.py): the last two calls', and a third's where its
-    outputs take at most late_reads.DEFER_BYTES; older ones go back to the pool."""
+    worker has read them again (late_reads.py); ``_let_go`` hands back those no read can reach."""
+    _STATE["keep"].append((held, nbytes))
+
+
+def _let_go(everything: bool = False) -> None:
+    """Before a call, the outputs of earlier calls that no compare can read any more go back to
+    the pool. The judge sends call n only once the compare of call n-2 has ended, and that of
+    call n-1 runs beside call n, reading call n-1 and the deferred calls n-2 and n-3 (a call is
+    read again at the latest two compares after its own, and deferred only where its outputs
+    take at most late_reads.DEFER_BYTES). So call n-1's outputs stay, and those of calls n-2
+    and n-3 only where they are that small. Large outputs: one earlier call's beside the new
+    one, as the judge sizes the heap (two calls' outputs); a KernelBench ReLU kept two earlier
+    calls' 6 GiB and ran out of a 14 GiB heap at its repeat call. ``everything``: a timed batch
+    (the judge settled every read before its timed phase)."""
     from . import late_reads
 
     keep = _STATE["keep"]
-    keep.append((held, nbytes))
-    while len(keep) > late_reads.KEPT_CALLS or (len(keep) == late_reads.KEPT_CALLS and keep[0][1] > late_reads.DEFER_BYTES):
-        keep.popleft()
+    calls = [] if everything else list(keep)[-late_reads.KEPT_CALLS:]
+    keep.clear()
+    keep.extend([c for c in calls[:-1] if c[1] <= late_reads.DEFER_BYTES] + calls[-1:])
 
 
 def _outputs(returned: list[Any], args: list[dict[str, Any]], slots: list[dict[str, Any]],
@@ -342,6 +355,9 @@ def _prepare_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, An
 
     task = _STATE["task"]
     shape = Shape.of(msg["shape"])
+    if "batch_pool" not in _STATE:  # a shape's first batch: every checked call before it was read again (settled)
+        _let_go(everything=True)
+        _renew_pool()
     model = _model_for(shape)
     sets = [_args(s) for s in msg["sets"]]
     batches = _STATE.setdefault("batches", {})
@@ -374,6 +390,18 @@ def _prepare_batch(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, An
     batches[msg["id"]] = {"graph": graph, "outputs": outputs, "sets": sets, "model": model}
     return {"ok": True, "outputs": refs, "mode": "graph" if graph is not None else "eager", "fallback_reason": reason,
             "signals": _signals(rec=rec)}
+
+
+def _renew_pool() -> None:
+    """Hand the checked calls' pool back (the blocks it cached, to the heap) and use a fresh one
+    from now on: a pool keeps the blocks freed in it to itself, so the outputs the checked calls
+    left (two of a KernelBench ReLU's: 12 GiB) were out of the timed batches' reach, and its
+    batches ran out of their 27 GiB heap. What still lives in the old pool (the models' weights,
+    whatever the candidate cached) stays where it lies."""
+    pool = _STATE.get("pool")
+    if pool is not None:
+        _STATE["pool"] = pool.fresh()
+        pool.release()
 
 
 def _batch_pool() -> Any:

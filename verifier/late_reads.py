@@ -7,8 +7,8 @@ Waiting the pause out inside every compare put 20 ms on the path of every checke
 of a verdict's checks at small shapes, while the candidate's worker had long finished the next call.
 
 On a GPU the second read of a call can wait: its outputs lie in the candidate's heap, and the
-worker keeps its last ``KEPT_CALLS`` calls' outputs there (harness.py), the oldest only where they
-take at most ``DEFER_BYTES``. The judge sends call n+2 only after the compare of call n, so call
+worker keeps its last ``KEPT_CALLS`` calls' outputs there while it runs the next (harness.py), all
+but the last only where they take at most ``DEFER_BYTES``. The judge sends call n+2 only after the compare of call n, so call
 n's memory cannot be handed to another call before that compare has ended: a call deferred at its
 own compare is read again at a later compare once its pause is over, and at the latest at the
 compare two calls on, where what is left of the pause is waited out. The judge ends every group of
@@ -19,7 +19,7 @@ before; only the waiting overlaps the candidate's next calls.
 Not deferred, read again within the compare as before: on the CPU (the worker copies its outputs
 into slots the call after next reuses), outputs written in place into an input (the call after
 next's inputs are written there right after this compare), outputs that lie outside the heap,
-large outputs (the worker does not keep a third call of them; their compare outlasts the pause
+large outputs (the worker keeps only the last call of them while it runs the next; their compare outlasts the pause
 anyway), and a call that failed (its reasons are given whole, in the order they always were).
 """
 
@@ -33,8 +33,9 @@ from typing import Any, Callable, Sequence
 PAUSE_S = 0.02
 #: a call's outputs up to this many bytes may be read again at a later compare
 DEFER_BYTES = 64 << 20
-#: calls whose outputs a GPU worker keeps in place: the last two always, a third one up to
-#: ``DEFER_BYTES`` (the oldest deferred call is read again at the compare two calls on)
+#: earlier calls whose outputs a GPU worker keeps in place while it runs the next (harness._let_go):
+#: the last one always (its compare runs beside the new call), the two before it where they take at
+#: most ``DEFER_BYTES`` (a deferred call is read again at the latest at the compare two calls on)
 KEPT_CALLS = 3
 
 
