@@ -32,6 +32,16 @@ passed in by the caller; kernels under ``@triton.autotune`` (they tune themselve
 parameters that ``@triton.heuristics`` sets; integer constexprs whose names do not say they are
 tiling parameters (a group size of 128 may be what the operation means).
 
+The float32 product of a ``tl.dot`` is categorical too: ``input_precision=`` written as "ieee" or
+"tf32x3" may take either value. "ieee" multiplies on the CUDA cores; "tf32x3" splits each float32
+operand into a TF32 head and a TF32 remainder and adds three tensor-core products (head x head,
+head x remainder, remainder x head), a float32 product to within a few units of float32's own
+rounding at tensor-core speed (CUTLASS's 3xTF32). The judge's float32 tolerance decides whether a
+kernel's sums stay within it, as it does for any block size that reorders them. Left alone: a dot
+with no ``input_precision`` (Triton's default TF32 for float32, or 16-bit inputs where it means
+nothing), and "tf32" (one TF32 product keeps 10 mantissa bits: the judge's float32 tolerance
+refuses it, bench/kernelbench/README.md).
+
 Rewriting is a text edit at the knob's position, so comments and layout survive and the same
 assignment always gives the same text. Nothing is executed.
 """
@@ -57,6 +67,11 @@ EVICTION = "eviction_policy"
 EVICTION_DOMAIN = ("evict_first", "", "evict_last")
 #: tl.load's keyword-only hint may be positional in Triton 3.0-3.4: the 7th argument.
 EVICTION_POSITION = 6
+PRECISION = "input_precision"
+#: a float32 tl.dot's product: the CUDA cores' float32, or three TF32 tensor-core products
+PRECISION_DOMAIN = ("ieee", "tf32x3")
+#: the categorical kinds and their fixed domains, in the order a step moves along
+CATEGORICAL = {"eviction": EVICTION_DOMAIN, "precision": PRECISION_DOMAIN}
 #: Block sizes are powers of two within a factor of RADIUS of the value they start from.
 RADIUS = 4
 MAX_BLOCK = 1 << 16
@@ -80,7 +95,8 @@ class Knob:
     param: str
     #: "literal" (in the launch), "local" / "constant" (an assignment feeding it), "cap" (the
     #: literal of min(..., N)), "option" (num_warps/num_stages/num_ctas), "new_cap" (min(expr, N)
-    #: added), "eviction" (the eviction_policy string of one tl.load)
+    #: added), "eviction" (the eviction_policy string of one tl.load), "precision" (the
+    #: input_precision string of one tl.dot)
     kind: str
     value: int | str | None
     line: int
@@ -96,8 +112,8 @@ class Knob:
 
         The order is the search's notion of distance: one step is one place along this tuple.
         """
-        if self.kind == "eviction":
-            return EVICTION_DOMAIN
+        if self.kind in CATEGORICAL:
+            return CATEGORICAL[self.kind]
         anchors = tuple(a for a in anchors if a is not None or self.kind == "new_cap")
         values: set[int | None] = {self.value, *anchors}
         if self.kind == "option":
@@ -116,7 +132,7 @@ class Knob:
     def widest(self) -> tuple[int | str | None, ...]:
         """Every value the domain can grow to as the search moves: a block size's powers of two
         reach from its floor to MAX_BLOCK (each new best widens its range by RADIUS)."""
-        if self.kind in ("option", "new_cap", "eviction"):
+        if self.kind in ("option", "new_cap") or self.kind in CATEGORICAL:
             return self.domain()
         values = {self.value} | {1 << i for i in range(MAX_BLOCK.bit_length()) if (1 << i) >= self.lo}
         return tuple(sorted(values))
@@ -124,14 +140,15 @@ class Knob:
     @property
     def grows_shared_memory(self) -> bool:
         """Shared memory grows with every tile side and with num_stages, not with warps, clusters
-        (each CTA of a cluster holds a slice) or cache hints."""
-        return self.kind not in ("option", "eviction") or self.param == "num_stages"
+        (each CTA of a cluster holds a slice), cache hints or a dot's precision (the same tiles are
+        loaded; the split into TF32 parts is made in registers)."""
+        return self.kind not in ("option", *CATEGORICAL) or self.param == "num_stages"
 
     def check(self, value: Any) -> None:
         """Raise KnobError unless ``value`` is one this knob can be set to."""
-        if self.kind == "eviction":
-            if value not in EVICTION_DOMAIN:
-                raise KnobError(f"{self.label}: {value!r} is not one of {', '.join(map(repr, EVICTION_DOMAIN))}")
+        if self.kind in CATEGORICAL:
+            if value not in CATEGORICAL[self.kind]:
+                raise KnobError(f"{self.label}: {value!r} is not one of {', '.join(map(repr, CATEGORICAL[self.kind]))}")
         elif value is None:
             if self.kind != "new_cap":
                 raise KnobError(f"{self.label}: only an introduced cap can be None")
@@ -141,7 +158,7 @@ class Knob:
     def render(self, value: int | str | None) -> str:
         if self.kind == "new_cap":
             return self.expr if value is None else f"min({self.expr}, {value})"
-        if self.kind == "eviction":
+        if self.kind in CATEGORICAL:
             return f'"{value}"' if self.present else f', {EVICTION}="{value}"'
         return str(value) if self.present else f", {self.param}={value}"
 
@@ -219,7 +236,7 @@ def template_key(source: str, analysis: Analysis) -> str:
         hole = "__knob_" + re.sub(r"\W", "_", knob.label) + "__"
         if knob.kind == "new_cap":
             texts[knob.label] = f"min({knob.expr}, {hole})"
-        elif knob.kind == "eviction":
+        elif knob.kind in CATEGORICAL:
             texts[knob.label] = hole if knob.present else f", {EVICTION}={hole}"
         else:
             texts[knob.label] = knob.render(hole)
@@ -406,6 +423,7 @@ class _Finder:
                 self.kernels[node.name] = kernel
                 self.defs[node.name] = node
         self.load_names = _load_names(tree)
+        self.dot_names = _load_names(tree, "dot")
         # Names a function declares global can be reassigned out of sight of the module body.
         self.globals = {name for n in ast.walk(tree) if isinstance(n, ast.Global) for name in n.names}
         self.launches: list[tuple[ast.Call, _Kernel, list[_Scope]]] = []
@@ -436,7 +454,7 @@ class _Finder:
         knobs: list[Knob] = []
         notes: list[str] = []
         found = [item for call, kernel, scopes in self.launches for item in self._launch(call, kernel, scopes)]
-        for item in found + list(self._evictions()):
+        for item in found + list(self._in_kernels()):
             if isinstance(item, str):
                 notes.append(item)
             elif all(_site(k) != _site(item) for k in knobs):
@@ -569,8 +587,9 @@ class _Finder:
             return "has no tl.dot: Triton reduces only within one CTA, so a cluster has nothing to share"
         return "needs thread-block clusters (an NVIDIA GPU of compute capability 9.0+), which this target lacks"
 
-    def _evictions(self):
-        """The eviction hint of every tl.load in a launched kernel or a @triton.jit function it calls."""
+    def _in_kernels(self):
+        """The eviction hint of every tl.load and the precision of every tl.dot in a launched kernel
+        or a @triton.jit function it calls."""
         stack = [kernel.name for _, kernel, _ in self.launches if not kernel.autotuned]
         reached: set[str] = set()
         while stack:
@@ -583,6 +602,25 @@ class _Finder:
             for node in ast.walk(self.defs[name]):
                 if isinstance(node, ast.Call) and _dotted(node.func) in self.load_names:
                     yield self._eviction(name, node)
+                elif isinstance(node, ast.Call) and _dotted(node.func) in self.dot_names:
+                    yield from self._precision(name, node)
+
+    def _precision(self, function: str, call: ast.Call):
+        """The input_precision of one tl.dot, where it is written as one of PRECISION_DOMAIN."""
+        node = next((k.value for k in call.keywords if k.arg == PRECISION), None)
+        if node is None:
+            return
+        line = call.lineno
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in PRECISION_DOMAIN):
+            yield (f"{function}: input_precision `{self.text(node)}` of the tl.dot at line {line} is not one of "
+                   f"{', '.join(map(repr, PRECISION_DOMAIN))}; left alone")
+            return
+        operand = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "input"), None)
+        names = [n for n in ast.walk(operand) if isinstance(n, ast.Name)] if operand is not None else []
+        first = min(names, key=lambda n: (n.lineno, n.col_offset)).id if names else "dot"
+        yield Knob("", function, f"{first}.{PRECISION}", "precision", node.value, line,
+                   f"input_precision of the tl.dot at line {line} in {function}",
+                   self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset))
 
     def _eviction(self, function: str, call: ast.Call) -> Knob | str:
         line = call.lineno
@@ -621,16 +659,16 @@ class _Finder:
                     lo=lo)
 
 
-def _load_names(tree: ast.Module) -> set[str]:
-    """How this module spells ``triton.language.load``."""
-    names = {"tl.load", "triton.language.load"}
+def _load_names(tree: ast.Module, function: str = "load") -> set[str]:
+    """How this module spells ``triton.language.load`` (or another ``function`` of it)."""
+    names = {f"tl.{function}", f"triton.language.{function}"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {f"{a.asname}.load" for a in node.names if a.name == "triton.language" and a.asname}
+            names |= {f"{a.asname}.{function}" for a in node.names if a.name == "triton.language" and a.asname}
         elif isinstance(node, ast.ImportFrom) and node.module == "triton":
-            names |= {f"{a.asname or a.name}.load" for a in node.names if a.name == "language"}
+            names |= {f"{a.asname or a.name}.{function}" for a in node.names if a.name == "language"}
         elif isinstance(node, ast.ImportFrom) and node.module == "triton.language":
-            names |= {a.asname or a.name for a in node.names if a.name == "load"}
+            names |= {a.asname or a.name for a in node.names if a.name == function}
     return names
 
 

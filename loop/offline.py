@@ -2,7 +2,8 @@
 
 ``kernforge run`` uses it when no API key is configured, so a run improves the task's seed kernel
 (and archived kernels) out of the box: block sizes, ``num_warps``, ``num_stages``, ``num_ctas``
-(where the GPU has thread-block clusters) and each ``tl.load``'s eviction hint (see ``knobs.py``
+(where the GPU has thread-block clusters), each ``tl.load``'s eviction hint and a float32
+``tl.dot``'s precision ("ieee" or "tf32x3", tried first of its distance; see ``knobs.py``
 for what counts as a knob and what is left alone, and why).
 
 Interface (what the loop calls)::
@@ -37,8 +38,8 @@ Every source whose kernels differ from another's only in knob values belongs to 
 times. It proposes around the best measured configuration of the parent's family (the parent's own
 while nothing is measured): first the same single-knob move that led to the best (it paid off once),
 then untried configurations at distance 1, 2, ... (steps along the knobs' domains; a categorical
-knob, the eviction hint, has its values in a fixed order, so a step is one place along it) in an
-order drawn from the seed, skipping any whose block sizes and num_stages are all at least those of a
+knob, an eviction hint or a dot's precision, has its values in a fixed order, so a step is one place
+along it) in an order drawn from the seed, a move of a dot's precision first of its distance, skipping any whose block sizes and num_stages are all at least those of a
 configuration that ran out of shared memory (warps, clusters and hints do not count). A
 configuration becomes the best only when it is more than ``MARGIN`` (1%) faster, so timing noise
 does not move the search; a rejected one never does, and neither does one judged on the interpreter:
@@ -279,12 +280,21 @@ class OfflineProposer:
             for offsets in _ring(index, sizes, distance):
                 config = tuple(d[ix + o] for d, ix, o in zip(domains, index, offsets))
                 if config not in fam.tried and not fam.needs_more_memory(config):
-                    ranked.append((self._rank(fam, config), config, offsets))
+                    ranked.append((self._first(fam, offsets), self._rank(fam, config), config, offsets))
             if ranked:
-                _, config, offsets = min(ranked)
+                _, _, config, offsets = min(ranked)
                 moved = [(i, o) for i, o in enumerate(offsets) if o]
                 return config, moved[0] if distance == 1 else None
         return None, None
+
+    @staticmethod
+    def _first(fam: _Family, offsets: tuple) -> int:
+        """0 for a configuration that moves a tl.dot's precision (knobs.py), so it comes first of
+        its distance: ieee to tf32x3 takes a float32 GEMM from the CUDA cores to the tensor cores,
+        a larger step than any tile size (KernelBench's float32 GEMMs started at 0.44-0.82x of
+        torch.compile on an H100 on the CUDA cores); 1 for every other."""
+        kinds = [fam.analysis.knob(label).kind for label in fam.labels]
+        return 0 if any(o and kinds[i] == "precision" for i, o in enumerate(offsets)) else 1
 
     def _rank(self, fam: _Family, config: Config) -> bytes:
         """A seeded pseudo-random order that does not depend on the order of earlier calls."""

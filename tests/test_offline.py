@@ -347,6 +347,72 @@ def test_eviction_hint_rewrites_in_place_and_back():
     assert rewrite(source, analysis, {"x_ptr.eviction_policy": ""}) == source
 
 
+_DOT = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mm(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
+    b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])
+    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], {dot})
+
+
+def f(a, b, c):
+    _mm[(1,)](a, b, c, BLOCK=16)
+'''
+
+
+def _precisions(analysis) -> dict:
+    return {k.label: k.value for k in analysis.knobs if k.kind == "precision"}
+
+
+@pytest.mark.parametrize("dot, precisions, note", [
+    ('tl.dot(a, b, input_precision="ieee")', {"a.input_precision": "ieee"}, ""),
+    ("tl.dot(a, b, input_precision='tf32x3')", {"a.input_precision": "tf32x3"}, ""),
+    # one TF32 product is not a float32 product: never offered, never moved to
+    ('tl.dot(a, b, input_precision="tf32")', {}, "input_precision `\"tf32\"` of the tl.dot at line"),
+    ("tl.dot(a, b, input_precision=PRECISION)", {}, "input_precision `PRECISION`"),
+    # no precision written: Triton's default (TF32 for float32, nothing for 16-bit inputs) stays
+    ("tl.dot(a, b)", {}, ""),
+])
+def test_a_dots_precision_is_a_knob_only_where_written_as_a_float32_product(dot, precisions, note):
+    analysis = analyse(_DOT.format(dot=dot))
+    assert _precisions(analysis) == precisions, analysis.notes
+    assert not note or any(note in n for n in analysis.notes), analysis.notes
+
+
+def test_a_dots_precision_rewrites_in_place_within_one_family():
+    source = _DOT.format(dot='tl.dot(a, b, input_precision="ieee")').replace("def f(", "# float32 on the CUDA cores\ndef f(")
+    analysis = analyse(source)
+    variant = rewrite(source, analysis, {"a.input_precision": "tf32x3"})
+    assert variant == source.replace('input_precision="ieee"', 'input_precision="tf32x3"')
+    again = analyse(variant)
+    assert _precisions(again) == {"a.input_precision": "tf32x3"}
+    assert template_key(variant, again) == template_key(source, analysis)
+    assert not analysis.knob("a.input_precision").grows_shared_memory
+    with pytest.raises(KnobError, match="is not one of"):
+        rewrite(source, analysis, {"a.input_precision": "tf32"})
+
+
+def test_the_first_move_of_a_float32_gemm_is_its_precision():
+    """The Inductor start's GEMM (loop/inductor_gemm.py) multiplies float32 on the CUDA cores;
+    three TF32 tensor-core products are its largest lever, so they are proposed first, whatever
+    the seed, before any of its 16 other knobs moves."""
+    from kernforge.loop import inductor_gemm
+
+    source = "import torch\nimport triton\nimport triton.language as tl\n" + inductor_gemm.source("cuda")
+    assert len(analyse(source, clusters=True).knobs) > 10
+    for seed in range(4):
+        proposal = OfflineProposer(seed=seed, clusters=True).propose(source)
+        assert isinstance(proposal, Proposal)
+        changed = {k: v for k, v in proposal.config.items() if proposal.base[k] != v}
+        assert changed == {"a.input_precision": "tf32x3"}, proposal.description
+
+
 @pytest.mark.parametrize("value", ["evict_normal", None, 1, ".cg"])
 def test_rewrite_refuses_a_hint_outside_the_domain(value):
     source = _seed("rms_norm")
