@@ -24,7 +24,9 @@
   would-be bests cannot hold every new verdict back, and the run's end audits what still waits
   (so does a time budget about to run out: ``_audits_due``). A benchmark run audits as it goes
   (``_audits_go_at_once``): its metrics count audited kernels only. Kernels an earlier session left
-  unaudited (``_leftover``) wait only for the audits' share, ahead of the new ones. One that a faster audited best
+  unaudited (``_leftover``) wait only for the audits' share, ahead of the new ones; in a benchmark
+  run, those an earlier judge's audit passed (counted already) wait for every first verdict
+  (``_reaudit``). One that a faster audited best
   has overtaken meanwhile is not audited (it could not lead). Passed, it is the new best;
   failed, it is demoted (an accepted attempt, never the best) and the display says why. A run
   stopped between the two leaves an attempt without an audit: simply not a best (``kernforge
@@ -156,6 +158,8 @@ class Runner:
         self._kept_baselines: set[str] = set()  # the judges' baseline keys the archive holds
         #: kernels an earlier session of the run left unaudited, fitter than their task's best
         self._leftover: list[tuple[TaskState, Member]] = []
+        #: in a benchmark run, those of them an earlier judge's audit passed (``_reaudits_wait``)
+        self._reaudit: list[tuple[TaskState, Member]] = []
         #: torch.compile's baselines compiled ahead, in the background (loop/compile_ahead.py)
         self._ahead: asyncio.Task | None = None
         #: would-be bests whose audits wait (``_audits_wait``: another task awaits its first verdict, or
@@ -312,7 +316,9 @@ class Runner:
             demoted |= {i for i, a in audits.items() if not a.passed}
             waiting = population.contenders()
             if waiting and not self.devices.on_cpu:
-                self._leftover += [(state, member) for member in waiting]
+                again = self._passed_before(waiting) if self._audits_go_at_once() else set()
+                self._leftover += [(state, member) for member in waiting if member.attempt_id not in again]
+                self._reaudit += [(state, member) for member in waiting if member.attempt_id in again]
                 self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
                                   "audit (a stopped run left them): audited as the run goes, before the new ones")
             elif waiting:
@@ -405,7 +411,7 @@ class Runner:
             for _ in self._consumers:
                 await self._queue.put(None)
         await asyncio.gather(*self._consumers, return_exceptions=True)
-        if (self._leftover or self._deferred) and not self.abandon:  # audits still waiting at the run's end
+        if (self._leftover or self._deferred or self._reaudit) and not self.abandon:  # audits still waiting at the run's end
             ends = await asyncio.gather(*(self._audit_deferred(i, at_end=True) for i in range(n_devices)),
                                         return_exceptions=True)
             for error in ends:
@@ -455,12 +461,28 @@ class Runner:
                                                   or self._audits_due())
         await self._audit_waiting(index, self._leftover, "left unaudited", left_go_on)
         await self._audit_waiting(index, self._deferred, "its audit deferred", go_on)
+        if at_end:
+            again_go_on = left_go_on
+        else:
+            def again_go_on() -> bool:  # counted already: after every problem's first verdict, or when time is short
+                return self.stopping is None and (not self._first_verdicts_pending() or self._audits_due())
+        await self._audit_waiting(index, self._reaudit, "audited by an earlier judge", again_go_on)
+
+    def _passed_before(self, waiting: list[Member]) -> set[int]:
+        """Which of these kernels passed their latest audit by an earlier judge. A benchmark counts
+        that audit already (archive/bench_runs.py), so in a benchmark run the installed judge audits
+        them again only after every problem's first verdict (``_reaudit``): a KernelBench slice
+        resumed after the judge changed spent its 330 s auditing eight such kernels again and
+        judged no new problem."""
+        assert self.archive is not None
+        audits = self.archive.latest_audits([m.attempt_id for m in waiting if m.attempt_id is not None], any_judge=True)
+        return {i for i, a in audits.items() if a.passed}
 
     def _audits_due(self) -> bool:
         """The time budget would run out before the waiting audits were made, each about as long as
         its verdict took (``AUDIT_RESERVE`` times that): they start now, first verdicts or not, so
         a benchmark cut by its budget does not end with its bests unaudited (untimed)."""
-        waiting = self._leftover + self._deferred
+        waiting = self._leftover + self._deferred + self._reaudit
         if self.meter is None or self.meter.budget.hours is None or not waiting:
             return False
         left = self.meter.budget.hours * 3600 - self.meter.seconds

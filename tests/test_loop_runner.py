@@ -1244,6 +1244,57 @@ def test_a_benchmark_run_audits_every_would_be_best_as_it_comes(tmp_path):
         assert runner._audits_wait() == (benchmark is None)
 
 
+def test_a_benchmark_audits_again_what_an_earlier_judge_passed_only_after_every_first_verdict(tmp_path):
+    """A benchmark resumed after the judge changed: the kernels an earlier judge's audit passed
+    count already, so the installed judge audits them again only once every problem has had its
+    first verdict (or time runs short); a kernel never audited goes at once."""
+    import asyncio
+
+    from kernforge.archive import synthetic
+    from kernforge.archive.records import NewAttempt
+    from kernforge.archive.store import Archive
+    from kernforge.loop.budget import Budget, Meter
+    from kernforge.loop.display import QuietDisplay
+    from kernforge.loop.plan import RunSettings
+    from kernforge.loop.runner import Runner
+    from kernforge.verifier.audit import Audit
+    from kernforge.verifier.verdict import Accepted, ShapeResult
+
+    env = {"gpu": "NVIDIA H100 80GB HBM3", "judge": "0123456789abcdef"}
+    verdict = Accepted(shapes=(ShapeResult({"T": 8}, False, "float32", "graph", time_us=20.0),), environment=env)
+    with Archive.create(tmp_path / "k.db") as archive:
+        task = archive.register_task(synthetic.task_record("rms_norm"))
+        run = archive.start_run({})
+        before, never = (archive.record_attempt(NewAttempt(run, i, task, f"k = {i}", verdict, env)) for i in (1, 2))
+        audit_id = archive.record_audit(before, synthetic.audit(verdict)).id
+        with archive._write():
+            archive.conn.execute("UPDATE audits SET judge = ? WHERE id = ?", (env["judge"], audit_id))
+        runner = Runner(RunSettings(db=tmp_path / "k.db", benchmark="kernelbench"), QuietDisplay())
+        runner.archive = archive
+        assert runner._passed_before([_audited_kernel(before, 20.0), _audited_kernel(never, 20.0)]) == {before}
+
+    judged = _task_state("judged", _audited_kernel(1, 50.0, True), _audited_kernel(2, 20.0))
+    again = _task_state("again", _audited_kernel(3, 50.0, True), _audited_kernel(4, 20.0))
+    fresh = _task_state("fresh")
+    runner.meter = Meter(Budget(max_attempts=2))
+    runner.states = [judged, again, fresh]
+    runner._leftover = [(judged, judged.population.contenders()[0])]
+    runner._reaudit = [(again, again.population.contenders()[0])]
+    audited = []
+
+    async def audit(index, st, member):
+        audited.append(member.attempt_id)
+        return Audit(passed=True, reason="", recorded_us=20.0, measured_us=20.0)
+
+    runner._audit = audit
+    asyncio.run(runner._audit_deferred(0))
+    assert audited == [2] and runner._reaudit, "the never-audited kernel at once; the counted one waits"
+    for state in runner.states:  # every problem has had its verdict in this session
+        state.stats.first_verdict_s = 1.0
+    asyncio.run(runner._audit_deferred(0))
+    assert audited == [2, 4] and not runner._reaudit
+
+
 def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_never_judged_here(tmp_path, monkeypatch):
     """A GPU run hands torch.compile's baselines to the compile-ahead processes task by task in
     the order the first verdicts take the tasks; a second run on the archive, where every task
