@@ -158,7 +158,7 @@ class Runner:
         self._kept_baselines: set[str] = set()  # the judges' baseline keys the archive holds
         #: kernels an earlier session of the run left unaudited, fitter than their task's best
         self._leftover: list[tuple[TaskState, Member]] = []
-        #: in a benchmark run, those of them an earlier judge's audit passed (``_reaudits_wait``)
+        #: in a benchmark run, those of them an earlier judge's audit passed (``_passed_before``)
         self._reaudit: list[tuple[TaskState, Member]] = []
         #: torch.compile's baselines compiled ahead, in the background (loop/compile_ahead.py)
         self._ahead: asyncio.Task | None = None
@@ -319,8 +319,12 @@ class Runner:
                 again = self._passed_before(waiting) if self._audits_go_at_once() else set()
                 self._leftover += [(state, member) for member in waiting if member.attempt_id not in again]
                 self._reaudit += [(state, member) for member in waiting if member.attempt_id in again]
-                self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
-                                  "audit (a stopped run left them): audited as the run goes, before the new ones")
+                if len(again) < len(waiting):
+                    self.display.note(f"[{task.name}] {len(waiting) - len(again)} archived kernel(s) fitter than the audited "
+                                      "best have no audit (a stopped run left them): audited as the run goes, before the new ones")
+                if again:
+                    self.display.note(f"[{task.name}] {len(again)} archived kernel(s) passed an earlier judge's audit (the "
+                                      "benchmark counts it): audited again by this judge after every problem's first verdict")
             elif waiting:
                 self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
                                   f"audit, so none is the best; `kernforge archive audit --task {task.name}` audits them")
