@@ -422,8 +422,8 @@ class _Finder:
             if isinstance(node, ast.FunctionDef) and (kernel := _scan_kernel(node)):
                 self.kernels[node.name] = kernel
                 self.defs[node.name] = node
-        self.load_names = _load_names(tree)
-        self.dot_names = _load_names(tree, "dot")
+        self.load_names = _language_names(tree, "load")
+        self.dot_names = _language_names(tree, "dot")
         # Names a function declares global can be reassigned out of sight of the module body.
         self.globals = {name for n in ast.walk(tree) if isinstance(n, ast.Global) for name in n.names}
         self.launches: list[tuple[ast.Call, _Kernel, list[_Scope]]] = []
@@ -659,8 +659,8 @@ class _Finder:
                     lo=lo)
 
 
-def _load_names(tree: ast.Module, function: str = "load") -> set[str]:
-    """How this module spells ``triton.language.load`` (or another ``function`` of it)."""
+def _language_names(tree: ast.Module, function: str) -> set[str]:
+    """How this module spells ``triton.language.<function>`` (tl.load, tl.dot, ...)."""
     names = {f"tl.{function}", f"triton.language.{function}"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

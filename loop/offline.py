@@ -39,8 +39,9 @@ times. It proposes around the best measured configuration of the parent's family
 while nothing is measured): first the same single-knob move that led to the best (it paid off once),
 then untried configurations at distance 1, 2, ... (steps along the knobs' domains; a categorical
 knob, an eviction hint or a dot's precision, has its values in a fixed order, so a step is one place
-along it) in an order drawn from the seed, a move of a dot's precision first of its distance, skipping any whose block sizes and num_stages are all at least those of a
-configuration that ran out of shared memory (warps, clusters and hints do not count). A
+along it) in an order drawn from the seed, a move of a dot's precision first of its distance,
+skipping any whose block sizes and num_stages are all at least those of a configuration that ran
+out of shared memory (warps, clusters, hints and precisions do not count). A
 configuration becomes the best only when it is more than ``MARGIN`` (1%) faster, so timing noise
 does not move the search; a rejected one never does, and neither does one judged on the interpreter:
 its times are correctness runs' wall clock, never ranked, so on a CPU the search stays centred on

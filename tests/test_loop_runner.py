@@ -1169,28 +1169,22 @@ def test_a_resumed_run_audits_the_kernels_left_unaudited(tmp_path):
     assert any("attempt 4, left unaudited, audited: failed (slower by 30%)" in n for n in display.notes)
 
 
-def test_kernels_left_unaudited_do_not_wait_for_other_tasks_first_verdicts(tmp_path):
-    """A resumed KernelBench run of 43 problems: problems never judged yet (or running out of memory
-    every time) must not hold back the audits an earlier slice left, or the benchmark's metrics,
-    which count audited kernels only, stay empty slice after slice. A new would-be best's audit
-    still waits for them; both wait once audits have had their share of the device time."""
-    import asyncio
-
+def _auditing_runner(tmp_path, benchmark=None):
+    """A runner over three tasks whose audits all pass and are listed (attempt ids, in order):
+    "judged" and "newer", each an audited kernel (1, 3) and a faster one not yet audited (2, 4),
+    and one task never judged; (runner, (judged, newer, never), audited)."""
     from kernforge.loop.budget import Budget, Meter
     from kernforge.loop.display import QuietDisplay
     from kernforge.loop.plan import RunSettings
-    from kernforge.loop.runner import AUDIT_GRACE_S, Runner
+    from kernforge.loop.runner import Runner
     from kernforge.verifier.audit import Audit
 
     kernel, state = _audited_kernel, _task_state
-    judged = state("judged", kernel(1, 50.0, True), kernel(2, 20.0))
-    newer = state("newer", kernel(3, 50.0, True), kernel(4, 20.0))
-    never = state("never judged")
-    runner = Runner(RunSettings(db=tmp_path / "k.db"), QuietDisplay())
+    states = (state("judged", kernel(1, 50.0, True), kernel(2, 20.0)), state("newer", kernel(3, 50.0, True), kernel(4, 20.0)),
+              state("never judged"))
+    runner = Runner(RunSettings(db=tmp_path / "k.db", benchmark=benchmark), QuietDisplay())
     runner.meter = Meter(Budget(max_attempts=2))
-    runner.states = [judged, newer, never]
-    runner._leftover = [(judged, judged.population.contenders()[0])]
-    runner._deferred = [(newer, newer.population.contenders()[0])]
+    runner.states = list(states)
     audited = []
 
     async def audit(index, st, member):
@@ -1198,6 +1192,21 @@ def test_kernels_left_unaudited_do_not_wait_for_other_tasks_first_verdicts(tmp_p
         return Audit(passed=True, reason="", recorded_us=20.0, measured_us=20.0)
 
     runner._audit = audit
+    return runner, states, audited
+
+
+def test_kernels_left_unaudited_do_not_wait_for_other_tasks_first_verdicts(tmp_path):
+    """A resumed KernelBench run of 43 problems: problems never judged yet (or running out of memory
+    every time) must not hold back the audits an earlier slice left, or the benchmark's metrics,
+    which count audited kernels only, stay empty slice after slice. A new would-be best's audit
+    still waits for them; both wait once audits have had their share of the device time."""
+    import asyncio
+
+    from kernforge.loop.runner import AUDIT_GRACE_S
+
+    runner, (judged, newer, never), audited = _auditing_runner(tmp_path)
+    runner._leftover = [(judged, judged.population.contenders()[0])]
+    runner._deferred = [(newer, newer.population.contenders()[0])]
     asyncio.run(runner._audit_deferred(0))
     assert audited == [2] and runner._deferred, "the leftover audited; the new one waits for the first verdict"
     runner._leftover = [(newer, newer.population.contenders()[0])]
@@ -1214,31 +1223,13 @@ def test_a_benchmark_run_audits_every_would_be_best_as_it_comes(tmp_path):
     judged. A plain run's audits still wait (the test above)."""
     import asyncio
 
-    from kernforge.loop.budget import Budget, Meter
-    from kernforge.loop.display import QuietDisplay
-    from kernforge.loop.plan import RunSettings
-    from kernforge.loop.runner import AUDIT_GRACE_S, Runner
-    from kernforge.verifier.audit import Audit
-
-    kernel, state = _audited_kernel, _task_state
-    judged = state("judged", kernel(1, 50.0, True), kernel(2, 20.0))
-    newer = state("newer", kernel(3, 50.0, True), kernel(4, 20.0))
-    never = state("never judged")
-    audited = []
-
-    async def audit(index, st, member):
-        audited.append(member.attempt_id)
-        return Audit(passed=True, reason="", recorded_us=20.0, measured_us=20.0)
+    from kernforge.loop.runner import AUDIT_GRACE_S
 
     for benchmark, expected in ((None, []), ("kernelbench", [2, 4])):
-        audited.clear()
-        runner = Runner(RunSettings(db=tmp_path / "k.db", benchmark=benchmark), QuietDisplay())
-        runner.meter = Meter(Budget(max_attempts=2))
-        runner.states = [judged, newer, never]
+        runner, (judged, newer, never), audited = _auditing_runner(tmp_path, benchmark)
         runner._leftover = [(judged, judged.population.contenders()[0])]
         runner._deferred = [(newer, newer.population.contenders()[0])]
         runner._audit_s, runner._verify_s = AUDIT_GRACE_S + 1.0, 1.0  # audits took their share and more
-        runner._audit = audit
         asyncio.run(runner._audit_deferred(0))
         assert audited == expected, benchmark
         assert runner._audits_wait() == (benchmark is None)
@@ -1253,11 +1244,6 @@ def test_a_benchmark_audits_again_what_an_earlier_judge_passed_only_after_every_
     from kernforge.archive import synthetic
     from kernforge.archive.records import NewAttempt
     from kernforge.archive.store import Archive
-    from kernforge.loop.budget import Budget, Meter
-    from kernforge.loop.display import QuietDisplay
-    from kernforge.loop.plan import RunSettings
-    from kernforge.loop.runner import Runner
-    from kernforge.verifier.audit import Audit
     from kernforge.verifier.verdict import Accepted, ShapeResult
 
     env = {"gpu": "NVIDIA H100 80GB HBM3", "judge": "0123456789abcdef"}
@@ -1269,24 +1255,12 @@ def test_a_benchmark_audits_again_what_an_earlier_judge_passed_only_after_every_
         audit_id = archive.record_audit(before, synthetic.audit(verdict)).id
         with archive._write():
             archive.conn.execute("UPDATE audits SET judge = ? WHERE id = ?", (env["judge"], audit_id))
-        runner = Runner(RunSettings(db=tmp_path / "k.db", benchmark="kernelbench"), QuietDisplay())
+        runner, (judged, again, fresh), audited = _auditing_runner(tmp_path, "kernelbench")
         runner.archive = archive
         assert runner._passed_before([_audited_kernel(before, 20.0), _audited_kernel(never, 20.0)]) == {before}
 
-    judged = _task_state("judged", _audited_kernel(1, 50.0, True), _audited_kernel(2, 20.0))
-    again = _task_state("again", _audited_kernel(3, 50.0, True), _audited_kernel(4, 20.0))
-    fresh = _task_state("fresh")
-    runner.meter = Meter(Budget(max_attempts=2))
-    runner.states = [judged, again, fresh]
     runner._leftover = [(judged, judged.population.contenders()[0])]
     runner._reaudit = [(again, again.population.contenders()[0])]
-    audited = []
-
-    async def audit(index, st, member):
-        audited.append(member.attempt_id)
-        return Audit(passed=True, reason="", recorded_us=20.0, measured_us=20.0)
-
-    runner._audit = audit
     asyncio.run(runner._audit_deferred(0))
     assert audited == [2] and runner._reaudit, "the never-audited kernel at once; the counted one waits"
     for state in runner.states:  # every problem has had its verdict in this session
