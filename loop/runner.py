@@ -18,19 +18,13 @@
 * **A would-be best is audited** before it counts (search.py ``needs_audit``): accepted with GPU
   times and fitter than the task's best, it is judged again on the same device, in a fresh worker
   on fresh inputs (``Devices.audit``, device time), after its attempt is recorded; the audit is
-  recorded in a transaction of its own (``Archive.record_audit``). While another task has had no
-  verdict yet in this session, or while audits have had more than ``AUDIT_SHARE`` of the
-  session's device time, the audit waits (``_deferred``): first verdicts come first, a run of
-  would-be bests cannot hold every new verdict back, and the run's end audits what still waits
-  (so does a time budget about to run out: ``_audits_due``). A benchmark run audits as it goes
-  (``_audits_go_at_once``): its metrics count audited kernels only. Kernels an earlier session left
-  unaudited (``_leftover``) wait only for the audits' share, ahead of the new ones; in a benchmark
-  run, those an earlier judge's audit passed (counted already) wait for every first verdict
-  (``_reaudit``). One that a faster audited best
-  has overtaken meanwhile is not audited (it could not lead). Passed, it is the new best;
+  recorded in a transaction of its own (``Archive.record_audit``). When it goes is decided by
+  ``AuditQueue`` (audit_queue.py): at once, or after every task's first verdict and within the
+  audits' share of the device time, and at once in a benchmark run. Passed, it is the new best;
   failed, it is demoted (an accepted attempt, never the best) and the display says why. A run
-  stopped between the two leaves an attempt without an audit: simply not a best (``kernforge
-  archive audit`` can audit it later). Interpreter verdicts and rejections are never audited.
+  stopped between the two leaves an attempt without an audit: simply not a best (the next
+  session of the run audits it, as does ``kernforge archive audit``). Interpreter verdicts and
+  rejections are never audited.
 * **Stopping.** Budgets (budget.py), every task done (attempts used, or nothing left to tune), a
   fatal LLM error, or Ctrl-C. The first Ctrl-C (SIGINT) stops asking: in-flight LLM requests
   are cancelled, the candidates already proposed are judged and recorded. A second Ctrl-C, or
@@ -72,6 +66,7 @@ from .budget import Meter, Spent
 from .compile_ahead import CompileAhead
 from .display import AttemptEvent, Display, GuardedDisplay, QuietDisplay, RunView
 from .errors import LoopError
+from .audit_queue import AuditQueue
 from .devices import Devices
 from .evaluate import resolve_devices
 from .fairness import FairShare
@@ -92,33 +87,6 @@ MAX_CONSECUTIVE_LLM_FAILURES = 5
 #: a task whose judge runs out of GPU memory this many times is set aside; before, each time its
 #: attempt is left unjudged (the memory may have been held for a moment)
 MEMORY_TRIES = 3
-
-
-#: the time budget kept for the audits that wait for every task's first verdict: this many times
-#: the seconds their verdicts took (an audit judges the kernel again, in a fresh worker)
-AUDIT_RESERVE = 1.5
-#: while new verdicts are being made, audits take at most this share of the session's device time;
-#: the rest wait (``_deferred``). An audit costs three to five verdicts on the H200 (it times the
-#: hidden shapes too, in a fresh worker, and profiles): audited as they came, the would-be bests
-#: of a run's first minutes, or the 13 kernels a stopped run had left, held every new verdict back
-#: for up to ten minutes
-AUDIT_SHARE = 1 / 3
-#: ...once they have had this many seconds (a run's first audit or two go as they come)
-AUDIT_GRACE_S = 60.0
-
-
-def audits_may_run(audit_s: float, verify_s: float) -> bool:
-    """Whether another audit may start now: audits so far had at most ``AUDIT_GRACE_S`` seconds,
-    or at most ``AUDIT_SHARE`` of the device time spent verifying and auditing (an audit that
-    starts may take it over: the next one waits)."""
-    return audit_s <= AUDIT_GRACE_S or audit_s <= AUDIT_SHARE * (audit_s + verify_s)
-
-
-def _verdict_seconds(member: Member) -> float:
-    """How long ``member``'s verdict took, as the judge said (0 where it did not)."""
-    env = member.verdict.environment if member.verdict is not None else {}
-    seconds = env.get("verify_seconds") if isinstance(env, Mapping) else None
-    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else 0.0
 
 
 class Runner:
@@ -150,24 +118,18 @@ class Runner:
         self._t_end: float | None = None  # when the pipeline ended (before the judges close)
         self._inflight: dict[tuple[int, str], asyncio.Future] = {}
         self._auditing: dict[int, asyncio.Future] = {}  # attempt id -> its audit being made (None if it failed)
+        #: the would-be bests that wait for an audit, and when each goes (audit_queue.py)
+        self.audits = AuditQueue(self._audit, at_once=self._audits_go_at_once,
+                                 first_verdicts_pending=self._first_verdicts_pending, time_left_s=self._time_left_s,
+                                 note=self.display.note)
         self._producers: list[asyncio.Task] = []
         self._consumers: list[asyncio.Task] = []
         self._turn = 0
         self.fair = FairShare(())
         self._interrupts = 0
         self._kept_baselines: set[str] = set()  # the judges' baseline keys the archive holds
-        #: kernels an earlier session of the run left unaudited, fitter than their task's best
-        self._leftover: list[tuple[TaskState, Member]] = []
-        #: in a benchmark run, those of them an earlier judge's audit passed (``_passed_before``)
-        self._reaudit: list[tuple[TaskState, Member]] = []
         #: torch.compile's baselines compiled ahead, in the background (loop/compile_ahead.py)
         self._ahead: asyncio.Task | None = None
-        #: would-be bests whose audits wait (``_audits_wait``: another task awaits its first verdict, or
-        #: audits have had their share of the GPU): audited once they need not, or at the run's end
-        self._deferred: list[tuple[TaskState, Member]] = []
-        #: device seconds this session spent auditing, and verifying (``AUDIT_SHARE``)
-        self._audit_s = 0.0
-        self._verify_s = 0.0
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
         """The tasks these GPUs can judge at all; each one too large is said and left out. A task
@@ -316,15 +278,7 @@ class Runner:
             demoted |= {i for i, a in audits.items() if not a.passed}
             waiting = population.contenders()
             if waiting and not self.devices.on_cpu:
-                again = self._passed_before(waiting) if self._audits_go_at_once() else set()
-                self._leftover += [(state, member) for member in waiting if member.attempt_id not in again]
-                self._reaudit += [(state, member) for member in waiting if member.attempt_id in again]
-                if len(again) < len(waiting):
-                    self.display.note(f"[{task.name}] {len(waiting) - len(again)} archived kernel(s) fitter than the audited "
-                                      "best have no audit (a stopped run left them): audited as the run goes, before the new ones")
-                if again:
-                    self.display.note(f"[{task.name}] {len(again)} archived kernel(s) passed an earlier judge's audit (the "
-                                      "benchmark counts it): audited again by this judge after every problem's first verdict")
+                self.audits.take_leftovers(state, waiting, self._passed_before(waiting) if self._audits_go_at_once() else set())
             elif waiting:
                 self.display.note(f"[{task.name}] {len(waiting)} archived kernel(s) fitter than the audited best have no "
                                   f"audit, so none is the best; `kernforge archive audit --task {task.name}` audits them")
@@ -415,8 +369,8 @@ class Runner:
             for _ in self._consumers:
                 await self._queue.put(None)
         await asyncio.gather(*self._consumers, return_exceptions=True)
-        if (self._leftover or self._deferred or self._reaudit) and not self.abandon:  # audits still waiting at the run's end
-            ends = await asyncio.gather(*(self._audit_deferred(i, at_end=True) for i in range(n_devices)),
+        if self.audits.pending() and not self.abandon:  # audits still waiting at the run's end
+            ends = await asyncio.gather(*(self._audit_waiting(i, at_end=True) for i in range(n_devices)),
                                         return_exceptions=True)
             for error in ends:
                 if isinstance(error, Exception):
@@ -426,14 +380,6 @@ class Runner:
         """Some open task (other than ``but``) has had no verdict yet in this session of the run."""
         return any(s is not but and s.stats.first_verdict_s is None and not self._finished(s) for s in self.states)
 
-    def _audits_wait(self, but: TaskState | None = None) -> bool:
-        """A would-be best's audit waits now: another task awaits its first verdict of this session,
-        or audits have had their share of the device time (``AUDIT_SHARE``). Never in a benchmark
-        run (``_audits_go_at_once``)."""
-        if self._audits_go_at_once():
-            return False
-        return self._first_verdicts_pending(but) or not audits_may_run(self._audit_s, self._verify_s)
-
     def _audits_go_at_once(self) -> bool:
         """A benchmark run audits every would-be best as it comes. A benchmark counts a problem only
         once its best is audited (an unaudited one is untimed), and each problem's budget is fixed,
@@ -442,77 +388,32 @@ class Runner:
         none of them timed. Audited as they come, every problem judged is a problem counted."""
         return self.settings.benchmark is not None
 
-    async def _audit_deferred(self, index: int, at_end: bool = False) -> None:
-        """Audit the kernels an earlier session left unaudited, then the would-be bests whose audits
-        waited (``_audits_wait``), once they need not wait (``at_end``: the run has nothing more
-        to judge, unless it was interrupted). Without it a resumed benchmark reported a problem's
-        fastest kernel as untimed, and the tuner worked around a best that was not the fittest.
-        A kernel left unaudited waits only for the audits' share of the device time, not for the
-        other tasks' first verdicts: a resumed KernelBench run of 43 problems, each slice a few
-        minutes, never reached them (problems that kept running out of memory never had one), so
-        its metrics counted no problem at all."""
+    async def _audit_waiting(self, index: int, at_end: bool = False) -> None:
+        """Audit on lane ``index`` the kernels whose audits may go now (audit_queue.py); ``at_end``:
+        the run has nothing more to judge, so all of them, unless it was interrupted."""
         if at_end:
-            def go_on() -> bool:
-                return not self.abandon and not self._interrupts
-
-            left_go_on = go_on
+            def carry_on() -> bool:
+                return not self.abandon and not self._interrupts and not self._out_of_time()
         else:
-            def go_on() -> bool:
-                return self.stopping is None and (not self._audits_wait() or self._audits_due())
-
-            def left_go_on() -> bool:  # their tasks had their verdicts in an earlier session: no first verdict waits on them
-                return self.stopping is None and (self._audits_go_at_once() or audits_may_run(self._audit_s, self._verify_s)
-                                                  or self._audits_due())
-        await self._audit_waiting(index, self._leftover, "left unaudited", left_go_on)
-        await self._audit_waiting(index, self._deferred, "its audit deferred", go_on)
-        if at_end:
-            again_go_on = left_go_on
-        else:
-            def again_go_on() -> bool:  # counted already: after every problem's first verdict, or when time is short
-                return self.stopping is None and (not self._first_verdicts_pending() or self._audits_due())
-        await self._audit_waiting(index, self._reaudit, "audited by an earlier judge", again_go_on)
+            def carry_on() -> bool:
+                return self.stopping is None and not self._out_of_time()
+        await self.audits.go(index, carry_on, at_end=at_end)
 
     def _passed_before(self, waiting: list[Member]) -> set[int]:
         """Which of these kernels passed their latest audit by an earlier judge. A benchmark counts
         that audit already (archive/bench_runs.py), so in a benchmark run the installed judge audits
-        them again only after every problem's first verdict (``_reaudit``): a KernelBench slice
-        resumed after the judge changed spent its 330 s auditing eight such kernels again and
+        them again only after every problem's first verdict (``AuditQueue.reaudit``): a KernelBench
+        slice resumed after the judge changed spent its 330 s auditing eight such kernels again and
         judged no new problem."""
         assert self.archive is not None
         audits = self.archive.latest_audits([m.attempt_id for m in waiting if m.attempt_id is not None], any_judge=True)
         return {i for i, a in audits.items() if a.passed}
 
-    def _audits_due(self) -> bool:
-        """The time budget would run out before the waiting audits were made, each about as long as
-        its verdict took (``AUDIT_RESERVE`` times that): they start now, first verdicts or not, so
-        a benchmark cut by its budget does not end with its bests unaudited (untimed)."""
-        waiting = self._leftover + self._deferred + self._reaudit
-        if self.meter is None or self.meter.budget.hours is None or not waiting:
-            return False
-        left = self.meter.budget.hours * 3600 - self.meter.seconds
-        return left <= AUDIT_RESERVE * sum(_verdict_seconds(member) for _, member in waiting)
-
-    async def _audit_waiting(self, index: int, waiting: list[tuple[TaskState, Member]], why: str,
-                             go_on: Callable[[], bool]) -> None:
-        """Audit the kernels in ``waiting`` (judged, recorded, in their populations, not yet audited),
-        oldest first, while ``go_on()`` and time is left: a passed audit may make one the best
-        (``Population.settle``), a failed one demotes it; a judge failure is said, the next goes on."""
-        while waiting and go_on() and not self._out_of_time():
-            state, member = waiting.pop(0)
-            if member.code not in {m.code for m in state.population.contenders()}:
-                continue  # a faster kernel was confirmed meanwhile: this one cannot lead, no audit
-            try:
-                audit = await self._audit(index, state, member)
-            except JudgeError as error:
-                self.display.note(f"[{state.task.name}] attempt {member.attempt_id} could not be audited: {error}"[:600])
-                continue
-            if audit is None:
-                continue
-            best = state.population.settle(replace(member, audit_passed=audit.passed))
-            if best:
-                state.note_best()
-            outcome = ("passed, the new best" if best else "passed") if audit.passed else f"failed ({audit.reason[:200]})"
-            self.display.note(f"[{state.task.name}] attempt {member.attempt_id}, {why}, audited: {outcome}")
+    def _time_left_s(self) -> float | None:
+        """The time budget left, in seconds (None: no time budget)."""
+        if self.meter is None or self.meter.budget.hours is None:
+            return None
+        return self.meter.budget.hours * 3600 - self.meter.seconds
 
     async def _watch_clock(self) -> None:
         assert self.meter is not None
@@ -664,7 +565,7 @@ class Runner:
     async def _consume(self, index: int) -> None:
         while True:
             try:
-                await self._audit_deferred(index)
+                await self._audit_waiting(index)
             except asyncio.CancelledError:
                 return
             except Exception as error:  # ours or a bug: ends the run cleanly, marked failed
@@ -736,7 +637,7 @@ class Runner:
                     # the confirmed best's times: a candidate clearly slower at a shape is timed no further
                     bar = contender.bar_of(best.verdict) if best is not None else None
                     verdict, verify_s = await self.devices.verify(index, code, task, bar)
-                    self._verify_s += verify_s
+                    self.audits.verify_s += verify_s
             if self.abandon:
                 raise asyncio.CancelledError
             attempt_id, seq = await self._db(self._record, state, proposal, verdict, reuse_of)
@@ -756,11 +657,11 @@ class Runner:
                         audit_passed=hit.audit_passed if hit is not None else None)
         audit: Audit | None = None
         if state.population.needs_audit(member):
-            if self._audits_wait(but=state):
+            if self.audits.waits(but=state):
                 # an audit is several verdicts' device time: every task's first verdict comes before
                 # it (a seed's audit per task would otherwise hold the later tasks back by minutes),
                 # and audits have at most their share of the GPU while new verdicts are made
-                self._deferred.append((state, member))
+                self.audits.defer(state, member)
             else:
                 try:
                     audit = await self._audit(index, state, member)
@@ -785,7 +686,7 @@ class Runner:
         try:
             audit, spent = await self.devices.audit(index, member.code, state.task, member.verdict)
             self.fair.charge(state.task.name, spent)
-            self._audit_s += spent
+            self.audits.audit_s += spent
             if self.abandon:
                 raise asyncio.CancelledError
             await self._db(self.archive.record_audit, member.attempt_id, audit, self.run_id)

@@ -805,7 +805,7 @@ def test_audits_past_their_share_of_the_gpu_wait_and_the_verdicts_go_on(tmp_path
     and new verdicts go on; the run's end audits what waits, oldest first. (Audits charged 1000 s
     each here.)"""
     from kernforge.archive.store import Archive
-    from kernforge.loop import devices, runner
+    from kernforge.loop import devices
 
     real = devices.Devices.audit
 
@@ -814,8 +814,6 @@ def test_audits_past_their_share_of_the_gpu_wait_and_the_verdicts_go_on(tmp_path
         return audit, spent + 1000.0
 
     monkeypatch.setattr(devices.Devices, "audit", dear)
-    assert runner.audits_may_run(60.0, 0.0) and runner.audits_may_run(1000.0, 2000.0)
-    assert not runner.audits_may_run(1000.0, 1999.0)
     # the seed (100 us, audited at once: 101), two faster kernels whose audits wait (50, then 40 us),
     # then at the run's end their audits, oldest first (51, then 41)
     result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [100.0, 101.0, 50.0, 40.0, 51.0, 41.0], attempts=3)
@@ -1106,145 +1104,19 @@ def test_baselines_travel_between_the_archive_and_the_judges_cache(tmp_path, mon
                                        "held-by-the-judge": {"eager_us": 5.0}, "measured": {"eager_us": 7.0}}
 
 
-def _audited_kernel(n: int, us: float, passed=None):
-    """A kernel judged at ``us`` (attempt ``n``), audited (``passed``) or not yet."""
-    from kernforge.loop.search import Member
-    from kernforge.verifier.verdict import Accepted, ShapeResult
-
-    shapes = (ShapeResult({"T": 4}, False, "float32", "graph", time_us=us, compile_us=100.0),)
-    return Member(HONEST + f"\n# {n}\n", Accepted(shapes=shapes), attempt_id=n, audit_passed=passed)
-
-
-def _task_state(name: str, *members):
-    """tiny_norm's state under ``name``, its population holding ``members``."""
-    import random
-
-    from kernforge.loop.display import TaskStats
-    from kernforge.loop.lessons import Lessons
-    from kernforge.loop.plan import TaskState
-    from kernforge.loop.search import Population
-    from kernforge.tasks.loader import load_task
-
-    pop = Population(rng=random.Random(0))
-    for m in members:
-        pop.add(m)
-    return TaskState(load_task(TASKS / "tiny_norm"), 1, pop, Lessons(), TaskStats(name))
-
-
-def test_a_resumed_run_audits_the_kernels_left_unaudited(tmp_path):
-    """A run stopped between a verdict and its audit (a benchmark call cut by its time limit) left a
-    kernel fitter than the best unaudited: the resumed run audits it, and a passed audit makes it
-    the best; a failed one demotes it; a judge failure is said and the next is audited."""
-    import asyncio
-
-    from kernforge.loop.display import QuietDisplay
-    from kernforge.loop.plan import RunSettings
-    from kernforge.loop.runner import Runner
-    from kernforge.verifier.audit import Audit
-    from kernforge.verifier.judge import JudgeError
-
-    kernel, state = _audited_kernel, _task_state
-    a = state("a", kernel(1, 50.0, True), kernel(2, 20.0))
-    b = state("b", kernel(3, 50.0, True), kernel(4, 20.0))
-    c = state("c", kernel(5, 50.0, True), kernel(6, 20.0))
-    display = QuietDisplay()
-    runner = Runner(RunSettings(db=tmp_path / "k.db"), display)
-    runner._leftover = [(s, m) for s in (a, b, c) for m in s.population.contenders()]
-    audited = []
-
-    async def audit(index, st, member):
-        audited.append((index, member.attempt_id))
-        if member.attempt_id == 6:
-            raise JudgeError("the reference worker failed on arena: OutOfMemoryError")
-        return Audit(passed=member.attempt_id == 2, reason="" if member.attempt_id == 2 else "slower by 30%",
-                     recorded_us=20.0, measured_us=20.0 if member.attempt_id == 2 else 26.0)
-
-    runner._audit = audit
-    asyncio.run(runner._audit_deferred(0))  # no task awaits a first verdict, no audit was made yet
-    assert audited == [(0, 2), (0, 4), (0, 6)] and runner._leftover == []
-    assert a.population.best.attempt_id == 2 and a.stats.best_attempt == 2
-    assert b.population.best.attempt_id == 3 and [m.attempt_id for m in b.population.demoted] == [4]
-    assert c.population.best.attempt_id == 5 and c.population.contenders()[0].attempt_id == 6
-    assert any("attempt 6 could not be audited" in n for n in display.notes)
-    assert any("attempt 4, left unaudited, audited: failed (slower by 30%)" in n for n in display.notes)
-
-
-def _auditing_runner(tmp_path, benchmark=None):
-    """A runner over three tasks whose audits all pass and are listed (attempt ids, in order):
-    "judged" and "newer", each an audited kernel (1, 3) and a faster one not yet audited (2, 4),
-    and one task never judged; (runner, (judged, newer, never), audited)."""
-    from kernforge.loop.budget import Budget, Meter
-    from kernforge.loop.display import QuietDisplay
-    from kernforge.loop.plan import RunSettings
-    from kernforge.loop.runner import Runner
-    from kernforge.verifier.audit import Audit
-
-    kernel, state = _audited_kernel, _task_state
-    states = (state("judged", kernel(1, 50.0, True), kernel(2, 20.0)), state("newer", kernel(3, 50.0, True), kernel(4, 20.0)),
-              state("never judged"))
-    runner = Runner(RunSettings(db=tmp_path / "k.db", benchmark=benchmark), QuietDisplay())
-    runner.meter = Meter(Budget(max_attempts=2))
-    runner.states = list(states)
-    audited = []
-
-    async def audit(index, st, member):
-        audited.append(member.attempt_id)
-        return Audit(passed=True, reason="", recorded_us=20.0, measured_us=20.0)
-
-    runner._audit = audit
-    return runner, states, audited
-
-
-def test_kernels_left_unaudited_do_not_wait_for_other_tasks_first_verdicts(tmp_path):
-    """A resumed KernelBench run of 43 problems: problems never judged yet (or running out of memory
-    every time) must not hold back the audits an earlier slice left, or the benchmark's metrics,
-    which count audited kernels only, stay empty slice after slice. A new would-be best's audit
-    still waits for them; both wait once audits have had their share of the device time."""
-    import asyncio
-
-    from kernforge.loop.runner import AUDIT_GRACE_S
-
-    runner, (judged, newer, never), audited = _auditing_runner(tmp_path)
-    runner._leftover = [(judged, judged.population.contenders()[0])]
-    runner._deferred = [(newer, newer.population.contenders()[0])]
-    asyncio.run(runner._audit_deferred(0))
-    assert audited == [2] and runner._deferred, "the leftover audited; the new one waits for the first verdict"
-    runner._leftover = [(newer, newer.population.contenders()[0])]
-    runner._deferred = []
-    runner._audit_s, runner._verify_s = AUDIT_GRACE_S + 1.0, 1.0  # audits took their share and more
-    asyncio.run(runner._audit_deferred(0))
-    assert audited == [2] and runner._leftover, "past their share, leftovers wait too"
-
-
-def test_a_benchmark_run_audits_every_would_be_best_as_it_comes(tmp_path):
-    """KernelBench's metrics count audited kernels only, and a benchmark's budget per problem is
-    fixed: its audits wait neither for other problems' first verdicts nor for their share of the
-    device time, so a run cut short (the H100's slices of 43 problems) counts every problem it
-    judged. A plain run's audits still wait (the test above)."""
-    import asyncio
-
-    from kernforge.loop.runner import AUDIT_GRACE_S
-
-    for benchmark, expected in ((None, []), ("kernelbench", [2, 4])):
-        runner, (judged, newer, never), audited = _auditing_runner(tmp_path, benchmark)
-        runner._leftover = [(judged, judged.population.contenders()[0])]
-        runner._deferred = [(newer, newer.population.contenders()[0])]
-        runner._audit_s, runner._verify_s = AUDIT_GRACE_S + 1.0, 1.0  # audits took their share and more
-        asyncio.run(runner._audit_deferred(0))
-        assert audited == expected, benchmark
-        assert runner._audits_wait() == (benchmark is None)
-
-
-def test_a_benchmark_audits_again_what_an_earlier_judge_passed_only_after_every_first_verdict(tmp_path):
-    """A benchmark resumed after the judge changed: the kernels an earlier judge's audit passed
-    count already, so the installed judge audits them again only once every problem has had its
-    first verdict (or time runs short); a kernel never audited goes at once."""
-    import asyncio
-
+def test_a_benchmark_sorts_the_kernels_an_earlier_judge_passed_from_those_never_audited(tmp_path):
+    """A benchmark resumed after the judge changed: a kernel whose latest audit, by an earlier
+    judge, passed is counted already, so it waits in ``AuditQueue.reaudit``; one never audited
+    waits in ``leftover`` and goes at once (test_loop_audit_queue.py)."""
     from kernforge.archive import synthetic
     from kernforge.archive.records import NewAttempt
     from kernforge.archive.store import Archive
+    from kernforge.loop.display import QuietDisplay
+    from kernforge.loop.plan import RunSettings
+    from kernforge.loop.runner import Runner
     from kernforge.verifier.verdict import Accepted, ShapeResult
+
+    from loop_helpers import audited_kernel, task_state
 
     env = {"gpu": "NVIDIA H100 80GB HBM3", "judge": "0123456789abcdef"}
     verdict = Accepted(shapes=(ShapeResult({"T": 8}, False, "float32", "graph", time_us=20.0),), environment=env)
@@ -1255,18 +1127,15 @@ def test_a_benchmark_audits_again_what_an_earlier_judge_passed_only_after_every_
         audit_id = archive.record_audit(before, synthetic.audit(verdict)).id
         with archive._write():
             archive.conn.execute("UPDATE audits SET judge = ? WHERE id = ?", (env["judge"], audit_id))
-        runner, (judged, again, fresh), audited = _auditing_runner(tmp_path, "kernelbench")
-        runner.archive = archive
-        assert runner._passed_before([_audited_kernel(before, 20.0), _audited_kernel(never, 20.0)]) == {before}
-
-    runner._leftover = [(judged, judged.population.contenders()[0])]
-    runner._reaudit = [(again, again.population.contenders()[0])]
-    asyncio.run(runner._audit_deferred(0))
-    assert audited == [2] and runner._reaudit, "the never-audited kernel at once; the counted one waits"
-    for state in runner.states:  # every problem has had its verdict in this session
-        state.stats.first_verdict_s = 1.0
-    asyncio.run(runner._audit_deferred(0))
-    assert audited == [2, 4] and not runner._reaudit
+        for benchmark, again in ((None, []), ("kernelbench", [before])):
+            runner = Runner(RunSettings(db=tmp_path / "k.db", benchmark=benchmark), QuietDisplay())
+            runner.archive = archive
+            kernels = [audited_kernel(before, 20.0), audited_kernel(never, 20.0)]
+            assert runner._passed_before(kernels) == {before}
+            state = task_state("rms_norm")
+            runner.audits.take_leftovers(state, kernels, runner._passed_before(kernels) if benchmark else set())
+            assert [m.attempt_id for _, m in runner.audits.reaudit] == again, benchmark
+            assert [m.attempt_id for _, m in runner.audits.leftover] == [before, never][len(again):], benchmark
 
 
 def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_never_judged_here(tmp_path, monkeypatch):
