@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from kernforge.archive.tables import Col, FitTable, fmt_time, fmt_us, fmt_x
-from kernforge.verifier.verdict import THREATS, printable
+from kernforge.verifier.verdict import THREATS, Verdict, printable
 
 __all__ = ["AttemptEvent", "Display", "GuardedDisplay", "LiveDisplay", "PlainDisplay", "QuietDisplay", "RunView", "TaskStats",
            "attempt_line", "fmt_time", "fmt_us", "fmt_x", "make_display", "progress_table", "stdout_console", "summary"]
@@ -67,6 +67,22 @@ class TaskStats:
         if self.seed_time_us and self.best_time_us and not self.interpreter:
             return self.seed_time_us / self.best_time_us
         return None
+
+    def count(self, verdict: Verdict, *, tokens: int, cost: float, cost_known: bool, reused: bool, at_s: float) -> None:
+        """One more verdict in this session: ``at_s`` seconds after its start, its proposal's
+        ``tokens`` and ``cost``, a reuse of an earlier verdict or not."""
+        if self.first_verdict_s is None:
+            self.first_verdict_s = at_s
+        self.attempts += 1
+        self.tokens += tokens
+        self.cost += cost
+        self.cost_known &= cost_known
+        self.reused += reused
+        if verdict.accepted:
+            self.accepted += 1
+        else:
+            self.rejected[verdict.status.value] += 1
+        self.cheats += verdict.threat is not None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

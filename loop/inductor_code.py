@@ -25,6 +25,8 @@ How, and why so:
   task's shapes (``LayerNorm.normalized_shape``; found by building the model for each shape on
   the meta device) are traced as symbols too (``dynamic_sources``), and the others (a pooling's
   kernel size) stay the constants they are. Floats stay constants (a scaling factor).
+* The dynamic code indexes in 64 bits (``_no_32bit_indexing``): Inductor's 32-bit indices hold
+  only under a guard on the sizes, which the start does not have.
 * ``static=True`` is the other code: compiled with ``dynamic=False`` on the timed shape
   (``timed_shape``: the first public shape of the device kind, the one a benchmark times), every
   size a literal, as ``torch.compile`` compiles per shape. Why a second capture: Inductor chooses a
@@ -166,6 +168,12 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
     ]
     if device == "cpu":
         patches.append(mock.patch("torch.utils._triton.triton_hash_with_backend", lambda: "KERNFORGE-CAPTURE"))
+    if not static:
+        # 64-bit indices at every size: the code runs at shapes it never saw, without the guard
+        # Inductor's own 32-bit code installs (SIMDScheduling.can_use_32bit_indexing)
+        from torch._inductor.codegen.simd import SIMDScheduling
+
+        patches.append(mock.patch.object(SIMDScheduling, "can_use_32bit_indexing", staticmethod(_no_32bit_indexing)))
     patches.append(_importable(module))
     with contextlib.ExitStack() as stack:
         for p in patches:
@@ -188,6 +196,16 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
         raise NoInductorCode(f"Inductor compiled {len(captured)} graphs for the reference, not one")
     wrapper, bindings, fixed = captured[0]
     return Captured(wrapper, bindings, shape, len(inputs), held, _signature(args), fixed)
+
+
+def _no_32bit_indexing(numel: Any, buffers: Any) -> bool:
+    """Inductor's test for 32-bit indices, answered no for the dynamic capture. Inductor picks
+    32-bit indices where the example's sizes fit and guards its compiled graph with the sizes'
+    bound (a larger call recompiles); the start has no guard and runs at every hidden shape, so
+    with 32-bit indices 45_Average_Pooling_2D's dynamic kernels overflowed at its hidden shapes of
+    3.5e9 elements (13 x 64 x 2048 x 2048), a CUDA error on the H200. The static code keeps
+    Inductor's choice: it is taken at exactly the sizes it was compiled for."""
+    return False
 
 
 def _fixed(taken: Sequence[tuple[str, Any]], bindings: Sequence[tuple[str, str]]) -> tuple[tuple[int, int, int], ...]:

@@ -447,10 +447,16 @@ def _portable(src: str) -> str:
                   lambda m: f"tl.math.{m.group(1)}(" if hasattr(tl.math, m.group(1)) else m.group(0), src)
 
 
+#: a program id's widening to 64 bits, where Inductor wrote one
+_WIDE = r"(?:\.to\(tl\.int64\))?"
+
+
 def _launcher(name: str, src: str, params: list[str], blocks: dict[str, int]) -> str:
     runtime = [p for p in params if not re.fullmatch(r"[XYZ]BLOCK|R\d_BLOCK", p)]
     constexprs = [p for p in params if p not in runtime]
-    axes = {m.group(1): int(m.group(2)) for m in re.finditer(r"\b([xyz])offset = tl\.program_id\((\d)\) \* [XYZ]BLOCK\b", src)}
+    # the program id as it is, or widened to 64 bits (the dynamic capture's indices: inductor_code)
+    axes = {m.group(1): int(m.group(2))
+            for m in re.finditer(rf"\b([xyz])offset = tl\.program_id\((\d)\){_WIDE} \* [XYZ]BLOCK\b", src)}
     lines = [f"def _launch_{name}({', '.join(runtime)}):"]
     persistent = name.removeprefix(inductor_paths.STATIC).startswith("triton_per_")
     # a reduction takes XBLOCK rows of a whole block of the reduced axis each: few rows. Inductor's
@@ -473,7 +479,7 @@ def _launcher(name: str, src: str, params: list[str], blocks: dict[str, int]) ->
                 raise Untranslatable(f"{name}: the {axis} axis is not one program id per block")
             grid[axes[axis]] = f"triton.cdiv({axis}numel, {axis.upper()}BLOCK)"
         elif f"{axis}numel" in runtime:
-            one = re.search(rf"\b{axis}offset = tl\.program_id\((\d)\)\n", src)  # one element per program
+            one = re.search(rf"\b{axis}offset = tl\.program_id\((\d)\){_WIDE}\n", src)  # one element per program
             if one is None:
                 raise Untranslatable(f"{name}: a {axis} axis without a block size or one program per element")
             grid[int(one.group(1))] = f"{axis}numel"

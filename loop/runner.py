@@ -11,10 +11,10 @@
   its own, so the event loop keeps LLM requests in flight meanwhile. The queue holds at most one
   proposal per device: enough that a device never waits for the next candidate when the proposer
   is fast, few enough that proposals are made from fresh feedback.
-* **Every attempt is archived** in one transaction (``Archive.record_attempt``) with its prompt,
-  response, code, tokens, cost, parent and verdict. The same normalised code for the same task
-  in the same environment is judged once: a later proposal of it (archived, or being judged
-  right now by another device) is recorded as a reuse of the first verdict.
+* **Every attempt is archived** in one transaction with its prompt, response, code, tokens, cost,
+  parent and verdict (recorder.py, in the archive's own thread). The same normalised code for the
+  same task in the same environment is judged once: a later proposal of it (archived, or being
+  judged right now by another device) is recorded as a reuse of the first verdict.
 * **A would-be best is audited** before it counts (search.py ``needs_audit``): accepted with GPU
   times and fitter than the task's best, it is judged again on the same device, in a fresh worker
   on fresh inputs (``Devices.audit``, device time), after its attempt is recorded; the audit is
@@ -45,13 +45,12 @@ import asyncio
 import contextlib
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from kernforge.archive.content import code_hash
 from kernforge.archive.history import HistoryRow, judged_code
-from kernforge.archive.records import AttemptRecord, NewAttempt
+from kernforge.archive.records import AttemptRecord
 from kernforge.archive.store import Archive
 from kernforge.tasks.spec import Task
 from kernforge.verifier import contender
@@ -68,6 +67,7 @@ from .display import AttemptEvent, Display, GuardedDisplay, QuietDisplay, RunVie
 from .errors import LoopError
 from .audit_queue import AuditQueue
 from .devices import Devices
+from .recorder import RunRecorder
 from .evaluate import resolve_devices
 from .fairness import FairShare
 from .knobs import clusters_in
@@ -102,7 +102,7 @@ class Runner:
         self.run_id: int | None = None
         self.states: list[TaskState] = []
         self.devices: Devices | None = None
-        self._db_executor: ThreadPoolExecutor | None = None
+        self.recorder: RunRecorder | None = None  # the run's archive, in its own thread (recorder.py)
         self.proposer: LLMProposer | OfflineTuner | None = None
         self.bandit: Bandit | None = None
         self.meter: Meter | None = None
@@ -112,7 +112,6 @@ class Runner:
         self.retries = 0
         self.llm_failures = 0
         self._consecutive_failures = 0
-        self._next_seq = 0
         self._t0 = time.monotonic()
         self._t_devices: float | None = None
         self._t_end: float | None = None  # when the pipeline ended (before the judges close)
@@ -127,7 +126,6 @@ class Runner:
         self._turn = 0
         self.fair = FairShare(())
         self._interrupts = 0
-        self._kept_baselines: set[str] = set()  # the judges' baseline keys the archive holds
         #: torch.compile's baselines compiled ahead, in the background (loop/compile_ahead.py)
         self._ahead: asyncio.Task | None = None
 
@@ -170,7 +168,7 @@ class Runner:
                 self.archive = Archive.create(s.db)
             self.bandit = Bandit(seed_rng(s.seed, "bandit"))
             task_ids = [self.archive.register_task(t) for t in tasks]
-            self.run_id, before = self._start_run(config, tasks, task_ids)
+            self.run_id, before, next_seq = self._start_run(config, tasks, task_ids)
             self._before = before
             self._heartbeat = Heartbeat(s.db, self.run_id, self.owner, self.charged_seconds)
             self.display.note(f"run {self.run_id}: starting sandbox workers and the reference on {', '.join(names)}...")
@@ -179,9 +177,9 @@ class Runner:
                                   "the run goes on until Ctrl-C")
             self.devices = Devices(names, sandbox=s.sandbox, pool_size=s.pool_size, tasks=tasks, lanes=s.lanes,
                                    options=judge_options(s))
-            self._db_executor = ThreadPoolExecutor(1, thread_name_prefix="kernforge-archive")
+            self.recorder = RunRecorder(self.archive, self.run_id, self.devices, next_seq)
             await self.devices.open()
-            self._share_baselines()
+            self.recorder.share_baselines()
             self.meter = Meter(s.budget, before)
             tasks, task_ids = await self._fitting(tasks, task_ids)
             self._load_states(tasks, task_ids)
@@ -237,18 +235,19 @@ class Runner:
                 raise LoopError(f"--max-cost needs a price for model {model!r}: add [prices.\"{model}\"] input/output "
                                 "(USD per million tokens) to the config file")
 
-    def _start_run(self, config: Any, tasks: list[Task], task_ids: list[int]) -> tuple[int, Spent]:
+    def _start_run(self, config: Any, tasks: list[Task], task_ids: list[int]) -> tuple[int, Spent, int]:
+        """The run's id, what its earlier sessions spent, and its next attempt's sequence number."""
         assert self.archive is not None
         s = self.settings
         if s.resume is None:
             stored = {"settings": s.stored(), "llm": config.to_dict() if config else None,
                       "task_refs": {t.name: t.ref for t in tasks}}
-            return self.archive.start_run(stored, owner=self.owner), Spent()
+            return self.archive.start_run(stored, owner=self.owner), Spent(), 0
         # refused (RunBusyError) while the process running it is alive; nothing is written then
         self.archive.resume_run(s.resume, self.owner, holder_alive)
         gap = dead_gap_s(config, JudgeOptions())
-        spent, self._next_seq = resumed_spent(self.archive, s.resume, tasks, task_ids, gap)
-        return s.resume, spent
+        spent, next_seq = resumed_spent(self.archive, s.resume, tasks, task_ids, gap)
+        return s.resume, spent, next_seq
 
     async def _close(self) -> None:
         if self._ahead is not None:
@@ -257,8 +256,8 @@ class Runner:
                 await self._ahead
         if self.devices is not None:
             await self.devices.close()
-        if self._db_executor is not None:
-            self._db_executor.shutdown(wait=True)
+        if self.recorder is not None:
+            self.recorder.close()
         if self.proposer is not None:
             with contextlib.suppress(Exception):
                 await self.proposer.aclose()
@@ -617,7 +616,7 @@ class Runner:
             if proposal.unusable is not None:
                 verdict: Verdict = _unusable(proposal, self.devices.env)
             else:
-                hit = await self._db(self.archive.lookup, state.task_id, code, self.devices.env_key)
+                hit = await self.recorder.lookup(state, code)
                 if hit is None and key in self._inflight:
                     # Another device is judging the same code: wait for its verdict and reuse it.
                     twin = self._inflight[key]
@@ -628,7 +627,7 @@ class Runner:
                             raise
                         original = None  # the twin was abandoned: judge it here
                     if original is not None:
-                        hit = await self._db(self.archive.get_attempt, original)
+                        hit = await self.recorder.attempt(original)
                 if hit is not None:
                     verdict, reuse_of = hit.verdict, hit.id
                 else:
@@ -640,7 +639,7 @@ class Runner:
                     self.audits.verify_s += verify_s
             if self.abandon:
                 raise asyncio.CancelledError
-            attempt_id, seq = await self._db(self._record, state, proposal, verdict, reuse_of)
+            attempt_id, seq = await self.recorder.attempt_judged(state, proposal, verdict, reuse_of)
         except BaseException:
             self.meter.release(task.name)
             if mine is not None and not mine.done():
@@ -689,7 +688,7 @@ class Runner:
             self.audits.audit_s += spent
             if self.abandon:
                 raise asyncio.CancelledError
-            await self._db(self.archive.record_audit, member.attempt_id, audit, self.run_id)
+            await self.recorder.audited(member.attempt_id, audit)
         except BaseException:
             audit = None
             raise
@@ -699,44 +698,6 @@ class Runner:
         state.stats.audits += 1
         state.stats.audits_failed += not audit.passed
         return audit
-
-    async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._db_executor, fn, *args)
-
-    def _record(self, state: TaskState, p: Proposal, verdict: Verdict, reuse_of: int | None) -> tuple[int, int]:
-        """Write the attempt (in the archive's thread). Sequence numbers are dense: one per row."""
-        assert self.archive is not None and self.run_id is not None
-        parent_id = None
-        if p.parent is not None:
-            parent_id = p.parent.attempt_id or state.ids.get(code_hash(p.parent.code))
-        seq = self._next_seq
-        attempt_id = self.archive.record_attempt(NewAttempt(
-            run_id=self.run_id, seq=seq, task_id=state.task_id, code=p.code, verdict=verdict,
-            environment=self.devices.env if reuse_of is not None or p.unusable else {}, parent_id=parent_id,
-            proposer=p.proposer, model=p.model, prompt=p.prompt, response=p.response, tokens_in=p.tokens_in,
-            tokens_out=p.tokens_out, cost_usd=p.cost, latency_s=p.latency_s, reuse_of=reuse_of,
-        ))
-        self._next_seq += 1
-        self._keep_baselines()
-        return attempt_id, seq
-
-    def _share_baselines(self) -> None:
-        """The archive's baselines to the judges (a fresh machine measures none of them again), and
-        any the judges' own cache holds that the archive lacks, to the archive."""
-        assert self.archive is not None and self.devices is not None
-        kept = self.archive.judge_baselines()
-        self.devices.learn_baselines(kept)
-        self._kept_baselines = set(kept)
-        self._keep_baselines()
-
-    def _keep_baselines(self) -> None:
-        """Baselines measured since the last look, kept in the archive (in the archive's thread)."""
-        assert self.archive is not None and self.devices is not None
-        known = self.devices.known_baselines()
-        new = {k: v for k, v in known.items() if k not in self._kept_baselines}
-        if new:
-            self.archive.keep_judge_baselines(new)
-            self._kept_baselines |= set(new)
 
     def _learn(self, state: TaskState, p: Proposal, member: Member, attempt_id: int, seq: int,
                reuse_of: int | None, verify_s: float | None, audit: Audit | None) -> None:
@@ -766,19 +727,8 @@ class Runner:
         self.proposer.observe(state.task, p.code, truer)
         self.meter.record(state.task.name, p.tokens_in + p.tokens_out, p.cost)
         self.fair.judged(state.task.name, verify_s or 0.0)
-        st = state.stats
-        if st.first_verdict_s is None:
-            st.first_verdict_s = time.monotonic() - self._t0
-        st.attempts += 1
-        st.tokens += p.tokens_in + p.tokens_out
-        st.cost += p.cost
-        st.cost_known &= p.cost_known
-        st.reused += reuse_of is not None
-        if verdict.accepted:
-            st.accepted += 1
-        else:
-            st.rejected[verdict.status.value] += 1
-        st.cheats += verdict.threat is not None
+        state.stats.count(verdict, tokens=p.tokens_in + p.tokens_out, cost=p.cost, cost_known=p.cost_known,
+                          reused=reuse_of is not None, at_s=time.monotonic() - self._t0)
         if new_best:
             state.note_best()
         self.display.attempt(AttemptEvent(

@@ -92,3 +92,15 @@ def test_what_a_candidate_wrote_reaches_the_terminal_as_text():
                                          reused=False, proposer="llm", model="m", time_us=3.0, speedup_eager=1.2,
                                          new_best=True, reason="5x faster than vLLM\u202e", tokens=0, cost=0.0, verify_s=1.0))
     assert "proposed as: '5x faster than vLLM\\u202e'" in accepted
+
+
+def test_a_tasks_counters_count_each_verdict_once_and_keep_its_first_verdicts_time():
+    from kernforge.verifier.checks import Check
+    from kernforge.verifier.verdict import Accepted, Rejected, Status
+
+    st = TaskStats("rms_norm")
+    st.count(Accepted(shapes=()), tokens=100, cost=0.5, cost_known=True, reused=False, at_s=12.0)
+    st.count(Rejected(Status.INCORRECT, "wrong at T=8", check=Check.INTEGRITY, threat=3), tokens=50, cost=0.25,
+             cost_known=False, reused=True, at_s=20.0)
+    assert (st.attempts, st.accepted, st.rejected, st.cheats, st.reused) == (2, 1, Counter(incorrect=1), 1, 1)
+    assert (st.tokens, st.cost, st.cost_known, st.first_verdict_s) == (150, 0.75, False, 12.0)

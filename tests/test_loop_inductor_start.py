@@ -195,6 +195,29 @@ def test_static_kernels_run_at_the_timed_shape_and_dynamic_ones_elsewhere(tmp_pa
         assert ("kf_gemm" in ran) == ("_kf_gemm" in start.kernels)
 
 
+def test_the_dynamic_kernels_index_in_64_bits_and_the_static_ones_as_inductor_chose():
+    """The dynamic code runs at every hidden shape with no guard on its sizes: with Inductor's
+    32-bit indices for the small example, 45_Average_Pooling_2D's start overflowed at its hidden
+    shapes of 3.5e9 elements (a CUDA error on the H200). Its program ids are widened to 64 bits;
+    the static code, taken at exactly the sizes it was compiled for, keeps Inductor's choice."""
+    checked = 0
+    for stem in _STARTS:
+        start = derived(stem)
+        if not isinstance(start, Start):
+            continue
+        tree = ast.parse(start.source)
+        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith(("triton_", "static_"))):
+            ids = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and ast.unparse(n.func) == "tl.program_id"]
+            widened = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and ast.unparse(n.func).startswith("tl.program_id(")
+                       and ast.unparse(n).endswith(".to(tl.int64)")]
+            if fn.name.startswith("triton_"):
+                assert ids and len(widened) == len(ids), (stem, ast.unparse(fn))
+                checked += 1
+            else:
+                assert not widened, (stem, ast.unparse(fn))  # the CPU shapes fit 32 bits: Inductor's own choice
+    assert checked >= 8  # a dynamic kernel or more in each start of a pointwise op, a reduction, a norm, a GEMM's epilogue
+
+
 def test_a_size_dynamo_specialised_is_refused_by_the_dynamic_path_with_the_reason(tmp_path):
     """41_Max_Pooling_1D: Dynamo fixes the sequence length although every size is marked dynamic.
     On the H200 the start's dynamic code then gave an output of the example's length at every
