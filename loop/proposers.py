@@ -1,8 +1,10 @@
 """Where candidates come from: the LLM proposer, the offline tuner, and which one a run gets.
 
-Both answer ``await propose(task, population, lessons)`` with a ``Proposal`` (a module to judge,
-with what it cost) or a ``NoProposal`` (nothing left to try for this task, and why), and both
-hear every verdict through ``observe``. The runner does not know which one it drives.
+Both are a ``Proposer``: they answer ``await propose(task, population, lessons)`` with a
+``Proposal`` (a module to judge, with what it cost) or a ``NoProposal`` (nothing left to try for
+this task, and why), hear every verdict through ``observe``, prepare in the background what the
+tasks will need (``prepare``), learn what the archive judged before (``prime``) and say how far
+their proposals can reach (``reach``). The runner does not know which one it drives.
 
 * ``LLMProposer``: a bandit arm (strategy, model) is pulled (strategy.py), the population gives the
   parent and inspirations for that strategy (search.py), the prompt is rendered from the templates
@@ -17,8 +19,8 @@ hear every verdict through ``observe``. The runner does not know which one it dr
   other niches' elites, then the unjudged seed. A task with no seed and nothing accepted first gets
   the Inductor start (``inductor_start``: torch.compile's own Triton kernels as a ``ModelNew``),
   once; where Inductor gives none, or it was rejected, a ``NoProposal`` says so plainly. Which
-  tasks that is, ``needs_start`` says, for ``propose`` and for the runner alike: the runner hands
-  them to ``prepare`` in the order it will first pick them, and their starts are derived in the
+  tasks that is, ``needs_start`` says, for ``propose`` and ``prepare`` alike: the runner hands
+  every task to ``prepare`` in the order it will first pick them, and the starts are derived in the
   background from the start of the run (a child process each, compiling for seconds), a few ahead
   of the producer taking them (each child is stopped while a verdict times: ``Devices.gpu_child``;
   and each takes cores and GPU memory); a task's first proposal waits only for its own derivation, and the GPU is not left idle
@@ -39,7 +41,7 @@ import json
 import os
 import random
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from kernforge.prompts.render import Inspiration, Parent, PromptLeak, TorchCompile, render
 from kernforge.tasks.spec import Task
@@ -110,6 +112,47 @@ def llm_config(*, provider: str | None, base_url: str | None, models: Sequence[s
     return config
 
 
+#: a task's archived attempts for this environment, as (code, verdict), read when asked for
+History = Callable[[], Iterable[tuple[str, Verdict | None]]]
+
+
+class Proposer(Protocol):
+    """What the runner drives: the LLM proposer or the offline tuner."""
+
+    #: "llm" or "offline"
+    kind: str
+
+    @property
+    def concurrency(self) -> int:
+        """Proposals asked for at once (the run's producers)."""
+        ...
+
+    def describe(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None:
+        """Stop what runs in the background (its child processes are killed)."""
+        ...
+
+    def prepare(self, tasks: Iterable[tuple[Task, Population]]) -> None:
+        """The open tasks, with their populations, in the order the run will first pick them: what
+        their proposals will need is made in the background from now."""
+        ...
+
+    def prime(self, task: Task, history: History) -> None:
+        """What the archive judged for ``task`` before this session (read only if it is used)."""
+        ...
+
+    def reach(self, task: Task, population: Population) -> Reach | None:
+        """How many proposals ``task`` can have at most, where that is known (None: no bound)."""
+        ...
+
+    async def propose(self, task: Task, population: Population, lessons: Lessons) -> Proposal | NoProposal: ...
+
+    def observe(self, task: Task, code: str, verdict: Verdict) -> None: ...
+
+
 class LLMProposer:
     kind = "llm"
 
@@ -142,10 +185,20 @@ class LLMProposer:
         for client in self.clients.values():
             await client.aclose()
 
-    def prepare(self, tasks: Iterable[Task]) -> None:
+    @property
+    def concurrency(self) -> int:
+        return self.config.concurrency
+
+    def prepare(self, tasks: Iterable[tuple[Task, Population]]) -> None:
         """Start capturing torch.compile's code for ``tasks``, in their order, in the background."""
-        for task in tasks:
+        for task, _ in tasks:
             self._capture(task)
+
+    def prime(self, task: Task, history: History) -> None:
+        """The LLM proposer reads the archive through the population, lessons and bandit."""
+
+    def reach(self, task: Task, population: Population) -> Reach | None:
+        return None  # a model's proposals have no count
 
     def _capture(self, task: Task) -> asyncio.Task[Listing | None]:
         if task.name not in self._compiled:
@@ -240,6 +293,9 @@ class OfflineTuner:
         self._queued: collections.deque[Task] = collections.deque()  # prepared, not yet derived
         self._derive_slots = asyncio.Semaphore(CAPTURE_SLOTS)
 
+    #: one proposal at a time: each is made from every verdict before it
+    concurrency = 1
+
     def describe(self) -> str:
         return "offline tuner (no LLM: block sizes, warps, stages and cache hints of existing Triton kernels)"
 
@@ -254,9 +310,12 @@ class OfflineTuner:
             derivation.cancel()
         await asyncio.gather(*self._derivations.values(), return_exceptions=True)
 
-    def prepare(self, tasks: Iterable[Task]) -> None:
-        """Derive the Inductor start of each of ``tasks`` (those that ``needs_start``), in their
-        order, in the background: the runner's producer then finds a task's start derived, or waits
+    def prepare(self, tasks: Iterable[tuple[Task, Population]]) -> None:
+        """The Inductor starts of those of ``tasks`` that ``needs_start``, derived ahead."""
+        self.derive_ahead(task for task, population in tasks if self.needs_start(task, population))
+
+    def derive_ahead(self, tasks: Iterable[Task]) -> None:
+        """Derive the Inductor start of each of ``tasks``, in their order, in the background: the runner's producer then finds a task's start derived, or waits
         for that one alone, instead of deriving every task's in turn. Only ``PREPARED_AHEAD`` are
         derived ahead of the producer taking them (``_feed``): each derivation compiles for
         seconds in a child process, on the CPU cores and the GPU the verdicts use (stopped while
@@ -275,7 +334,7 @@ class OfflineTuner:
     def needs_start(self, task: Task, population: Population) -> bool:
         """True when ``propose`` would give ``task`` the Inductor start: nothing to tune
         (``population.tunable()``) and no seed that says why (rejected, or one the CPU cannot run).
-        The runner asks it too, to know which tasks to ``prepare``."""
+        ``prepare`` asks it too, to know which tasks' starts to derive ahead."""
         return not population.tunable() and self._unusable_seed(task, population) is None
 
     def _derivation(self, task: Task) -> asyncio.Task[Start | NoStart]:
@@ -321,10 +380,10 @@ class OfflineTuner:
         return Reach(",".join(reaches), first.labels, sum(r.total for r in reaches.values()),
                      sum(r.tried for r in reaches.values()), len(reaches))
 
-    def prime(self, task: Task, history: Iterable[tuple[str, Verdict | None]]) -> None:
+    def prime(self, task: Task, history: History) -> None:
         """Configurations already tried for ``task`` (archived attempts): never proposed again."""
         tuner = self._tuner(task)
-        for code, verdict in history:
+        for code, verdict in history():
             tuner.record(code, verdict)
 
     def observe(self, task: Task, code: str, verdict: Verdict) -> None:

@@ -76,7 +76,7 @@ from .liveness import Heartbeat, holder_alive, this_process
 from .llm import LLMError
 from .plan import (RunResult, RunSettings, TaskState, dead_gap_s, judge_options, load_run_tasks, resumed_spent,
                    settings_for_resume, task_state)
-from .proposers import LLMProposer, NoProposal, OfflineTuner, Proposal, llm_config, seed_rng
+from .proposers import LLMProposer, NoProposal, OfflineTuner, Proposal, Proposer, llm_config, seed_rng
 from .search import Member, Population, geomean_us, row_fitness, speedups
 from .strategy import Bandit, reward
 
@@ -103,7 +103,7 @@ class Runner:
         self.states: list[TaskState] = []
         self.devices: Devices | None = None
         self.recorder: RunRecorder | None = None  # the run's archive, in its own thread (recorder.py)
-        self.proposer: LLMProposer | OfflineTuner | None = None
+        self.proposer: Proposer | None = None
         self.bandit: Bandit | None = None
         self.meter: Meter | None = None
         self.stopping: str | None = None
@@ -191,16 +191,17 @@ class Runner:
                 self.proposer = OfflineTuner(seed=s.seed, device_kind="cpu" if self.devices.on_cpu else "cuda",
                                              clusters=not self.devices.on_cpu and clusters_in(self.devices.env),
                                              gpu_hold=gpu_hold)
-                self._prime_tuner()
-                self._note_reach()
-                self._prepare_starts()
             else:
                 hardware = dict(self.devices.env) | await self.devices.ceilings()
                 self.proposer = LLMProposer(config, s.models, self.bandit, hardware=hardware,
                                             device_kind="cpu" if self.devices.on_cpu else "cuda", note=self.display.note,
                                             gpu_hold=gpu_hold)
-                self.proposer.prepare(state.task for state in self.states)  # torch.compile's code, in the background
-                await self.proposer.start()
+            self._prime()
+            self._note_reach()
+            # in the background, in the order the tasks will first be picked (``FairShare.order``: those
+            # with no verdict yet first): the tuner's Inductor starts, the LLM's torch.compile listings
+            self.proposer.prepare((state.task, state.population) for state in self._turn_order())
+            await self.proposer.start()
             self._t_devices = time.monotonic()
             self.display.start(self.view)
             try:
@@ -284,13 +285,12 @@ class Runner:
         replay.sort(key=lambda r: r.id)
         self.bandit.replay(replay, {r.id: None if r.id in demoted else row_fitness(r) for r in replay})
 
-    def _prime_tuner(self) -> None:
-        """Tell the offline tuner every configuration archived for this environment."""
-        assert self.archive is not None and isinstance(self.proposer, OfflineTuner)
+    def _prime(self) -> None:
+        """Tell the proposer what the archive judged for each task in this environment."""
+        assert self.archive is not None and self.proposer is not None
         for state in self.states:
             ids = list(state.ids.values())[-2000:]
-            judged = judged_code(self.archive, ids)
-            self.proposer.prime(state.task, judged)
+            self.proposer.prime(state.task, lambda ids=ids: judged_code(self.archive, ids))
 
     def _compile_ahead(self) -> None:
         """torch.compile's baselines of every task never judged on this GPU and these versions
@@ -312,22 +312,16 @@ class Runner:
                              hidden=self.devices.options.time_hidden != "never")
         self._ahead = asyncio.create_task(ahead.run(), name="kernforge-compile-ahead")
 
-    def _prepare_starts(self) -> None:
-        """Have the offline tuner derive, in the background, the Inductor start of every task that
-        needs one, in the order the tasks will first be picked (``FairShare.order``: those with no
-        verdict yet first), so the devices do not wait on each task's derivation in turn."""
-        assert isinstance(self.proposer, OfflineTuner)
-        self.proposer.prepare(s.task for s in self._turn_order() if self.proposer.needs_start(s.task, s.population))
-
     def _turn_order(self) -> list[TaskState]:
         """The open tasks in the order they will be picked (``FairShare.order``: those with no
-        verdict yet first): the order their starts are derived and their baselines compiled ahead."""
+        verdict yet first): the order the proposer prepares them and their baselines compile ahead."""
         open_ = {s.task.name: s for s in self.states if not self._finished(s)}
         return [open_[name] for name in self.fair.order([(name, s.pending) for name, s in open_.items()])]
 
     def _note_reach(self) -> None:
-        """Say up front, per task, when --max-attempts is more than the offline tuner can reach."""
-        assert isinstance(self.proposer, OfflineTuner) and self.meter is not None
+        """Say up front, per task, when --max-attempts is more than the proposer can reach (the
+        offline tuner's configurations)."""
+        assert self.proposer is not None and self.meter is not None
         limit = self.settings.budget.max_attempts
         for state in self.states if limit is not None else ():
             left = self.meter.attempts_left(state.task.name)
@@ -347,7 +341,7 @@ class Runner:
         self._queue = asyncio.Queue(maxsize=n_devices)
         self._progress = asyncio.Event()
         self._late: list[tuple[TaskState, Proposal]] = []
-        n = self.proposer.config.concurrency if isinstance(self.proposer, LLMProposer) else 1
+        n = self.proposer.concurrency
         self._consumers = [asyncio.create_task(self._consume(i)) for i in range(n_devices)]
         self._producers = [asyncio.create_task(self._produce()) for _ in range(n)]
         watch = asyncio.create_task(self._watch_clock())

@@ -140,7 +140,7 @@ def test_offline_tuner_tunes_the_seed_and_never_repeats():
         pytest.fail(f"the offline tuner never ran out: {len(seen)} kernels and still proposing")
     assert p.kind == "exhausted" and len(seen) == 45 == tuner.reach(task, pop).total
     primed = OfflineTuner(seed=1)
-    primed.prime(task, [(code, None) for code in seen])  # archived attempts count as tried
+    primed.prime(task, lambda: [(code, None) for code in seen])  # archived attempts count as tried
     assert asyncio.run(primed.propose(task, pop, Lessons())).kind == "exhausted"
     assert primed.reach(task, pop).left == 0
 
@@ -259,7 +259,7 @@ def proposals(server, tmp_path, population, n: int, notes: list[str]) -> list:
         proposer = LLMProposer(config, ("fake-model",), Bandit(random.Random(0)), hardware={"torch": "2.x"},
                                device_kind="cpu", note=notes.append)
         task = load_task(TINY)
-        proposer.prepare([task])
+        proposer.prepare([(task, population)])
         await proposer.start()
         try:
             return [await proposer.propose(task, population, Lessons()) for _ in range(n)]
@@ -375,7 +375,7 @@ def test_prepare_derives_the_starts_in_the_background_a_few_ahead(derivations):
 
     async def go():
         tuner = OfflineTuner()
-        tuner.prepare([named(n) for n in names])
+        tuner.derive_ahead([named(n) for n in names])
         await settle(lambda: len(derivations.asked) == min(ahead, proposers.CAPTURE_SLOTS))
         await spin()
         assert derivations.asked == names[:ahead]
@@ -400,7 +400,7 @@ def test_a_prepared_start_is_proposed_without_deriving_it_again(derivations):
 
     async def go():
         tuner = OfflineTuner()
-        tuner.prepare([named("a")])
+        tuner.derive_ahead([named("a")])
         await settle(lambda: derivations.asked == ["a"])
         pop = empty()
         made = [await tuner.propose(named("a"), pop, Lessons()), await tuner.propose(named("a"), pop, Lessons())]
@@ -421,7 +421,7 @@ def test_a_producer_cancelled_while_it_waits_leaves_the_derivation_running(deriv
 
     async def go():
         tuner = OfflineTuner()
-        tuner.prepare([named("a")])
+        tuner.derive_ahead([named("a")])
         waiting = asyncio.create_task(tuner.propose(named("a"), empty(), Lessons()))
         await settle(lambda: derivations.asked == ["a"])
         await spin()
@@ -443,7 +443,7 @@ def test_aclose_cancels_the_derivations_in_flight_and_those_waiting(derivations)
 
     async def go():
         tuner = OfflineTuner()
-        tuner.prepare([named(n) for n in names])
+        tuner.derive_ahead([named(n) for n in names])
         await settle(lambda: len(derivations.asked) == proposers.CAPTURE_SLOTS)
         closing = asyncio.create_task(tuner.aclose())
         await settle(lambda: len(derivations.cancelled) == proposers.CAPTURE_SLOTS)  # not waited for
@@ -463,7 +463,7 @@ def test_aclose_kills_the_child_of_a_derivation_in_flight(tmp_path, monkeypatch)
 
     async def go():
         tuner = OfflineTuner()
-        tuner.prepare([load_task(TINY)])
+        tuner.derive_ahead([load_task(TINY)])
         while not pid_file.exists() or not pid_file.read_text():
             await asyncio.sleep(0.05)
         await tuner.aclose()
@@ -487,7 +487,7 @@ def test_a_derivation_that_cannot_run_is_a_start_that_is_not_there(monkeypatch, 
 
     async def go():
         tuner = OfflineTuner()
-        tuner.prepare([named("a")])
+        tuner.derive_ahead([named("a")])
         result = await tuner.propose(named("a"), empty(), Lessons())
         await tuner.aclose()
         return result
@@ -542,6 +542,22 @@ def test_only_a_task_with_nothing_to_tune_and_no_seed_to_blame_needs_a_start(der
     result = asyncio.run(tuner.propose(task, pop, Lessons()))
     assert (getattr(result, "proposer", None) == "inductor") is needs
     assert derivations.asked == ([task.name] if needs else [])
+
+
+def test_prepare_derives_ahead_only_the_starts_the_tasks_will_need(derivations):
+    """The runner hands the tuner every open task with its population, in the order it will pick
+    them: a task with a kernel to tune, or a seed still to judge, needs no start; the others' are
+    derived ahead in that order."""
+    async def go():
+        tuner = OfflineTuner()
+        tuner.prepare([(named("tuned"), accepted(None)), (named("first"), empty()), (named("seeded"), seed_unjudged(None)),
+                       (named("second"), empty())])
+        await settle(lambda: derivations.asked == ["first", "second"])
+        await spin()
+        await tuner.aclose()
+
+    asyncio.run(go())
+    assert derivations.asked == ["first", "second"]
 
 
 def test_a_parent_whose_record_names_a_hidden_shape_is_left_out_and_the_run_goes_on(monkeypatch):
@@ -609,3 +625,16 @@ def test_a_capture_that_ran_out_of_gpu_memory_is_derived_again_later(monkeypatch
     else:
         assert isinstance(made, NoProposal) and made.kind == "nothing_to_tune"
         assert ("(3 tries, 20 s apart)" in made.reason) is (tries == 3)
+
+
+@pytest.mark.parametrize("cls", [LLMProposer, OfflineTuner])
+def test_both_proposers_are_what_the_runner_drives(cls):
+    """The runner sees a ``Proposer`` only: each one has every member of it, with its parameters."""
+    import inspect
+
+    members = [n for n in vars(proposers.Proposer) if not n.startswith("_")] + ["kind"]
+    for name in members:
+        assert hasattr(cls, name), name
+        want = getattr(proposers.Proposer, name, None)
+        if inspect.isfunction(want):
+            assert list(inspect.signature(getattr(cls, name)).parameters) == list(inspect.signature(want).parameters), name

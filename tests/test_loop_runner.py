@@ -1053,17 +1053,17 @@ def test_an_offline_run_prepares_the_inductor_starts_it_will_need_untried_tasks_
         return proposers.NoStart("Inductor writes no Triton for it (a stand-in)")
 
     prepared: list[list[str]] = []
-    real_prepare = proposers.OfflineTuner.prepare
+    real_derive_ahead = proposers.OfflineTuner.derive_ahead
 
-    def spy(self, tasks):
+    def spy(self, tasks):  # what the tuner's prepare derives ahead, of every task the runner hands it
         tasks = list(tasks)
         prepared.append([t.name for t in tasks])
-        real_prepare(self, tasks)
+        real_derive_ahead(self, tasks)
 
     monkeypatch.setattr(devices, "open_judge", stand_in)
     monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cpu"])
     monkeypatch.setattr(proposers, "derive_async", derive)
-    monkeypatch.setattr(proposers.OfflineTuner, "prepare", spy)
+    monkeypatch.setattr(proposers.OfflineTuner, "derive_ahead", spy)
     db = tmp_path / "k.db"
     first = run(RunSettings(tasks=(*map(str, kernel_less), str(seeded)), db=db, offline=True,
                             budget=Budget(max_attempts=2)))
