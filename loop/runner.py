@@ -143,7 +143,7 @@ class Runner:
             else:
                 kept.append((task, task_id))
         if not kept:
-            raise LoopError("no task of this run fits this GPU (see above)")
+            raise LoopError("no task of this run fits these devices (see above)")
         return [t for t, _ in kept], [i for _, i in kept]
 
     # ---- the whole run -------------------------------------------------------------------------

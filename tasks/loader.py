@@ -206,6 +206,7 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
         return tuple(_shape(where, key, i, item, globals_) for i, item in enumerate(_as_list(where, key, meta[key])))
 
     public = shapes("PUBLIC_SHAPES", (default_shape,))
+    cpu_call_bytes = None
     if "HIDDEN_SHAPES" in meta:
         hidden = shapes("HIDDEN_SHAPES", ())
         cpu_hidden = shapes("CPU_HIDDEN_SHAPES", hidden)
@@ -214,7 +215,10 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
     else:
         # A plain KernelBench file: every size varied, found by probing the file on meta (see
         # shapes.py). The interpreter keeps the batch-only shapes: it is too slow for more.
-        hidden = kb_shapes.plan(reference_path, public).shapes
+        found = kb_shapes.plan(reference_path, public)
+        hidden = found.shapes
+        if "CPU_PUBLIC_SHAPES" not in meta and "PUBLIC_SHAPES" not in meta and found.default_bytes:
+            cpu_call_bytes = found.default_bytes
         cpu_hidden = shapes("CPU_HIDDEN_SHAPES", kb_shapes.batch_only(globals_))
     cpu_public = shapes("CPU_PUBLIC_SHAPES", public)
 
@@ -259,6 +263,7 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
         seed_path=seed_path,
         interpreter_unsupported=str(unsupported) if unsupported else None,
         library=library,
+        cpu_call_bytes=cpu_call_bytes,
     )
     draws.check(task)
     return task

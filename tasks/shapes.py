@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .errors import TaskError
 from .runtime import load_module, set_globals
@@ -68,6 +68,9 @@ class Plan:
     fallback: str | None = None
     probes: int = 0
     ops: int = 0
+    #: bytes of one call's inputs, outputs and weights at the default shape, measured on meta
+    #: (0 where the default shape does not run there)
+    default_bytes: int = 0
 
     @property
     def varied(self) -> tuple[str, ...]:
@@ -421,11 +424,12 @@ class _Planner:
             reason = f"the default shape does not run on meta: {base.error if base else 'no budget'}"
             return Plan(default, batch_only(self.default), fallback=reason, probes=self.probes, ops=self.ops)
         self.base = base
+        plan = self._plan(default)
         built, stuck = self.sizes([k for k, v in self.default.items() if v >= 2 and not _SETTING.search(k)])
         sizes = list(built)
         if not sizes:
             reason = "no integer global changes an input's or a weight's shape on meta"
-            return Plan(default, batch_only(self.default), fallback=reason, probes=self.probes, ops=self.ops)
+            return plan(batch_only(self.default), reason)
 
         # Accepted variants, each a dict of changes: singles (one size, or sizes tied by their
         # default) by slot, and all-at-once variants.
@@ -453,8 +457,15 @@ class _Planner:
                 chosen.append(shape)
         if not chosen:
             reason = "no variant ran on meta within the probe budget"
-            return Plan(default, batch_only(self.default), fallback=reason, probes=self.probes, ops=self.ops)
-        return Plan(default, tuple(sorted(chosen[:MAX_HIDDEN])), probes=self.probes, ops=self.ops)
+            return plan(batch_only(self.default), reason)
+        return plan(tuple(sorted(chosen[:MAX_HIDDEN])), None)
+
+    def _plan(self, default: Shape) -> Callable[[tuple[Shape, ...], str | None], Plan]:
+        """The plan of these shapes (and fallback reason), with what the probes counted so far."""
+        def plan(shapes: tuple[Shape, ...], fallback: str | None) -> Plan:
+            return Plan(default, shapes, fallback=fallback, probes=self.probes, ops=self.ops, default_bytes=self.base.nbytes)
+
+        return plan
 
     def sizes(self, names: list[str]) -> tuple[dict[str, int], list[str]]:
         """Step 2: the globals whose value changes an input's or a weight's shape, each with the

@@ -125,6 +125,9 @@ class Task:
     interpreter_unsupported: str | None = None
     #: the library baseline, where a production kernel library covers the op
     library: LibraryBaseline | None = None
+    #: a plain KernelBench file, which gives no CPU shapes (its CPU shapes are its own sizes): the
+    #: bytes of one call's inputs, outputs and weights there, measured on meta (None: not known)
+    cpu_call_bytes: int | None = None
 
     def shapes(self, device_kind: str, *, hidden: bool) -> tuple[Shape, ...]:
         """Shapes to check on this kind of device. The interpreter gets the small CPU lists."""

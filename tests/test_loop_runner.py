@@ -357,7 +357,7 @@ def test_a_task_too_large_for_the_gpu_is_left_out_and_said():
     kept = asyncio.run(runner._fitting([small, big], [1, 2]))
     assert kept == ([small], [1])
     assert any("left out: softmax: task too large for this GPU" in n for n in runner.display.notes)
-    with pytest.raises(LoopError, match="no task of this run fits this GPU"):
+    with pytest.raises(LoopError, match="no task of this run fits these devices"):
         asyncio.run(runner._fitting([big], [2]))
     # resumed with rms_norm's attempts all recorded: it judges nothing more, so it is not sized
     runner.devices.sized.clear()

@@ -241,6 +241,18 @@ def test_interpreter_shapes_stay_batch_only():
     assert task.cpu_hidden_shapes == shapes.batch_only(task.public_shapes[0].as_dict())
 
 
+def test_a_plain_file_knows_what_one_call_moves_at_its_own_sizes_and_one_with_cpu_shapes_needs_not(tmp_path):
+    """The CPU interpreter judges a plain KernelBench file at its own sizes: what one call moves
+    there (inputs, the output, weights), measured on meta, lets the judge refuse it up front."""
+    relu = BENCH / "19_ReLU.py"
+    assert load_task(relu).cpu_call_bytes == 2 * 4096 * 393216 * 4  # the input and the output, float32
+    matmul = load_task(ELSEWHERE["matmul.py"]).cpu_call_bytes
+    assert matmul == 4 * 4 * (1024 * 4096 + 4096 * 2048 + 1024 * 2048)  # 2M x 2K, 2K x 2N in; 2M x 2N out
+    write(tmp_path / "19_ReLU.py", relu.read_text())
+    write(tmp_path / "19_ReLU.meta.py", "CPU_PUBLIC_SHAPES = [{'batch_size': 4, 'dim': 300}]\n")
+    assert load_task(tmp_path / "19_ReLU.py").cpu_call_bytes is None  # CPU shapes of its own
+
+
 def test_meta_hidden_shapes_are_not_probed(tmp_path, monkeypatch):
     write(tmp_path / "matmul.py", kb("matmul.py").read_text())
     write(tmp_path / "matmul.meta.py", "HIDDEN_SHAPES = [{'M': 3}]\n")

@@ -53,6 +53,25 @@ def test_the_judge_refuses_the_task_before_any_candidate_runs():
         _GpuJudge(139.8, 30.0).verify("this source is never read", task)
 
 
+def test_the_cpu_interpreter_refuses_a_file_at_its_own_sizes_with_what_to_do(tmp_path):
+    """On the CPU 19_ReLU at its own sizes moves 12 GiB a call: its reference's worker failed with
+    "File too large" on the arena, and the run set the task aside as the judge's failure. It is now
+    refused up front, the task named, with the way out; CPU-sized shapes of its own are judged."""
+    from kernforge.sandbox.protocol import Limits
+
+    relu = Path(__file__).resolve().parents[1] / "bench" / "kernelbench" / "problems" / "level1" / "19_ReLU.py"
+    judge = object.__new__(Judge)  # no workers: check_fits reads the options and the task only
+    judge.on_gpu, judge.options = False, JudgeOptions(device="cpu")
+    with pytest.raises(TaskTooLarge, match=r"19_ReLU: task too large for the CPU interpreter: at its own sizes "
+                                           r"\(batch_size=4096 dim=393216\) one call moves 12\.0 GiB.*CPU_PUBLIC_SHAPES"):
+        judge.check_fits(load_task(relu))
+    (tmp_path / "19_ReLU.py").write_text(relu.read_text())
+    (tmp_path / "19_ReLU.meta.py").write_text("CPU_PUBLIC_SHAPES = [{'batch_size': 4, 'dim': 300}]\n")
+    assert judge.check_fits(load_task(tmp_path / "19_ReLU.py")) == 0
+    assert fits.too_large_for_cpu(Limits().file_bytes // 2, "N=1", Limits().file_bytes) is None
+    assert fits.too_large_for_cpu(Limits().file_bytes // 2 + 1, "N=1", Limits().file_bytes) is not None
+
+
 def test_weights_count_twice_toward_what_a_call_needs():
     """A KernelBench linear of 32768x32768 float32 holds 4 GiB of weights in the reference worker
     and again in the candidate's worker: a shape whose calls fit may not fit with them."""

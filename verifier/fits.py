@@ -1,4 +1,4 @@
-"""Whether a task fits the GPU at all, decided before any candidate runs.
+"""Whether a task fits the GPU (or the CPU interpreter) at all, decided before any candidate runs.
 
 A call's inputs and outputs are held several times over while it is judged: the arena holds
 the inputs the reference worker wrote and the candidate's outputs (checked calls alternate two
@@ -6,6 +6,11 @@ halves of it), the reference worker keeps a pristine copy of the inputs and its 
 snapshots the outputs it compares. A task whose largest call needs more than the GPU has, even
 with nothing else on it, gets a clear "task too large for this GPU" for the task, never a
 runtime error blamed on a candidate.
+
+On the CPU the arena is a file in memory, whose size the sandbox caps (``Limits.file_bytes``): a
+plain KernelBench file judged on the CPU at its own sizes (``Task.cpu_call_bytes``; 19_ReLU
+moves 12.9 GB a call) is refused for the task with what to do, before the reference's worker
+fails on it ("File too large", which the run blamed on the judge).
 """
 
 from __future__ import annotations
@@ -60,3 +65,19 @@ def too_large(sizes: Mapping[Any, Mapping[str, Any]], labels: Mapping[Any, str],
             f"{INPUT_COPIES} and {OUTPUT_COPIES} times over (the arena, the reference's copy and answer){weights}, "
             f"{need_all / gib:.0f} GiB in all, more than this GPU's {memory_bytes / gib:.0f} GiB; choose smaller shapes "
             "(a side file NAME.meta.py with PUBLIC_SHAPES and HIDDEN_SHAPES)")
+
+
+#: calls the CPU interpreter's arena holds at once (checked calls alternate two halves of it)
+CPU_ARENA_CALLS = 2
+
+
+def too_large_for_cpu(call_bytes: int | None, label: str, file_bytes: int) -> str | None:
+    """Why a task whose one call at ``label`` moves ``call_bytes`` (inputs, outputs and weights)
+    cannot be judged by the CPU interpreter, whose arena may be ``file_bytes`` at most; or None."""
+    if not call_bytes or CPU_ARENA_CALLS * call_bytes <= file_bytes:
+        return None
+    gib = 1 << 30
+    return (f"task too large for the CPU interpreter: at its own sizes ({label}) one call moves "
+            f"{call_bytes / gib:.1f} GiB of inputs, outputs and weights, and the interpreter's arena holds "
+            f"{CPU_ARENA_CALLS} calls in at most {file_bytes / gib:.0f} GiB; give it CPU-sized shapes in a side file "
+            "NAME.meta.py (CPU_PUBLIC_SHAPES and CPU_HIDDEN_SHAPES, as in tests/kernelbench/), or judge it on a GPU")

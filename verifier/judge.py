@@ -462,9 +462,13 @@ class Judge:
                     self._drop_ref()
 
     def check_fits(self, task: Task) -> int:
-        """TaskTooLarge when no call of ``task`` can be judged on this GPU (verifier/fits.py);
-        else the most GPU memory one of its calls needs (0 off a GPU)."""
+        """TaskTooLarge when no call of ``task`` can be judged on this GPU, or by the CPU
+        interpreter (verifier/fits.py); else the most GPU memory one of its calls needs (0 off a GPU)."""
         if not self.on_gpu:
+            label = task.cpu_public_shapes[0].label if task.cpu_public_shapes else "(default)"
+            why = fits.too_large_for_cpu(task.cpu_call_bytes, label, self.options.limits.file_bytes)
+            if why:
+                raise TaskTooLarge(f"{task.name}: {why}")
             return 0
         checked = list(task.shapes("cuda", hidden=False)) + list(task.shapes("cuda", hidden=True))
         sizes = self._shape_sizes(task, checked, secrets.randbits(31))
