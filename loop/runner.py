@@ -61,13 +61,12 @@ from kernforge.verifier.judge import GpuBusy, JudgeError, JudgeOptions
 from kernforge.verifier.judge_errors import out_of_memory
 from kernforge.verifier.verdict import Rejected, Status, Verdict
 
+from .audit_queue import AuditQueue
 from .budget import Meter, Spent
 from .compile_ahead import CompileAhead
 from .display import AttemptEvent, Display, GuardedDisplay, QuietDisplay, RunView
 from .errors import LoopError
-from .audit_queue import AuditQueue
 from .devices import Devices
-from .recorder import RunRecorder
 from .evaluate import resolve_devices
 from .fairness import FairShare
 from .knobs import clusters_in
@@ -77,6 +76,7 @@ from .llm import LLMError
 from .plan import (RunResult, RunSettings, TaskState, dead_gap_s, judge_options, load_run_tasks, resumed_spent,
                    settings_for_resume, task_state)
 from .proposers import LLMProposer, NoProposal, OfflineTuner, Proposal, Proposer, llm_config, seed_rng
+from .recorder import RunRecorder
 from .search import Member, Population, geomean_us, row_fitness, speedups
 from .strategy import Bandit, reward
 
