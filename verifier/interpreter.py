@@ -24,7 +24,7 @@ NUMPY: dict[str, Callable[..., Any]] = {
     "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "cbrt": np.cbrt, "floor": np.floor, "ceil": np.ceil,
     "trunc": np.trunc, "rint": np.rint, "nearbyint": np.rint, "fabs": np.abs, "pow": np.power,
-    "atan2": np.arctan2, "fmin": np.fmin, "fmax": np.fmax, "fmod": np.fmod, "hypot": np.hypot,
+    "atan2": np.arctan2, "fmod": np.fmod, "hypot": np.hypot,
     "copysign": np.copysign, "erf": _erf, "erfc": _erfc,
     "isinf": np.isinf, "isnan": np.isnan, "signbit": np.signbit,
 }
