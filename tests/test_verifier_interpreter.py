@@ -139,3 +139,11 @@ def test_a_libdevice_function_numpy_lacks_is_refused_by_name(monkeypatch):
 
     with pytest.raises(Exception, match="__nv_roundf has no implementation in the Triton interpreter"):
         _rounded[(1,)](torch.ones(1), torch.empty(1))
+
+
+def test_every_function_numpy_stands_in_for_is_one_of_libdevices():
+    import inspect
+    import re
+
+    symbols = set(re.findall(r'"__nv_(\w+)"', inspect.getsource(cuda_libdevice)))
+    assert [name for name in interpreter.NUMPY if name not in symbols and f"{name}f" not in symbols] == []
