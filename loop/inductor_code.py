@@ -174,6 +174,9 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
         from torch._inductor.codegen.simd import SIMDScheduling
 
         patches.append(mock.patch.object(SIMDScheduling, "can_use_32bit_indexing", staticmethod(_no_32bit_indexing)))
+        # the same pooling, traced as the 2-d one over a row: Dynamo keeps its length a symbol
+        patches.append(mock.patch.object(torch, "max_pool1d", _max_pool1d_as_2d))
+        patches.append(mock.patch.object(torch, "max_pool1d_with_indices", _max_pool1d_with_indices_as_2d))
     patches.append(_importable(module))
     with contextlib.ExitStack() as stack:
         for p in patches:
@@ -196,6 +199,29 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
         raise NoInductorCode(f"Inductor compiled {len(captured)} graphs for the reference, not one")
     wrapper, bindings, fixed = captured[0]
     return Captured(wrapper, bindings, shape, len(inputs), held, _signature(args), fixed)
+
+
+def _max_pool1d_as_2d(input: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+                      ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """``torch.max_pool1d`` (and, with ``return_indices``, ``torch.max_pool1d_with_indices``) for
+    the dynamic capture, as ``F.max_pool2d`` over one row: the same values and indices. Traced as
+    itself, with a dilation, Dynamo fixed the length (41_Max_Pooling_1D: ``Eq(L, 64)`` from inside
+    ``max_pool1d``), so the start could serve one length only; the 2-d pooling keeps it a symbol."""
+    import torch.nn.functional as F
+
+    def one(value: Any, default: int = 0) -> int:
+        if isinstance(value, (tuple, list)):
+            value = value[0] if value else None
+        return default if value is None else int(value)
+
+    k = one(kernel_size)
+    out = F.max_pool2d(input.unsqueeze(-2), (1, k), (1, one(stride, k)), (0, one(padding)), (1, one(dilation, 1)),
+                       ceil_mode=ceil_mode, return_indices=return_indices)
+    return tuple(t.squeeze(-2) for t in out) if return_indices else out.squeeze(-2)
+
+
+def _max_pool1d_with_indices_as_2d(*args: Any, **kwargs: Any) -> Any:
+    return _max_pool1d_as_2d(*args, **kwargs, return_indices=True)
 
 
 def _no_32bit_indexing(numel: Any, buffers: Any) -> bool:

@@ -20,13 +20,20 @@ from kernforge.verifier.verdict import describe
 
 COPIES = Path(__file__).resolve().parent / "kernelbench"
 TASKS = Path(__file__).resolve().parent / "tasks"
+#: a problem whose forward branches on its length: Dynamo fixes it
+FIXED = TASKS / "kb_fixed_length.py"
 
 
 def derived(stem: str, *, check: bool = True) -> Start | NoStart:
     """The start of a KernelBench copy as ``derive`` gives it; with ``check`` False, before
     ``inductor_start.checked`` looks at its fixed sizes."""
     start = _captured(stem)
-    return inductor_start.checked(load_task(COPIES / f"{stem}.py"), "cpu", start) if check else start
+    return inductor_start.checked(load_task(_path(stem)), "cpu", start) if check else start
+
+
+def _path(stem: str) -> Path:
+    """The problem file of a stem this module captures: a KernelBench copy, or ``FIXED``."""
+    return FIXED if stem == FIXED.stem else COPIES / f"{stem}.py"
 
 
 def _captured(stem: str) -> Start | NoStart:
@@ -49,7 +56,7 @@ def _raw_reply(stem: str) -> dict | NoStart:
 #: this module's tests read
 _STARTS = ("26_GELU_", "23_Softmax", "36_RMSNorm_", "2_Standard_matrix_multiplication_", "76_Gemm_Add_ReLU",
            "40_LayerNorm", "3_Batched_matrix_multiplication", "34_InstanceNorm", "41_Max_Pooling_1D",
-           "48_Mean_reduction_over_a_dimension", "47_Sum_reduction_over_a_dimension")
+           "48_Mean_reduction_over_a_dimension", "47_Sum_reduction_over_a_dimension", FIXED.stem)
 _OUTPUT_CODES = ("23_Softmax", "2_Standard_matrix_multiplication_", "12_Gemm_Multiply_LeakyReLU")
 
 
@@ -60,7 +67,7 @@ def _captures() -> dict[tuple[str, str], object]:
     second core of the 2-core CI machine idle. Each is the real call, as a test would make it; the
     children's replies to the starts' calls are kept too (``_raw_reply``)."""
     def task(stem: str):
-        return load_task(COPIES / f"{stem}.py")
+        return load_task(_path(stem))
 
     jobs = [(("start", s), lambda s=s: inductor_start.captured_async(task(s), "cpu")) for s in _STARTS]
     jobs += [(("code", s), lambda s=s: output_code_async(task(s), "cpu")) for s in _OUTPUT_CODES]
@@ -219,44 +226,65 @@ def test_the_dynamic_kernels_index_in_64_bits_and_the_static_ones_as_inductor_ch
 
 
 def test_a_size_dynamo_specialised_is_refused_by_the_dynamic_path_with_the_reason(tmp_path):
-    """41_Max_Pooling_1D: Dynamo fixes the sequence length although every size is marked dynamic.
-    On the H200 the start's dynamic code then gave an output of the example's length at every
-    other length (rejected as wrong). The dynamic path now refuses a call whose fixed size differs,
-    saying so, and runs where it holds."""
+    """Dynamo fixes a size the forward branches on although every size is marked dynamic (on the
+    H200, 41_Max_Pooling_1D's start gave an output of the example's length at every other length:
+    rejected as wrong). The dynamic path refuses a call whose fixed size differs, saying so, and
+    runs where it holds."""
     import torch
 
-    task = load_task(COPIES / "41_Max_Pooling_1D.py")
-    start = derived("41_Max_Pooling_1D", check=False)
+    task = load_task(FIXED)
+    start = derived("kb_fixed_length", check=False)
     assert isinstance(start, Start), start
     length = example_shape(task, "cpu").as_dict()["sequence_length"]
-    candidate = _load(start.source, tmp_path, "start_41")
+    candidate = _load(start.source, tmp_path, "start_fixed")
     assert (0, 2, length) in candidate._FIXED_SIZES
     other = torch.randn(3, 5, length + 15)
     with pytest.raises(ValueError, match=f"dimension 2 of input 0 fixed at {length} .*this call has {length + 15}"):
-        candidate.ModelNew(8, 1, 4, 3, False)(other)
+        candidate.ModelNew()(other)
     assert candidate._dynamic_code_holds((torch.randn(3, 5, length),)) is None
 
 
 def test_no_start_where_a_size_dynamo_specialised_varies_across_the_tasks_shapes(tmp_path):
-    """41_Max_Pooling_1D's copy has a hidden shape of another length: a start whose dynamic code
-    holds the length would be rejected there, so there is none, and the reason says why without
-    the hidden shape's sizes. Where every other shape keeps the fixed size (the hidden lengths
-    set to the public one's), the start stands."""
-    task = load_task(COPIES / "41_Max_Pooling_1D.py")
+    """A hidden shape of another length: a start whose dynamic code holds the length would be
+    rejected there, so there is none, and the reason says why without the hidden shape's sizes.
+    Where every other shape keeps the fixed size (the hidden lengths set to the public one's), the
+    start stands."""
+    task = load_task(FIXED)
     length = example_shape(task, "cpu").as_dict()["sequence_length"]  # what the dynamic code holds
     other = ({s.as_dict()["sequence_length"] for s in task.shapes("cpu", hidden=True)} - {length}).pop()
-    start = derived("41_Max_Pooling_1D")
+    start = derived("kb_fixed_length")
     assert isinstance(start, NoStart)
     assert (f"holds dimension 2 of input 0 at {length} (Dynamo specialised it), and a hidden shape has {other} there"
             in start.reason), start.reason
     folder = tmp_path / "same_length"
     folder.mkdir()
-    (folder / "41_Max_Pooling_1D.py").write_text((COPIES / "41_Max_Pooling_1D.py").read_text())
-    meta = (COPIES / "41_Max_Pooling_1D.meta.py").read_text()
+    (folder / "kb_fixed_length.py").write_text(FIXED.read_text())
+    meta = FIXED.with_suffix(".meta.py").read_text()
     hidden = meta[meta.index("CPU_HIDDEN_SHAPES"):].replace(f"'sequence_length': {other}", f"'sequence_length': {length}")
-    (folder / "41_Max_Pooling_1D.meta.py").write_text(meta[:meta.index("CPU_HIDDEN_SHAPES")] + hidden)
-    same = inductor_start.checked(load_task(folder / "41_Max_Pooling_1D.py"), "cpu", derived("41_Max_Pooling_1D", check=False))
+    (folder / "kb_fixed_length.meta.py").write_text(meta[:meta.index("CPU_HIDDEN_SHAPES")] + hidden)
+    same = inductor_start.checked(load_task(folder / "kb_fixed_length.py"), "cpu", derived("kb_fixed_length", check=False))
     assert isinstance(same, Start) and (0, 2, length) in same.fixed
+
+
+def test_a_dilated_max_pool1d_keeps_its_length_a_symbol_and_its_start_serves_every_length():
+    """41_Max_Pooling_1D (dilation 3): traced as itself, Dynamo fixed the length inside
+    ``F.max_pool1d`` and there was no start; the capture traces it as the 2-d pooling over a row,
+    and the start is judged at lengths 64 and 49 alike."""
+    start = derived("41_Max_Pooling_1D")
+    assert isinstance(start, Start) and not start.fixed, start
+
+
+def test_the_captures_max_pool1d_is_torchs_at_every_setting():
+    import torch
+
+    from kernforge.loop.inductor_code import _max_pool1d_as_2d, _max_pool1d_with_indices_as_2d
+
+    x = torch.randn(2, 3, 37)
+    for k, s, p, d, ceil in [(8, 1, 4, 3, False), (3, (), 1, 1, True), (4, [], 0, 2, False), ((5,), (2,), (2,), (1,), True)]:
+        want = torch.max_pool1d_with_indices(x, k, s, p, d, ceil)
+        got = _max_pool1d_with_indices_as_2d(x, k, s, p, d, ceil)
+        assert all(torch.equal(a, b) for a, b in zip(want, got)), (k, s, p, d, ceil)
+        assert torch.equal(_max_pool1d_as_2d(x, k, s, p, d, ceil), torch.max_pool1d(x, k, s, p, d, ceil))
 
 
 def test_an_outer_reduction_is_launched_with_many_rows_and_a_short_block_on_a_gpu():
