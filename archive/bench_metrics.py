@@ -47,6 +47,8 @@ class ProblemResult:
     speedup_compile: float | None = None
     #: the attempt those speedups are of (or the first correct one on the CPU)
     attempt_id: int | None = None
+    #: why the run left the problem out before judging any of it (too large for its devices)
+    left_out: str | None = None
 
     @property
     def on_gpu(self) -> bool:

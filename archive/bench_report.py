@@ -92,7 +92,7 @@ def metrics_table(report: BenchReport) -> FitTable:
 
 def _verdict(p: ProblemResult) -> str:
     if p.attempts == 0:
-        return "not tried"
+        return "left out" if p.left_out else "not tried"
     return "yes" if p.correct else "no"
 
 
@@ -111,7 +111,8 @@ def problems_table(report: BenchReport) -> FitTable:
 
 
 def report_view(report: BenchReport) -> Group:
-    return Group(metrics_table(report), problems_table(report),
+    left_out = [Text(f"{p.name} left out: {p.left_out}") for p in report.problems if p.left_out]
+    return Group(metrics_table(report), problems_table(report), *left_out,
                  Text(f"run {report.run.run_id} {report.run.status}; `kernforge bench report {report.run.run_id}` "
                       "shows it again, `kernforge bench report RUN RUN` compares it with another"))
 

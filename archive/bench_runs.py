@@ -16,7 +16,7 @@ with its original's verdict, measurements and audits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -39,9 +39,11 @@ class BenchRun:
     attempts: int
     #: problem (task) name -> the file it was loaded from
     problems: Mapping[str, str]
+    #: problem name -> why its latest session left it out unjudged (too large for its devices)
+    left_out: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "problems": dict(self.problems)}
+        return {**self.__dict__, "problems": dict(self.problems), "left_out": dict(self.left_out)}
 
 
 def level_of(ref: str) -> str:
@@ -63,7 +65,8 @@ def _bench_run(run: RunRecord) -> BenchRun | None:
     if not isinstance(settings, Mapping) or not settings.get("benchmark"):
         return None
     return BenchRun(run_id=run.id, benchmark=str(settings["benchmark"]), label=_label(run.config), status=run.status,
-                    started=run.started, attempts=run.attempts, problems=dict(run.config.get("task_refs") or {}))
+                    started=run.started, attempts=run.attempts, problems=dict(run.config.get("task_refs") or {}),
+                    left_out=dict(run.config.get("left_out") or {}))
 
 
 def benchmark_runs(archive: Archive, benchmark: str | None = None) -> list[BenchRun]:
@@ -127,5 +130,6 @@ def problem_results(archive: Archive, run: BenchRun) -> list[ProblemResult]:
         out.append(ProblemResult(
             name=name, level=level_of(ref), attempts=len(mine), correct=bool(good), gpu=gpu,
             speedup_eager=eager, speedup_compile=compiled, attempt_id=best if best is not None else (good or [None])[0],
+            left_out=run.left_out.get(name) if not mine else None,
         ))
     return out

@@ -279,6 +279,20 @@ class Archive(Queries):
             return self.db["runs"].insert(row).last_pk
 
     @guarded
+    def set_left_out(self, run_id: int, reasons: Mapping[str, str]) -> None:
+        """The run's tasks this session left out before judging any (too large for its devices),
+        each with why (``config["left_out"]``; replaced each session: a resumed run on a larger GPU
+        may judge them)."""
+        with self._write():
+            config = dict(self._run_row(run_id).config)
+            if reasons:
+                config["left_out"] = dict(reasons)
+            else:
+                config.pop("left_out", None)
+            self.conn.execute("UPDATE runs SET config = ? WHERE id = ?",
+                              (json.dumps(config, sort_keys=True, default=str), run_id))
+
+    @guarded
     def finish_run(self, run_id: int, status: str = "finished", *, owner: str | None = None,
                    seconds: float | None = None) -> None:
         """Mark the run stopped (``status``) and let go of it; ``seconds``: its wall time so far.

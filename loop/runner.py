@@ -130,18 +130,21 @@ class Runner:
         self._ahead: asyncio.Task | None = None
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
-        """The tasks these GPUs can judge at all; each one too large is said and left out. A task
+        """The tasks these devices can judge at all (the GPUs, or the CPU interpreter); each one too
+        large is said and left out, and the run's record keeps why (a benchmark's report says it). A task
         whose attempts are all recorded (a resumed run) is not sized: it judges nothing more, and
         sizing runs its reference at every shape (on the H200 a resumed KernelBench run of 43
         problems spent its first minute sizing problems it had finished)."""
-        assert self.meter is not None
-        kept = []
+        assert self.meter is not None and self.archive is not None and self.run_id is not None
+        kept, left_out = [], {}
         for task, task_id in zip(tasks, task_ids):
             why = None if self.meter.task_done(task.name) else await self.devices.too_large(task)
             if why:
                 self.display.note(f"left out: {why}")
+                left_out[task.name] = why
             else:
                 kept.append((task, task_id))
+        self.archive.set_left_out(self.run_id, left_out)  # a benchmark's report says why (archive/bench_runs.py)
         if not kept:
             raise LoopError("no task of this run fits these devices (see above)")
         return [t for t, _ in kept], [i for _, i in kept]

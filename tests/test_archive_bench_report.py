@@ -63,3 +63,21 @@ def test_two_runs_side_by_side_fit_80_columns(reports):
 def test_the_list_of_runs(reports):
     text = rendered(runs_table(reports[1]))
     assert "MiniMax-M3" in text and "qwen3-coder-480b" in text and "kernelbench" in text
+
+
+def test_a_problem_the_run_left_out_says_why(tmp_path):
+    """A problem too large for the run's devices is left out before anything is judged: the report
+    says "left out" and why, not "not tried" (which reads as a run cut short)."""
+    why = "12_Gemm: task too large for this GPU: the shape batch_size=1024 ... (a side file NAME.meta.py ...)"
+    with Archive.create(tmp_path / "k.db") as archive:
+        ids = {name: archive.register_task(synthetic.task_record(name)) for name in REFS}
+        run = archive.start_run({"settings": {"benchmark": "kernelbench"}, "task_refs": REFS})
+        add(archive, run, 0, ids["19_ReLU"], Accepted(shapes=(shape(10, 30, 15),), environment=dict(H200)), "relu")
+        archive.set_left_out(run, {"12_Gemm": why})
+        report = bench_report(archive, bench_run(archive, run))
+    left = {p.name: p.left_out for p in report.problems}
+    assert left["12_Gemm"] == why and left["19_ReLU"] is None and left["2_Matmul"] is None
+    text = rendered(report_view(report))
+    assert "left out" in text and "not tried" in text  # 2_Matmul was simply not reached
+    assert "12_Gemm left out: 12_Gemm: task too large for this GPU" in " ".join(text.split())
+    assert max(len(line) for line in text.splitlines()) <= 80

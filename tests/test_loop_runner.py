@@ -325,11 +325,13 @@ class StandInJudge:
         """Every task fits (the CPU interpreter has no GPU memory to run out of)."""
 
 
-def test_a_task_too_large_for_the_gpu_is_left_out_and_said():
-    """Before anything runs, a task whose largest call cannot fit the GPU is named and left out;
-    a run with no task left is a clear error (verifier/fits.py)."""
+def test_a_task_too_large_for_the_gpu_is_left_out_and_said(tmp_path):
+    """Before anything runs, a task whose largest call cannot fit the GPU is named and left out,
+    and the run's record keeps why (a benchmark's report says it); a run with no task left is a
+    clear error (verifier/fits.py)."""
     import asyncio
 
+    from kernforge.archive.store import Archive
     from kernforge.loop.errors import LoopError
     from kernforge.loop.runner import Runner
     from kernforge.tasks.loader import load_task
@@ -354,15 +356,24 @@ def test_a_task_too_large_for_the_gpu_is_left_out_and_said():
     runner = object.__new__(Runner)
     runner.devices, runner.display = Devices(), Display()
     runner.meter = Meter(Budget(max_attempts=2))
+    runner.archive = Archive.create(tmp_path / "k.db")
+    runner.run_id = runner.archive.start_run({"settings": {"benchmark": "kernelbench"}})
     kept = asyncio.run(runner._fitting([small, big], [1, 2]))
     assert kept == ([small], [1])
     assert any("left out: softmax: task too large for this GPU" in n for n in runner.display.notes)
+    assert runner.archive.run_status(runner.run_id).run.config["left_out"] == {
+        "softmax": "softmax: task too large for this GPU: ..."}
     with pytest.raises(LoopError, match="no task of this run fits these devices"):
         asyncio.run(runner._fitting([big], [2]))
     # resumed with rms_norm's attempts all recorded: it judges nothing more, so it is not sized
     runner.devices.sized.clear()
     runner.meter = Meter(Budget(max_attempts=2), Spent(attempts={"rms_norm": 2}))
     assert asyncio.run(runner._fitting([small, big], [1, 2])) == ([small], [1])
+    # a later session on a GPU the task fits: no longer left out
+    runner.devices.too_large = lambda task: asyncio.sleep(0, None)
+    asyncio.run(runner._fitting([small, big], [1, 2]))
+    assert "left_out" not in runner.archive.run_status(runner.run_id).run.config
+    runner.archive.close()
     assert runner.devices.sized == ["softmax"]
 
 
