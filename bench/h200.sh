@@ -56,7 +56,7 @@
 #              loop14b$LOOP_TAG, so that one call can run it twice, e.g. with LANES=4 and LANES=1, each on a copy).
 #              LOOP_HOURS as for loop14: with a budget of LOOP_S the audits loop14 left (it is stopped, not ended)
 #              are due at once, to fit before the end, and hold the verdicts back; with a night's they take
-#              at most their share of the GPU (loop/runner.py AUDIT_SHARE) and the verdicts go on
+#              at most their share of the GPU (loop/audit_queue.py AUDIT_SHARE) and the verdicts go on
 #   loop14bbefore  loop14b with the code of the carried .before/ on a copy of the carried .loop14/loop14.db (a cache of its
 #              own): the second run before and after on one lease (log, loop14bbefore.db/.json)
 #   lanes      bench/loop.py, 3 tasks x 12 attempts, with two lanes and then one (caches the first run warms favour
