@@ -310,7 +310,9 @@ def _shape(where: Path, key: str, index: int, item: Any, globals_: dict[str, int
             f"{where}: {key}[{index}] sets {unknown}, which are not integer globals of the reference "
             f"(those are: {sorted(globals_)})"
         )
-    bad = [k for k, v in item.items() if not isinstance(v, int) or isinstance(v, bool) or v < 0]
+    # a negative value is a setting's where the file's own is negative (53_Gemm_Scaling_Hardtanh_GELU's
+    # hardtanh_min = -2), never a size's
+    bad = [k for k, v in item.items() if not isinstance(v, int) or isinstance(v, bool) or (v < 0 <= globals_[k])]
     if bad:
         raise TaskError(f"{where}: {key}[{index}] has non-integer or negative sizes for {bad}")
     # Globals a shape leaves out keep the reference's default value.

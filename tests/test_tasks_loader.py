@@ -107,6 +107,20 @@ def test_bad_meta_is_named(tmp_path, meta, message):
         load_task(tmp_path / "relu.py")
 
 
+def test_a_setting_whose_own_value_is_negative_may_be_named_in_a_shape(tmp_path):
+    """53_Gemm_Scaling_Hardtanh_GELU's hardtanh_min is -2: a CPU shape that names it (at -2, or
+    -3) is a shape; a negative size is still refused."""
+    source = (Path(__file__).resolve().parents[1] / "bench" / "kernelbench" / "problems" / "level2"
+              / "53_Gemm_Scaling_Hardtanh_GELU.py").read_text()
+    write(tmp_path / "gemm.py", source)
+    write(tmp_path / "gemm.meta.py", "CPU_PUBLIC_SHAPES = [{'batch_size': 8, 'in_features': 40, 'out_features': 33, "
+                                     "'hardtanh_min': -3, 'hardtanh_max': 2}]\n")
+    assert load_task(tmp_path / "gemm.py").cpu_public_shapes[0].as_dict()["hardtanh_min"] == -3
+    write(tmp_path / "gemm.meta.py", "CPU_PUBLIC_SHAPES = [{'batch_size': -8}]\n")
+    with pytest.raises(TaskError, match=r"non-integer or negative sizes for \['batch_size'\]"):
+        load_task(tmp_path / "gemm.py")
+
+
 def test_unknown_name_lists_builtins():
     with pytest.raises(TaskError, match="no such built-in task or path"):
         load_task("no_such_task")
