@@ -285,6 +285,8 @@ class Archive(Queries):
         may judge them)."""
         with self._write():
             config = dict(self._run_row(run_id).config)
+            if not reasons and "left_out" not in config:
+                return  # nothing to say, nothing said before
             if reasons:
                 config["left_out"] = dict(reasons)
             else:

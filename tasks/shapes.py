@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from .errors import TaskError
 from .runtime import load_module, set_globals
@@ -424,12 +424,11 @@ class _Planner:
             reason = f"the default shape does not run on meta: {base.error if base else 'no budget'}"
             return Plan(default, batch_only(self.default), fallback=reason, probes=self.probes, ops=self.ops)
         self.base = base
-        plan = self._plan(default)
         built, stuck = self.sizes([k for k, v in self.default.items() if v >= 2 and not _SETTING.search(k)])
         sizes = list(built)
         if not sizes:
             reason = "no integer global changes an input's or a weight's shape on meta"
-            return plan(batch_only(self.default), reason)
+            return self._plan(batch_only(self.default), reason)
 
         # Accepted variants, each a dict of changes: singles (one size, or sizes tied by their
         # default) by slot, and all-at-once variants.
@@ -457,15 +456,13 @@ class _Planner:
                 chosen.append(shape)
         if not chosen:
             reason = "no variant ran on meta within the probe budget"
-            return plan(batch_only(self.default), reason)
-        return plan(tuple(sorted(chosen[:MAX_HIDDEN])), None)
+            return self._plan(batch_only(self.default), reason)
+        return self._plan(tuple(sorted(chosen[:MAX_HIDDEN])))
 
-    def _plan(self, default: Shape) -> Callable[[tuple[Shape, ...], str | None], Plan]:
-        """The plan of these shapes (and fallback reason), with what the probes counted so far."""
-        def plan(shapes: tuple[Shape, ...], fallback: str | None) -> Plan:
-            return Plan(default, shapes, fallback=fallback, probes=self.probes, ops=self.ops, default_bytes=self.base.nbytes)
-
-        return plan
+    def _plan(self, shapes: tuple[Shape, ...], fallback: str | None = None) -> Plan:
+        """The plan of these shapes, once the default shape ran, with what the probes counted."""
+        return Plan(Shape.of(self.default), shapes, fallback=fallback, probes=self.probes, ops=self.ops,
+                    default_bytes=self.base.nbytes)
 
     def sizes(self, names: list[str]) -> tuple[dict[str, int], list[str]]:
         """Step 2: the globals whose value changes an input's or a weight's shape, each with the
