@@ -131,20 +131,20 @@ def test_a_would_be_best_waits_only_while_a_first_verdict_is_pending_or_audits_h
     assert queue.waits(but=judged)
 
 
-@pytest.mark.parametrize("benchmark", [False, True])
-def test_a_benchmark_run_audits_every_would_be_best_as_it_comes(benchmark):
+@pytest.mark.parametrize("at_once", [False, True])
+def test_a_benchmark_run_audits_every_would_be_best_as_it_comes(at_once):
     """KernelBench's metrics count audited kernels only, and a benchmark's budget per problem is
     fixed: its audits wait neither for other problems' first verdicts nor for their share of the
     device time, so a run cut short (the H100's slices of 43 problems) counts every problem it
     judged. A plain run's audits still wait."""
     judged, newer, never = states = _three_tasks()
-    queue, audited, _ = _queue(states, at_once=benchmark)
+    queue, audited, _ = _queue(states, at_once=at_once)
     queue.leftover.append(_waiting(judged))
     queue.defer(*_waiting(newer))
     queue.audit_s, queue.verify_s = AUDIT_GRACE_S + 1.0, 1.0  # audits took their share and more
     _go(queue)
-    assert audited == ([2, 4] if benchmark else [])
-    assert queue.waits() == (not benchmark)
+    assert audited == ([2, 4] if at_once else [])
+    assert queue.waits() == (not at_once)
 
 
 def test_a_benchmark_audits_again_what_an_earlier_judge_passed_only_after_every_first_verdict():
