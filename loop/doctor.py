@@ -85,13 +85,20 @@ def _api_key() -> Check:
     return Check("api key", True, f"yes (from {source})")
 
 
+def _bytecode() -> Check:
+    from kernforge.sandbox.bytecode import describe
+
+    ok, detail = describe()
+    return Check("python bytecode", ok, detail)
+
+
 def _judge() -> Check:
     from kernforge.verifier.revision import fingerprint
 
     return Check("judge", True, f"fingerprint {fingerprint()}: audits by another count for no best (verifier/revision.py)")
 
 
-CHECKS: tuple[Callable[[], Check], ...] = (_python, _torch, _triton, _gpus, _nvcc, _sandbox, _docker, _api_key, _judge)
+CHECKS: tuple[Callable[[], Check], ...] = (_python, _torch, _triton, _gpus, _nvcc, _sandbox, _bytecode, _docker, _api_key, _judge)
 
 
 def run_checks() -> list[Check]:

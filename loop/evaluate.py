@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
+from kernforge.sandbox.bytecode import compile_missing_in_background
 from kernforge.sandbox.isolation import for_profiler, mechanism as choose_mechanism
 from kernforge.sandbox.pool import ProcessBackend
 from kernforge.sandbox.protocol import Backend, WorkerSpec
@@ -95,6 +96,8 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
     cache = chosen.cache_dir or default_dir()
     compiled = compiled_dir(cache)
     private = tuple(chosen.private_paths)
+    # a candidate's worker writes no bytecode: compile what the install lacks, once, for all of them
+    compile_missing_in_background(exclude=secret_paths(tasks) + (str(cache),) + private)
     # On the CPU a candidate forks nothing (the interpreter builds nothing; a CUDA extension built
     # there could not run): a forked child there computed each call's outputs with torch, beyond
     # every trace. On a GPU nvcc forks while an extension builds, and a forked child has no CUDA.

@@ -15,14 +15,17 @@ from __future__ import annotations
 import mmap
 import os
 import platform
+import shutil
+import subprocess
 import sys
+import sysconfig
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
-from kernforge.sandbox import isolation
+from kernforge.sandbox import bytecode, isolation
 from kernforge.sandbox import FailureKind, Limits, ProcessBackend, WorkerFailure, WorkerSpec
 from kernforge.sandbox.protocol import MAX_FDS_PER_MESSAGE, MAX_TAG_CHARS
 
@@ -356,6 +359,39 @@ def test_writes_outside_workdir_do_not_land(pool):
         outcome = run_job(pool, "write_outside", {"paths": [str(p) for p in targets]})
         assert outcome.message[str(open_dir / "a.txt")] == "Read-only file system"
         assert [p for p in targets if p.exists()] == []
+    assert_next_job_ok(pool)
+
+
+def test_a_job_reads_the_bytecode_compiled_beside_the_sources_and_cannot_plant_its_own(pool):
+    """sandbox/bytecode.py compiles what an install lacks beside its sources, for every candidate
+    worker to read. The worker reads it (a stale-looking pyc proves it: the source now says 2, its
+    size and time unchanged, and the import says 1), and a candidate cannot plant bytecode there
+    for the next importer, in a package's folder or one without bytecode yet."""
+    if not pool.mechanism.mountns:
+        pytest.skip("no mount namespace on this machine")
+    site = Path(sysconfig.get_paths()["purelib"])  # where a worker imports its packages from
+    module = f"kf_bytecode_probe_{uuid.uuid4().hex[:8]}"
+    folder = site / module
+    folder.mkdir()
+    try:
+        source = folder / "__init__.py"
+        source.write_text("VALUE = 1\n")
+        subprocess.run(bytecode.command([folder], [], 1), check=True, timeout=60)
+        compiled = bytecode.beside(source)
+        stat = source.stat()
+        source.write_text("VALUE = 2\n")
+        os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        planted = [compiled, folder / "other" / "__pycache__" / f"x.{sys.implementation.cache_tag}.pyc"]
+        (folder / "other").mkdir()
+        before = compiled.read_bytes()
+        outcome = run_job(pool, "import_and_poison", {"folder": str(site), "module": module,
+                                                      "plant": [str(p) for p in planted]})
+        assert outcome.message is not None, (outcome.failure, outcome.diagnostics)
+        assert outcome.message["value"] == 1, outcome.message
+        assert set(outcome.message["planted"].values()) <= {"Read-only file system", "Permission denied"}, outcome.message
+        assert compiled.read_bytes() == before and not planted[1].exists()
+    finally:
+        shutil.rmtree(folder)
     assert_next_job_ok(pool)
 
 

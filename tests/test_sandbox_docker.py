@@ -32,10 +32,12 @@ pytestmark = pytest.mark.docker
 
 # The same tests, collected here with this module's `pool` (a DockerBackend), the descriptor
 # channel's included. Two of them assert process-backend specifics and have container versions
-# below; one runs a process backend of its own.
+# below; one runs a process backend of its own; one writes a package into the host's
+# site-packages, which a container sees only as its image was built.
 REUSED = [name for name in dir(hostile) if name.startswith("test_")
           and name not in ("test_killing_the_parent_fails", "test_writes_outside_workdir_do_not_land",
-                           "test_descriptors_in_a_trusted_worker")]
+                           "test_descriptors_in_a_trusted_worker",
+                           "test_a_job_reads_the_bytecode_compiled_beside_the_sources_and_cannot_plant_its_own")]
 globals().update({name: getattr(hostile, name) for name in REUSED})
 
 

@@ -186,6 +186,23 @@ def write_outside(channel, payload):
     channel.send(results)
 
 
+def import_and_poison(channel, payload):
+    """Imports a module from a shared folder, then tries to plant bytecode there for the next
+    importer (a candidate's worker reads the bytecode trusted code compiled beside the sources)."""
+    sys.path.insert(0, payload["folder"])
+    module = __import__(payload["module"])
+    outcomes = {}
+    for path in payload["plant"]:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(b"planted")
+            outcomes[path] = "written"
+        except OSError as e:
+            outcomes[path] = e.strerror
+    channel.send({"value": module.VALUE, "planted": outcomes})
+
+
 def read_hidden(channel, payload):
     results = {}
     for path in payload["paths"]:
