@@ -30,6 +30,8 @@
 #   drawn      every seed against its reference at its public, hidden and 12 drawn GPU shapes (tasks/draws.py)
 #   steps      bench/refworker_steps.py on the GPU (a window's input draw, call by call and batched, and comparison: ms and aten ops)
 #   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, one step at a time, and the audit's profiled worker)
+#   bytecode   bench/bytecode_probe.py (a candidate worker's preload from source against the bytecode
+#              sandbox/bytecode.py compiles beside the sources; the image's torch has none)
 #   footprint  bench/footprint_probe.py (per-call time against where the buffers live and how much memory a batch touches)
 #   sweep      bench/clock_sweep.py (the batch window against its number of calls: fixed cost or per-call excess)
 #   kb         bench/kernelbench.py on six KernelBench problems (those issue #14 names) at their default sizes
@@ -98,6 +100,7 @@ for p in "$@"; do
     steps) phase steps 200 python3 bench/refworker_steps.py --device cuda:0 --task rms_norm --task silu_and_mul --task softmax --task fused_add_rms_norm \
              --task rotary_embedding --task moe_topk_softmax --task merge_attn_states ;;
     ncusbx) phase ncusbx 200 python3 bench/ncu_sandbox.py --timeout 25 ;;
+    bytecode) phase bytecode 240 python3 bench/bytecode_probe.py --repeats 3 ;;
     footprint) phase footprint 60 python3 bench/footprint_probe.py ;;
     sweep) phase sweep 240 python3 bench/clock_sweep.py --json "$OUT/sweep.json" ;;
     kb) phase kb 240 python3 bench/kernelbench.py --problems 19_ReLU 88_MinGPTNewGelu 23_Softmax 47_Sum_reduction_over_a_dimension 36_RMSNorm_ 40_LayerNorm --json "$OUT/kb.json" ;;
