@@ -108,7 +108,7 @@ def describe() -> tuple[bool, str]:
     lacking = [s for s in sources if not beside(s).exists()]
     names = ", ".join(PACKAGES)
     if not lacking:
-        return True, f"present beside the {len(sources)} modules of {names} a worker imports"
+        return True, f"present beside all {len(sources)} modules of {names} a worker imports"
     roots = missing_roots(lacking, sys.path, [KERNFORGE_ROOT])
     if roots:
         return True, (f"{len(lacking)} of the {len(sources)} modules of {names} a worker imports have none: a judge "

@@ -84,4 +84,4 @@ def test_doctor_says_whether_workers_compile_from_source_and_what_a_judge_does(t
     ok, detail = bytecode.describe()
     assert ok and "1 of the 1 modules of single" in detail and str(site / "single.py") in detail
     bytecode.compile_missing(processes=1)
-    assert bytecode.describe() == (True, "present beside the 1 modules of single a worker imports")
+    assert bytecode.describe() == (True, "present beside all 1 modules of single a worker imports")
