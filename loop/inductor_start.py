@@ -52,7 +52,7 @@ import re
 import sys
 import tempfile
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, AsyncContextManager, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
@@ -356,6 +356,8 @@ def translate(wrapper: str, bindings: Sequence[tuple[str, str]], n_inputs: int, 
         raise ValueError("a reference with parameters or buffers needs its methods to build them")
     paths = [_Path.of(wrapper, bindings)]
     if static is not None:
+        # the dynamic path serves every shape but the timed one: its GEMMs compile once for them all
+        paths[0] = replace(paths[0], body=[inductor_gemm.general(line) for line in paths[0].body])
         paths.insert(0, _Path.of(inductor_paths.renamed(static.wrapper), static.bindings))
     gemm = any(p.gemm for p in paths)
     parts = [_HEADER + "".join(f"{line}\n" for line in (methods.imports if methods else ()) if line not in _HEADER)]

@@ -42,7 +42,7 @@ def _launcher(launches: list | None = None):
     space = {"torch": torch, "triton": triton, "tl": tl}
     exec(compile(inductor_gemm.source(DEVICE), "kf_gemm", "exec"), space)
     if launches is not None:
-        for name in ("_kf_gemm", "_kf_gemm_sum"):
+        for name in ("_kf_gemm", "_kf_gemm_any", "_kf_gemm_sum"):
             space[name] = _Spy(name, space[name], launches)
     return space[inductor_gemm.LAUNCHER]
 
@@ -143,12 +143,109 @@ SPLIT_SHAPES = [(5, 4099, 3), (70, 2053, 33)]
 
 def _split(launches: list) -> int:
     """How many slices of K the GEMM ran in, checking that the sum ran exactly when it split."""
-    grids = [grid for name, grid in launches if name == "_kf_gemm"]
+    grids = [grid for name, grid in launches if name in ("_kf_gemm", "_kf_gemm_any")]
     sums = [grid for name, grid in launches if name == "_kf_gemm_sum"]
     assert len(grids) == 1, launches
     split = grids[0][2]
     assert len(sums) == (split > 1), f"{split} slices of K, {len(sums)} sums"
     return split
+
+
+@pytest.mark.parametrize("m,k,n", [(33, 70, 17), SPLIT_SHAPES[0]])
+def test_a_general_launch_takes_the_kernel_compiled_once_for_any_sizes_and_computes_the_same(spied, m, k, n):
+    """A start's dynamic path launches ``general=True``: _kf_gemm_any, the same kernel with no
+    specialisation on its sizes and strides (one compile for every hidden shape), same results."""
+    gemm, launches = spied
+    a, b = torch.randn(m, k, device=DEVICE), torch.randn(n, k, device=DEVICE).t()
+    bias = torch.randn(n, device=DEVICE)
+    outs = {}
+    for general in (False, True):
+        launches.clear()
+        outs[general] = torch.empty(m, n, device=DEVICE)
+        gemm(a, b, outs[general], bias, alpha=0.5, beta=2.0, general=general)
+        assert {name for name, _ in launches} - {"_kf_gemm_sum"} == {"_kf_gemm_any" if general else "_kf_gemm"}
+    assert torch.equal(outs[False], outs[True])
+    _close(outs[True], 0.5 * (a.double() @ b.double()) + 2.0 * bias.double(), f"general addmm {m}x{k}x{n}")
+
+
+@pytest.mark.parametrize("device_kind", ["cpu", "cuda"])
+def test_tile_k_is_one_value_wherever_k_is_not_split_and_the_slices_are_as_before(device_kind):
+    """TILE_K is a key of the kernel's compile: every call that does not split K passes the cap,
+    one compile for them all, while the slices (how many, how long) stay those of the plain rule
+    ``min(max(TILE_K_MIN, fill), cap)``. Launches recorded on meta tensors, none run."""
+    blocks = inductor_gemm.BLOCKS[device_kind]
+    seen = []
+
+    class _Record:
+        def __getitem__(self, grid):
+            return lambda *args, **meta: seen.append((grid, meta))
+
+    space = {"torch": torch, "triton": triton, "tl": tl}
+    exec(compile(inductor_gemm.source(device_kind), "kf_gemm", "exec"), space)
+    for name in ("_kf_gemm", "_kf_gemm_any", "_kf_gemm_sum"):
+        space[name] = _Record()
+    unsplit: set[int] = set()
+    for batch, m, k, n in [(1, 2048, 8192, 4096), (1, 2048, 6145, 3073), (1, 1, 8192, 4096), (1, 2048, 1, 4096),
+                           (1, 2048, 2**20, 1), (128, 512, 1024, 2048), (1, 5, 4099, 3), (1, 70, 2053, 33),
+                           (1, 64, 600, 64), (3, 7, 50000, 9)]:
+        seen.clear()
+        a = torch.empty(batch, m, k, device="meta")
+        space[inductor_gemm.LAUNCHER](a, torch.empty(batch, k, n, device="meta"), torch.empty(batch, m, n, device="meta"))
+        grid, meta = seen[0]
+        tiles = triton.cdiv(m, blocks["BLOCK_M"]) * triton.cdiv(n, blocks["BLOCK_N"])
+        fill = triton.next_power_of_2(triton.cdiv(k * tiles * batch, blocks["SPLIT_PROGRAMS"]))
+        plain = min(max(blocks["TILE_K_MIN"], fill), blocks["TILE_K"])
+        split = max(1, triton.cdiv(k, plain))
+        assert grid[2] == split, (batch, m, k, n)
+        assert meta["TILE_K"] == (plain if split > 1 else blocks["TILE_K"]), (batch, m, k, n)
+        unsplit |= {meta["TILE_K"]} if split == 1 else set()
+    assert unsplit == {blocks["TILE_K"]}, unsplit
+
+
+#: compiled without the interpreter (the suite's conftest turns it on), for sm_90 to the binary: the
+#: GEMM specialised as at a timed shape of multiples of 16, and as _kf_gemm_any compiles it (no
+#: specialisation), whose list must name every integer argument
+HOPPER_BUILD = """
+import importlib.util, json, sys, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+spec = importlib.util.spec_from_file_location("kf_gemm_build", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+fn = module._kf_gemm
+floats, pointers = {"alpha", "beta"}, {"a_ptr", "b_ptr", "c_ptr", "bias_ptr"}
+constexprs = {"HAS_BIAS": True, "IEEE": True, "SPLIT": False, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32,
+              "GROUP_M": 8, "TILE_K": 16384}
+ints = [n for n in fn.arg_names if n not in floats | pointers | set(constexprs)]
+signature = {**{n: "*fp32" for n in pointers}, **{n: "i32" for n in ints}, **{n: "fp32" for n in floats},
+             **{n: "constexpr" for n in constexprs}}
+sizes = []
+for specialised in (pointers | set(ints), pointers):
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in specialised}
+    built = triton.compile(ASTSource(fn, signature, constexprs=constexprs, attrs=attrs),
+                           target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})
+    sizes.append(len(built.asm["cubin"]))
+print(json.dumps({"cubins": sizes, "ints": ints, "unspecialised": list(module._kf_gemm_any.do_not_specialize)}))
+"""
+
+
+def test_the_gemm_builds_for_hopper_specialised_and_as_its_general_twin(tmp_path):
+    """The interpreter ignores specialisation: this compiles both for sm_90, to the binary."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    module = tmp_path / "kf_gemm_build.py"
+    module.write_text("import torch\nimport triton\nimport triton.language as tl\n" + inductor_gemm.source("cuda"))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", HOPPER_BUILD, str(module)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(size > 0 for size in built["cubins"])
+    assert sorted(built["unspecialised"]) == sorted(built["ints"])  # M, N, K and all 13 strides
 
 
 @pytest.mark.parametrize("m,k,n", SPLIT_SHAPES)
@@ -296,4 +393,4 @@ def test_gemm_launcher_block_sizes_are_knobs(device_kind):
     half = blocks["TILE_K"] // 2
     moved = knobs.rewrite(source, analysis, {found["BLOCK_M"].label: 32, found["TILE_K"].label: half})
     assert "BLOCK_M = 32" in moved and "triton.cdiv(M, BLOCK_M)" in moved
-    assert f"TILE_K = min(max({blocks['TILE_K_MIN']}, fill), {half})" in moved
+    assert f"TILE_K = min(max({blocks['TILE_K_MIN']}, fill if max(fill, {blocks['TILE_K_MIN']}) < K else 1 << 62), {half})" in moved

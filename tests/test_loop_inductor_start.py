@@ -144,8 +144,11 @@ def _assert_two_paths(start: Start) -> None:
     gemm = "_kf_gemm" in start.kernels
     assert (static and dynamic) or gemm  # a plain matmul has only kernforge's GEMM on each path
     if gemm:
-        paths = start.source.split("def _inductor_static(")[1].split("def _inductor_dynamic(")
-        assert all("_launch_kf_gemm(" in path for path in paths)
+        static_path, dynamic_path = start.source.split("def _inductor_static(")[1].split("def _inductor_dynamic(")
+        assert "_launch_kf_gemm(" in static_path and "general=True" not in static_path
+        # every shape but the timed one takes the dynamic path: its GEMM is compiled once for them all
+        launches = [line for line in dynamic_path.splitlines() if "_launch_kf_gemm(" in line]
+        assert launches and all(line.endswith(", general=True)") for line in launches), launches
 
 
 def _load(source: str, tmp_path: Path, name: str):
