@@ -63,7 +63,9 @@ def _root(source: Path, search: Sequence[Path]) -> Path | None:
 
 def missing_roots(sources: Iterable[str | Path], search: Sequence[str | Path], exclude: Sequence[str | Path] = ()) -> list[Path]:
     """The top-level folders (or modules) of ``sources`` with a ``.py`` file whose bytecode is
-    missing beside it, that the current user may write; none under ``exclude``."""
+    missing beside it, that the current user may write; none that is or holds a path of
+    ``exclude``. One inside an excluded folder is kept: a virtual environment inside a kernforge
+    checkout (uv's ``.venv``) is no part of kernforge's package."""
     entries = sorted({Path(p).resolve() for p in search if p}, key=lambda p: -len(p.parts))  # the deepest entry first
     kept = [Path(p).resolve() for p in exclude]
     roots: set[Path] = set()
@@ -72,7 +74,7 @@ def missing_roots(sources: Iterable[str | Path], search: Sequence[str | Path], e
         if source.suffix != ".py" or beside(source).exists():
             continue
         root = _root(source.resolve(), entries)
-        if root is None or any(root == k or k in root.parents or root in k.parents for k in kept):
+        if root is None or any(root == k or root in k.parents for k in kept):
             continue
         folder = root if root.is_dir() else root.parent
         if os.access(folder, os.W_OK):
@@ -119,10 +121,11 @@ def describe() -> tuple[bool, str]:
 
 
 def command(roots: Sequence[Path], exclude: Sequence[str | Path], processes: int) -> list[str]:
-    """``compileall`` over ``roots``, leaving out any path under ``exclude``."""
+    """``compileall`` over ``roots``, leaving out any path of ``exclude`` inside one of them."""
     cmd = [sys.executable, "-m", "compileall", "-q", "-j", str(processes)]
-    if exclude:
-        cmd += ["-x", "|".join(re.escape(str(Path(p).resolve())) for p in exclude)]
+    inside = [k for k in (Path(p).resolve() for p in exclude) if any(k == r or r in k.parents for r in roots)]
+    if inside:
+        cmd += ["-x", "|".join(re.escape(str(k)) for k in inside)]
     return cmd + [str(r) for r in roots]
 
 

@@ -50,6 +50,17 @@ def test_nothing_under_an_excluded_path_or_outside_the_search_path_is_compiled(t
     assert not bytecode.beside(secret).exists()
 
 
+def test_a_virtual_environment_inside_an_excluded_checkout_is_still_compiled(tmp_path):
+    """uv's ``.venv`` inside a kernforge checkout: the checkout is excluded (its tasks' hidden
+    shapes), the environment's packages in it are not kernforge's."""
+    site = _site(tmp_path / "checkout" / ".venv")
+    sources = [site / "pkg" / "__init__.py", site / "single.py"]
+    roots = bytecode.missing_roots(sources, [site], exclude=[tmp_path / "checkout"])
+    assert roots == [site / "pkg", site / "single.py"]
+    _compile(roots, exclude=[tmp_path / "checkout"])
+    assert all(bytecode.beside(s).exists() for s in sources)
+
+
 def test_compile_missing_compiles_the_imported_packages_never_kernforge_nor_an_excluded_path(tmp_path, monkeypatch):
     """The real entry: the packages this process imported (PACKAGES) whose bytecode is missing;
     ``pkg`` stands for the kernforge package here (whose bytecode is on this machine already)."""
