@@ -96,13 +96,15 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
     cache = chosen.cache_dir or default_dir()
     compiled = compiled_dir(cache)
     private = tuple(chosen.private_paths)
+    hidden = secret_paths(tasks) + (str(cache),) + private
     # a candidate's worker writes no bytecode: compile what the install lacks, once, for all of them
-    compile_missing_in_background(exclude=secret_paths(tasks) + (str(cache),) + private)
+    # (never what a candidate may not see)
+    compile_missing_in_background(exclude=hidden)
     # On the CPU a candidate forks nothing (the interpreter builds nothing; a CUDA extension built
     # there could not run): a forked child there computed each call's outputs with torch, beyond
     # every trace. On a GPU nvcc forks while an extension builds, and a forked child has no CUDA.
     candidate_spec = WorkerSpec(device=slot, preload=HARNESS_PRELOAD, warmup=HARNESS_WARMUP, isolation="strict",
-                                hidden_paths=secret_paths(tasks) + (str(cache),) + private, fork=device != "cpu")
+                                hidden_paths=hidden, fork=device != "cpu")
     reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none",
                                 trusted_cache=str(compiled))
     candidates = make_backend(sandbox, candidate_spec, pool_size)

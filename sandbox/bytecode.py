@@ -39,7 +39,7 @@ COMPILE_TIMEOUT_S = 600.0
 #: the kernforge package, never compiled here (its built-in tasks hold hidden shapes)
 KERNFORGE_ROOT = Path(__file__).resolve().parents[1]
 
-_started = threading.Event()
+_started = False
 _lock = threading.Lock()
 
 
@@ -150,10 +150,11 @@ def compile_missing(exclude: Sequence[str | Path] = (), *, processes: int | None
 def compile_missing_in_background(exclude: Sequence[str | Path] = ()) -> threading.Thread | None:
     """``compile_missing`` in a daemon thread, once per process (the packages a judge's process
     imports are the same for every judge it opens); None when it was started here before."""
+    global _started
     with _lock:
-        if _started.is_set():
+        if _started:
             return None
-        _started.set()
+        _started = True
     thread = threading.Thread(target=compile_missing, args=(tuple(exclude),), name="kernforge-bytecode", daemon=True)
     thread.start()
     return thread
