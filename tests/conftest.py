@@ -50,6 +50,18 @@ def _seeded():
     yield
 
 
+@pytest.fixture
+def quiet_host(monkeypatch):
+    """The judge sees the host quiet around every sample of its clock (verifier/host_load.py), as
+    on an idle machine: its clock rule uses the tight margins, so an attack on the timer is
+    called the cheat it is however busy the test machine is. (On a busy host the rule accuses
+    only lies larger than any wake-up: tests/test_verifier_defences.py; the attack then gains
+    nothing, its time being the trusted clock's.)"""
+    from kernforge.verifier import host_load
+
+    monkeypatch.setattr(host_load, "quiet", lambda facts, cpu_count=None: True)
+
+
 @pytest.fixture(scope="session")
 def cpu_judge(tmp_path_factory):
     """The CPU judge (process sandbox, static screen on, two warm candidate workers) of the modules

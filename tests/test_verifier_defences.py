@@ -48,10 +48,42 @@ def test_a_defence_refuses_a_class_it_does_not_guard():
     ([], False),
 ])
 def test_the_clock_rule_accuses_only_consistent_lies(samples, fires):
-    verdict = clock.lied(samples, 0.005, "checked calls")
+    verdict = clock.lied([(c, t, True) for c, t in samples], 0.005, "checked calls")
     assert (verdict is not None) == fires
     if verdict is not None:
         assert (verdict.status.value, verdict.threat, verdict.check) == ("cheat", 8, Check.TRUSTED_CLOCK)
+        assert "on a quiet host" in verdict.reason
+
+
+# the H100's honest seed (fp8_quant_per_group, T=1, 512-call batches) while torch.compile's
+# workers filled every core: its worker's figures against the trusted go-to-done
+BUSY_HONEST = [(0.0018007, 0.0049445), (0.0011693, 0.0046683), (0.0011204, 0.0023913)]
+
+
+def test_an_honest_batch_on_a_busy_host_is_not_called_a_cheat():
+    assert clock.lied([(c, t, False) for c, t in BUSY_HONEST], clock.BATCH_MARGIN_S, "timing") is None
+    # the same figures on a host the trusted side saw quiet could only be a lie
+    verdict = clock.lied([(c, t, True) for c, t in BUSY_HONEST], clock.BATCH_MARGIN_S, "timing")
+    assert verdict is not None and verdict.threat == 8
+
+
+@pytest.mark.parametrize("samples, fires", [
+    # on a busy host only a lie larger than any wake-up counts, on every sample long enough to tell
+    ([(0.10, 2.0, False), (0.10, 2.0, False)], True),
+    ([(0.10, 0.9, False), (0.10, 0.9, False)], False),   # short of the busy margin's twice: cannot tell
+    ([(0.60, 1.3, False), (0.60, 1.3, False)], True),
+    ([(0.60, 1.05, False), (0.60, 1.05, False)], False),  # under half, but by less than the busy margin
+    # quiet samples decide alone where the busy ones are too short to tell
+    ([(0.001, 0.02, True), (0.001, 0.02, True), (0.001, 0.02, False)], True),
+    ([(0.001, 0.02, True), (0.001, 0.02, False)], False),  # one telling sample is not two
+    # a long busy sample that agrees with the worker clears it
+    ([(0.001, 0.02, True), (0.001, 0.02, True), (1.9, 2.0, False)], False),
+])
+def test_a_busy_host_s_samples_need_a_lie_larger_than_any_wake_up(samples, fires):
+    verdict = clock.lied(samples, 0.005, "checked calls")
+    assert (verdict is not None) == fires
+    if verdict is not None and not all(q for _, _, q in samples):
+        assert "busy at times" in verdict.reason or "quiet host" in verdict.reason
 
 
 @pytest.mark.parametrize("write_ms, floor_ms, taken", [

@@ -18,7 +18,8 @@ from kernforge.tasks.loader import load_task
 from kernforge.verifier.judge import JudgeOptions
 from kernforge.verifier.screen import screen
 
-pytestmark = pytest.mark.gpu
+# timer attacks are called cheats on a quiet host (conftest.quiet_host)
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("quiet_host")]
 TASKS = Path(__file__).parent / "tasks"
 
 

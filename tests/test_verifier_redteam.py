@@ -17,6 +17,9 @@ import pytest
 import redteam as R
 from kernforge.tasks.loader import load_task
 
+# timer attacks are called cheats on a quiet host (conftest.quiet_host)
+pytestmark = pytest.mark.usefixtures("quiet_host")
+
 TASKS = Path(__file__).parent / "tasks"
 CPU_ATTACKS = [a for a in R.ATTACKS if a.where in ("cpu", "both")]
 

@@ -17,6 +17,9 @@ import candidates as C
 from kernforge.tasks.loader import load_task
 from kernforge.verifier.judge import JudgeOptions
 
+# timer attacks are called cheats on a quiet host (conftest.quiet_host)
+pytestmark = pytest.mark.usefixtures("quiet_host")
+
 TASKS = Path(__file__).parent / "tasks"
 OPTIONS = JudgeOptions()
 

@@ -45,7 +45,7 @@ from kernforge.tasks import draws, runtime
 from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
-from . import contender, fits, messages as M, ncu
+from . import contender, fits, host_load, messages as M, ncu
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, processes, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
@@ -165,6 +165,8 @@ class _Call:
     sent_at: float = 0.0
     #: the worker's stopped seconds when the call was sent (Session.stopped_seconds)
     stopped_at_send: float = 0.0
+    #: the host's runnable tasks as the call went and as its reply came (host_load: was the host quiet)
+    watch: host_load.Watch = field(default_factory=host_load.Watch)
     #: where the worker said its outputs lie (a deferred second read may blame a later call's reuse)
     outputs: list[M.TensorRef] = field(default_factory=list)
 
@@ -181,8 +183,8 @@ class _Verdict:
 
     errors: dict[tuple, tuple[float, float]] = field(default_factory=dict)
     walls: dict[tuple, list[float]] = field(default_factory=dict)
-    #: (the worker's seconds, the judge's seconds) of the checks timed both ways
-    clock: list[tuple[float, float]] = field(default_factory=list)
+    #: (the worker's seconds, the judge's seconds, whether the host was quiet) of the checks timed both ways
+    clock: list[clock.Sample] = field(default_factory=list)
     capture_queries: int = 0
     #: the task's best time per shape (contender.py); None: time every shape
     bar: Mapping[str, float] | None = None
@@ -837,6 +839,7 @@ class Judge:
         msg = {"op": "check", "id": call.key[:12], "shape": call.shape.as_dict(),
                "args": [_arg(a) for a in p.args],
                "slots": [s.to_dict() for s in p.slots], "poison_bytes": 2 * out_bytes + (64 << 20)}
+        call.watch.look()
         call.sent_at = time.perf_counter()
         call.stopped_at_send = session.stopped_seconds()
         self._send(session, msg)
@@ -850,6 +853,7 @@ class Judge:
         # the judge's clock around the call, less what the worker spent stopped by another lane's
         # timing meanwhile (gate.py): not the candidate's time, and not a lie of its clock (clock.lied)
         wall = time.perf_counter() - call.sent_at - (session.stopped_seconds() - call.stopped_at_send)
+        call.watch.look()
         slowest = self._state.slowest
         slowest[call.shape.params] = max(slowest.get(call.shape.params, 0.0), wall)
         if isinstance(reply, Rejected):
@@ -860,7 +864,7 @@ class Judge:
         rejection = rejection or memory.inside(reply.outputs, arena_size, ctx) or memory.matches(reply.outputs, expected, ctx)
         rejection = rejection or _inside_inputs(reply.outputs, call.prepared, task, ctx)
         if call.repeat_of:  # sent only once the judge waited for it: this wall is the call's own
-            self._state.clock.append((reply.claimed_s, wall))
+            self._state.clock.append((reply.claimed_s, wall, host_load.quiet(call.watch.facts())))
         if rejection is not None:
             return rejection
         call.outputs = list(reply.outputs)
@@ -1061,7 +1065,7 @@ class Judge:
             claimed.append(claimed_s * 1e6 / n)
             # like with like: the reference worker's host clock from its go to the done it received
             # (an eager batch's window stays open past done, through the judge's relay and the probe)
-            samples.append((claimed_s, float(timed_ms.steps.get("go_to_done", 0.0))))
+            samples.append((claimed_s, float(timed_ms.steps.get("go_to_done", 0.0)), host_load.quiet(timed_ms.steps)))
             worst = (max(worst[0], verified.max_abs_err), max(worst[1], verified.max_rel_err))
         rejection = clock.lied(samples, clock.BATCH_MARGIN_S, ctx)
         if rejection is not None:

@@ -31,7 +31,7 @@ from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape, Tolerance
 
-from . import late_reads
+from . import host_load, late_reads
 
 _MODELS: dict[tuple, Any] = {}
 _STATE: dict[str, Any] = {}
@@ -806,12 +806,18 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     while not batch.written.query():  # spin: every microsecond here is on the clock
         pass
     t1 = time.perf_counter()
+    watch = host_load.Watch()
     go.sendall(b"g")
-    done = _wait_byte(go, deadline=time.perf_counter() + float(msg["timeout_s"]))
+    done = _wait_byte(go, deadline=time.perf_counter() + float(msg["timeout_s"]), watch=watch)
     batch.host = {"quiet": quiet_s, "write_wait": t1 - t0, "go_to_done": time.perf_counter() - t1}
     if not done or msg.get("probe_later"):
+        watch.look()
+        batch.host.update(watch.facts())
         return {"done": done, "window_ms": 0.0, "write_ms": 0.0, "write_floor_ms": floor_ms, "steps": batch.host}
-    return _close_window(batch, arena, floor_ms, done=True)
+    closed = _close_window(batch, arena, floor_ms, done=True)
+    watch.look()  # the host's runnable tasks once more, off the window
+    closed["steps"].update(watch.facts())
+    return closed
 
 
 def _place_outputs(batch: _Batch, outputs: list[list[Any]]) -> None:
@@ -979,19 +985,38 @@ def _drain(sock: socket.socket) -> None:
         sock.setblocking(True)
 
 
-def _wait_byte(sock: socket.socket, deadline: float) -> bool:
+#: seconds between two readings of the host's runnable tasks while a batch's done is awaited
+LOOK_EVERY_S = 5e-4
+
+
+def _wait_byte(sock: socket.socket, deadline: float, watch: host_load.Watch | None = None) -> bool:
+    """Spin until a byte arrives: False when the socket closed or ``deadline`` passed. With a
+    ``watch``, the host's runnable tasks are read at the start and every ``LOOK_EVERY_S`` (the
+    caller reads them once more at the end, off its clock), and the longest pause between two
+    polls is kept (host_load: was the host quiet)."""
     sock.setblocking(False)
+    last = time.perf_counter()
+    looked = last
+    if watch is not None:
+        watch.look()
     try:
-        while time.perf_counter() < deadline:
+        while last < deadline:
             try:
                 data = sock.recv(1)
-                if not data:
-                    return False
-                return True
+                return bool(data)
             except BlockingIOError:
-                continue
+                pass
+            now = time.perf_counter()
+            if watch is not None:
+                watch.stalled(now - last)
+                if now - looked >= LOOK_EVERY_S:
+                    watch.look()
+                    looked = now = time.perf_counter()
+            last = now
         return False
     finally:
+        if watch is not None:
+            watch.stalled(time.perf_counter() - last)
         sock.setblocking(True)
 
 

@@ -10,6 +10,14 @@ sample, 55 ms reported against 202 ms by the judge's clock, while the machine's 
 with the next tasks' torch.compile captures and the run's audits. A rewritten timer lies on every
 call, so a second sample costs a real lie nothing; an honest stall is not repeated call after
 call. The time of record never rests on this figure either way.
+
+A sample's margin is the wake-ups the trusted side can rule out (``host_load``): a tight one
+where the host had a core free for every runnable task and the trusted side never stalled, else
+``LOADED_MARGIN_S``, more than any wake-up seen. On an H100 an honest seed's 512-call batch was
+called a cheat on three samples alike (1.8 ms reported against 4.9 ms, 1.1 against 2.4) while
+torch.compile's workers filled every core: the wake-ups were a steady few milliseconds, and a
+batch that short cannot tell them from a lie. A lie the rule lets pass gains nothing (the time
+of record is the trusted one); an honest kernel called a cheat is the worst verdict there is.
 """
 
 from __future__ import annotations
@@ -36,23 +44,35 @@ DEFENCE = register(Defence(
 #: ...in at least this many samples, every one of them
 MIN_SAMPLES = 2
 #: how much less than the trusted host clock over a batch (go sent to done received) an honest
-#: worker may report: two wake-ups of processes on a loaded machine (a 512-call batch of a tiny
-#: kernel lasts about 2 ms, so the margin must stay well under that for the rule to see a lie)
+#: worker may report on a quiet host: two wake-ups of processes with a core free (a 512-call
+#: batch of a tiny kernel lasts about 2 ms, so the margin must stay well under that for the
+#: rule to see a lie)
 BATCH_MARGIN_S = 3e-4
+#: the margin of a sample taken while the host was busy (host_load.quiet says not): wake-ups
+#: then take what the scheduler gives (150 ms has been seen), so only a lie larger than that
+#: is one; a shorter sample cannot tell and does not count
+LOADED_MARGIN_S = 0.5
+
+#: one sample: the worker's seconds, the trusted seconds, whether the host was quiet meanwhile
+Sample = tuple[float, float, bool]
 
 
-def lied(samples: Sequence[tuple[float, float]], margin_s: float, ctx: str) -> Rejected | None:
-    """``samples``: (the worker's seconds, the trusted seconds) of requests timed both ways;
-    ``margin_s``: how much less than the trusted time an honest worker may report (latency).
-    Only samples long enough to tell a lie from that latency count (twice the margin or more)."""
-    samples = [(c, t) for c, t in samples if t >= 2 * margin_s]
-    if len(samples) < MIN_SAMPLES:
+def lied(samples: Sequence[Sample], margin_s: float, ctx: str) -> Rejected | None:
+    """``samples``: requests timed both ways (``Sample``); ``margin_s``: how much less than the
+    trusted time an honest worker may report on a quiet host (latency), ``LOADED_MARGIN_S`` on
+    a busy one. Only samples long enough to tell a lie from their margin count (twice it or more)."""
+    telling = [(c, t, margin_s if q else LOADED_MARGIN_S, q) for c, t, q in samples]
+    telling = [s for s in telling if s[1] >= 2 * s[2]]
+    if len(telling) < MIN_SAMPLES:
         return None
-    if all(t > 0 and c < RATIO * t and t - c > margin_s for c, t in samples):
-        claimed, trusted = samples[0]
+    if all(t > 0 and c < RATIO * t and t - c > m for c, t, m, _ in telling):
+        claimed, trusted, _, _ = telling[0]
+        host = "a quiet host" if all(s[3] for s in telling) else "a host busy at times, each short by more than any wake-up"
         return DEFENCE.reject(Status.CHEAT, f"the candidate's process reported {claimed * 1e3:.3f} ms where the trusted clock measured "
-                              f"{trusted * 1e3:.3f} ms ({ctx}; {len(samples)} of {len(samples)} samples alike): the timer was fooled",
-                              threat=8, evidence={"samples_ms": [[c * 1e3, t * 1e3] for c, t in samples[:10]]})
+                              f"{trusted * 1e3:.3f} ms ({ctx}; {len(telling)} of {len(telling)} samples alike, on {host}): "
+                              "the timer was fooled", threat=8,
+                              evidence={"samples_ms": [[c * 1e3, t * 1e3] for c, t, _, _ in telling[:10]],
+                                        "quiet": [q for _, _, _, q in telling[:10]]})
     return None
 
 
