@@ -714,3 +714,40 @@ def test_a_waiting_judges_own_worker_that_does_not_stop_still_gets_its_turn(monk
     ours.join(LONG)
     assert worker.events == ["pause", "resume", "timed"]
     assert session.stopped_seconds() >= 0 and session._stopped_at is None
+
+
+@pytest.mark.parametrize("quiet, cheat", [(False, False), (True, True)])
+def test_a_batch_s_host_readings_decide_whether_its_worker_s_short_clock_is_a_lie(quiet, cheat):
+    """The windows of an honest 512-call batch on an H100 whose cores torch.compile's workers
+    filled: the worker said 1.8, 1.2 and 1.1 ms where the reference worker's host clock said 4.9,
+    4.7 and 2.4 (wake-ups). With the reference worker's readings of a busy host that is no lie
+    (clock.LOADED_MARGIN_S); the same figures on a host it saw quiet are one."""
+    from types import SimpleNamespace
+
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier import messages as M
+    from kernforge.verifier.judge import Judge, JudgeOptions
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0", baselines=False, batches=3), gate=DeviceGate(1))
+    task = load_task("fp8_quant_per_group")
+    shape = task.shapes("cuda", hidden=False)[0]
+    host = {"stall_max": 0.0, "runnable_max": 1.0 if quiet else 4096.0}
+    samples = iter([(0.0018007, 0.0049445), (0.0011693, 0.0046683), (0.0011204, 0.0023913)])
+
+    def one_batch(session, task, key, ready, calls, expected, arena_size, ceilings, ctx):
+        claimed, trusted = next(samples)
+        timed = M.BatchTimed(op="time_batch", ok=True, done=True, window_ms=trusted * 1e3, write_ms=0.0, write_floor_ms=0.0,
+                             steps={"go_to_done": trusted}, host=host)
+        return timed, SimpleNamespace(max_abs_err=0.0, max_rel_err=0.0), claimed
+
+    def ask_ref(reply_type, msg, **kw):
+        return M.BatchPlanned(op="plan_batch", ok=True, sets=[])
+
+    judge._ask_ref, judge._one_batch = ask_ref, one_batch
+    ready = M.BatchReady(op="prepare_batch", ok=True, outputs=[], mode="graph")
+    got = judge._time_prepared(_Session(), task, shape, False, 1, 512, 0, [("long", 512)], {"long": ready}, [], {},
+                               1 << 30, "timing")
+    called = getattr(got, "threat", None) == 8
+    assert called is cheat, got
+    if cheat:
+        assert "on a quiet host" in got.reason

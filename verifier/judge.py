@@ -1065,7 +1065,7 @@ class Judge:
             claimed.append(claimed_s * 1e6 / n)
             # like with like: the reference worker's host clock from its go to the done it received
             # (an eager batch's window stays open past done, through the judge's relay and the probe)
-            samples.append((claimed_s, float(timed_ms.steps.get("go_to_done", 0.0)), host_load.quiet(timed_ms.steps)))
+            samples.append((claimed_s, float(timed_ms.steps.get("go_to_done", 0.0)), host_load.quiet(timed_ms.host)))
             worst = (max(worst[0], verified.max_abs_err), max(worst[1], verified.max_rel_err))
         rejection = clock.lied(samples, clock.BATCH_MARGIN_S, ctx)
         if rejection is not None:

@@ -260,6 +260,8 @@ class BatchTimed:
     #: why nothing was timed: another process kept the GPU busy (refworker._quiet_gpu)
     busy: str = _meta_default("", max_len=500)
     steps: dict[str, float] = _meta_default(factory=dict, min=0.0, max_items=32)
+    #: the host's readings while the worker's done was awaited (host_load.Watch.facts)
+    host: dict[str, float] = _meta_default(factory=dict, min=0.0, max_items=4)
 
 
 @dataclass(frozen=True)

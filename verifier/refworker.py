@@ -158,6 +158,8 @@ class _Batch:
     start: Any = None  # the window's events
     written: Any = None
     host: dict[str, float] = field(default_factory=dict)
+    #: the host's readings while done was awaited (host_load.Watch.facts), for the window's reply
+    readings: dict[str, float] = field(default_factory=dict)
     #: the reference of every call, captured over the batch's input places (reference_graph.py);
     #: False once a capture was tried and gave none
     ref_graph: Any = None
@@ -812,11 +814,12 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     batch.host = {"quiet": quiet_s, "write_wait": t1 - t0, "go_to_done": time.perf_counter() - t1}
     if not done or msg.get("probe_later"):
         watch.look()
-        batch.host.update(watch.facts())
-        return {"done": done, "window_ms": 0.0, "write_ms": 0.0, "write_floor_ms": floor_ms, "steps": batch.host}
+        batch.readings = watch.facts()
+        return {"done": done, "window_ms": 0.0, "write_ms": 0.0, "write_floor_ms": floor_ms, "steps": batch.host,
+                "host": batch.readings}
     closed = _close_window(batch, arena, floor_ms, done=True)
     watch.look()  # the host's runnable tasks once more, off the window
-    closed["steps"].update(watch.facts())
+    batch.readings = closed["host"] = watch.facts()
     return closed
 
 
@@ -938,7 +941,7 @@ def _close_window(batch: _Batch, arena: Any, floor_ms: float, done: bool) -> dic
     torch.cuda.synchronize()
     steps = dict(batch.host, probe=time.perf_counter() - t0)
     return {"done": done, "window_ms": batch.start.elapsed_time(end), "write_ms": batch.start.elapsed_time(batch.written),
-            "write_floor_ms": floor_ms, "steps": steps}
+            "write_floor_ms": floor_ms, "steps": steps, "host": batch.readings}
 
 
 def _probe_index(refs: list[list[Any]], device: Any) -> Any:
@@ -995,10 +998,9 @@ def _wait_byte(sock: socket.socket, deadline: float, watch: host_load.Watch | No
     caller reads them once more at the end, off its clock), and the longest pause between two
     polls is kept (host_load: was the host quiet)."""
     sock.setblocking(False)
-    last = time.perf_counter()
-    looked = last
     if watch is not None:
         watch.look()
+    last = looked = time.perf_counter()
     try:
         while last < deadline:
             try:
