@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 from kernforge.sandbox.env import worker_env
 from kernforge.sandbox.protocol import WorkerSpec
 from kernforge.tasks.spec import Task
+from kernforge.verifier.judge_errors import out_of_memory
 
 #: a compile that takes longer than this is left to the reference worker (the process is stopped)
 COMPILE_TIMEOUT_S = 300.0
@@ -135,3 +136,41 @@ class CompileAhead:
                     await stack.aclose()
                 else:
                     return got
+
+
+class Background:
+    """A run's compiles ahead, in the background: started once (``start``), stopped at the run's
+    end (``stop``), or sooner to make room when the judge runs short of the GPU's memory
+    (``make_room``). A verdict wins over a head start: each compile process holds up to
+    verifier/compile_ahead.py's ``AHEAD_SHARE`` of the GPU's memory (a call's weights and inputs) for as long as its compile,
+    over a minute for some of KernelBench's pooling problems, and on an H100 three KernelBench
+    problems' reference workers ran out of memory beside them (two left unjudged after three tries,
+    one audit lost)."""
+
+    def __init__(self, note: Callable[[str], None] = lambda text: None) -> None:
+        self._task: asyncio.Task | None = None
+        self._note = note
+
+    def start(self, ahead: CompileAhead) -> None:
+        self._task = asyncio.create_task(ahead.run(), name="kernforge-compile-ahead")
+
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def stop(self) -> None:
+        """Its processes killed (their memory freed once they have exited), whatever was compiled kept."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+
+    async def make_room(self, error: BaseException) -> bool:
+        """Stop the compiles ahead where ``error`` is the GPU's memory running out under the judge
+        while they run: True when they were stopped (the judge's work may be tried again at once;
+        the reference workers compile what was not compiled ahead, as before)."""
+        if not self.running() or not out_of_memory(error):
+            return False
+        await self.stop()
+        self._note("the GPU's memory ran short under the judge while torch.compile's baselines were compiled ahead: those "
+                   "compiles are stopped to make room (the reference workers compile what is left, as without them)")
+        return True

@@ -63,7 +63,7 @@ from kernforge.verifier.verdict import Rejected, Status, Verdict
 
 from .audit_queue import AuditQueue
 from .budget import Meter, Spent
-from .compile_ahead import CompileAhead
+from .compile_ahead import Background, CompileAhead
 from .display import AttemptEvent, Display, GuardedDisplay, QuietDisplay, RunView
 from .errors import LoopError
 from .devices import Devices
@@ -127,7 +127,7 @@ class Runner:
         self.fair = FairShare(())
         self._interrupts = 0
         #: torch.compile's baselines compiled ahead, in the background (loop/compile_ahead.py)
-        self._ahead: asyncio.Task | None = None
+        self._ahead = Background()
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
         """The tasks these devices can judge at all (the GPUs, or the CPU interpreter); each one too
@@ -254,10 +254,7 @@ class Runner:
         return s.resume, spent, next_seq
 
     async def _close(self) -> None:
-        if self._ahead is not None:
-            self._ahead.cancel()
-            with contextlib.suppress(BaseException):
-                await self._ahead
+        await self._ahead.stop()
         if self.devices is not None:
             await self.devices.close()
         if self.recorder is not None:
@@ -313,7 +310,8 @@ class Runner:
             return
         ahead = CompileAhead(fresh, device, str(cache), self.devices.gates[device].shared_async, note=self.display.note,
                              hidden=self.devices.options.time_hidden != "never")
-        self._ahead = asyncio.create_task(ahead.run(), name="kernforge-compile-ahead")
+        self._ahead = Background(note=self.display.note)
+        self._ahead.start(ahead)
 
     def _turn_order(self) -> list[TaskState]:
         """The open tasks in the order they will be picked (``FairShare.order``: those with no
@@ -578,17 +576,20 @@ class Runner:
             except asyncio.CancelledError:
                 return
             except GpuBusy as error:  # another process's GPU work: nobody's verdict, the task goes on
+                await self._ahead.make_room(error)
                 self.display.note(f"[{state.task.name}] an attempt was left unjudged: {error}"[:600])
             except JudgeError as error:
-                if out_of_memory(error) and state.memory_failures + 1 < MEMORY_TRIES:
+                ours = await self._ahead.make_room(error)  # our own compiles ahead held it: not the task's try
+                if out_of_memory(error) and (ours or state.memory_failures + 1 < MEMORY_TRIES):
                     # the GPU's memory ran out under the judge: our own compiles ahead, or a process
                     # outside kernforge, may have held it for a moment (on the H100 fused_moe's arena
                     # could not be made while its torch.compile baseline was compiled beside it)
-                    state.memory_failures += 1
+                    state.memory_failures += not ours
                     if proposal.proposer == "seed":
                         state.seed_code = proposal.code  # judged again: the seed is the task's yardstick
+                    tries = "beside the compiles ahead, now stopped" if ours else f"{state.memory_failures} of {MEMORY_TRIES} tries"
                     self.display.note(f"[{state.task.name}] an attempt was left unjudged: the GPU's memory ran out under "
-                                      f"the judge ({state.memory_failures} of {MEMORY_TRIES} tries; tried again later): {error}"[:600])
+                                      f"the judge ({tries}; tried again later): {error}"[:600])
                     continue
                 # the task's reference (or the judge on it) failed, not the candidate: that task is set
                 # aside and said why; the other tasks of the night go on
@@ -680,7 +681,12 @@ class Runner:
         mine = self._auditing[member.attempt_id] = asyncio.get_running_loop().create_future()
         audit: Audit | None = None
         try:
-            audit, spent = await self.devices.audit(index, member.code, state.task, member.verdict)
+            try:
+                audit, spent = await self.devices.audit(index, member.code, state.task, member.verdict)
+            except JudgeError as error:  # out of memory beside our own compiles ahead: they stop, the audit goes again
+                if not await self._ahead.make_room(error):
+                    raise
+                audit, spent = await self.devices.audit(index, member.code, state.task, member.verdict)
             self.fair.charge(state.task.name, spent)
             self.audits.audit_s += spent
             if self.abandon:

@@ -5,6 +5,7 @@ SIGKILL then resumed. Each test judges only a handful of candidates: the interpr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -1199,3 +1200,68 @@ def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_n
     later = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=4)))
     assert later.status == "finished" and handed == [["tiny_other", "tiny_seeded"]], \
         "judged on this GPU and these versions before: the baselines are in the archive, nothing compiled ahead"
+
+
+class _Compiling:
+    """A stand-in for loop/compile_ahead.py's CompileAhead whose compiles never end: its ``run``
+    waits until cancelled (the run stops it), and says so."""
+
+    stopped: list[bool] = []
+
+    def __init__(self, tasks, device, cache, hold, note=None, hidden=False):
+        pass
+
+    async def run(self):
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            _Compiling.stopped.append(True)
+            raise
+
+
+def _compiling_ahead(monkeypatch):
+    from kernforge.loop import runner
+
+    _Compiling.stopped = []
+    monkeypatch.setattr(runner, "_cuda_here", lambda: True)
+    monkeypatch.setattr(runner, "CompileAhead", _Compiling)
+
+
+OOM = "the task's reference failed on prepare: OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB"
+
+
+def test_a_verdict_out_of_memory_beside_the_compiles_ahead_stops_them_and_costs_the_task_no_try(tmp_path, monkeypatch):
+    """The GPU's memory ran out under the judge while torch.compile's baselines were still being
+    compiled ahead (each compile process holds a call's inputs for its whole compile): the
+    compiles stop, the attempt is judged again, and the task's memory tries are not spent."""
+    from kernforge.verifier.judge import ReferenceFailed
+
+    _compiling_ahead(monkeypatch)
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [ReferenceFailed(OOM), 100.0, 101.0], attempts=1)
+    assert _Compiling.stopped == [True]
+    assert result.status == "finished", shown
+    assert [r["status"] for r in attempts(db)] == ["accepted"]
+    assert "compiles are stopped to make room" in shown and "beside the compiles ahead, now stopped" in shown
+    assert "1 of 3 tries" not in shown
+
+
+def test_an_audit_out_of_memory_beside_the_compiles_ahead_stops_them_and_is_made_again(tmp_path, monkeypatch):
+    """On an H100 an audit's reference ran out of memory beside the compiles ahead and the best
+    stayed unaudited for the session: now the compiles stop and the audit goes again at once."""
+    from kernforge.verifier.judge import ReferenceFailed
+
+    _compiling_ahead(monkeypatch)
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [100.0, ReferenceFailed(OOM), 101.0], attempts=1)
+    assert _Compiling.stopped == [True]
+    assert result.status == "finished", shown
+    assert [(a["passed"], a["measured_us"]) for a in audit_rows(db)] == [(1, pytest.approx(101.0))]
+
+
+def test_an_out_of_memory_with_no_compiles_ahead_running_counts_as_before(tmp_path, monkeypatch):
+    """Nothing of ours to stop (a CPU-only machine's run, or the compiles are done): the memory
+    tries are counted as before."""
+    from kernforge.verifier.judge import ReferenceFailed
+
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [ReferenceFailed(OOM), 100.0, 101.0], attempts=1)
+    assert result.status == "finished", shown
+    assert "1 of 3 tries" in shown and "make room" not in shown
