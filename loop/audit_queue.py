@@ -17,9 +17,10 @@ is a scheduling decision, and this module makes it:
   its budget per problem is fixed, so waiting reorders nothing but what a run cut short shows.
   Those of its leftovers that an earlier judge's audit passed (``reaudit``: counted already) are
   audited by the installed judge after every problem's first verdict.
-* **Time budget.** Once the budget left would not cover the waiting audits (``AUDIT_RESERVE``
-  times their verdicts' seconds), they all go, so a run cut by its budget does not end with its
-  bests unaudited; the run's end audits whatever still waits.
+* **Time budget.** Once the budget left would not cover the waiting audits (their verdicts'
+  seconds times ``reserve()``: what this run's audits have cost against their verdicts, at least
+  ``AUDIT_RESERVE``), they all go, so a run cut by its budget does not end with its bests
+  unaudited; the run's end audits whatever still waits.
 
 One that a faster audited best has overtaken meanwhile is not audited (it could not lead).
 Passed, it may be the new best (``Population.settle``); failed, it is demoted.
@@ -36,8 +37,11 @@ from kernforge.verifier.judge import JudgeError
 from .plan import TaskState
 from .search import Member
 
-#: the time budget kept for the audits that wait for every task's first verdict: this many times
-#: the seconds their verdicts took (an audit judges the kernel again, in a fresh worker)
+#: the time budget kept for the audits that wait for every task's first verdict: at least this many
+#: times the seconds their verdicts took (an audit judges the kernel again, in a fresh worker), more
+#: where this run's audits cost more (``AuditQueue.reserve``: on an H100 the built-in tasks' audits
+#: took 1.3-2.8 times their verdicts, 2.2 at the median, and a 5-minute run's six audits overran
+#: the 1.5 reserved for them by 26 s)
 AUDIT_RESERVE = 1.5
 #: while new verdicts are being made, audits take at most this share of the session's device time;
 #: the rest wait. An audit costs three to five verdicts on the H200 (it times the hidden shapes too,
@@ -90,6 +94,8 @@ class AuditQueue:
         #: device seconds this session spent auditing, and verifying (``AUDIT_SHARE``)
         self.audit_s = 0.0
         self.verify_s = 0.0
+        #: the seconds the audited kernels' own verdicts took (``reserve``)
+        self.audited_verdicts_s = 0.0
 
     # ---- what waits ----------------------------------------------------------------------------
     def take_leftovers(self, state: TaskState, members: Iterable[Member], passed_before: set[int]) -> None:
@@ -123,14 +129,26 @@ class AuditQueue:
             return False
         return self._first_verdicts_pending(but) or not audits_may_run(self.audit_s, self.verify_s)
 
+    def count(self, member: Member, seconds: float) -> None:
+        """An audit of ``member`` took ``seconds`` of device time."""
+        self.audit_s += seconds
+        self.audited_verdicts_s += verdict_seconds(member)
+
+    def reserve(self) -> float:
+        """How many times its verdict's seconds a waiting audit is reckoned to take: what this
+        session's audits took against their verdicts, at least ``AUDIT_RESERVE``."""
+        if self.audited_verdicts_s <= 0:
+            return AUDIT_RESERVE
+        return max(AUDIT_RESERVE, self.audit_s / self.audited_verdicts_s)
+
     def due(self) -> bool:
-        """The time budget would run out before the waiting audits were made, each about as long as
-        its verdict took (``AUDIT_RESERVE`` times that): they start now, first verdicts or not."""
+        """The time budget would run out before the waiting audits were made, each ``reserve()``
+        times as long as its verdict took: they start now, first verdicts or not."""
         left = self._time_left_s()
         waiting = self.leftover + self.deferred + self.reaudit
         if left is None or not waiting:
             return False
-        return left <= AUDIT_RESERVE * sum(verdict_seconds(member) for _, member in waiting)
+        return left <= self.reserve() * sum(verdict_seconds(member) for _, member in waiting)
 
     async def go(self, index: int, carry_on: Callable[[], bool], *, at_end: bool = False) -> None:
         """Audit on lane ``index`` what may go now, while ``carry_on()``: the leftovers, then the

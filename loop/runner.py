@@ -688,7 +688,7 @@ class Runner:
                     raise
                 audit, spent = await self.devices.audit(index, member.code, state.task, member.verdict)
             self.fair.charge(state.task.name, spent)
-            self.audits.audit_s += spent
+            self.audits.count(member, spent)
             if self.abandon:
                 raise asyncio.CancelledError
             await self.recorder.audited(member.attempt_id, audit)

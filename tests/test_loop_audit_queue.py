@@ -190,6 +190,32 @@ def test_waiting_audits_go_when_the_time_budget_would_end_before_them():
         assert audited == ([4] if goes else []), left
 
 
+def test_the_audits_reserve_is_what_this_run_s_audits_cost_against_their_verdicts():
+    """The budget kept for the waiting audits follows what the run's audits took: the H100's
+    built-in tasks' audits took 2.2 times their verdicts at the median, more than the 1.5 reckoned
+    before any was made; a reserve never goes below that floor."""
+    from kernforge.loop.audit_queue import AUDIT_RESERVE
+    from kernforge.verifier.verdict import Accepted
+
+    judged, newer, never = _three_tasks()
+    member = _waiting(newer)[1]
+
+    def took(seconds):
+        return replace(member, verdict=Accepted(shapes=member.verdict.shapes, environment={"verify_seconds": seconds}))
+
+    queue, _, _ = _queue((judged, newer, never), time_left=180.0)
+    assert queue.reserve() == AUDIT_RESERVE
+    # fp8_quant_per_token's and merge_attn_states' audits on the H100: 20.2 s and 19.5 s after verdicts of 9.7 s and 7.6 s
+    queue.count(took(9.72), 20.22)
+    queue.count(took(7.60), 19.52)
+    assert queue.reserve() == pytest.approx((20.22 + 19.52) / (9.72 + 7.60))
+    queue.defer(newer, took(80.0))
+    assert queue.due(), "80 s of verdict is about 184 s of audit: 180 s left must start it (1.5 times, 120 s, would wait)"
+    cheap, _, _ = _queue((judged, newer, never), time_left=200.0)
+    cheap.count(took(10.0), 5.0)  # an audit cheaper than its verdict: the floor holds
+    assert cheap.reserve() == AUDIT_RESERVE
+
+
 def test_nothing_goes_once_the_run_says_stop():
     judged, newer, never = states = _three_tasks()
     queue, audited, _ = _queue(states, at_once=True)
