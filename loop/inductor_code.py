@@ -82,6 +82,9 @@ class Captured:
     #: (input, dimension, size) of every tensor size that is a literal in dynamic code: Dynamo
     #: specialised it (a size of 1, or one a guard fixed), so the code holds only where it is so
     fixed: tuple[tuple[int, int, int], ...] = ()
+    #: the guards Dynamo put on the symbolic sizes (sympy's text, say ``Eq(s18 - 1, 1)``): the
+    #: code was generated for sizes where they hold
+    guards: tuple[str, ...] = ()
 
 
 def example_shape(task: Task, device_kind: str, *, public_only: bool = False) -> Shape:
@@ -89,13 +92,18 @@ def example_shape(task: Task, device_kind: str, *, public_only: bool = False) ->
 
     ``public_only``: from the public shapes alone. The code shown in a prompt is captured so: a
     size Dynamo specialised is a literal in the kernels, and a hidden size must never be one."""
+    return example_shapes(task, device_kind, public_only=public_only)[0]
+
+
+def example_shapes(task: Task, device_kind: str, *, public_only: bool = False) -> list[Shape]:
+    """Every shape ``example_shape`` chooses from, best first."""
     shapes = task.shapes(device_kind, hidden=False)
     if not public_only:
         shapes += task.shapes(device_kind, hidden=True)
     shapes = shapes or task.public_shapes
     if not shapes:
         raise NoInductorCode(f"{task.name} has no shapes to compile the reference on")
-    return min(shapes, key=lambda s: (sum(v == 1 for _, v in s.params), sum(v for _, v in s.params)))
+    return sorted(shapes, key=lambda s: (sum(v == 1 for _, v in s.params), sum(v for _, v in s.params)))
 
 
 def timed_shape(task: Task, device_kind: str) -> Shape:
@@ -107,9 +115,10 @@ def timed_shape(task: Task, device_kind: str) -> Shape:
     return shapes[0]
 
 
-def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, static: bool = False) -> Captured:
+def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, static: bool = False,
+            shape: Shape | None = None) -> Captured:
     """Inductor's wrapper code for ``task``'s reference on ``device_kind`` ("cpu" or "cuda"),
-    generated on ``example_shape`` (``public_only`` as there) with every size dynamic; or, with
+    generated on ``shape`` (by default ``example_shape``, ``public_only`` as there) with every size dynamic; or, with
     ``static``, on ``timed_shape`` with every size a literal of the code (``Captured.signature``
     says which sizes those are)."""
     import torch
@@ -118,7 +127,10 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
     from torch._inductor.graph import GraphLowering
 
     device = "cuda" if device_kind == "cuda" else "cpu"
-    shape = timed_shape(task, device_kind) if static else example_shape(task, device_kind, public_only=public_only)
+    if static:
+        shape = timed_shape(task, device_kind)
+    elif shape is None:
+        shape = example_shape(task, device_kind, public_only=public_only)
     module = reference_module(task)
     varying = [] if static else _varying_sizes(task, device_kind, module)
     inputs = make_inputs(task, shape, "default", 0, device)
@@ -136,7 +148,7 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
         for d in range(args[i].dim()):
             torch._dynamo.maybe_mark_dynamic(args[i], d)
 
-    captured: list[tuple[str, list[tuple[str, Any]]]] = []
+    captured: list[tuple[str, list[tuple[str, Any]], tuple, tuple[str, ...]]] = []
 
     class _Stop(Exception):
         pass
@@ -145,7 +157,8 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
         wrapper, _ = graph.codegen()
         taken = [(name, graph.graph_inputs.get(name)) for name in graph.graph_input_names]
         bindings = _bindings(taken, args, tensors, graph.sizevars)
-        captured.append((wrapper.value, bindings, () if static else _fixed(taken, bindings)))
+        guards = tuple(str(g.expr) for g in graph.sizevars.shape_env.guards)
+        captured.append((wrapper.value, bindings, () if static else _fixed(taken, bindings), guards))
         raise _Stop
 
     def forward(reference: Any, *xs: Any) -> Any:
@@ -197,8 +210,8 @@ def capture(task: Task, device_kind: str = "cpu", *, public_only: bool = False, 
             torch._dynamo.reset()
     if len(captured) != 1:
         raise NoInductorCode(f"Inductor compiled {len(captured)} graphs for the reference, not one")
-    wrapper, bindings, fixed = captured[0]
-    return Captured(wrapper, bindings, shape, len(inputs), held, _signature(args), fixed)
+    wrapper, bindings, fixed, guards = captured[0]
+    return Captured(wrapper, bindings, shape, len(inputs), held, _signature(args), fixed, guards)
 
 
 def _max_pool1d_as_2d(input: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,

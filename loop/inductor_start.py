@@ -54,13 +54,16 @@ import tempfile
 import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, AsyncContextManager, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, AsyncContextManager, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from kernforge.tasks.spec import Task
 
 from . import inductor_gemm, inductor_paths
 from .inductor_init import Methods, NoInit, model_methods
 from .inductor_paths import NotStatic, StaticCode
+
+if TYPE_CHECKING:
+    from .inductor_code import Captured
 
 #: Launch block sizes by kernel axis; the offline tuner moves them from here.
 BLOCKS = {"cpu": {"X": 1024, "Y": 32, "Z": 16, "R": 64, "XR": 8},
@@ -242,7 +245,7 @@ def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:
 
     task = load_task(ref)
     try:
-        captured = capture(task, device_kind, public_only=public_only)
+        captured = capture(task, device_kind, public_only=True) if public_only else _dynamic_capture(task, device_kind)
     except NoInductorCode as why:
         print(json.dumps({"error": str(why)}))
         return
@@ -251,6 +254,41 @@ def _child_main(ref: str, device_kind: str, public_only: bool = False) -> None:
     if not public_only:  # the start: also the static code for the timed shape, in this same child
         reply["static"] = _static_reply(task, device_kind)
     print(json.dumps(reply))
+
+
+#: example shapes a start's dynamic capture is tried on, at most (each is a whole Inductor compile)
+CAPTURE_SHAPES = 2
+
+
+def _dynamic_capture(task: Task, device_kind: str) -> Captured:
+    """The start's dynamic capture: on ``example_shape``; where Dynamo specialised a size there
+    that another of the task's shapes varies (its code would be refused there: ``checked``) only
+    because a size came out as 0 or 1 (``zero_one_only``), on the next example shape
+    (``CAPTURE_SHAPES`` in all); the first capture where none does better. On the H100,
+    42_Max_Pooling_2D's smallest shape (height 2: a 4-wide pooling of it is one row high) fixed
+    the height at 2 and the problem had no start; its next shape keeps the height a symbol. A
+    size fixed by a branch on its value (``if x.shape[-1] == 64``) is not tried elsewhere: the
+    other shape's code would hold only where the size is not that value."""
+    from .inductor_code import capture, example_shapes, timed_shape
+
+    timed = timed_shape(task, device_kind).as_dict()
+    shapes = example_shapes(task, device_kind)[:CAPTURE_SHAPES]
+    first = capture(task, device_kind, shape=shapes[0])
+    if inductor_paths.varied_fixed_size(task, device_kind, first.fixed, timed) is None or not zero_one_only(first.guards):
+        return first
+    for shape in shapes[1:]:
+        captured = capture(task, device_kind, shape=shape)
+        if inductor_paths.varied_fixed_size(task, device_kind, captured.fixed, timed) is None:
+            return captured
+    return first
+
+
+def zero_one_only(guards: Sequence[str]) -> bool:
+    """Every equality among Dynamo's guards on a capture's sizes sets a size expression to 0 or 1
+    (its specialisation of sizes 0 and 1, say ``Eq(s18 - 1, 1)``: a pooled height of one row),
+    and there is at least one; none sets one to another value (a branch on a size, ``Eq(s18, 64)``)."""
+    equal = [g for g in guards if g.startswith("Eq(")]
+    return bool(equal) and all(re.fullmatch(r"Eq\((.+, [01]|[01], .+)\)", g) for g in equal)
 
 
 def _static_reply(task: Task, device_kind: str) -> dict:

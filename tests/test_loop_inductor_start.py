@@ -560,3 +560,66 @@ def test_a_capture_runs_its_child_inside_the_runs_gpu_hold(monkeypatch):
     assert isinstance(asyncio.run(inductor_start.derive_async(task, "cuda", hold=hold)), NoStart)
     assert isinstance(asyncio.run(inductor_start.output_code_async(task, "cuda", hold=hold)), NoStart)
     assert events == ["held", "started", "child", "released"] * 2
+
+
+_POOL_2D = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, kernel_size, stride, padding):
+        super().__init__()
+        self.pool = nn.MaxPool2d(kernel_size=kernel_size, stride=stride, padding=padding)
+
+    def forward(self, x):
+        return self.pool(x)
+
+batch_size = 2
+channels = 3
+height = 8
+width = 8
+kernel_size = 4
+stride = 1
+padding = 1
+
+def get_inputs():
+    return [torch.rand(batch_size, channels, height, width)]
+
+def get_init_inputs():
+    return [kernel_size, stride, padding]
+"""
+
+#: 42_Max_Pooling_2D's trouble in small: the smallest shape pools a height of 2 into one row
+_POOL_2D_META = """CPU_PUBLIC_SHAPES = [{'batch_size': 2, 'channels': 3, 'height': 8, 'width': 8, 'kernel_size': 4, 'stride': 1, 'padding': 1}]
+CPU_HIDDEN_SHAPES = [
+    {'batch_size': 2, 'channels': 3, 'height': 2, 'width': 8, 'kernel_size': 4, 'stride': 1, 'padding': 1},
+    {'batch_size': 3, 'channels': 2, 'height': 9, 'width': 7, 'kernel_size': 4, 'stride': 1, 'padding': 1},
+]
+"""
+
+
+def test_a_start_is_captured_on_the_next_shape_where_the_smallest_makes_dynamo_fix_a_size(judge, tmp_path):
+    """On the H100, 42_Max_Pooling_2D had no start: its smallest shape (height 2) pools into one
+    row, Dynamo fixed the height at 2 there, and the other shapes' heights vary. The start is now
+    captured on the next example shape, where the height stays a symbol, and is accepted at every
+    shape, the height-2 one included."""
+    (tmp_path / "pool2d.py").write_text(_POOL_2D)
+    (tmp_path / "pool2d.meta.py").write_text(_POOL_2D_META)
+    task = load_task(tmp_path / "pool2d.py")
+    assert example_shape(task, "cpu").as_dict()["height"] == 2
+    start = derive(task, "cpu")
+    assert isinstance(start, Start), start
+    assert not any(d == 2 for _, d, _ in start.fixed), start.fixed
+    verdict = judge.verify(start.source, task)
+    assert verdict.accepted, describe(verdict)
+
+
+@pytest.mark.parametrize("guards, retry", [
+    (("Ne(s71 - 1, 1)", "Eq(s18 - 1, 1)", "Max(1, s71 - 1) > 1"), True),   # a pooled height of one row
+    (("Eq(s18, 64)",), False),                                            # a branch on the length
+    (("Eq(s18 - 1, 1)", "Eq(s18, 64)"), False),
+    (("Ne(s18, 64)",), False),                                            # nothing was fixed
+    ((), False),
+    (("Eq(0, s3)",), True),
+])
+def test_only_a_size_dynamo_fixed_at_0_or_1_is_worth_a_capture_on_another_shape(guards, retry):
+    assert inductor_start.zero_one_only(guards) is retry
