@@ -491,6 +491,13 @@ def _portable(src: str) -> str:
 _WIDE = r"(?:\.to\(tl\.int64\))?"
 
 
+#: a y axis whose blocks may outnumber the grid's y limit: Inductor's kernel takes its block as program
+#: id 1 plus program id 2 times the y grid (its ``Grid2DWithYZOverflow``; any dynamic y size)
+_Y_SPILLS = re.compile(rf"\byoffset = \(tl\.program_id\(1\) \+ tl\.program_id\(2\) \* tl\.num_programs\(1\)\){_WIDE} \* YBLOCK\b")
+#: the most programs a CUDA grid has along y (Inductor's ``get_max_y_grid``)
+MAX_Y_GRID = 65535
+
+
 def _launcher(name: str, src: str, params: list[str], blocks: dict[str, int]) -> str:
     runtime = [p for p in params if not re.fullmatch(r"[XYZ]BLOCK|R\d_BLOCK", p)]
     constexprs = [p for p in params if p not in runtime]
@@ -515,6 +522,14 @@ def _launcher(name: str, src: str, params: list[str], blocks: dict[str, int]) ->
     grid = [None, None, None]
     for axis in "xyz":
         if f"{axis.upper()}BLOCK" in constexprs:
+            if axis == "y" and axis not in axes and _Y_SPILLS.search(src):
+                if "ZBLOCK" in constexprs or "znumel" in runtime:
+                    raise Untranslatable(f"{name}: a y axis that spills into z beside a z axis of its own")
+                # Inductor's Grid2DWithYZOverflow: as many z rows of y blocks as the y limit needs
+                lines += ["    _y_blocks = triton.cdiv(ynumel, YBLOCK)",
+                          f"    _y_rows = max(1, triton.cdiv(_y_blocks, {MAX_Y_GRID}))"]
+                grid[1], grid[2] = "triton.cdiv(_y_blocks, _y_rows)", "_y_rows"
+                continue
             if axis not in axes:
                 raise Untranslatable(f"{name}: the {axis} axis is not one program id per block")
             grid[axes[axis]] = f"triton.cdiv({axis}numel, {axis.upper()}BLOCK)"

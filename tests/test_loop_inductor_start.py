@@ -623,3 +623,67 @@ def test_a_start_is_captured_on_the_next_shape_where_the_smallest_makes_dynamo_f
 ])
 def test_only_a_size_dynamo_fixed_at_0_or_1_is_worth_a_capture_on_another_shape(guards, retry):
     assert inductor_start.zero_one_only(guards) is retry
+
+
+_Y_SPILLING_KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def triton_poi_fused_transpose_0(in_ptr0, out_ptr0, ynumel, xnumel, YBLOCK: tl.constexpr, XBLOCK: tl.constexpr):
+    yoffset = (tl.program_id(1) + tl.program_id(2) * tl.num_programs(1)).to(tl.int64) * YBLOCK
+    yindex = yoffset + tl.arange(0, YBLOCK)[None, :]
+    ymask = yindex < ynumel
+    xoffset = tl.program_id(0).to(tl.int64) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    tmp0 = tl.load(in_ptr0 + (xindex + xnumel * yindex), xmask & ymask)
+    tl.store(out_ptr0 + (yindex + ynumel * xindex), tmp0, xmask & ymask)
+'''
+
+
+def _y_spilling_launcher(tmp_path, kernel=None):
+    """The launcher the start writes for a kernel whose y axis may spill into z (Inductor's code
+    for any dynamic y size, 44_Average_Pooling_1D's on the H100), its kernel imported from a file;
+    ``kernel``: a stand-in to launch instead."""
+    import importlib.util
+
+    path = tmp_path / "spilling.py"
+    path.write_text(_Y_SPILLING_KERNEL)
+    spec = importlib.util.spec_from_file_location("spilling", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    name = "triton_poi_fused_transpose_0"
+    text = inductor_start._launcher(name, _Y_SPILLING_KERNEL, ["in_ptr0", "out_ptr0", "ynumel", "xnumel", "YBLOCK", "XBLOCK"],
+                                    inductor_start.BLOCKS["cuda"])
+    space = {"triton": module.triton, name: kernel or getattr(module, name)}
+    exec(text, space)
+    return space[f"_launch_{name}"], text
+
+
+def test_a_y_axis_that_spills_into_z_is_launched_with_as_many_z_rows_as_the_y_limit_needs(tmp_path, device):
+    """44_Average_Pooling_1D had no start on the H100: its kernel's y block is program id 1 plus
+    program id 2 times the y grid (Inductor's overflow form for a y size it cannot bound), which
+    the start did not launch. It now does: the y blocks over rows of at most 65535, the rows on z."""
+    import torch
+
+    grids = []
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return lambda *args, **kw: None
+
+    launch, text = _y_spilling_launcher(tmp_path, Spy())
+    assert "_y_rows" in text
+    for ynumel, expected in ((100, (1, 4, 1)), (65535 * 32, (1, 65535, 1)), (65535 * 32 * 3 + 1, (1, 49152, 4))):
+        grids.clear()
+        launch(None, None, ynumel, 5)
+        (x, y, z), = grids
+        assert (x, y, z) == expected and y <= inductor_start.MAX_Y_GRID and y * z * 32 >= ynumel, (ynumel, grids)
+    # the kernel itself, launched so, moves every element (the interpreter on a CPU; a small y)
+    launch, _ = _y_spilling_launcher(tmp_path)
+    x = torch.randn(37, 5, device=device)
+    out = torch.empty(5, 37, device=device)
+    launch(x, out, 37, 5)
+    assert torch.equal(out, x.t())
