@@ -266,3 +266,26 @@ def test_the_margin_is_untouched_where_the_gpu_has_room():
     layout = judge._arena_layout(sizes, [shape], {shape.params: 32})
     heap = max(2 * (256 << 20), 32 * (256 << 20) * 9 // 8)
     assert layout["size"] - layout["input_bytes"] >= heap + max(heap // 2, 4 * (256 << 20)) + (2 << 30)
+
+
+def test_a_heap_short_of_its_working_copy_says_so_and_an_out_of_memory_reason_tells_it():
+    """35_GroupNorm_'s hidden shape on an H100 (6.3 GiB in and out a call, and its timed batches
+    beside): the heap had room for 4.6 GiB of temporaries, less than the working copy of the input
+    the judge plans, and the honest start that asked for one more input-sized buffer was told it
+    had that copy. The plan now says the room it could give, and an out-of-memory reason tells the
+    truth; an H200 has room. (Here a 74 GiB GPU stands for the H100 less its batches.)"""
+    from kernforge.tasks.spec import Shape
+    from kernforge.verifier.defences import failures
+    from kernforge.verifier.messages import Failure
+
+    shape = Shape.of({"N": 1})
+    call = int(6.31 * GIB)
+    sizes = {shape.params: {"input_bytes": call, "output_bytes": call}}
+    short = _GpuJudge(74.0, 0.001)._arena_layout(sizes, [shape], {})["heap_short"]
+    assert short is not None and short[0] < short[1] == call
+    assert _GpuJudge(139.8, 0.001)._arena_layout(sizes, [shape], {})["heap_short"] is None
+    oom = Failure(op="check", ok=False, stage="oom", error="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.31 GiB")
+    told = failures.failed(oom, "checking the hidden shape N=1", heap_bytes=19 * GIB, heap_short=short)
+    assert f"less than the {call / GIB:.1f} GiB working copy" in told.reason and "no more room" in told.reason
+    assert "a working copy of its largest input or weight and 2 GiB more" not in told.reason
+    assert told.evidence["planned_copy"] == call

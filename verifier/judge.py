@@ -195,6 +195,9 @@ class _Verdict:
     calibration: dict[str, Any] = field(default_factory=dict)
     #: the arena's heap: what the candidate's allocations come from on a GPU (0 on the CPU)
     heap_bytes: int = 0
+    #: (the temporaries' room the heap has, the working copy planned for it) where this GPU had no
+    #: room for the whole copy beside what judging a call holds (bytes); None where it had
+    heap_short: tuple[int, int] | None = None
     #: the slowest checked call so far per shape, by the judge's clock (seconds; timeouts only)
     slowest: dict[tuple, float] = field(default_factory=dict)
     #: what an accepted verdict must say beside its figures (checks' marginal elements)
@@ -509,6 +512,7 @@ class Judge:
         checked += self._state.drawn
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan)
+        self._state.heap_short = layout.pop("heap_short")
         self._spent("plan", t0)
         if self.on_gpu and self.options.baselines:
             self._state.baselines = self._baselines(task, [s for s, _ in timed], sizes, init_seed)
@@ -572,6 +576,7 @@ class Judge:
         init_seed = secrets.randbits(31)
         sizes = self._shape_sizes(task, [shape], init_seed)
         layout = self._arena_layout(sizes, [shape], {})
+        layout.pop("heap_short")
         failed, text = "", ""
         for _ in range(PROFILE_ATTEMPTS):  # a record that could not be made is made again, once
             if self._closing:  # the judge was closed under this audit: no second profiled worker
@@ -743,7 +748,7 @@ class Judge:
         if isinstance(got, M.Failure):
             if got.op != op:
                 return reply_rules.malformed(f"a failure of {got.op!r} in answer to {op!r}", what)
-            return failures.failed(got, what, self._state.heap_bytes)
+            return failures.failed(got, what, self._state.heap_bytes, self._state.heap_short)
         if hasattr(got, "steps"):
             self._add_steps(f"worker.{op}", got.steps)
         return got
@@ -1320,12 +1325,13 @@ class Judge:
         gib = float(self.environment().get("memory_gib") or 16)
         return int(gib * (1 << 30) * self.options.arena_share * (self._memory_share if share is None else share))
 
-    def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int]) -> dict[str, int]:
+    def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int]) -> dict[str, Any]:
         """Input region and heap: two calls' worth of the largest check (calls alternate halves)
         and room for the largest batch; on a GPU the heap also holds the candidate's own
         temporaries, so it gets a margin (at least a working copy of its largest input or weight,
         where the GPU has room for it beside what the reference worker holds: fits.reference_bytes),
-        and its models' weights (the reference's size)."""
+        and its models' weights (the reference's size). ``heap_short``: (the temporaries' room, the
+        copy planned) where the GPU had room for less than the copy, else None: not the arena's."""
         check_in = max((sizes[s.params]["input_bytes"] for s in checked), default=0)
         check_out = max((sizes[s.params]["output_bytes"] for s in checked), default=0)
         batch_in = max((sizes[k]["input_bytes"] * n for k, n in plan.items()), default=0)
@@ -1337,19 +1343,21 @@ class Judge:
             params = sum(entry.get("param_bytes", 0) for entry in sizes.values())
             # a working copy of the largest input or weight (a transposed weight, a cast input),
             # where the GPU has room for it beyond what judging a call needs (fits.py)
-            copy = max((max(sizes[s.params]["input_bytes"], sizes[s.params].get("param_bytes", 0)) for s in checked), default=0)
+            planned = max((max(sizes[s.params]["input_bytes"], sizes[s.params].get("param_bytes", 0)) for s in checked), default=0)
             need = max((fits.need(sizes[s.params]) for s in checked), default=0)
             memory = float(self.environment().get("memory_gib") or 0) * (1 << 30) * self._memory_share
-            copy = min(copy, max(0, int(memory) - need)) if memory else copy
+            copy = min(planned, max(0, int(memory) - need)) if memory else planned
             margin = max(heap // 2, 4 * check_out, copy)
             if memory:  # never so large that the reference worker's own answers no longer fit beside the arena
                 # (a KernelBench ReLU of 6 GiB a call: a 24 GiB margin left its prepare out of memory on an H100)
                 beside = fits.reference_bytes(check_in, check_out, batch_in)
                 margin = min(margin, max(0, int(memory) - fits.OVERHEAD - input_bytes - heap - params - (2 << 30) - beside))
+            # what an out-of-memory failure's reason says: the copy planned, where less of it fitted
+            short = (margin, planned) if margin < planned else None
             heap = heap + margin + params + (2 << 30)
         else:
-            heap = 2 * check_out + (1 << 20)
-        return {"size": input_bytes + _round(heap), "input_bytes": input_bytes}
+            heap, short = 2 * check_out + (1 << 20), None
+        return {"size": input_bytes + _round(heap), "input_bytes": input_bytes, "heap_short": short}
 
 
 def _ran_out_of_memory(verdict: Verdict) -> bool:

@@ -40,18 +40,32 @@ def too_slow(what: str, limit_s: float, failure: WorkerFailure) -> Rejected:
                                     "diagnostics": failure.diagnostics.to_dict()})
 
 
-def failed(reply: Failure, what: str, heap_bytes: int = 0) -> Rejected:
+def failed(reply: Failure, what: str, heap_bytes: int = 0, heap_short: tuple[int, int] | None = None) -> Rejected:
     """A worker's report that the candidate's code raised; ``heap_bytes``: the arena's heap its
-    allocations came from (a GPU), which is what ran out, not the GPU's free memory torch quotes."""
+    allocations came from (a GPU), which is what ran out, not the GPU's free memory torch quotes;
+    ``heap_short``: (the room its temporaries had, the working copy planned) where this GPU could
+    not give the whole copy (the judge's plan, judge._arena_layout)."""
     error = reply.error[-3000:]
     headline = error.strip().splitlines()[-1] if error.strip() else "no message"
     if reply.stage == "compile":
         return COMPILE.reject(Status.COMPILE_ERROR, f"compiling failed while {what}: {headline}", evidence={"error": error, "while": what})
     if reply.stage == "oom":
-        heap = (f" (a call's allocations come from the judge's heap of {heap_bytes / (1 << 30):.1f} GiB: room for its "
-                "outputs, its weights, a working copy of its largest input or weight and 2 GiB more)" if heap_bytes else "")
+        gib = 1 << 30
+        if heap_bytes and heap_short:
+            room, copy = heap_short
+            heap = (f" (a call's allocations come from the judge's heap of {heap_bytes / gib:.1f} GiB: room for its outputs, "
+                    f"its weights and 2 GiB more, and {room / gib:.1f} GiB for its temporaries, less than the "
+                    f"{copy / gib:.1f} GiB working copy of its largest input or weight the judge plans: this GPU has no "
+                    "more room beside what judging a call holds; a kernel with fewer temporaries, or a GPU with more "
+                    "memory, may pass)")
+        elif heap_bytes:
+            heap = (f" (a call's allocations come from the judge's heap of {heap_bytes / gib:.1f} GiB: room for its "
+                    "outputs, its weights, a working copy of its largest input or weight and 2 GiB more)")
+        else:
+            heap = ""
         return OOM.reject(Status.RUNTIME_ERROR, f"ran out of memory while {what}{heap}: {headline}",
-                          evidence={"error": error, "while": what, "heap_bytes": heap_bytes})
+                          evidence={"error": error, "while": what, "heap_bytes": heap_bytes,
+                                    **({"heap_room": heap_short[0], "planned_copy": heap_short[1]} if heap_short else {})})
     return RUNTIME.reject(Status.RUNTIME_ERROR, f"running failed while {what}: {headline}", evidence={"error": error, "while": what})
 
 
