@@ -512,7 +512,7 @@ class Judge:
         checked += self._state.drawn
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan)
-        self._state.heap_short = layout.pop("heap_short")
+        self._state.heap_short = layout.pop("heap_short", None)
         self._spent("plan", t0)
         if self.on_gpu and self.options.baselines:
             self._state.baselines = self._baselines(task, [s for s, _ in timed], sizes, init_seed)
@@ -576,7 +576,7 @@ class Judge:
         init_seed = secrets.randbits(31)
         sizes = self._shape_sizes(task, [shape], init_seed)
         layout = self._arena_layout(sizes, [shape], {})
-        layout.pop("heap_short")
+        layout.pop("heap_short", None)
         failed, text = "", ""
         for _ in range(PROFILE_ATTEMPTS):  # a record that could not be made is made again, once
             if self._closing:  # the judge was closed under this audit: no second profiled worker
