@@ -47,18 +47,19 @@
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
 #   loop14     bench/loop.py on all 14 built-in tasks from an empty archive, LOOP_S seconds (default 290), LANES lanes (1; issue #17:
-#              every task's first verdict within 5 minutes; log, loop14.db, loop14.json). LOOP_HOURS (default LOOP_S): the run's own
-#              time budget; a night's (say 8) keeps the audits of the first bests waiting for every task's first verdict, as a night
-#              run does, where a budget of LOOP_S starts them early to fit before its end; the phase then stops it at LOOP_S + 30 s
-#              (SIGTERM: the run abandons the verdict in flight and writes its JSON)
+#              every task's first verdict within 5 minutes; log, loop14.db, loop14.json). LOOP_HOURS (default 8, a night's): the
+#              run's own time budget, which keeps the audits of the first bests waiting for every task's first verdict, as a night
+#              run does; the phase stops it at LOOP_S + 30 s (SIGTERM: the run abandons the verdict in flight and writes its JSON).
+#              A budget of LOOP_S (LOOP_HOURS=0.08 for 290 s) starts them early to fit before its end: on an H100 that
+#              left 5 of 14 tasks without a first verdict, the audits taking the run's last 155 s
 #   loop14before  loop14 with the code of the carried .before/ (`git archive COMMIT | tar -x -C .before`; workers import it
 #              through PYTHONPATH too; a cache of its own): before and after on one lease (log, loop14before.db/.json)
 #   loop14b    the same tasks again on that archive (baselines kept, tried configurations not proposed again): the
 #              carried .loop14/loop14.db, else this call's loop14.db (log, loop14b.db, loop14b.json; named
 #              loop14b$LOOP_TAG, so that one call can run it twice, e.g. with LANES=4 and LANES=1, each on a copy).
-#              LOOP_HOURS as for loop14: with a budget of LOOP_S the audits loop14 left (it is stopped, not ended)
-#              are due at once, to fit before the end, and hold the verdicts back; with a night's they take
-#              at most their share of the GPU (loop/audit_queue.py AUDIT_SHARE) and the verdicts go on
+#              LOOP_HOURS as for loop14 (every loop14 phase, before or after, has the same): with a night's the
+#              audits loop14 left (it is stopped, not ended) take at most their share of the GPU (loop/audit_queue.py
+#              AUDIT_SHARE) and the verdicts go on; with a budget of LOOP_S they are due at once and hold them back
 #   loop14bbefore  loop14b with the code of the carried .before/ on a copy of the carried .loop14/loop14.db (a cache of its
 #              own): the second run before and after on one lease (log, loop14bbefore.db/.json)
 #   lanes      bench/loop.py, 3 tasks x 12 attempts, with two lanes and then one (caches the first run warms favour
@@ -120,20 +121,20 @@ for p in "$@"; do
               mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
               PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14before "$((${LOOP_S:-290} + 30))" \
                 python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
-                --hours "$(python3 -c "print(${LOOP_S:-290} / 3600)")" --lanes "${LANES:-1}" --db "$OUT/loop14before.db" --json "$OUT/loop14before.json" ;;
+                --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/loop14before.db" --json "$OUT/loop14before.json" ;;
     loop14) KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase loop14 "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
-              --attempts 1000 --hours "${LOOP_HOURS:-$(python3 -c "print(${LOOP_S:-290} / 3600)")}" --lanes "${LANES:-1}" --db "$OUT/loop14.db" --json "$OUT/loop14.json" ;;
+              --attempts 1000 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/loop14.db" --json "$OUT/loop14.json" ;;
     loop14b) b=loop14b${LOOP_TAG:-}
              if [ -f .loop14/loop14.db ]; then cp .loop14/loop14.db "$OUT/$b.db"; else cp "$OUT/loop14.db" "$OUT/$b.db"; fi
              KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase "$b" "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
-              --attempts 1000 --hours "${LOOP_HOURS:-$(python3 -c "print(${LOOP_S:-290} / 3600)")}" --lanes "${LANES:-1}" --db "$OUT/$b.db" --json "$OUT/$b.json" ;;
+              --attempts 1000 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/$b.db" --json "$OUT/$b.json" ;;
     loop14bbefore) if [ ! -f .before/bench/loop.py ]; then echo "loop14bbefore: carry .before (git archive COMMIT | tar -x -C .before)"; continue; fi
              if [ ! -f .loop14/loop14.db ]; then echo "loop14bbefore: carry .loop14/loop14.db"; continue; fi
              mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
              cp .loop14/loop14.db "$OUT/loop14bbefore.db"
              PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14bbefore "$((${LOOP_S:-290} + 30))" \
                 python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
-                --hours "${LOOP_HOURS:-$(python3 -c "print(${LOOP_S:-290} / 3600)")}" --lanes "${LANES:-1}" --db "$OUT/loop14bbefore.db" --json "$OUT/loop14bbefore.json" ;;
+                --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/loop14bbefore.db" --json "$OUT/loop14bbefore.json" ;;
     *) echo "unknown phase $p" ;;
   esac
 done
