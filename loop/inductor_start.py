@@ -455,8 +455,9 @@ def _kernels(tree: ast.Module) -> dict[str, tuple[str, list[str]]]:
         if jitted is None:
             raise Untranslatable(f"{name} has no @triton.jit function")
         src, kernel = jitted
-        if re.search(r"reduction_hint\s*=\s*ReductionHint\.OUTER\b", node.value.args[1].value):
-            src = f"{OUTER_HINT}\n{src}"
+        hint = re.search(r"reduction_hint\s*=\s*ReductionHint\.(OUTER(?:_TINY)?)\b", node.value.args[1].value)
+        if hint is not None:
+            src = f"{OUTER_HINT if hint.group(1) == 'OUTER' else OUTER_TINY_HINT}\n{src}"
         out[name] = (_portable(src), [a.arg for a in kernel.args.args])
     return out
 
@@ -465,6 +466,38 @@ def _kernels(tree: ast.Module) -> dict[str, tuple[str, list[str]]]:
 #: kept above the kernel's source: such a kernel is launched with many rows and a short block of
 #: the reduced axis (Inductor's own outer config), so that each load of a block is coalesced.
 OUTER_HINT = "# Inductor: ReductionHint.OUTER"
+#: the same for a reduced axis of a few elements
+OUTER_TINY_HINT = "# Inductor: ReductionHint.OUTER_TINY"
+#: a persistent reduction's rows per program: Inductor's choices, at most this many elements in all
+#: (its MAX_PERSISTENT_BLOCK_NUMEL)
+PERSISTENT_ROWS = (1, 8, 32, 128)
+PERSISTENT_NUMEL = 4096
+
+
+def _hint(src: str) -> str | None:
+    """The outer hint a kernel's source keeps on its first line (``_kernels``), or None."""
+    first = src.split("\n", 1)[0]
+    return first if first in (OUTER_HINT, OUTER_TINY_HINT) else None
+
+
+def _persistent_rows(src: str) -> int | None:
+    """XBLOCK of a persistent reduction along a strided axis, as Inductor's own heuristics give it
+    without autotuning (``_persistent_reduction_configs``): the most rows of ``PERSISTENT_ROWS``
+    whose elements stay within ``PERSISTENT_NUMEL``, or for a tiny reduced axis 2 * (256 // its
+    block). None where the kernel has no outer hint or holds no literal block of the reduced axis
+    (static code does). With one row per program, every load of 36_RMSNorm_'s reduced axis
+    (64 elements, 256 KiB apart) was its own memory transaction: 0.12x torch.compile on the H100."""
+    hint = _hint(src)
+    tiny = hint == OUTER_TINY_HINT
+    block = re.search(r"\bR0_BLOCK\s*:\s*tl\.constexpr\s*=\s*(\d+)", src)
+    if hint is None or block is None:
+        return None
+    r = int(block.group(1))
+    if tiny:
+        return 2 * (256 // r) if r <= 256 else 1
+    rows = re.search(r"^\s*xnumel = (\d+)$", src, re.M)
+    most = int(rows.group(1)) if rows else None
+    return max(x for x in PERSISTENT_ROWS if x == 1 or (x * r <= PERSISTENT_NUMEL and (most is None or x <= most)))
 
 
 def _jit_source(text: str) -> tuple[str, ast.FunctionDef] | None:
@@ -509,15 +542,18 @@ def _launcher(name: str, src: str, params: list[str], blocks: dict[str, int]) ->
     # a reduction takes XBLOCK rows of a whole block of the reduced axis each: few rows. Inductor's
     # static code makes a persistent reduction's R0_BLOCK a literal of the kernel, no parameter.
     reduction = any(p.startswith("R") for p in constexprs) or any(re.fullmatch(r"r\d_numel", p) for p in runtime)
-    # an outer reduction (a strided reduced axis), looped: XBLOCK contiguous rows, a short R block
-    outer = reduction and not persistent and src.startswith(OUTER_HINT) and "XO" in blocks
+    # an outer reduction (a strided reduced axis), looped: XBLOCK contiguous rows, a short R block;
+    # persistent, as many rows as Inductor gives it (on a GPU: where the CPU's interpreter runs, the
+    # blocks are its own)
+    outer = reduction and not persistent and _hint(src) == OUTER_HINT and "XO" in blocks
+    rows = _persistent_rows(src) if reduction and persistent and "XO" in blocks else None
     for p in constexprs:
         if p.startswith("R"):
             numel = f"r{p[1]}_numel"
             value = f"triton.next_power_of_2({numel})" if persistent else str(blocks["RO" if outer else "R"])
             lines.append(f"    {p} = {value}")
         else:
-            x_reduction = blocks["XO"] if outer else blocks["XR"]
+            x_reduction = rows or (blocks["XO"] if outer else blocks["XR"])
             lines.append(f"    {p} = {x_reduction if reduction and p == 'XBLOCK' else blocks[p[0]]}")
     grid = [None, None, None]
     for axis in "xyz":

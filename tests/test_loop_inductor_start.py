@@ -687,3 +687,43 @@ def test_a_y_axis_that_spills_into_z_is_launched_with_as_many_z_rows_as_the_y_li
     out = torch.empty(5, 37, device=device)
     launch(x, out, 37, 5)
     assert torch.equal(out, x.t())
+
+
+def test_a_persistent_outer_reduction_is_launched_with_as_many_rows_as_inductor_gives_it(judge):
+    """36_RMSNorm_'s static kernel on the H100 reduced 64 elements 256 KiB apart, one row per
+    program: every load its own memory transaction, 0.12x torch.compile. A persistent reduction
+    that Inductor marks outer now gets Inductor's own rows per program on a GPU (the most of 1, 8,
+    32, 128 within 4096 elements: 32 rows of 64); the CPU's blocks stay the interpreter's. The
+    start launched with the GPU's blocks is still right (judged here by the interpreter)."""
+    from kernforge.loop import inductor_paths
+
+    stem = "48_Mean_reduction_over_a_dimension"  # its CPU shapes make the static kernel persistent, 64 wide
+    raw = _raw_reply(stem)
+    kernels = inductor_start._kernels(ast.parse(raw["static"]["wrapper"]))
+    persistent = {n: k for n, k in kernels.items() if n.startswith("triton_per_")}
+    assert persistent, list(kernels)
+    for name, (src, params) in persistent.items():
+        assert inductor_start._hint(src) == inductor_start.OUTER_HINT
+        assert "R0_BLOCK: tl.constexpr = 64" in src
+        on_gpu = inductor_start._launcher(inductor_paths.STATIC + name, src, params, inductor_start.BLOCKS["cuda"])
+        assert "    XBLOCK = 32\n" in on_gpu, on_gpu
+        on_cpu = inductor_start._launcher(inductor_paths.STATIC + name, src, params, inductor_start.BLOCKS["cpu"])
+        assert f"    XBLOCK = {inductor_start.BLOCKS['cpu']['XR']}\n" in on_cpu, on_cpu
+    task = load_task(COPIES / f"{stem}.py")
+    start = inductor_start._from_child(raw, "", "cuda", task.reference_path.read_text())
+    assert isinstance(start, Start), start
+    assert "    XBLOCK = 32\n" in start.source
+    verdict = judge.verify(start.source, task)
+    assert verdict.accepted, describe(verdict)
+
+
+@pytest.mark.parametrize("src, rows", [
+    (f"{inductor_start.OUTER_HINT}\ndef k():\n    xnumel = 4096\n    R0_BLOCK: tl.constexpr = 16", 128),
+    (f"{inductor_start.OUTER_HINT}\ndef k():\n    xnumel = 20\n    R0_BLOCK: tl.constexpr = 16", 8),    # no more rows than there are
+    (f"{inductor_start.OUTER_HINT}\ndef k():\n    R0_BLOCK: tl.constexpr = 1024", 1),
+    (f"{inductor_start.OUTER_TINY_HINT}\ndef k():\n    R0_BLOCK: tl.constexpr = 4", 128),
+    (f"{inductor_start.OUTER_HINT}\ndef k(R0_BLOCK: tl.constexpr):\n    pass", None),          # no literal block: dynamic code
+    ("def k():\n    R0_BLOCK: tl.constexpr = 64", None),                                          # no outer hint
+])
+def test_a_persistent_reduction_s_rows_follow_inductor_s_own_rule(src, rows):
+    assert inductor_start._persistent_rows(src) == rows
