@@ -27,6 +27,7 @@
 #   census     bench/census_probe.py (what a checked call costs the worker besides its kernels: the op
 #              trace and the profiler's census, per call, at the smallest public shape)
 #   gputestx   the verifier's GPU tests (and the reference graph's and the stacked reference's) on three pytest-xdist workers sharing the GPU
+#   busyhost   an honest seed judged while twice as many processes as cores burn the CPU (the clock rule's busy host), alone
 #   drawn      every seed against its reference at its public, hidden and 12 drawn GPU shapes (tasks/draws.py)
 #   steps      bench/refworker_steps.py on the GPU (a window's input draw, call by call and batched, and comparison: ms and aten ops)
 #   ncusbx     bench/ncu_sandbox.py (Nsight Compute inside the sandbox's isolation, one step at a time, and the audit's profiled worker)
@@ -97,6 +98,7 @@ for p in "$@"; do
     census) phase census 150 python3 bench/census_probe.py --device cuda:0 --task rms_norm --task silu_and_mul --task softmax \
              --task rotary_embedding --task moe_topk_softmax --task merge_attn_states ;;
     gputestx) phase gputest 260 python3 -m pytest -m gpu -v -p no:cacheprovider --tb=line -rf --timeout 120 -n 3 --durations=12 tests/test_verifier_gpu.py tests/test_verifier_reference_graph.py tests/test_verifier_reference_batched.py tests/test_verifier_late_reads.py ;;
+    busyhost) phase busyhost 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 180 tests/test_verifier_gpu_busy_host.py ;;
     drawn) phase drawn 240 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 200 -n 3 tests/test_tasks_builtin.py -k seed_matches ;;
     steps) phase steps 200 python3 bench/refworker_steps.py --device cuda:0 --task rms_norm --task silu_and_mul --task softmax --task fused_add_rms_norm \
              --task rotary_embedding --task moe_topk_softmax --task merge_attn_states ;;
