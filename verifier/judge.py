@@ -165,7 +165,7 @@ class _Call:
     sent_at: float = 0.0
     #: the worker's stopped seconds when the call was sent (Session.stopped_seconds)
     stopped_at_send: float = 0.0
-    #: the host's runnable tasks as the call went and as its reply came (host_load: was the host quiet)
+    #: a repeat call's readings of the host's runnable tasks as it went and as its reply came (host_load)
     watch: host_load.Watch = field(default_factory=host_load.Watch)
     #: where the worker said its outputs lie (a deferred second read may blame a later call's reuse)
     outputs: list[M.TensorRef] = field(default_factory=list)
@@ -844,7 +844,8 @@ class Judge:
         msg = {"op": "check", "id": call.key[:12], "shape": call.shape.as_dict(),
                "args": [_arg(a) for a in p.args],
                "slots": [s.to_dict() for s in p.slots], "poison_bytes": 2 * out_bytes + (64 << 20)}
-        call.watch.look()
+        if call.repeat_of:  # a sample of the worker's clock (clock.lied): was the host quiet around it
+            call.watch.look()
         call.sent_at = time.perf_counter()
         call.stopped_at_send = session.stopped_seconds()
         self._send(session, msg)
@@ -858,7 +859,8 @@ class Judge:
         # the judge's clock around the call, less what the worker spent stopped by another lane's
         # timing meanwhile (gate.py): not the candidate's time, and not a lie of its clock (clock.lied)
         wall = time.perf_counter() - call.sent_at - (session.stopped_seconds() - call.stopped_at_send)
-        call.watch.look()
+        if call.repeat_of:
+            call.watch.look()
         slowest = self._state.slowest
         slowest[call.shape.params] = max(slowest.get(call.shape.params, 0.0), wall)
         if isinstance(reply, Rejected):
