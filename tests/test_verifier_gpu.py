@@ -164,9 +164,11 @@ def test_builtin_seed_accepted_on_gpu(runtime_judge, name):
 
 
 def test_a_candidate_slower_than_the_bar_is_timed_at_the_largest_shape_only(runtime_judge):
-    """With a bar at half the seed's own times, the judge times the largest public shape, sees it
-    cannot lead, and leaves the other shapes untimed (verifier/contender.py); without a bar, and
-    with a bar it clears, every shape is timed."""
+    """With a bar at a tenth of the seed's own times, the judge times the largest public shape, sees
+    it cannot lead, and leaves the other shapes untimed (verifier/contender.py); without a bar, and
+    with a bar it clears, every shape is timed. A tenth, not a half: gputestx runs three pytest
+    workers on one GPU, and on the H100 (session 46) the seed cleared a beaten bar: its two
+    verdicts' times, taken beside other workers' kernels, differed by more than 1.8x."""
     from kernforge.tasks import runtime
     from kernforge.verifier import contender
     from kernforge.verifier.verdict import NOT_TIMED
@@ -175,14 +177,14 @@ def test_a_candidate_slower_than_the_bar_is_timed_at_the_largest_shape_only(runt
     whole = runtime_judge.verify(task.seed_source, task)
     assert whole.accepted and all(s.timing != NOT_TIMED for s in whole.shapes), _describe(whole)
     bar = contender.bar_of(whole)
-    halved = runtime_judge.verify(task.seed_source, task, {k: v / 2 for k, v in bar.items()})
-    assert halved.accepted, _describe(halved)
+    beaten = runtime_judge.verify(task.seed_source, task, {k: v / 10 for k, v in bar.items()})
+    assert beaten.accepted, _describe(beaten)
     largest = runtime.largest_shape(task, "cuda").as_dict()
-    timed = [s for s in halved.shapes if s.timing != NOT_TIMED]
-    assert [(dict(s.shape), s.hidden) for s in timed] == [(largest, False)], _describe(halved)
-    assert any(f.startswith(contender.NOT_A_CONTENDER) for f in halved.flags)
-    doubled = runtime_judge.verify(task.seed_source, task, {k: v * 2 for k, v in bar.items()})
-    assert all(s.timing != NOT_TIMED for s in doubled.shapes), _describe(doubled)
+    timed = [s for s in beaten.shapes if s.timing != NOT_TIMED]
+    assert [(dict(s.shape), s.hidden) for s in timed] == [(largest, False)], _describe(beaten)
+    assert any(f.startswith(contender.NOT_A_CONTENDER) for f in beaten.flags), _describe(beaten)
+    cleared = runtime_judge.verify(task.seed_source, task, {k: v * 10 for k, v in bar.items()})
+    assert all(s.timing != NOT_TIMED for s in cleared.shapes), _describe(cleared)
 
 
 # ---- the red-team corpus on the GPU (redteam.py) --------------------------------------------------
