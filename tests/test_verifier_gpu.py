@@ -167,7 +167,7 @@ def test_a_candidate_slower_than_the_bar_is_timed_at_the_largest_shape_only(runt
     """With a bar at a tenth of the seed's own times, the judge times the largest public shape, sees
     it cannot lead, and leaves the other shapes untimed (verifier/contender.py); without a bar, and
     with a bar it clears, every shape is timed. A tenth, not a half: gputestx runs three pytest
-    workers on one GPU, and on the H100 (session 46) the seed cleared a beaten bar: its two
+    workers on one GPU, and on the H100 (session 46) the seed cleared a halved bar: its two
     verdicts' times, taken beside other workers' kernels, differed by more than 1.8x."""
     from kernforge.tasks import runtime
     from kernforge.verifier import contender
