@@ -65,6 +65,10 @@
 #              own): the second run before and after on one lease (log, loop14bbefore.db/.json)
 #   lanes      bench/loop.py, 3 tasks x 12 attempts, with two lanes and then one (caches the first run warms favour
 #              the second: the one-lane baseline; logs: lanes2.log, lanes1.log)
+#   night      issue #15's built-in-suite night, cut to NIGHT_S seconds (240; the run's own --hours, so it ends itself and
+#              prints bench/loop.py's table with "vs seed") on NIGHT_TASKS (six tasks with the tuner's room), from an empty
+#              archive (log, night.db, night.json)
+#   nightbefore  the same with the code of the carried .before/ (the tuner before issue #15: `git archive e8406f5`)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/h200_env.sh"
@@ -137,6 +141,16 @@ for p in "$@"; do
              PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14bbefore "$((${LOOP_S:-290} + 30))" \
                 python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
                 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/loop14bbefore.db" --json "$OUT/loop14bbefore.json" ;;
+    night|nightbefore) # issue #15: a night of NIGHT_S seconds (its own --hours) on NIGHT_TASKS, with this code or .before's
+             if [ "$p" = nightbefore ]; then
+               if [ ! -f .before/bench/loop.py ]; then echo "nightbefore: carry .before (git archive COMMIT | tar -x -C .before)"; continue; fi
+               mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
+               code=.before pypath=/tmp/kfbefore:$PYTHONPATH
+             else code=. pypath=$PYTHONPATH; fi
+             hours=$(python3 -c "print(${NIGHT_S:-240} / 3600)")
+             PYTHONPATH=$pypath KERNFORGE_CACHE_DIR=/tmp/kf-cache-$p phase "$p" "$((${NIGHT_S:-240} + 45))" \
+               python3 $code/bench/loop.py --gpu 0 --tasks ${NIGHT_TASKS:-rms_norm silu_and_mul softmax fused_add_rms_norm gemm_small_m rotary_embedding} \
+               --attempts 1000 --hours "$hours" --db "$OUT/$p.db" --json "$OUT/$p.json" ;;
     *) echo "unknown phase $p" ;;
   esac
 done
