@@ -168,12 +168,15 @@ class Devices:
         finally:
             self._leave(device)
         self.audited[device] += 1
-        self._note("audit", index, task, started, result.verdict)
+        profile = result.details.get("ncu")
+        profiled = profile.get("seconds") if isinstance(profile, Mapping) else None
+        self._note("audit", index, task, started, result.verdict, profiled if isinstance(profiled, Mapping) else None)
         return result, time.monotonic() - started
 
-    def _note(self, kind: str, index: int, task: Task, started: float, verdict: Verdict | None) -> None:
+    def _note(self, kind: str, index: int, task: Task, started: float, verdict: Verdict | None,
+              more_steps: Mapping[str, float] | None = None) -> None:
         """Log one verification: its lane, task, start and length, and the judge's steps (a verdict's,
-        or an audit's second verdict's)."""
+        or an audit's second verdict's, with its Nsight Compute run's stages)."""
         entry: dict[str, Any] = {"kind": kind, "slot": index, "task": task.name,
                                  "start_s": round(started - self._t0, 2),
                                  "seconds": round(time.monotonic() - started, 2)}
@@ -182,6 +185,8 @@ class Devices:
             steps = verdict.environment.get("phase_seconds")
             if isinstance(steps, Mapping):
                 entry["steps"] = dict(steps)
+        if more_steps:
+            entry["steps"] = dict(entry.get("steps", {}), **more_steps)
         self.log.append(entry)
 
     def _enter(self, device: str) -> float:

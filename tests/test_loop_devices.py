@@ -40,3 +40,26 @@ def test_a_gpu_child_starts_with_every_gate_held_and_is_stopped_by_any_judge_abo
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_an_audit_is_logged_with_its_nsight_compute_stages(monkeypatch):
+    """bench/loop.py's table of where time went shows an audit's profiled run beside its second
+    verdict: the stages the Nsight Compute record carries join the verdict's steps."""
+    from kernforge.loop import devices as devices_module
+    from kernforge.verifier.audit import Audit
+    from kernforge.verifier.verdict import Accepted
+
+    again = Accepted(shapes=(), environment={"phase_seconds": {"ref.verify_batch": 2.5}})
+    result = Audit(True, "accepted again", verdict=again,
+                   details={"ncu": {"ran": True, "seconds": {"ncu.start": 4.0, "ncu.calls": 0.5}}})
+    monkeypatch.setattr(devices_module.auditing, "audit", lambda judge, code, task, verdict: result)
+    devices = Devices(["cpu"])
+    devices.judges = [object()]
+
+    class Task:
+        name = "tiny_norm"
+
+    got, _ = asyncio.run(devices.audit(0, "code", Task(), again))
+    assert got is result
+    assert devices.log[-1]["kind"] == "audit"
+    assert devices.log[-1]["steps"] == {"ref.verify_batch": 2.5, "ncu.start": 4.0, "ncu.calls": 0.5}

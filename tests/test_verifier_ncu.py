@@ -179,7 +179,8 @@ def test_closing_the_judge_ends_an_audits_profiled_worker_still_running(monkeypa
         def _arena_layout(self, sizes, checked, plan):
             return {}
 
-        def _profiled_calls(self, backend, source, task, shape, init_seed, layout):
+        def _profiled_calls(self, backend, source, task, shape, init_seed, layout, laps):
+            laps.lap("ncu.start")
             started.set()
             backend.closed.wait()  # a profiled worker blocked in its calls until its backend is closed
             return "the sandbox backend was closed"
@@ -194,3 +195,5 @@ def test_closing_the_judge_ends_an_audits_profiled_worker_still_running(monkeypa
     auditing.join()
     assert backends and all(b.closed.is_set() for b in backends)
     assert got and not got[0].ran and "the sandbox backend was closed" in got[0].note
+    # where the profiled run's time went travels with the record, though it made none
+    assert {"ncu.wait", "ncu.start", "ncu.close"} <= set(got[0].to_dict()["seconds"])

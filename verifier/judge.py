@@ -52,6 +52,7 @@ from .defences import (batch as batch_rules, capture, clock, failures, ghost, in
 from .gate import DeviceGate
 from .judge_errors import GpuBusy, GpuMemoryHeld, JudgeError, ReferenceFailed, TaskTooLarge, out_of_memory
 from .kernels import own_kernel_names, own_op_names
+from .laps import Laps
 from .library import library_baseline
 from .screen import screen
 from .verdict import SAW_HIDDEN, Accepted, Rejected, ShapeResult, Status, Verdict
@@ -578,49 +579,55 @@ class Judge:
         layout = self._arena_layout(sizes, [shape], {})
         layout.pop("heap_short", None)
         failed, text = "", ""
+        laps = Laps()
         for _ in range(PROFILE_ATTEMPTS):  # a record that could not be made is made again, once
             if self._closing:  # the judge was closed under this audit: no second profiled worker
                 break
             with self.gate.exclusive(), ncu.exclusive(), tempfile.TemporaryDirectory(prefix="kf-ncu-") as folder:
+                laps.lap("ncu.wait")
                 log = Path(folder) / "ncu.csv"
                 try:
                     backend = self.profiled(ncu.command(exe, log))
                 except SandboxError as err:
-                    return ncu.Profile(False, f"no Nsight Compute record: {err}"[:300])
+                    return ncu.Profile(False, f"no Nsight Compute record: {err}"[:300], seconds=laps.seconds)
                 self._profiling = backend
                 if self._closing:  # closed while it started: close() may have missed it
                     backend.close()
                 try:
-                    failed = self._profiled_calls(backend, source, task, shape, init_seed, layout)
+                    failed = self._profiled_calls(backend, source, task, shape, init_seed, layout, laps)
                 finally:
                     self._profiling = None
                     backend.close()
                 text = log.read_text(errors="replace") if log.exists() else ""
+                laps.lap("ncu.close")
             if not failed:
                 break
         if failed:
             return ncu.Profile(False, f"no Nsight Compute record ({PROFILE_ATTEMPTS} tries): {failed}"[:800], calls=ncu.CALLS,
-                               shape=shape.as_dict())
+                               shape=shape.as_dict(), seconds=laps.seconds)
         launches = ncu.parse(text)
         if not launches:  # a profiler that failed to attach looks the same as no kernel: no evidence either way
             note = " ".join(line for line in text.splitlines() if "==ERROR==" in line or "==WARNING==" in line)[:300]
             return ncu.Profile(False, f"Nsight Compute recorded no kernel here: {note or 'an empty log'}", calls=ncu.CALLS,
-                               shape=shape.as_dict())
-        return ncu.Profile(True, "", tuple(launches), ncu.CALLS, shape.as_dict())
+                               shape=shape.as_dict(), seconds=laps.seconds)
+        return ncu.Profile(True, "", tuple(launches), ncu.CALLS, shape.as_dict(), seconds=laps.seconds)
 
     def _profiled_calls(self, backend: Backend, source: str, task: Task, shape: Shape, init_seed: int,
-                        layout: dict[str, int]) -> str:
+                        layout: dict[str, int], laps: Laps) -> str:
         """Attach, load and the profiled calls in a worker of ``backend``; what failed, or ""."""
         call = _Call(shape, task.distributions[0], False, uuid.uuid4().hex, half=0)
         try:
             with self._candidate_session(backend, source, task, init_seed, layout) as (session, _):
+                laps.lap("ncu.start")
                 for reply_type, msg in ((M.Attached, {"op": "attach"}), (M.Loaded, {"op": "load"})):
                     got = self._call(session, reply_type, msg, f"the profiled worker's {msg['op']}")
+                    laps.lap(f"ncu.{msg['op']}")
                     if isinstance(got, Rejected):
                         return got.reason[:300]
                 self._prepare(task, call, init_seed)
                 got = self._call(session, M.Profiled, {"op": "profile", "shape": shape.as_dict(), "calls": ncu.CALLS,
                                                        "args": [_arg(a) for a in call.prepared.args]}, "the profiled calls")
+                laps.lap("ncu.calls")
                 if isinstance(got, Rejected):
                     return got.reason[:300]
                 session.send({"op": "done"})

@@ -117,6 +117,9 @@ class Profile:
     launches: tuple[Launch, ...] = ()
     calls: int = 0
     shape: Mapping[str, int] = field(default_factory=dict)
+    #: where the profiled run's seconds went (``ncu.wait`` for the GPU and the lock, ``ncu.start``,
+    #: ``ncu.attach``, ``ncu.load``, ``ncu.calls``, ``ncu.close``), summed over its tries
+    seconds: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def per_call_us(self) -> float | None:
@@ -129,7 +132,8 @@ class Profile:
             entry[0] += 1
             entry[1] += x.us
         return {"ran": self.ran, "note": self.note, "calls": self.calls, "shape": dict(self.shape), "per_call_us": self.per_call_us,
-                "kernels": {k: {"launches": n, "us": round(t, 3)} for k, (n, t) in kernels.items()}}
+                "kernels": {k: {"launches": n, "us": round(t, 3)} for k, (n, t) in kernels.items()},
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
 
 
 def judge(profile: Profile, own: Sequence[str], allow_torch_ops: bool, trusted_us: float | None) -> str | None:

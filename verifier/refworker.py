@@ -32,6 +32,7 @@ from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape, Tolerance
 
 from . import host_load, late_reads
+from .laps import Laps
 
 _MODELS: dict[tuple, Any] = {}
 _STATE: dict[str, Any] = {}
@@ -1036,7 +1037,7 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     arena = _arena_of()
     task = load_task(batch.task_ref)
     started = time.perf_counter()
-    laps = _Laps()
+    laps = Laps()
     incomplete = []
     if batch.probe is not None:
         final = arena.data[batch.probe_index]
@@ -1097,7 +1098,7 @@ def _stacked_reference(batch: _Batch, model: Any, task: Any, tolerances: dict[st
 
 
 def _failing_stacked(batch: _Batch, arena: Any, stacked: Any, tolerances: dict[str, Any],
-                     laps: _Laps) -> tuple[Any, Callable[[int], Reference]]:
+                     laps: Laps) -> tuple[Any, Callable[[int], Reference]]:
     """Which calls fail (a bool per call, on the device), the reference a part of the calls at a
     time (``stacked``), each output of the part compared at once; and each call's reference."""
     import torch
@@ -1134,7 +1135,7 @@ def _failing_stacked(batch: _Batch, arena: Any, stacked: Any, tolerances: dict[s
 
 
 def _failing_per_call(batch: _Batch, arena: Any, model: Any, task: Any, device: str, tolerances: dict[str, Any],
-                      laps: _Laps) -> tuple[Any, Callable[[int], Reference]]:
+                      laps: Laps) -> tuple[Any, Callable[[int], Reference]]:
     """Which calls fail (a bool per call, on the device), each call's reference run on its own
     (replayed from the batch's captured graph where it has one); and each call's reference."""
     import torch
@@ -1189,20 +1190,6 @@ def _failing_per_call(batch: _Batch, arena: Any, model: Any, task: Any, device: 
             chunk, held = [], 0
     laps.lap("gather")
     return failing, reference_of
-
-
-class _Laps:
-    """Where one request's time went, step by step (diagnostics in the verdict's phase_seconds,
-    never evidence)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._since = time.perf_counter()
-
-    def lap(self, step: str) -> None:
-        now = time.perf_counter()
-        self.seconds[step] = self.seconds.get(step, 0.0) + now - self._since
-        self._since = now
 
 
 def _batch_reference(batch: _Batch, model: Any, task: Any, device: str) -> list[Any] | None:
