@@ -13,6 +13,7 @@ import pytest
 from kernforge.sandbox import Limits, ProcessBackend, SandboxError, WorkerSpec
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import ncu
+from kernforge.verifier.profiled import Ahead
 from kernforge.verifier.audit import Audit, with_profile
 from kernforge.verifier.defences import clock
 from kernforge.verifier.verdict import Accepted, ShapeResult
@@ -172,6 +173,7 @@ def test_closing_the_judge_ends_an_audits_profiled_worker_still_running(monkeypa
         def __init__(self):
             self.on_gpu, self.options, self.gate, self.profiled = True, JudgeOptions(), DeviceGate(), profiled
             self._ref, self._profiling, self._ref_pending, self._closing = None, None, False, False
+            self._ahead = Ahead()
 
         def _shape_sizes(self, task, shapes, init_seed, **_):
             return {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}

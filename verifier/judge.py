@@ -33,7 +33,6 @@ import os
 import secrets
 import socket
 import statistics
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from kernforge.tasks import draws, runtime
 from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
-from . import contender, fits, host_load, messages as M, ncu
+from . import contender, fits, host_load, messages as M, ncu, profiled as profiled_worker
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, processes, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
@@ -222,6 +221,10 @@ def where(shape: Shape, hidden: bool, dist: str) -> str:
 
 
 class Judge:
+    #: the audit's profiled worker, started as its second verdict begins (profiled.py); None in
+    #: a judge that cannot profile
+    _ahead: profiled_worker.Ahead | None = None
+
     def __init__(self, candidates: Backend, references: Backend, options: JudgeOptions = JudgeOptions(),
                  profiled: Callable[[tuple[str, ...]], Backend] | None = None, gate: DeviceGate | None = None):
         """``profiled``: makes a one-worker candidate backend whose workers run under a profiler
@@ -247,6 +250,7 @@ class Judge:
         #: ``close`` was called (no profiled worker starts after it)
         self._profiling: Backend | None = None
         self._closing = False
+        self._ahead = profiled_worker.Ahead() if profiled is not None else None
         #: a request was sent to the reference worker and its reply not yet read
         self._ref_pending = False
         #: a candidate's worker holds the reference worker's arena now (a verdict is under way)
@@ -374,6 +378,8 @@ class Judge:
         Compute record, from another thread: a run abandoned by SIGTERM would otherwise wait for
         it at exit, minutes on a large task)."""
         self._closing = True
+        if self._ahead is not None:
+            self._ahead.close()
         profiling = self._profiling
         if profiling is not None:
             profiling.close()
@@ -396,6 +402,7 @@ class Judge:
         # other lanes' checks may run beside this verdict, never its timing (gate.py)
         # a task no GPU call of which fits is the task's problem, not a candidate's
         alone = self._needs_the_gpu(self.check_fits(task))
+        self._profiled_ahead(audit)
         try:
             verdict = self._verify_held(source, task, alone)
             if self._memory_share < 1.0 and _ran_out_of_memory(verdict):
@@ -565,6 +572,19 @@ class Judge:
                 if sock is not None:
                     sock.close()
 
+    def _profiled_ahead(self, audit: bool) -> None:
+        """As an audit's second verdict begins, its Nsight Compute record's worker starts warming
+        up (profiled.py); any other verdict closes one that an audit started and its record never
+        took (that audit failed)."""
+        if self._ahead is None:
+            return
+        if not audit:
+            self._ahead.discard()
+            return
+        exe = ncu.available()
+        if self.on_gpu and self.profiled is not None and exe is not None and not self._closing:
+            self._ahead.start(self.profiled, exe)
+
     def profile(self, source: str, task: Task, trusted: Mapping[str, Any] | None = None) -> ncu.Profile:
         """Nsight Compute's record of ``ncu.CALLS`` calls at the task's largest public shape, in
         a fresh worker whose parent is ncu (see verifier/ncu.py); a note where it cannot run."""
@@ -583,22 +603,22 @@ class Judge:
         for _ in range(PROFILE_ATTEMPTS):  # a record that could not be made is made again, once
             if self._closing:  # the judge was closed under this audit: no second profiled worker
                 break
-            with self.gate.exclusive(), ncu.exclusive(), tempfile.TemporaryDirectory(prefix="kf-ncu-") as folder:
+            with self.gate.exclusive(), ncu.exclusive():
                 laps.lap("ncu.wait")
-                log = Path(folder) / "ncu.csv"
-                try:
-                    backend = self.profiled(ncu.command(exe, log))
+                try:  # the worker started ahead first (a try after a failed one starts afresh)
+                    worker = (self._ahead.take() if self._ahead is not None else None) or profiled_worker.start(self.profiled, exe)
                 except SandboxError as err:
                     return ncu.Profile(False, f"no Nsight Compute record: {err}"[:300], seconds=laps.seconds)
-                self._profiling = backend
+                self._profiling = worker.backend
                 if self._closing:  # closed while it started: close() may have missed it
-                    backend.close()
+                    worker.close()
                 try:
-                    failed = self._profiled_calls(backend, source, task, shape, init_seed, layout, laps)
+                    failed = self._profiled_calls(worker.backend, source, task, shape, init_seed, layout, laps)
                 finally:
                     self._profiling = None
-                    backend.close()
-                text = log.read_text(errors="replace") if log.exists() else ""
+                    worker.close()  # ncu writes its log as the worker exits
+                    text = worker.read_log()
+                    worker.discard()
                 laps.lap("ncu.close")
             if not failed:
                 break

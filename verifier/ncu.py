@@ -1,6 +1,7 @@
 """Nsight Compute's record of a candidate's calls: the audit's trusted kernel list.
 
-An audited candidate runs once more in a worker whose parent is ``ncu`` (``WorkerSpec.profiler``):
+An audited candidate runs once more in a worker whose parent is ``ncu`` (``WorkerSpec.profiler``;
+started as the audit's second verdict begins, verifier/profiled.py):
 the profiler sits outside the sandbox and writes its log where the worker cannot reach it. The
 harness makes a few calls at one shape inside an NVTX range (``RANGE``) and ncu records every
 kernel launched inside it, with the duration the GPU measured (caches flushed before each).

@@ -1,0 +1,139 @@
+"""The audit's profiled worker started ahead (verifier/profiled.py): it starts as the audit's
+second verdict begins, the Nsight Compute record takes it, and nothing leaves it running.
+Stand-in backends on the CPU; the GPU runs are in tests/test_verifier_gpu.py."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from kernforge.sandbox import SandboxError
+from kernforge.tasks.loader import load_task
+from kernforge.verifier import ncu, profiled
+from kernforge.verifier.gate import DeviceGate
+from kernforge.verifier.judge import Judge, JudgeOptions
+from kernforge.verifier.verdict import Accepted
+
+TASKS = Path(__file__).parent / "tasks"
+
+
+class _Backend:
+    """A profiled backend as the judge sees it: made with the profiler's command, closed once."""
+
+    def __init__(self, prefix: tuple[str, ...]):
+        self.prefix = prefix
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class _Maker:
+    def __init__(self, fail: bool = False):
+        self.made: list[_Backend] = []
+        self.fail = fail
+
+    def __call__(self, prefix: tuple[str, ...]) -> _Backend:
+        if self.fail:
+            raise SandboxError("the profiler cannot run here")
+        self.made.append(_Backend(prefix))
+        return self.made[-1]
+
+
+def test_one_worker_waits_and_is_handed_over_once(monkeypatch):
+    monkeypatch.setattr(ncu, "command", lambda exe, log: (exe, str(log)))
+    ahead, make = profiled.Ahead(), _Maker()
+    ahead.start(make, "/usr/bin/ncu")
+    ahead.start(make, "/usr/bin/ncu")  # one is waiting: no second
+    assert len(make.made) == 1 and ahead.waiting
+    worker = ahead.take()
+    assert worker is not None and worker.backend is make.made[0] and ahead.take() is None
+    # its log is named in the profiler's command, inside a folder of its own that the discard removes
+    assert make.made[0].prefix == ("/usr/bin/ncu", str(worker.log)) and worker.log.parent.is_dir()
+    worker.log.write_text("==PROF== Disconnected")
+    assert worker.read_log() == "==PROF== Disconnected"
+    worker.discard()
+    assert make.made[0].closed.is_set() and not worker.log.parent.exists()
+
+
+def test_a_worker_that_cannot_start_is_left_to_the_record_and_none_starts_after_close(monkeypatch):
+    monkeypatch.setattr(ncu, "command", lambda exe, log: (exe,))
+    ahead = profiled.Ahead()
+    ahead.start(_Maker(fail=True), "/usr/bin/ncu")
+    assert not ahead.waiting
+    make = _Maker()
+    ahead.start(make, "/usr/bin/ncu")
+    ahead.close()
+    assert make.made[0].closed.is_set() and not ahead.waiting
+    ahead.start(make, "/usr/bin/ncu")
+    assert len(make.made) == 1 and not ahead.waiting
+
+
+class _Audited(Judge):
+    """A judge on a GPU whose verdicts and profiled calls are stand-ins: what is left is the
+    profiled worker's life around them."""
+
+    def __init__(self, make: _Maker):
+        self.on_gpu, self.options, self.gate, self.profiled = True, JudgeOptions(), DeviceGate(), make
+        self._ref, self._profiling, self._ref_pending, self._closing = None, None, False, False
+        self._ahead = profiled.Ahead()
+        self._phases, self._env, self._memory_share, self.calls = {}, {}, 1.0, []
+
+    def check_fits(self, task):
+        return 0
+
+    def _verify_held(self, source, task, alone, free=False):
+        self.calls.append(("verdict", len(self.profiled.made)))  # how many profiled workers exist as it runs
+        return Accepted(shapes=())
+
+    def environment(self):
+        return {}
+
+    def _shape_sizes(self, task, shapes, init_seed, **_):
+        return {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}
+
+    def _arena_layout(self, sizes, checked, plan):
+        return {}
+
+    def _profiled_calls(self, backend, source, task, shape, init_seed, layout, laps):
+        self.calls.append(("profiled", backend))
+        return ""
+
+
+def test_an_audits_second_verdict_starts_the_profiled_worker_and_its_record_takes_it(monkeypatch):
+    monkeypatch.setattr(ncu, "available", lambda: "/usr/bin/ncu")
+    monkeypatch.setattr(ncu, "command", lambda exe, log: (exe,))
+    task = load_task(TASKS / "tiny_norm")
+    make = _Maker()
+    judge = _Audited(make)
+    judge.verify("source", task, audit=True)
+    assert judge.calls == [("verdict", 1)], "started before the second verdict ran"
+    record = judge.profile("source", task)
+    assert judge.calls[-1] == ("profiled", make.made[0]) and len(make.made) == 1
+    assert make.made[0].closed.is_set() and not judge._ahead.waiting
+    assert "ncu.close" in record.seconds  # it made no record (an empty log): that is the record's note
+    assert not record.ran and "recorded no kernel" in record.note
+
+
+def test_a_worker_no_record_took_is_closed_by_the_next_verdict_or_with_the_judge(monkeypatch):
+    monkeypatch.setattr(ncu, "available", lambda: "/usr/bin/ncu")
+    monkeypatch.setattr(ncu, "command", lambda exe, log: (exe,))
+    task = load_task(TASKS / "tiny_norm")
+    make = _Maker()
+    judge = _Audited(make)
+    judge.verify("source", task, audit=True)  # its audit failed: no record was made
+    judge.verify("source", task)
+    assert make.made[0].closed.is_set() and judge.calls == [("verdict", 1), ("verdict", 1)]
+    judge.verify("source", task, audit=True)
+    judge.close()
+    assert len(make.made) == 2 and make.made[1].closed.is_set()
+    judge.verify("source", task, audit=True)  # closed: nothing starts any more
+    assert len(make.made) == 2
+
+
+def test_no_profiled_worker_starts_ahead_where_ncu_is_missing(monkeypatch):
+    monkeypatch.setattr(ncu, "available", lambda: None)
+    make = _Maker()
+    judge = _Audited(make)
+    judge.verify("source", load_task(TASKS / "tiny_norm"), audit=True)
+    assert make.made == []
