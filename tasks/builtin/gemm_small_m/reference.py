@@ -2,12 +2,16 @@
 
 Every linear layer of a decoding model runs this: M is the number of tokens being decoded
 (1-64), N and K are the projection's output and input sizes. At such M the weight dominates:
-the op is bound by reading w once. Weights are inputs. The reference computes in float32
-(TF32 off) and returns the input's dtype.
+the op is bound by reading w once. Weights are inputs. The reference is what a serving stack
+runs, ``F.linear`` in the inputs' dtype (cuBLAS, float32 accumulation), so the eager and
+torch.compile baselines are the GEMM people ship; the judge's high-precision answer runs it on
+float32 inputs with TF32 off. (It used to upcast both operands to float32 itself: the weight's
+copy and a float32 GEMM made eager several times slower than any linear layer in production.)
 """
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 M = 16  # tokens
 N = 4096  # output features (rows of w)
@@ -19,8 +23,7 @@ class Model(nn.Module):
         super().__init__()
 
     def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        y = x.float() @ w.float().T
-        return y.to(x.dtype)
+        return F.linear(x, w)
 
 
 def get_inputs():
