@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from kernforge.sandbox import SandboxError
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import ncu, profiled
@@ -100,12 +102,17 @@ class _Audited(Judge):
         return ""
 
 
-def test_an_audits_second_verdict_starts_the_profiled_worker_and_its_record_takes_it(monkeypatch):
+@pytest.fixture
+def audited(monkeypatch):
+    """A stand-in judge where ncu is installed, its maker of profiled backends, and a task."""
     monkeypatch.setattr(ncu, "available", lambda: "/usr/bin/ncu")
     monkeypatch.setattr(ncu, "command", lambda exe, log: (exe,))
-    task = load_task(TASKS / "tiny_norm")
     make = _Maker()
-    judge = _Audited(make)
+    return _Audited(make), make, load_task(TASKS / "tiny_norm")
+
+
+def test_an_audits_second_verdict_starts_the_profiled_worker_and_its_record_takes_it(audited):
+    judge, make, task = audited
     judge.verify("source", task, audit=True)
     assert judge.calls == [("verdict", 1)], "started before the second verdict ran"
     record = judge.profile("source", task)
@@ -115,12 +122,8 @@ def test_an_audits_second_verdict_starts_the_profiled_worker_and_its_record_take
     assert not record.ran and "recorded no kernel" in record.note
 
 
-def test_a_worker_no_record_took_is_closed_by_the_next_verdict_or_with_the_judge(monkeypatch):
-    monkeypatch.setattr(ncu, "available", lambda: "/usr/bin/ncu")
-    monkeypatch.setattr(ncu, "command", lambda exe, log: (exe,))
-    task = load_task(TASKS / "tiny_norm")
-    make = _Maker()
-    judge = _Audited(make)
+def test_a_worker_no_record_took_is_closed_by_the_next_verdict_or_with_the_judge(audited):
+    judge, make, task = audited
     judge.verify("source", task, audit=True)  # its audit failed: no record was made
     judge.verify("source", task)
     assert make.made[0].closed.is_set() and judge.calls == [("verdict", 1), ("verdict", 1)]
