@@ -5,8 +5,7 @@ Every linear layer of a decoding model runs this: M is the number of tokens bein
 the op is bound by reading w once. Weights are inputs. The reference is what a serving stack
 runs, ``F.linear`` in the inputs' dtype (cuBLAS, float32 accumulation), so the eager and
 torch.compile baselines are the GEMM people ship; the judge's high-precision answer runs it on
-float32 inputs with TF32 off. (It used to upcast both operands to float32 itself: the weight's
-copy and a float32 GEMM made eager several times slower than any linear layer in production.)
+float32 inputs with TF32 off.
 """
 
 import torch
