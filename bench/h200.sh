@@ -65,6 +65,8 @@
 #              own): the second run before and after on one lease (log, loop14bbefore.db/.json)
 #   lanes      bench/loop.py, 3 tasks x 12 attempts, with two lanes and then one (caches the first run warms favour
 #              the second: the one-lane baseline; logs: lanes2.log, lanes1.log)
+#   windows    bench/verify.py --shapes public with two timed windows of each kind per shape, then three (the default):
+#              a verdict's time against its time of record's spread over 4 repeats (WINDOW_TASKS; logs windows2/3)
 #   night      issue #15's built-in-suite night, cut to NIGHT_S seconds (240; the run's own --hours, so it ends itself and
 #              prints bench/loop.py's table with "vs seed") on NIGHT_TASKS (six tasks with the tuner's room), from an empty
 #              archive (log, night.db, night.json)
@@ -141,6 +143,8 @@ for p in "$@"; do
              PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14bbefore "$((${LOOP_S:-290} + 30))" \
                 python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
                 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/loop14bbefore.db" --json "$OUT/loop14bbefore.json" ;;
+    windows) for b in 2 3; do phase "windows$b" 240 python3 bench/verify.py --shapes public --repeats 4 --batches "$b" \
+               --tasks ${WINDOW_TASKS:-rms_norm silu_and_mul softmax} --json "$OUT/windows$b.json"; done ;;
     night|nightbefore) # issue #15: a night of NIGHT_S seconds (its own --hours) on NIGHT_TASKS, with this code or .before's
              if [ "$p" = nightbefore ]; then
                if [ ! -f .before/bench/loop.py ]; then echo "nightbefore: carry .before (git archive COMMIT | tar -x -C .before)"; continue; fi

@@ -5,6 +5,7 @@ the time to a verdict.
     python bench/verify.py                         # every built-in task, GPU 0
     python bench/verify.py --tasks rms_norm silu_and_mul --repeats 5 --json out.json
     python bench/verify.py --shapes public        # a routine verdict: every public shape timed
+    python bench/verify.py --shapes public --batches 2   # two timed windows of each kind, not three
 
 The first evaluation of a task measures (and caches) the baselines; the repeats run with the
 baselines cached, which is the steady state of a run. Spread: (max - min) / mean of the seed's
@@ -14,7 +15,9 @@ verdict's time and the median time per step (environment.phase_seconds), and a s
 lists each task's slowest steps. Checks still cover every public and hidden shape and input
 distribution; only the timing is restricted to the largest public shape (``--shapes largest``,
 the default) or to the public ones, as in a run's routine verdict (``--shapes public``; the
-table's figures are then those of the largest of them).
+table's figures are then those of the largest of them). ``--batches``: the timed windows per
+shape of each kind, long and short (JudgeOptions.batches): fewer make a verdict shorter and its
+time of record noisier, and the spread over the repeats says by how much.
 """
 
 from __future__ import annotations
@@ -91,12 +94,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--shapes", choices=("largest", "public"), default="largest",
                         help="time the largest public shape, or every public shape as a run's routine verdict does")
+    parser.add_argument("--batches", type=int, default=JudgeOptions.batches,
+                        help=f"timed windows per shape of each kind, long and short (default {JudgeOptions.batches})")
     parser.add_argument("--memory", action="store_true", help="after every verdict, print where the GPU's memory is (free, the reference worker's, its arena)")
     args = parser.parse_args()
 
     device = resolve_device(args.gpu)
     names = args.tasks or builtin_names()
-    options = JudgeOptions(time_shapes="largest" if args.shapes == "largest" else "all", cache_dir=Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
+    if args.batches < 1:
+        parser.error("--batches must be at least 1")
+    options = JudgeOptions(time_shapes="largest" if args.shapes == "largest" else "all", batches=args.batches,
+                           cache_dir=Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
     rows = []
     console = Console()
     # Three warm workers: each verdict starts on one that is ready, as in a run with a pool
@@ -109,7 +117,8 @@ def main() -> None:
             rows.append(row)
             console.print(f"{name}: {json.dumps(row, default=str)}")
 
-    table = Table(title=f"Seeds at their largest public shape on {device} (median over {args.repeats} evaluations)")
+    table = Table(title=f"Seeds at their largest public shape on {device} (median over {args.repeats} evaluations, "
+                        f"{args.batches} timed windows of each kind per shape)")
     for col in ("task", "shape", "seed us", "eager us", "compile us", "x eager", "x compile", "% BW",
                 "spread %", "verdict s", "first s"):
         table.add_column(col, justify="left" if col in ("task", "shape") else "right")
