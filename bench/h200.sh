@@ -78,6 +78,13 @@ set -u
 SITE=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 printf '/tmp/kfpath\n/tmp/site\n' > "$SITE/kernforge-device.pth" 2>/dev/null || echo "note: $SITE is read-only; workers rely on PYTHONPATH"
 
+# The "before" phases: the carried .before/ importable as kernforge through /tmp/kfbefore (workers too,
+# through PYTHONPATH), or a line saying what to carry and a non-zero status.
+before_code() {
+  if [ ! -f .before/bench/loop.py ]; then echo "$1: carry .before (git archive COMMIT | tar -x -C .before)"; return 1; fi
+  mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
+}
+
 for p in "$@"; do
   case $p in
     env) phase env 60 bash -c 'nvidia-smi; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; kf doctor' ;;
@@ -125,8 +132,7 @@ for p in "$@"; do
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     lanes) phase lanes2 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 2; phase lanes1 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 1 ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
-    loop14before) if [ ! -f .before/bench/loop.py ]; then echo "loop14before: carry .before (git archive COMMIT | tar -x -C .before)"; continue; fi
-              mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
+    loop14before) before_code "$p" || continue
               PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14before "$((${LOOP_S:-290} + 30))" \
                 python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
                 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/loop14before.db" --json "$OUT/loop14before.json" ;;
@@ -136,9 +142,8 @@ for p in "$@"; do
              if [ -f .loop14/loop14.db ]; then cp .loop14/loop14.db "$OUT/$b.db"; else cp "$OUT/loop14.db" "$OUT/$b.db"; fi
              KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase "$b" "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
               --attempts 1000 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/$b.db" --json "$OUT/$b.json" ;;
-    loop14bbefore) if [ ! -f .before/bench/loop.py ]; then echo "loop14bbefore: carry .before (git archive COMMIT | tar -x -C .before)"; continue; fi
+    loop14bbefore) before_code "$p" || continue
              if [ ! -f .loop14/loop14.db ]; then echo "loop14bbefore: carry .loop14/loop14.db"; continue; fi
-             mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
              cp .loop14/loop14.db "$OUT/loop14bbefore.db"
              PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14bbefore "$((${LOOP_S:-290} + 30))" \
                 python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
@@ -147,8 +152,7 @@ for p in "$@"; do
                --tasks ${WINDOW_TASKS:-rms_norm silu_and_mul softmax} --json "$OUT/windows$b.json"; done ;;
     night|nightbefore) # issue #15: a night of NIGHT_S seconds (its own --hours) on NIGHT_TASKS, with this code or .before's
              if [ "$p" = nightbefore ]; then
-               if [ ! -f .before/bench/loop.py ]; then echo "nightbefore: carry .before (git archive COMMIT | tar -x -C .before)"; continue; fi
-               mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
+               before_code "$p" || continue
                code=.before pypath=/tmp/kfbefore:$PYTHONPATH
              else code=. pypath=$PYTHONPATH; fi
              hours=$(python3 -c "print(${NIGHT_S:-240} / 3600)")

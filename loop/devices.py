@@ -168,9 +168,7 @@ class Devices:
         finally:
             self._leave(device)
         self.audited[device] += 1
-        profile = result.details.get("ncu")
-        profiled = profile.get("seconds") if isinstance(profile, Mapping) else None
-        self._note("audit", index, task, started, result.verdict, profiled if isinstance(profiled, Mapping) else None)
+        self._note("audit", index, task, started, result.verdict, (result.details.get("ncu") or {}).get("seconds"))
         return result, time.monotonic() - started
 
     def _note(self, kind: str, index: int, task: Task, started: float, verdict: Verdict | None,

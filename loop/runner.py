@@ -576,7 +576,7 @@ class Runner:
             except asyncio.CancelledError:
                 return
             except GpuBusy as error:  # another process's GPU work: nobody's verdict, the task goes on
-                await self._ahead.make_room(error)
+                await self._ahead.make_room(error)  # GpuMemoryHeld: our own compiles ahead may hold the memory
                 self.display.note(f"[{state.task.name}] an attempt was left unjudged: {error}"[:600])
             except JudgeError as error:
                 ours = await self._ahead.make_room(error)  # our own compiles ahead held it: not the task's try
