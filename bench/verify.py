@@ -5,7 +5,7 @@ the time to a verdict.
     python bench/verify.py                         # every built-in task, GPU 0
     python bench/verify.py --tasks rms_norm silu_and_mul --repeats 5 --json out.json
     python bench/verify.py --shapes public        # a routine verdict: every public shape timed
-    python bench/verify.py --shapes public --batches 2   # two timed windows of each kind, not three
+    python bench/verify.py --shapes public --batches 3   # three timed windows of each kind, as an audit times
 
 The first evaluation of a task measures (and caches) the baselines; the repeats run with the
 baselines cached, which is the steady state of a run. Spread: (max - min) / mean of the seed's

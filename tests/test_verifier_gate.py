@@ -199,15 +199,19 @@ class _Session:
         self.events.append("close")
 
 
-def test_only_a_batchs_window_holds_the_gpu_alone():
+@pytest.mark.parametrize("audit", [False, True], ids=["routine", "audit"])
+def test_only_a_batchs_window_holds_the_gpu_alone(audit):
     """A timed batch's window holds the gate alone; its verification and the next batch's draw
     hold it shared, so another lane's checks run beside them instead of waiting (before, the
-    whole shape was one exclusive hold: verification is most of its seconds)."""
+    whole shape was one exclusive hold: verification is most of its seconds). A routine verdict
+    times ``batches`` windows of a kind, an audit's second verdict ``audit_batches``."""
     from kernforge.tasks.loader import load_task
     from kernforge.verifier import messages as M
     from kernforge.verifier.judge import Judge, JudgeOptions
 
-    judge = Judge(None, None, JudgeOptions(device="cuda:0"), gate=DeviceGate(2))
+    judge = Judge(None, None, JudgeOptions(device="cuda:0", batches=2, audit_batches=3), gate=DeviceGate(2))
+    judge._state.audit = audit
+    n = 3 if audit else 2
     task = load_task("rms_norm")
     shape = task.shapes("cuda", hidden=False)[0]
     alone: dict[str, list[bool]] = {}
@@ -236,9 +240,9 @@ def test_only_a_batchs_window_holds_the_gpu_alone():
                          1 << 30, "timing")
     # the write's floor from the ceilings' rate, measured before any candidate's worker existed;
     # measured by the reference worker beside this one, the candidate could have lowered it
-    assert rates == [4321.0] * 3
-    assert alone == {"plan_batch": [False] * 3, "send run_batch": [True] * 3, "time_batch": [True] * 3,
-                     "worker run_batch": [True] * 3, "verify_batch": [False] * 3}
+    assert rates == [4321.0] * n
+    assert alone == {"plan_batch": [False] * n, "send run_batch": [True] * n, "time_batch": [True] * n,
+                     "worker run_batch": [True] * n, "verify_batch": [False] * n}
 
 
 def test_the_baselines_are_measured_before_the_candidates_worker_exists(tmp_path):

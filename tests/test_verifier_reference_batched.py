@@ -13,7 +13,7 @@ import torch
 
 from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape, Tolerance
-from kernforge.verifier import reference, reference_batched
+from kernforge.verifier import integrity, reference, reference_batched
 from kernforge.verifier import refworker as W
 from kernforge.verifier.arena import Arena, Slots
 from kernforge.verifier.messages import TensorRef
@@ -74,8 +74,8 @@ def test_an_answer_further_from_eager_than_allowed_rules_it_out(arena, monkeypat
     tol = W._tolerance(torch.empty(0), task.tolerance_table())
 
     def off_by(amount: float):
-        def shifted(self, stacked, start, count):
-            highs, lows = run(self, stacked, start, count)
+        def shifted(self, stacked, start, count, **kw):
+            highs, lows = run(self, stacked, start, count, **kw)
             highs[0][count - 1] += amount * (tol.rtol * highs[0][count - 1].abs() + tol.atol)  # the last call only
             return highs, lows
         return shifted
@@ -211,11 +211,104 @@ def test_a_verify_uses_the_stacked_reference_and_reads_the_record_from_its_last_
     W._verify_batch("cpu", verify)
     runs = []
     run = reference_batched.StackedReference.run
-    monkeypatch.setattr(reference_batched.StackedReference, "run", lambda self, *a: runs.append(a[1:]) or run(self, *a))
+    monkeypatch.setattr(reference_batched.StackedReference, "run", lambda self, *a, **kw: runs.append(a[1:]) or run(self, *a, **kw))
     monkeypatch.setattr(reference, "run_reference", lambda *a: pytest.fail("a call's reference run alone"))
     got = W._verify_batch("cpu", verify)
     assert got["failed_call"] == -1 and got["max_abs_err"] < 1e-3 and runs == [(0, 8)]
     assert Shape.of({"T": 5, "H": 200}) == batch.shape
+
+
+IN_ITS_DTYPE = '''import torch
+import torch.nn as nn
+
+T = 4
+H = 64
+
+
+class Model(nn.Module):
+    def forward(self, x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6) * weight  # in the inputs' own dtype
+
+
+def get_inputs():
+    return [torch.randn(T, H), 1.0 + 0.1 * torch.randn(H)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _norm_in_its_dtype(tmp_path: Path) -> object:
+    root = tmp_path / "norm_in_its_dtype"
+    root.mkdir()
+    for f in (TASKS / "tiny_norm").iterdir():
+        if f.is_file():
+            (root / f.name).write_text(f.read_text())
+    (root / "reference.py").write_text(IN_ITS_DTYPE)
+    return load_task(str(root))
+
+
+def _count_low_runs(monkeypatch) -> list[int]:
+    runs: list[int] = []
+    run_low = reference.run_low
+    monkeypatch.setattr(reference, "run_low", lambda *a: runs.append(1) or run_low(*a))
+    return runs
+
+
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "call by call"])
+def test_a_reference_computing_in_float32_runs_only_its_high_answer_in_a_verification(arena, monkeypatch, stacked):
+    """tiny_norm computes in float32 whatever its inputs: on the CPU its high answer (float64
+    inputs) is float32 work widened, and its low answer that rounded, bit for bit. Its calls run
+    together (vmap) or one at a time (the window's first call then runs both answers)."""
+    task = load_task(str(TASKS / "tiny_norm"))
+    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
+    if not stacked:
+        batch.ref_stacked = False
+    _honest_outputs(arena, batch, task)
+    verify = {"key": "b", "tolerances": task.tolerance_table()}
+    assert W._verify_batch("cpu", verify)["failed_call"] == -1
+    assert not stacked or batch.ref_stacked.low_dtypes == [torch.float32]
+    runs = _count_low_runs(monkeypatch)
+    got = W._verify_batch("cpu", verify)
+    assert got["failed_call"] == -1 and "derived_out" not in got["steps"]
+    assert len(runs) == (0 if stacked else 1), "the low answer run beside the high one"
+    arena.view(batch.outputs[3][0])[0, 5] += 1.0
+    got = W._verify_batch("cpu", verify)
+    assert got["failed_call"] == 3 and "derived_out" in got["steps"] and got["results"][0]["details"]["bad"] == 1
+    assert len(runs) > (0 if stacked else 2), "a call out: the window again, its low answers run"
+
+
+def test_a_reference_computing_in_its_inputs_dtype_runs_both_answers(arena, tmp_path, monkeypatch):
+    task = _norm_in_its_dtype(tmp_path)
+    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
+    _honest_outputs(arena, batch, task)
+    assert W._verify_batch("cpu", {"key": "b", "tolerances": task.tolerance_table()})["failed_call"] == -1
+    assert batch.ref_stacked and batch.ref_stacked.low_dtypes is None, "float32 work is not float64 work rounded"
+    batch.ref_stacked = False
+    runs = _count_low_runs(monkeypatch)
+    assert W._verify_batch("cpu", {"key": "b", "tolerances": task.tolerance_table()})["failed_call"] == -1
+    assert len(runs) == 9, "call by call: every call's low answer, and the last's again for the record"
+
+
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "call by call"])
+def test_an_output_out_only_of_the_derived_allowance_is_judged_by_the_low_answer_itself(arena, tmp_path, monkeypatch, stacked):
+    """With no tolerance but the low answer's distance, eager's own float32 answer (what an honest
+    kernel could return) lies outside the allowance of the rounded high answer, the nearest float32
+    value, at most elements: the low run then decides, and it passes; a wrong call still fails."""
+    task = _norm_in_its_dtype(tmp_path)
+    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
+    if not stacked:
+        batch.ref_stacked = False
+    _honest_outputs(arena, batch, task)
+    monkeypatch.setattr(reference_batched, "rounded", lambda highs, lows: True)  # as if the first calls had shown it
+    exact = {name: {"rtol": 0.0, "atol": 0.0} for name in task.tolerance_table()}
+    verify = {"key": "b", "tolerances": exact}
+    got = W._verify_batch("cpu", verify)
+    assert got["failed_call"] == -1 and "derived_out" in got["steps"]
+    assert not stacked or batch.ref_stacked.low_dtypes == [torch.float32]
+    arena.view(batch.outputs[6][0])[2, 7] *= 1.001
+    assert W._verify_batch("cpu", verify)["failed_call"] == 6
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------
@@ -238,11 +331,15 @@ def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
                                "seeds": list(range(1, calls + 1)), "init_seed": 3})
         batch = W._STATE["batches"]["b"]
         stacked = _prepare(batch, task) if batch.stacked is not None else None
-        print(f"{name} {shape.label}: {'stacked, part ' + str(stacked.part) if stacked else 'call by call'}")
+        derived = " (low answer derived)" if stacked and stacked.low_dtypes else ""
+        print(f"{name} {shape.label}: {'stacked, part ' + str(stacked.part) + derived if stacked else 'call by call'}")
         if stacked is not None:
             model = W._model(task.ref, batch.shape, 3, "cuda")
             for start, count in stacked.parts(calls):
                 highs, lows = stacked.run(batch.stacked, start, count)
+                if derived:  # the high answer rounded has the low run's bits at every call, not only those checked
+                    rounded = stacked.run(batch.stacked, start, count, exact=False)[1]
+                    assert all(integrity.bits_equal(r, lo) for r, lo in zip(rounded, lows)), "a derived low answer"
                 for k in range(start, start + count):
                     high, low = reference.run_reference(model, W._call_inputs(batch, k), task.mutated_inputs)
                     tolerances = [W._tolerance(lo, task.tolerance_table()) for lo in low]

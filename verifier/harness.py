@@ -250,6 +250,7 @@ def _check(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     if on_gpu:
         _poison(int(msg.get("poison_bytes", 0)))
         _l2().reset_persisting()  # the limit is device-wide: clear what an earlier process left
+    steps.mark("poison")
     with trace.recording() as rec, _pool():
         with trace.dispatched(cuda=on_gpu) as (census, kernels):
             result = model(*inputs)

@@ -142,11 +142,16 @@ def run_high(hi_model: Any, inputs: Sequence[Any], low: list[torch.Tensor], muta
     wider model, it raises, or its outputs are shaped otherwise."""
     if hi_model is None:
         return low, low
-    hi_inputs = wide_inputs(inputs)
     try:
-        high = collect_outputs(hi_model(*hi_inputs), hi_inputs, mutated)
+        high = run_wide(hi_model, inputs, mutated)
     except (RuntimeError, TypeError):  # an op with no wider kernel, or a dtype check in forward
         return low, low
     if [h.shape for h in high] != [l.shape for l in low]:
         return low, low
     return high, low
+
+
+def run_wide(hi_model: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[torch.Tensor]:
+    """The one-step-wider model's outputs on upcast copies of ``inputs``."""
+    hi_inputs = wide_inputs(inputs)
+    return collect_outputs(hi_model(*hi_inputs), hi_inputs, mutated)

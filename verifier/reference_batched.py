@@ -16,6 +16,17 @@ by element, with non-finite values exactly where eager has them; an output that 
 point must match bit for bit. Else, or where vmap cannot run the reference at all (a ``.item()``,
 a host branch, an op without a batching rule that raises), the batch's calls are run as before
 (reference_graph.py, or eagerly).
+
+Where the reference computes in float32 whatever its inputs (the built-in ones do, as vLLM's
+native paths do), its low answer is its high one rounded to the output's dtype, bit for bit: the
+same work done twice. A batch whose stacked run shows that on every call of the parts its check
+ran (``low_dtypes``) then runs the high answer alone in a verification, and the low one is that
+answer rounded (``run(exact=False)``). No candidate can pass by it that the low run would have
+failed: the low answer is a value of the output's dtype, and the rounded high one is the nearest
+such value to the high answer, so the allowance a low answer adds (twice its distance from the
+high one, compare.py) is never larger with it. A call outside that tighter allowance is not yet
+a failure: the verification then runs the low answer itself and that decides
+(refworker._verify_batch), so it cannot reject an honest kernel either.
 """
 
 from __future__ import annotations
@@ -58,13 +69,22 @@ class StackedReference:
     positions: list[int]
     mutated: list[int]
     part: int
+    #: each output's dtype where the low answer is the high one rounded to it (module docstring);
+    #: None: the low answer is run
+    low_dtypes: list[torch.dtype] | None = None
 
-    def run(self, stacked: Sequence[torch.Tensor], start: int, count: int) -> Outputs:
-        """(highs, lows) of calls ``start`` to ``start + count``: each output as [count, *shape]."""
-        one = _one_call(self.model, self.hi_model, self.values, self.positions, self.mutated)
+    def run(self, stacked: Sequence[torch.Tensor], start: int, count: int, *, exact: bool = True) -> Outputs:
+        """(highs, lows) of calls ``start`` to ``start + count``: each output as [count, *shape].
+        Not ``exact``: the lows are the highs rounded where ``low_dtypes`` says they are."""
+        derive = not exact and self.low_dtypes is not None
+        one = _one_call(self.model, self.hi_model, self.values, self.positions, self.mutated, high_only=derive)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # vmap's "performance drop" notes for ops it loops over
-            high, low = torch.func.vmap(one, randomness="error")(*[s[start: start + count] for s in stacked])
+            got = torch.func.vmap(one, randomness="error")(*[s[start: start + count] for s in stacked])
+        if derive:
+            high = list(got)
+            return high, [h.to(d) for h, d in zip(high, self.low_dtypes or [])]
+        high, low = got
         return list(high), list(low)
 
     def parts(self, calls: int) -> list[tuple[int, int]]:
@@ -92,6 +112,7 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
         return None  # calls this large gain nothing run together
     found = StackedReference(model, hi_model, values, positions, list(mutated), part)
     checked = sorted({0, n - 1, random.randrange(n)})
+    rounds = hi_model is not None  # the low answer is the high one rounded, on every call run here
     for start, count in found.parts(n):
         wanted = [k for k in checked if start <= k < start + count]
         if not wanted:
@@ -100,6 +121,8 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
             highs, lows = found.run(stacked, start, count)
         except Exception:  # noqa: BLE001 - any failure of the reference's code under vmap: call by call
             return None
+        rounds = rounds and rounded(highs, lows)
+        found.low_dtypes = [lo.dtype for lo in lows]
         for k in wanted:
             eager_high, eager_low = reference.run_reference(model, calls[k], mutated)
             got_high, got_low = [h[k - start] for h in highs], [lo[k - start] for lo in lows]
@@ -108,7 +131,16 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
             if not (_close(got_high, eager_high, tolerances) and _close(got_low, eager_low, tolerances)):
                 return None
         del highs, lows
+    if not rounds:
+        found.low_dtypes = None
     return found
+
+
+def rounded(highs: Sequence[torch.Tensor], lows: Sequence[torch.Tensor]) -> bool:
+    """Whether each low answer is its high one rounded to the low's dtype, bit for bit (the same
+    tensor where the dtypes agree)."""
+    return len(highs) == len(lows) and all(
+        h.shape == lo.shape and integrity.bits_equal(h.to(lo.dtype), lo) for h, lo in zip(highs, lows))
 
 
 def part_bytes(device: torch.device) -> int:
@@ -126,14 +158,17 @@ def call_bytes(model: Any, inputs: Sequence[Any], low: Sequence[Any], wide: bool
     return size + (reference.wider_bytes(inputs, low, model) if wide else 0)
 
 
-def _one_call(model: Any, hi_model: Any, values: list[Any], positions: list[int], mutated: list[int]) -> Callable[..., Any]:
+def _one_call(model: Any, hi_model: Any, values: list[Any], positions: list[int], mutated: list[int], *,
+              high_only: bool = False) -> Callable[..., Any]:
     """One call's (high, low) from its tensors, as reference.run_reference computes them with its
-    decision (``hi_model``) taken."""
+    decision (``hi_model``) taken; ``high_only``: its high answer alone."""
 
-    def one(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def one(*tensors: torch.Tensor) -> Any:
         args = list(values)
         for p, t in zip(positions, tensors):
             args[p] = t
+        if high_only:
+            return reference.run_wide(hi_model, args, mutated)
         return reference.run_decided(model, hi_model, args, mutated)
 
     return one

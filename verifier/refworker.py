@@ -210,10 +210,13 @@ def _sizes(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     # A run sizes every task before its first verdict: the models built here (weights drawn for
     # this question alone) and the blocks their calls left cached would otherwise hold the GPU's
     # memory that the first verdict's arena needs (on the H200 a KernelBench run of 43 problems
-    # could not make one).
+    # could not make one). A verdict's drawn shape alone (a call no larger than the task's
+    # declared ones) leaves its blocks to the verdict's end (``_forget``): a collection and an
+    # emptied cache before every verdict were a tenth of a second or more each time
     for key in set(_MODELS) - kept:
         del _MODELS[key]
-    _release_all(device)
+    if len(out) > 1:
+        _release_all(device)
     return {"sizes": out}
 
 
@@ -1059,7 +1062,7 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             found = _failing_stacked(batch, arena, stacked, msg["tolerances"], laps)
         except Exception:  # noqa: BLE001 - say, out of memory: this window's calls one at a time
             laps.lap("stacked_failed")
-    failing, reference_of = found or _failing_per_call(batch, arena, model, task, device, msg["tolerances"], laps)
+    failing, reference_of = found or _failing_per_call(batch, arena, model, task, device, msg["tolerances"], laps, exact=False)
     hits = failing.nonzero()
     failed = int(hits[0]) if hits.numel() else -1
     laps.lap("check")
@@ -1098,9 +1101,12 @@ def _stacked_reference(batch: _Batch, model: Any, task: Any, tolerances: dict[st
 
 
 def _failing_stacked(batch: _Batch, arena: Any, stacked: Any, tolerances: dict[str, Any],
-                     laps: Laps) -> tuple[Any, Callable[[int], Reference]]:
+                     laps: Laps, *, exact: bool = False) -> tuple[Any, Callable[[int], Reference]]:
     """Which calls fail (a bool per call, on the device), the reference a part of the calls at a
-    time (``stacked``), each output of the part compared at once; and each call's reference."""
+    time (``stacked``), each output of the part compared at once; and each call's reference.
+    Not ``exact``: the low answers derived from the high ones where the batch allows
+    (reference_batched.py; a low answer the same tensor as its high one is left out of the
+    compare), and where a call is out then, the window again with the low answers run."""
     import torch
 
     from . import compare
@@ -1110,7 +1116,7 @@ def _failing_stacked(batch: _Batch, arena: Any, stacked: Any, tolerances: dict[s
     failing = torch.zeros(len(batch.sets), dtype=torch.bool, device=arena.data.device)
     last: tuple[int, Reference] = (0, ([], []))
     for start, count in stacked.parts(len(batch.sets)):
-        highs, lows = stacked.run(batch.stacked, start, count)
+        highs, lows = stacked.run(batch.stacked, start, count, exact=exact)
         laps.lap("reference")
         if len(highs) != len(views[0]):  # never an output left uncompared (the judge checked the count)
             raise ValueError(f"{len(views[0])} outputs against the reference's {len(highs)}")
@@ -1120,7 +1126,8 @@ def _failing_stacked(batch: _Batch, arena: Any, stacked: Any, tolerances: dict[s
             else:  # the candidate's outputs lie unevenly: copied together
                 outs = torch.stack([views[k][j] for k in range(start, start + count)])
             laps.lap("gather")
-            failing[start: start + count] |= ~compare.within_tolerance(outs, high, _tolerance(low, tolerances), low)
+            failing[start: start + count] |= ~compare.within_tolerance(outs, high, _tolerance(low, tolerances),
+                                                                        None if low is high else low)
             laps.lap("check")
         last = (start, (highs, lows))  # the last call's, for the record, without running its part again
         del highs, lows
@@ -1128,19 +1135,26 @@ def _failing_stacked(batch: _Batch, arena: Any, stacked: Any, tolerances: dict[s
     def reference_of(k: int) -> Reference:
         """Call k's (high, low) as the comparison saw them (its part run again, but the last's)."""
         start = k - k % stacked.part
-        highs, lows = last[1] if start == last[0] else stacked.run(batch.stacked, start, min(stacked.part, len(batch.sets) - start))
+        highs, lows = last[1] if start == last[0] else stacked.run(batch.stacked, start, min(stacked.part, len(batch.sets) - start),
+                                                                   exact=exact)
         return [h[k - start] for h in highs], [lo[k - start] for lo in lows]
 
+    if not exact and stacked.low_dtypes is not None and bool(failing.any()):
+        laps.lap("derived_out")  # out by the tighter allowance: the low answers run decide
+        return _failing_stacked(batch, arena, stacked, tolerances, laps, exact=True)
     return failing, reference_of
 
 
 def _failing_per_call(batch: _Batch, arena: Any, model: Any, task: Any, device: str, tolerances: dict[str, Any],
-                      laps: Laps) -> tuple[Any, Callable[[int], Reference]]:
+                      laps: Laps, *, exact: bool = True) -> tuple[Any, Callable[[int], Reference]]:
     """Which calls fail (a bool per call, on the device), each call's reference run on its own
-    (replayed from the batch's captured graph where it has one); and each call's reference."""
+    (replayed from the batch's captured graph where it has one); and each call's reference. Not
+    ``exact``, an eager reference whose low answer is its high one rounded at the window's first
+    call (reference_batched.py says why that is sound) runs its high answer alone at the others,
+    and where a call is out then, the window runs again with the low answers run."""
     import torch
 
-    from . import compare, compare_kernel, reference
+    from . import compare, compare_kernel, reference, reference_batched
 
     chunk: list[tuple[int, list[Any], list[Any], list[Any]]] = []
     held = 0
@@ -1173,11 +1187,27 @@ def _failing_per_call(batch: _Batch, arena: Any, model: Any, task: Any, device: 
         torch.cuda.synchronize(arena.data.device)
     laps.lap("capture" if first else "replay")
 
+    rule: dict[str, Any] = {}  # the window's first eager call's: the wider model, and the lows' dtypes where derived
+
     def reference_of(k: int) -> Reference:
         """Call k's (high, low): from the batch's graph where it has one, else run now."""
         if captured is not None:
             return captured[k]
-        return reference.run_reference(model, _call_inputs(batch, k), task.mutated_inputs)
+        inputs = _call_inputs(batch, k)
+        if exact:
+            return reference.run_reference(model, inputs, task.mutated_inputs)
+        if not rule:
+            hi_model, high, low = reference.decide_wider(model, inputs, task.mutated_inputs)
+            rounds = hi_model is not None and reference_batched.rounded(high, low)
+            rule.update(hi=hi_model, dtypes=[lo.dtype for lo in low] if rounds else None)
+            return high, low
+        if rule["dtypes"] is None:
+            return reference.run_reference(model, inputs, task.mutated_inputs)
+        try:
+            high = reference.run_wide(rule["hi"], inputs, task.mutated_inputs)
+        except RuntimeError:  # say, out of memory beside this call's: its low answer runs too, as before
+            return reference.run_reference(model, inputs, task.mutated_inputs)
+        return high, [h.to(d) for h, d in zip(high, rule["dtypes"])]
 
     views = _output_views(batch, arena)
     for k in range(len(batch.sets)):
@@ -1189,6 +1219,9 @@ def _failing_per_call(batch: _Batch, arena: Any, model: Any, task: Any, device: 
             flush()
             chunk, held = [], 0
     laps.lap("gather")
+    if rule.get("dtypes") is not None and bool(failing.any()):
+        laps.lap("derived_out")  # out by the tighter allowance: the low answers run decide
+        return _failing_per_call(batch, arena, model, task, device, tolerances, laps, exact=True)
     return failing, reference_of
 
 
