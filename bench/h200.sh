@@ -141,7 +141,7 @@ for p in "$@"; do
     loop14b) b=loop14b${LOOP_TAG:-}
              if [ -f .loop14/loop14.db ]; then cp .loop14/loop14.db "$OUT/$b.db"; else cp "$OUT/loop14.db" "$OUT/$b.db"; fi
              KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase "$b" "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
-              --attempts 1000 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/$b.db" --json "$OUT/$b.json" ;;
+              --attempts 1000 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/$b.db" --json "$OUT/$b.json" --stacks "$OUT/$b.stacks.log" ;;
     loop14bbefore) before_code "$p" || continue
              if [ ! -f .loop14/loop14.db ]; then echo "loop14bbefore: carry .loop14/loop14.db"; continue; fi
              cp .loop14/loop14.db "$OUT/loop14bbefore.db"

@@ -26,6 +26,7 @@ judged: an archive that already held them would answer from its content-addresse
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import tempfile
 from pathlib import Path
@@ -51,7 +52,11 @@ def main() -> None:
     parser.add_argument("--db", type=Path, default=None, help="archive to write (default: a fresh temporary file)")
     parser.add_argument("--verbose", action="store_true", help="print a line per attempt")
     parser.add_argument("--json", type=Path, default=None, help="also write the run's result here")
+    parser.add_argument("--stacks", type=Path, default=None,
+                        help="write every thread's stack here each minute (a run that makes no verdict says where it waits)")
     args = parser.parse_args()
+    if args.stacks:
+        faulthandler.dump_traceback_later(60, repeat=True, file=args.stacks.open("w"))
 
     with tempfile.TemporaryDirectory(prefix="kf-bench-loop-") as tmp:
         db = args.db or Path(tmp) / "loop.db"

@@ -42,6 +42,12 @@ class _Maker:
         return self.made[-1]
 
 
+@pytest.fixture(autouse=True)
+def host_lock(monkeypatch, tmp_path):
+    """This test's own host-wide Nsight Compute lock file."""
+    monkeypatch.setattr(ncu, "lock_path", lambda: tmp_path / "ncu.lock")
+
+
 def test_one_worker_waits_and_is_handed_over_once(monkeypatch):
     monkeypatch.setattr(ncu, "command", lambda exe, log: (exe, str(log)))
     ahead, make = profiled.Ahead(), _Maker()
@@ -54,8 +60,14 @@ def test_one_worker_waits_and_is_handed_over_once(monkeypatch):
     assert make.made[0].prefix == ("/usr/bin/ncu", str(worker.log)) and worker.log.parent.is_dir()
     worker.log.write_text("==PROF== Disconnected")
     assert worker.read_log() == "==PROF== Disconnected"
+    assert ncu.try_lock() is None, "a worker started ahead holds the host's lock"
     worker.discard()
     assert make.made[0].closed.is_set() and not worker.log.parent.exists()
+    held = ncu.try_lock()
+    assert held is not None, "let go with its discard"
+    ahead.start(make, "/usr/bin/ncu")
+    assert len(make.made) == 1 and not ahead.waiting, "none starts while another holds the lock"
+    ncu.unlock(held)
 
 
 def test_a_worker_that_cannot_start_is_left_to_the_record_and_none_starts_after_close(monkeypatch):
@@ -140,3 +152,39 @@ def test_no_profiled_worker_starts_ahead_where_ncu_is_missing(monkeypatch):
     judge = _Audited(make)
     judge.verify("source", load_task(TASKS / "tiny_norm"), audit=True)
     assert make.made == []
+
+
+def test_two_lanes_audits_wait_for_the_hosts_ncu_lock_outside_the_gate(monkeypatch):
+    """Two judges sharing a GPU's gate, each with an audit in its second verdict. Only the first
+    starts a worker ahead, under the host's ncu lock; the second's record waits for that lock
+    without the gate, so the first's record can take the gate and finish, and then the second's
+    starts its own worker. (Before, each started a worker under ncu at once; inside ncu one waited
+    for the other, whose record waited for the gate the first held: no verdict for minutes.)"""
+    monkeypatch.setattr(ncu, "available", lambda: "/usr/bin/ncu")
+    monkeypatch.setattr(ncu, "command", lambda exe, log: (exe,))
+    task = load_task(TASKS / "tiny_norm")
+    gate = DeviceGate(2)
+    first, second = _Audited(_Maker()), _Audited(_Maker())
+    first.gate = second.gate = gate
+    first.verify("source", task, audit=True)
+    second.verify("source", task, audit=True)
+    assert len(first.profiled.made) == 1 and second.profiled.made == [], "one worker under ncu per host"
+    waiting = threading.Thread(target=second.profile, args=("source", task), daemon=True)
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and second.calls[-1][0] == "verdict", "its record waits for the lock"
+    taken = threading.Event()
+
+    def gate_alone() -> None:
+        with gate.exclusive():
+            taken.set()
+
+    other = threading.Thread(target=gate_alone, daemon=True)
+    other.start()
+    assert taken.wait(10), "the second's record waits for the lock without holding the gate"
+    first.profile("source", task)
+    waiting.join(10)
+    assert not waiting.is_alive(), "the first's record let the lock go"
+    assert first.calls[-1] == ("profiled", first.profiled.made[0])
+    assert len(second.profiled.made) == 1 and second.calls[-1] == ("profiled", second.profiled.made[0])
+    assert ncu.try_lock() is not None, "nothing holds the lock now"

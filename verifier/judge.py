@@ -611,10 +611,14 @@ class Judge:
         for _ in range(PROFILE_ATTEMPTS):  # a record that could not be made is made again, once
             if self._closing:  # the judge was closed under this audit: no second profiled worker
                 break
-            with self.gate.exclusive(), ncu.exclusive():
+            # the worker started ahead first (it holds the host's ncu lock; a try after a failed
+            # one starts afresh). Else the lock before the gate, the order a worker started ahead
+            # takes them in: the other order deadlocked two lanes (profiled.py)
+            ahead = self._ahead.take() if self._ahead is not None else None
+            with contextlib.nullcontext() if ahead is not None else ncu.exclusive(), self.gate.exclusive():
                 laps.lap("ncu.wait")
-                try:  # the worker started ahead first (a try after a failed one starts afresh)
-                    worker = (self._ahead.take() if self._ahead is not None else None) or profiled_worker.start(self.profiled, exe)
+                try:
+                    worker = ahead or profiled_worker.start(self.profiled, exe)
                 except SandboxError as err:
                     return ncu.Profile(False, f"no Nsight Compute record: {err}"[:300], seconds=laps.seconds)
                 self._profiling = worker.backend

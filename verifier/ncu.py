@@ -30,7 +30,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import IO, Any, Iterator, Mapping, Sequence
 
 from .checks import Check
 from .kernels import is_own
@@ -53,18 +53,38 @@ DEFENCE = register(Defence(
     remedy="Do the work in your own kernels, launched from forward, and let the timed calls do all of it."))
 
 
+def lock_path() -> Path:
+    return Path(tempfile.gettempdir()) / f"kernforge-ncu-{os.getuid()}.lock"
+
+
 @contextlib.contextmanager
 def exclusive() -> Iterator[None]:
     """One Nsight Compute session of ours per host at a time (a lock file in the temp folder): two
     judges profiling at once, on one GPU or two, would wait on each other inside ncu, where
-    neither can tell that from a worker that died."""
-    path = Path(tempfile.gettempdir()) / f"kernforge-ncu-{os.getuid()}.lock"
-    with open(path, "a") as handle:
+    neither can tell that from a worker that died. A judge takes it before its GPU's gate, as a
+    worker started ahead holds it (``try_lock``) before its record takes the gate."""
+    with open(lock_path(), "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def try_lock() -> IO[str] | None:
+    """The host's lock (``exclusive``) if it is free now, held until ``unlock``; else None."""
+    handle = open(lock_path(), "a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by another judge's session or worker started ahead
+        handle.close()
+        return None
+    return handle
+
+
+def unlock(handle: IO[str]) -> None:
+    fcntl.flock(handle, fcntl.LOCK_UN)
+    handle.close()
 
 
 def available() -> str | None:

@@ -7,7 +7,11 @@ and a CUDA context under the profiler: 7.8 s for a bare ``import torch`` and a f
 without ncu), against 1.6-5 s for the profiled calls and 0.3 s to close.
 
 So an audit starts it as its second verdict begins (``Ahead.start``), and the record takes it
-(``Ahead.take``) when that verdict is done. Until then it runs only the harness's trusted warm-up,
+(``Ahead.take``) when that verdict is done. It starts only with the host's Nsight Compute lock
+(ncu.exclusive) free, and holds it until it is discarded: two lanes (or two GPUs' judges) each
+with a worker under ncu warming up at once waited on each other inside ncu, one of them holding
+the gate its own record needed (session 47: a two-lane run on an H100 made no verdict in 184 s).
+A record without a worker started ahead takes that lock before the gate, never after it. Until then it runs only the harness's trusted warm-up,
 as every pooled worker does while verdicts run beside it: no candidate code, and nothing inside
 the profiled range. The candidate's source reaches it only in the record's session, which holds
 the GPU alone as before. A worker started ahead that no record took (the second verdict failed)
@@ -20,7 +24,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 from kernforge.sandbox.protocol import Backend, SandboxError
 
@@ -36,6 +40,9 @@ class ProfiledWorker:
 
     backend: Backend
     folder: tempfile.TemporaryDirectory
+    #: the host's Nsight Compute lock, held from its start ahead until its discard (None: the
+    #: record holds the lock itself)
+    lock: IO[str] | None = None
 
     @property
     def log(self) -> Path:
@@ -49,19 +56,25 @@ class ProfiledWorker:
         self.backend.close()
 
     def discard(self) -> None:
-        self.backend.close()
-        self.folder.cleanup()
+        try:
+            self.backend.close()
+            self.folder.cleanup()
+        finally:
+            if self.lock is not None:
+                ncu.unlock(self.lock)
+                self.lock = None
 
 
-def start(make: Make, exe: str) -> ProfiledWorker:
-    """A profiled worker starting now (its backend warms it up in the background)."""
+def start(make: Make, exe: str, lock: IO[str] | None = None) -> ProfiledWorker:
+    """A profiled worker starting now (its backend warms it up in the background); ``lock``: the
+    host's ncu lock it holds until discarded."""
     folder = tempfile.TemporaryDirectory(prefix="kf-ncu-")
     try:
         backend = make(ncu.command(exe, Path(folder.name) / "ncu.csv"))
     except BaseException:
         folder.cleanup()
         raise
-    return ProfiledWorker(backend, folder)
+    return ProfiledWorker(backend, folder, lock)
 
 
 class Ahead:
@@ -74,14 +87,19 @@ class Ahead:
         self._closed = False
 
     def start(self, make: Make, exe: str) -> None:
-        """Start one unless one is waiting. A worker that cannot start is left to the record,
-        which starts its own and says why it could not."""
+        """Start one unless one is waiting, or the host's ncu lock is taken (another judge
+        profiles, or has a worker started ahead). A worker that cannot start is left to the
+        record, which starts its own and says why it could not."""
         with self._lock:
             if self._worker is not None or self._closed:
                 return
+            held = ncu.try_lock()
+            if held is None:
+                return
             try:
-                self._worker = start(make, exe)
+                self._worker = start(make, exe, held)
             except (SandboxError, OSError):
+                ncu.unlock(held)
                 self._worker = None
 
     def take(self) -> ProfiledWorker | None:
