@@ -199,19 +199,21 @@ class _Session:
         self.events.append("close")
 
 
-@pytest.mark.parametrize("audit", [False, True], ids=["routine", "audit"])
-def test_only_a_batchs_window_holds_the_gpu_alone(audit):
+@pytest.mark.parametrize("audit, hidden", [(False, False), (True, False), (True, True)],
+                         ids=["routine", "audit", "audit, a hidden shape"])
+def test_only_a_batchs_window_holds_the_gpu_alone(audit, hidden):
     """A timed batch's window holds the gate alone; its verification and the next batch's draw
     hold it shared, so another lane's checks run beside them instead of waiting (before, the
     whole shape was one exclusive hold: verification is most of its seconds). A routine verdict
-    times ``batches`` windows of a kind, an audit's second verdict ``audit_batches``."""
+    times ``batches`` windows of a kind, an audit's second verdict ``audit_batches`` at a public
+    shape (what its comparison with the verdict rests on) and ``batches`` at a hidden one."""
     from kernforge.tasks.loader import load_task
     from kernforge.verifier import messages as M
     from kernforge.verifier.judge import Judge, JudgeOptions
 
     judge = Judge(None, None, JudgeOptions(device="cuda:0", batches=2, audit_batches=3), gate=DeviceGate(2))
     judge._state.audit = audit
-    n = 3 if audit else 2
+    n = 3 if audit and not hidden else 2
     task = load_task("rms_norm")
     shape = task.shapes("cuda", hidden=False)[0]
     alone: dict[str, list[bool]] = {}
@@ -236,7 +238,7 @@ def test_only_a_batchs_window_holds_the_gpu_alone(audit):
     judge._ask_ref, judge._reply, judge._send = ask_ref, reply, lambda s, m: held(f"send {m['op']}")
     judge._state.baselines = {shape.params: {"eager_us": 10.0, "compile_us": 5.0}}  # measured before the worker started
     ready = M.BatchReady(op="prepare_batch", ok=True, outputs=[], mode="graph")
-    judge._time_prepared(_Session(), task, shape, False, 1, 8, 0, [("long", 8)], {"long": ready}, [], {"write_gbps": 4321.0},
+    judge._time_prepared(_Session(), task, shape, hidden, 1, 8, 0, [("long", 8)], {"long": ready}, [], {"write_gbps": 4321.0},
                          1 << 30, "timing")
     # the write's floor from the ceilings' rate, measured before any candidate's worker existed;
     # measured by the reference worker beside this one, the candidate could have lowered it

@@ -90,8 +90,9 @@ class JudgeOptions:
     #: silu_and_mul on an H100, session 47: 0.8-1.5% with two, 1.0-1.2% with three) in 0.5-0.8 s
     #: less of each verdict: most of a routine verdict's timing is verifying its windows' calls
     batches: int = 2
-    #: ...and in an audit's second verdict and a baseline, what a best's time of record and the
-    #: speedups shown beside it rest on (audit.py compares the two verdicts' times)
+    #: ...and at the public shapes of an audit's second verdict and in a baseline, what a best's
+    #: time of record and the speedups shown beside it rest on (audit.py compares the two
+    #: verdicts' times at the public shapes; the hidden ones' are said, never compared)
     audit_batches: int = 3
     #: a batch that has not said done after this many times its calls' eager wall clock (the
     #: checks' own), and at least ``batch_timeout_min_s``, is a timeout
@@ -1094,7 +1095,9 @@ class Judge:
         ready = prepared[batches[0][0]]
         flags = [f"timed eagerly (host launches counted): {ready.fallback_reason[:200]}"] if ready.mode == "eager" else []
         # long and short batches in turns, so that a drift of the GPU's clocks falls on both
-        order = batches * (self.options.audit_batches if self._state.audit else self.options.batches)
+        # an audit's public shapes, which its time's comparison with the verdict's rests on, with
+        # more pairs; its hidden ones (said beside it, never compared or ranked) as a verdict would
+        order = batches * (self.options.audit_batches if self._state.audit and not hidden else self.options.batches)
         windows: dict[str, list[float]] = {key: [] for key, _ in batches}
         claimed, samples = [], []
         worst = (0.0, 0.0)
