@@ -126,14 +126,19 @@ def get_init_inputs():
 '''
 
 
-def test_a_reference_vmap_cannot_run_is_run_call_by_call(arena, tmp_path):
-    root = tmp_path / "item_norm"
+def _tiny_norm_with(tmp_path: Path, name: str, reference_source: str) -> object:
+    """tiny_norm with another reference."""
+    root = tmp_path / name
     root.mkdir()
     for f in (TASKS / "tiny_norm").iterdir():
         if f.is_file():
             (root / f.name).write_text(f.read_text())
-    (root / "reference.py").write_text(ITEM)
-    task = load_task(str(root))
+    (root / "reference.py").write_text(reference_source)
+    return load_task(str(root))
+
+
+def test_a_reference_vmap_cannot_run_is_run_call_by_call(arena, tmp_path):
+    task = _tiny_norm_with(tmp_path, "item_norm", ITEM)
     batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
     assert batch.stacked is not None and _prepare(batch, task) is None
     _honest_outputs(arena, batch, task)
@@ -240,13 +245,7 @@ def get_init_inputs():
 
 
 def _norm_in_its_dtype(tmp_path: Path) -> object:
-    root = tmp_path / "norm_in_its_dtype"
-    root.mkdir()
-    for f in (TASKS / "tiny_norm").iterdir():
-        if f.is_file():
-            (root / f.name).write_text(f.read_text())
-    (root / "reference.py").write_text(IN_ITS_DTYPE)
-    return load_task(str(root))
+    return _tiny_norm_with(tmp_path, "norm_in_its_dtype", IN_ITS_DTYPE)
 
 
 def _count_low_runs(monkeypatch) -> list[int]:
