@@ -57,7 +57,8 @@
 #              through PYTHONPATH too; a cache of its own): before and after on one lease (log, loop14before.db/.json)
 #   loop14b    the same tasks again on that archive (baselines kept, tried configurations not proposed again): the
 #              carried .loop14/loop14.db, else this call's loop14.db (log, loop14b.db, loop14b.json; named
-#              loop14b$LOOP_TAG, so that one call can run it twice, e.g. with LANES=4 and LANES=1, each on a copy).
+#              loop14b$LOOP_TAG, so that one call can run it twice, e.g. with LANES=4 and LANES=1, each on a copy;
+#              every thread's stack each minute in loop14b$LOOP_TAG.stacks.log, for a run that makes no verdict).
 #              LOOP_HOURS as for loop14 (every loop14 phase, before or after, has the same): with a night's the
 #              audits loop14 left (it is stopped, not ended) take at most their share of the GPU (loop/audit_queue.py
 #              AUDIT_SHARE) and the verdicts go on; with a budget of LOOP_S they are due at once and hold them back
@@ -65,7 +66,7 @@
 #              own): the second run before and after on one lease (log, loop14bbefore.db/.json)
 #   lanes      bench/loop.py, 3 tasks x 12 attempts, with two lanes and then one (caches the first run warms favour
 #              the second: the one-lane baseline; logs: lanes2.log, lanes1.log)
-#   windows    bench/verify.py --shapes public with two timed windows of each kind per shape, then three (the default):
+#   windows    bench/verify.py --shapes public with two timed windows of each kind per shape (a routine verdict's), then three:
 #              a verdict's time against its time of record's spread over 4 repeats (WINDOW_TASKS; logs windows2/3)
 #   night      issue #15's built-in-suite night, cut to NIGHT_S seconds (240; the run's own --hours, so it ends itself and
 #              prints bench/loop.py's table with "vs seed") on NIGHT_TASKS (six tasks with the tuner's room), from an empty
