@@ -29,7 +29,7 @@ from kernforge.tasks.loader import load_task
 from kernforge.verifier import library
 from kernforge.verifier.compare import compare
 from kernforge.verifier.gate import DeviceGate
-from kernforge.verifier.judge import Judge
+from kernforge.verifier.judge import Judge, JudgeOptions
 from kernforge.verifier.verdict import Accepted, ShapeResult
 
 TASKS = Path(__file__).resolve().parent / "tasks"
@@ -135,7 +135,7 @@ def test_the_judge_reads_the_library_entry_of_a_baseline(tmp_path):
             self.value = value
 
     judge.baseline_cache = Cache()
-    judge.options = type("O", (), {"batches": 3})()
+    judge.options = JudgeOptions()
     judge._env = {"gpu": "NVIDIA H200"}
     judge.gate, judge._phases = DeviceGate(1), {}
     reply = {"eager": {"median_us": 30.0, "mode": "graph"}, "compile": {"median_us": 20.0},
