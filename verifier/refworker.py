@@ -211,12 +211,14 @@ def _sizes(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     # this question alone) and the blocks their calls left cached would otherwise hold the GPU's
     # memory that the first verdict's arena needs (on the H200 a KernelBench run of 43 problems
     # could not make one). A verdict's drawn shape alone (a call no larger than the task's
-    # declared ones) leaves its blocks to the verdict's end (``_forget``): a collection and an
-    # emptied cache before every verdict were a tenth of a second or more each time
+    # declared ones) keeps what the cache may keep between verdicts (``_forget``'s rule): a
+    # collection and an emptied cache before every verdict were a tenth of a second or more
     for key in set(_MODELS) - kept:
         del _MODELS[key]
     if len(out) > 1:
         _release_all(device)
+    else:
+        _release_cache(device)
     return {"sizes": out}
 
 
