@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 from kernforge.archive import synthetic
 from kernforge.archive.records import NewAttempt
 from kernforge.verifier.verdict import ShapeResult
@@ -23,3 +27,11 @@ def add(archive, run, seq, task_id, verdict, code):
     """Record one attempt of model m1 on the H200; its id."""
     return archive.record_attempt(NewAttempt(run_id=run, seq=seq, task_id=task_id, code=code, verdict=verdict,
                                              environment=dict(H200), proposer="llm/fresh", model="m1"))
+
+
+def bench_script(name: str) -> ModuleType:
+    """bench/NAME.py, imported as a module (the benchmark scripts are no package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

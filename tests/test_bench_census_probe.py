@@ -4,17 +4,13 @@ the H200 phase ``census`` runs the seeds."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "census_probe.py"
+from bench_helpers import bench_script
 
 
 def test_a_row_times_each_wrapping_of_a_checked_call_at_the_smallest_shape():
-    spec = importlib.util.spec_from_file_location("census_probe", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_script("census_probe")
     row = bench.measure("rms_norm", "cpu", reps=3, reference=True)
     assert row["task"] == "rms_norm" and row["shape"] == "T=1 H=256"
     for mode in bench.MODES:

@@ -3,24 +3,13 @@ its public and hidden GPU shapes, counted by block size and the integers' divisi
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+from bench_helpers import bench_script
 from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape
 
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "compile_keys.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("compile_keys", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
 
 def test_a_seed_s_launches_are_counted_by_block_size_and_divisibility():
-    bench = _bench()
+    bench = bench_script("compile_keys")
     task = load_task("rms_norm")
     model_class = bench._seed_class(task)
     # H=4096 and H=8192: two block sizes; T does not reach the kernel's arguments

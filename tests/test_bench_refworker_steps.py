@@ -5,17 +5,11 @@ call's views are made once, not per window; batched, the reference too runs once
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "refworker_steps.py"
+from bench_helpers import bench_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("refworker_steps", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("refworker_steps")
 
 
 def test_a_windows_draw_and_comparison_make_no_view_per_call():
