@@ -591,7 +591,7 @@ class Judge:
             self._ahead.discard()
             return
         exe = ncu.available()
-        if self.on_gpu and self.profiled is not None and exe is not None and not self._closing:
+        if self.on_gpu and exe is not None and not self._closing:
             self._ahead.start(self.profiled, exe)
 
     def profile(self, source: str, task: Task, trusted: Mapping[str, Any] | None = None) -> ncu.Profile:

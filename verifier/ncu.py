@@ -63,22 +63,28 @@ def exclusive() -> Iterator[None]:
     judges profiling at once, on one GPU or two, would wait on each other inside ncu, where
     neither can tell that from a worker that died. A judge takes it before its GPU's gate, as a
     worker started ahead holds it (``try_lock``) before its record takes the gate."""
-    with open(lock_path(), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    handle = _lock(fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        unlock(handle)
 
 
 def try_lock() -> IO[str] | None:
     """The host's lock (``exclusive``) if it is free now, held until ``unlock``; else None."""
+    try:
+        return _lock(fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by another judge's session or worker started ahead
+        return None
+
+
+def _lock(how: int) -> IO[str]:
     handle = open(lock_path(), "a")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # held by another judge's session or worker started ahead
+        fcntl.flock(handle, how)
+    except BaseException:
         handle.close()
-        return None
+        raise
     return handle
 
 

@@ -7,15 +7,17 @@ and a CUDA context under the profiler: 7.8 s for a bare ``import torch`` and a f
 without ncu), against 1.6-5 s for the profiled calls and 0.3 s to close.
 
 So an audit starts it as its second verdict begins (``Ahead.start``), and the record takes it
-(``Ahead.take``) when that verdict is done. It starts only with the host's Nsight Compute lock
-(ncu.exclusive) free, and holds it until it is discarded: two lanes (or two GPUs' judges) each
-with a worker under ncu warming up at once waited on each other inside ncu, one of them holding
-the gate its own record needed (session 47: a two-lane run on an H100 made no verdict in 184 s).
-A record without a worker started ahead takes that lock before the gate, never after it. Until then it runs only the harness's trusted warm-up,
-as every pooled worker does while verdicts run beside it: no candidate code, and nothing inside
-the profiled range. The candidate's source reaches it only in the record's session, which holds
-the GPU alone as before. A worker started ahead that no record took (the second verdict failed)
-is closed by the next verdict, or with the judge.
+(``Ahead.take``) when that verdict is done. Until then it runs only the harness's trusted
+warm-up, as every pooled worker does while verdicts run beside it: no candidate code, and nothing
+inside the profiled range. The candidate's source reaches it only in the record's session, which
+holds the GPU alone as before. A worker started ahead that no record took (the second verdict
+failed) is closed by the next verdict, or with the judge.
+
+It starts only with the host's Nsight Compute lock (ncu.exclusive) free, and holds it until it
+is discarded: two lanes (or two GPUs' judges) each with a worker under ncu warming up at once
+waited on each other inside ncu, one of them holding the gate its own record needed (session 47:
+a two-lane run on an H100 made no verdict in 184 s). A record without a worker started ahead
+takes that lock before the gate, never after it.
 """
 
 from __future__ import annotations

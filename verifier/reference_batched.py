@@ -113,6 +113,7 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
     found = StackedReference(model, hi_model, values, positions, list(mutated), part)
     checked = sorted({0, n - 1, random.randrange(n)})
     rounds = hi_model is not None  # the low answer is the high one rounded, on every call run here
+    dtypes: list[torch.dtype] = []
     for start, count in found.parts(n):
         wanted = [k for k in checked if start <= k < start + count]
         if not wanted:
@@ -122,7 +123,7 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
         except Exception:  # noqa: BLE001 - any failure of the reference's code under vmap: call by call
             return None
         rounds = rounds and rounded(highs, lows)
-        found.low_dtypes = [lo.dtype for lo in lows]
+        dtypes = [lo.dtype for lo in lows]
         for k in wanted:
             eager_high, eager_low = reference.run_reference(model, calls[k], mutated)
             got_high, got_low = [h[k - start] for h in highs], [lo[k - start] for lo in lows]
@@ -131,8 +132,7 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
             if not (_close(got_high, eager_high, tolerances) and _close(got_low, eager_low, tolerances)):
                 return None
         del highs, lows
-    if not rounds:
-        found.low_dtypes = None
+    found.low_dtypes = dtypes if rounds else None
     return found
 
 
