@@ -24,6 +24,8 @@
 #   quiet      bench/quiet_probe.py (can a probe before a timed window tell that another process has GPU work queued?)
 #   gputest    the verifier's GPU tests alone (tests/test_verifier_gpu.py), every failure listed
 #   probe      bench/overhead_probe.py (where a batch's time goes, one process, against the judge)
+#   kahead     bench/kernels_ahead.py: each seed's Triton kernels compiled ahead at the public shapes, its first calls
+#              there with and without those files (KAHEAD_TASKS: a subset)
 #   census     bench/census_probe.py (what a checked call costs the worker besides its kernels: the op
 #              trace and the profiler's census, per call, at the smallest public shape)
 #   gputestx   the verifier's GPU tests (and the reference graph's and the stacked reference's) on three pytest-xdist workers sharing the GPU
@@ -127,6 +129,7 @@ for p in "$@"; do
     contender) phase contender 100 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 90 tests/test_verifier_gpu.py -k "slower_than_the_bar or fp8_quant" ;;
     kbrun) phase kbrun "$((${KBRUN_S:-540} + 40))" bash bench/kbrun.sh "$OUT/kbrun.db" "${KBRUN_S:-540}" ;;
     kball) phase kb 580 python3 bench/kernelbench.py --json "$OUT/kb.json" ;;
+    kahead) phase kahead 300 python3 bench/kernels_ahead.py ${KAHEAD_TASKS:+--tasks $KAHEAD_TASKS} ;;
     ahead) phase ahead 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 120 tests/test_verifier_gpu.py -k "compiled_before_the_gpu or honest_kernel_accepted_with_timings" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;

@@ -2,7 +2,7 @@
 
 The GPUs named by ``--gpu``, else every visible GPU, else the CPU (the Triton interpreter). A
 lane verifies one candidate at a time; its judge keeps ``pool_size`` sandbox workers warm (on a
-GPU: one being judged, one warming behind it), so a fresh worker per candidate costs no start-up
+GPU: one being judged, one compiling the next candidate's kernels ahead, one warming), so a fresh worker per candidate costs no start-up
 time once the pool is full. The lanes of one GPU share its gate (verifier/gate.py): their
 verdicts overlap while workers start, import, compile and are checked, and each timed phase has
 the GPU alone. ``slots`` lists the device of every lane; a verification names its slot. All
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -34,6 +35,7 @@ from kernforge.verifier.verdict import Verdict
 from .errors import LoopError
 from .evaluate import open_judge
 from .fairness import verdict_limit_s
+from .kernels_ahead import KernelsAhead
 
 
 class Devices:
@@ -61,6 +63,7 @@ class Devices:
         #: went (bench/loop.py keeps it; diagnostics, never evidence)
         self.log: list[dict[str, Any]] = []
         self._t0 = time.monotonic()
+        self._ahead_turn = -1
 
     @property
     def on_cpu(self) -> bool:
@@ -90,7 +93,8 @@ class Devices:
         """Start every device's judge at once (workers, the reference); check they agree."""
 
         def open_one(device: str) -> tuple[Any, Judge]:
-            pool = self.pool_size or (1 if device == "cpu" else 2)
+            # on a GPU: one worker judged, one compiling the next candidate ahead, one warming
+            pool = self.pool_size or (1 if device == "cpu" else 3)
             # a GPU verdict is time-boxed per task (fairness.py); the interpreter keeps its own timeouts
             box = None if device == "cpu" else {t.name: verdict_limit_s(t) for t in self.tasks}
             cm = open_judge(device, sandbox=self.sandbox, pool_size=pool, options=self.options, tasks=self.tasks,
@@ -143,18 +147,37 @@ class Devices:
         """Measured bandwidth and FLOP ceilings of the first device (for prompts)."""
         return await asyncio.to_thread(self.judges[0].ceilings)
 
-    async def verify(self, index: int, code: str, task: Task, bar: Mapping[str, float] | None = None) -> tuple[Verdict, float]:
+    def kernels_ahead(self, code: str, task: Task) -> KernelsAhead | None:
+        """Start compiling ``code``'s Triton kernels at ``task``'s public shapes on a worker of
+        the next lane's pool (verifier/triton_ahead.py), while the lanes judge other candidates;
+        None where nothing is compiled ahead (the CPU, a container sandbox whose workers the gate
+        cannot stop, a CUDA C++ source)."""
+        if self.on_cpu or self.sandbox != "process" or not self.judges:
+            return None
+        self._ahead_turn = (self._ahead_turn + 1) % len(self.judges)
+        ahead = self.judges[self._ahead_turn].kernels_ahead(code, task)
+        return KernelsAhead(ahead, asyncio.create_task(asyncio.to_thread(ahead.run))) if ahead is not None else None
+
+    async def verify(self, index: int, code: str, task: Task, bar: Mapping[str, float] | None = None,
+                     ahead: KernelsAhead | None = None) -> tuple[Verdict, float]:
         """Judge ``code`` in slot ``index`` (in its own thread); the verdict and seconds spent.
-        ``bar``: the task's best time per shape on this device (verifier/contender.py)."""
+        ``bar``: the task's best time per shape on this device (verifier/contender.py). ``ahead``:
+        its kernels compiled ahead (``kernels_ahead``), waited for as the verdict's first step."""
         device = self.slots[index]
         started = self._enter(device)
         try:
+            # the files of this very source only: another's would be its kernels, not these
+            compiled = await ahead.files() if ahead is not None and ahead.ahead.source == code else None
+            waited = time.monotonic() - started
             verdict = await asyncio.get_running_loop().run_in_executor(
-                self._threads[index], self.judges[index].verify, code, task, bar)
+                self._threads[index], functools.partial(self.judges[index].verify, code, task, bar,
+                                                        **({"compiled": compiled} if compiled else {})))
         finally:
             self._leave(device)
         self.verified[device] += 1
-        self._note("verdict", index, task, started, verdict)
+        self._note("verdict", index, task, started, verdict, {"ahead.wait": waited} if ahead is not None else None)
+        if ahead is not None:  # what came of it, for bench/loop.py
+            self.log[-1]["ahead"] = {"shapes": ahead.ahead.shapes, "files": len(compiled or {})}
         return verdict, time.monotonic() - started
 
     async def audit(self, index: int, code: str, task: Task, verdict: Verdict) -> tuple[Audit, float]:

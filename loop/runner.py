@@ -69,6 +69,7 @@ from .errors import LoopError
 from .devices import Devices
 from .evaluate import resolve_devices
 from .fairness import FairShare
+from .kernels_ahead import KernelsAhead
 from .knobs import clusters_in
 from .lessons import Failure
 from .liveness import Heartbeat, holder_alive, this_process
@@ -128,6 +129,8 @@ class Runner:
         self._interrupts = 0
         #: torch.compile's baselines compiled ahead, in the background (loop/compile_ahead.py)
         self._ahead = Background()
+        #: the Triton kernels of queued proposals compiled ahead, by the proposal's id (loop/kernels_ahead.py)
+        self._kernels_ahead: dict[int, KernelsAhead] = {}
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
         """The tasks these devices can judge at all (the GPUs, or the CPU interpreter); each one too
@@ -255,6 +258,9 @@ class Runner:
 
     async def _close(self) -> None:
         await self._ahead.stop()
+        for ahead in self._kernels_ahead.values():  # proposals never judged: their workers let go
+            ahead.cancel()
+        self._kernels_ahead.clear()
         if self.devices is not None:
             await self.devices.close()
         if self.recorder is not None:
@@ -519,6 +525,10 @@ class Runner:
                 item = (state, proposal)
                 await self._queue.put(item)
                 item = None
+                if proposal.unusable is None:  # its kernels compile while the lanes judge what is before it
+                    ahead = self.devices.kernels_ahead(proposal.code, state.task)
+                    if ahead is not None:
+                        self._kernels_ahead[id(proposal)] = ahead
         except asyncio.CancelledError:
             if item is not None:
                 self._late.append(item)
@@ -570,9 +580,12 @@ class Runner:
             state, proposal = item
             try:
                 if self._out_of_time():  # stop means stop: nothing new starts once the time is spent
+                    ahead = self._kernels_ahead.pop(id(proposal), None)
+                    if ahead is not None:
+                        ahead.cancel()
                     self._leave_unjudged(state)
                     continue
-                await self._judge_and_record(index, state, proposal)
+                await self._judge_and_record(index, state, proposal, self._kernels_ahead.pop(id(proposal), None))
             except asyncio.CancelledError:
                 return
             except GpuBusy as error:  # another process's GPU work: nobody's verdict, the task goes on
@@ -601,7 +614,18 @@ class Runner:
                 state.waiting = False
                 self._progress.set()
 
-    async def _judge_and_record(self, index: int, state: TaskState, proposal: Proposal) -> None:
+    async def _judge_and_record(self, index: int, state: TaskState, proposal: Proposal,
+                                ahead: KernelsAhead | None = None) -> None:
+        """Judge ``proposal`` in slot ``index`` (or reuse a verdict of the same code) and record
+        it; ``ahead``: its kernels compiled ahead (loop/kernels_ahead.py), ended if not used."""
+        try:
+            await self._judged_and_recorded(index, state, proposal, ahead)
+        finally:
+            if ahead is not None:
+                ahead.cancel()  # a verdict reused, or none made: its worker is let go
+
+    async def _judged_and_recorded(self, index: int, state: TaskState, proposal: Proposal,
+                                   ahead: KernelsAhead | None) -> None:
         assert self.meter is not None
         loop = asyncio.get_running_loop()
         task, code = state.task, proposal.code
@@ -633,7 +657,7 @@ class Runner:
                     best = state.population.best
                     # the confirmed best's times: a candidate clearly slower at a shape is timed no further
                     bar = contender.bar_of(best.verdict) if best is not None else None
-                    verdict, verify_s = await self.devices.verify(index, code, task, bar)
+                    verdict, verify_s = await self.devices.verify(index, code, task, bar, ahead)
                     self.audits.verify_s += verify_s
             if self.abandon:
                 raise asyncio.CancelledError

@@ -159,7 +159,34 @@ def _attach(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     _STATE["models"] = {}
     _STATE["keep"] = collections.deque()  # the last calls' outputs stay put until read again (_keep)
     _STATE["task_globals"] = _task_globals()
+    _kernels_ahead(payload.get("triton_cache") or {})
     return {"ok": True}
+
+
+def _kernels_ahead(files: dict[str, str]) -> None:
+    """The candidate's own Triton kernels, compiled ahead at the public shapes by another worker
+    (triton_ahead.py, which checked every name and size), written into this worker's Triton cache
+    before the candidate is imported. A group file names its members by absolute path: those of
+    the worker that wrote them, here this cache's."""
+    import base64
+    import json
+
+    root = Path(os.environ.get("TRITON_CACHE_DIR") or Path(os.getcwd()) / ".triton")
+    for name, data in files.items():
+        key, _, leaf = name.partition("/")
+        if not key or not leaf or "/" in leaf or key in (".", "..") or leaf in (".", ".."):
+            continue
+        folder = root / key
+        folder.mkdir(parents=True, exist_ok=True)
+        body = base64.b64decode(data)
+        if leaf.startswith("__grp__"):
+            try:
+                group = json.loads(body)
+                group["child_paths"] = {child: str(folder / Path(path).name) for child, path in group["child_paths"].items()}
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue  # not a group Triton wrote: its kernel compiles when launched
+            body = json.dumps(group).encode()
+        (folder / leaf).write_bytes(body)
 
 
 def _calibrate(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from kernforge.tasks import draws, runtime
 from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
-from . import contender, fits, host_load, messages as M, ncu, profiled as profiled_worker
+from . import contender, fits, host_load, messages as M, ncu, profiled as profiled_worker, triton_ahead
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, processes, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
@@ -233,6 +233,8 @@ class Judge:
     #: the audit's profiled worker, started as its second verdict begins (profiled.py); None in
     #: a judge that cannot profile
     _ahead: profiled_worker.Ahead | None = None
+    #: the Triton kernels of the verdict in progress compiled ahead (``verify``'s ``compiled``)
+    _compiled: dict[str, str] = {}
 
     def __init__(self, candidates: Backend, references: Backend, options: JudgeOptions = JudgeOptions(),
                  profiled: Callable[[tuple[str, ...]], Backend] | None = None, gate: DeviceGate | None = None):
@@ -400,13 +402,16 @@ class Judge:
         self._drop_ref()
 
     # ---- one candidate -------------------------------------------------------------------------
-    def verify(self, source: str, task: Task, bar: contender.Bar | None = None, *, audit: bool = False) -> Verdict:
+    def verify(self, source: str, task: Task, bar: contender.Bar | None = None, *, audit: bool = False,
+               compiled: Mapping[str, str] | None = None) -> Verdict:
         """The verdict on ``source`` for ``task``. ``bar``: the task's best time per shape on this
         GPU (contender.py): a candidate clearly slower than it at a shape is not timed further.
         ``audit``: the second verdict of an audit (audit.py), which times the hidden shapes too
-        unless the options say never."""
+        unless the options say never. ``compiled``: this source's Triton kernels compiled ahead
+        at the public shapes (``ahead``), for its worker's cache."""
         started = time.perf_counter()
         self._phases = {}
+        self._compiled = dict(compiled or {})
         self._state = _Verdict(bar=bar, audit=audit)
         # other lanes' checks may run beside this verdict, never its timing (gate.py)
         # a task no GPU call of which fits is the task's problem, not a candidate's
@@ -554,6 +559,8 @@ class Judge:
             self._state.heap_bytes = arena["size"] - arena["input_bytes"]
         payload = {"task": candidate_bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed,
                    "layout": {"size": arena["size"], "input_bytes": arena["input_bytes"]}}
+        if self._compiled:
+            payload["triton_cache"] = self._compiled
         go_ours = go_theirs = None
         if self.on_gpu:
             go_ours, go_theirs = socket.socketpair()
@@ -580,6 +587,15 @@ class Judge:
             for sock in (go_ours, go_theirs):
                 if sock is not None:
                     sock.close()
+
+    def kernels_ahead(self, source: str, task: Task) -> triton_ahead.Ahead | None:
+        """A compile ahead of ``source``'s Triton kernels at ``task``'s public shapes, on a worker
+        of this judge's pool (triton_ahead.py), to run on a thread while this judge judges
+        another candidate; its files go to ``verify``'s ``compiled``. None off a GPU (the
+        interpreter compiles nothing) and for a source not compiled ahead."""
+        if not self.on_gpu or not triton_ahead.wanted(source):
+            return None
+        return triton_ahead.Ahead(self.candidates, self.gate, source, task, self.worker_device)
 
     def _profiled_ahead(self, audit: bool) -> None:
         """As an audit's second verdict begins, its Nsight Compute record's worker starts warming

@@ -1,0 +1,128 @@
+"""A candidate's Triton kernels compiled ahead at the public shapes (verifier/triton_ahead.py):
+what the worker ahead is shown, what of its answer is kept, and that the verdict's worker finds
+the files in its own Triton cache before the candidate is imported. On the CPU the interpreter
+compiles nothing: a candidate stands in for Triton, writing a cache group where Triton would."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from kernforge.tasks.loader import load_task
+from kernforge.verifier import triton_ahead
+from kernforge.verifier.verdict import Accepted
+
+BUILTIN = ["fp8_quant_per_group", "fp8_quant_per_token", "fused_add_rms_norm", "fused_moe", "gemm_small_m",
+           "merge_attn_states", "moe_topk_softmax", "paged_decode_attention", "reshape_and_cache", "rms_norm",
+           "rms_norm_fp8_quant", "rotary_embedding", "silu_and_mul", "softmax"]
+
+#: the rms_norm seed, its forward on meta tensors (the worker ahead) writing a Triton cache group
+#: named by the call's shape, and a file of every shape it was called at
+WRITES_A_GROUP = """
+import json as _json
+import os as _os
+
+_Seed = ModelNew
+
+
+class ModelNew(_Seed):
+    def forward(self, x, weight):
+        if x.device.type == "meta":
+            root = _os.environ["TRITON_CACHE_DIR"]
+            folder = _os.path.join(root, "k%dx%d" % tuple(x.shape))
+            _os.makedirs(folder, exist_ok=True)
+            with open(_os.path.join(folder, "kernel.cubin"), "wb") as f:
+                f.write(bytes(range(7)))
+            with open(_os.path.join(folder, "__grp__kernel.json"), "w") as f:
+                f.write(_json.dumps({"child_paths": {"kernel.cubin": _os.path.join(folder, "kernel.cubin")}}))
+            return x
+        return super().forward(x, weight)
+"""
+
+#: the rms_norm seed, refusing to load unless the groups compiled ahead are in its own Triton
+#: cache, every member where its group says
+NEEDS_THE_GROUPS = """
+import json as _json
+import os as _os
+
+for _shape in {shapes!r}:
+    _folder = _os.path.join(_os.environ["TRITON_CACHE_DIR"], _shape)
+    with open(_os.path.join(_folder, "__grp__kernel.json")) as _f:
+        _paths = _json.load(_f)["child_paths"]
+    assert _paths == {{"kernel.cubin": _os.path.join(_folder, "kernel.cubin")}}, _paths
+    with open(_paths["kernel.cubin"], "rb") as _f:
+        assert _f.read() == bytes(range(7))
+"""
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_public_shape_of_a_builtin_task_is_described_for_meta_tensors(name):
+    task = load_task(name)
+    described = triton_ahead.calls(task)
+    assert [c["shape"] for c in described] == [s.as_dict() for s in task.shapes("cuda", hidden=False)]
+    for call in described:
+        for arg in call["args"]:
+            assert set(arg) in ({"meta"}, {"value"})
+            if "meta" in arg:
+                assert len(arg["meta"]["shape"]) == len(arg["meta"]["strides"]) and arg["meta"]["dtype"]
+
+
+def test_a_kernelbench_problem_is_described_from_its_get_inputs():
+    from pathlib import Path
+
+    problem = Path(__file__).resolve().parent.parent / "bench" / "kernelbench" / "problems" / "level1" / "19_ReLU.py"
+    task = load_task(str(problem))
+    described = triton_ahead.calls(task)
+    assert len(described) == len(task.shapes("cuda", hidden=False)) >= 1
+    assert all("meta" in a for c in described for a in c["args"])
+
+
+def test_only_a_triton_cache_layout_within_the_caps_is_accepted():
+    good = {"abc123/__grp__k.json": _b64(b"{}"), "abc123/k.cubin": _b64(b"\x00\x01")}
+    assert triton_ahead.accepted(good) == good
+    for bad in ({"../k.cubin": _b64(b"x")}, {"abc/../../k": _b64(b"x")}, {"/abs/k.cubin": _b64(b"x")},
+                {"a/b/c": _b64(b"x")}, {"k.cubin": _b64(b"x")}, {"abc/..": _b64(b"x")}, {"abc/k": "not base64!"},
+                {"abc/k": 7}, {"abc/k": _b64(b"x" * (triton_ahead.MAX_BYTES + 1))}, ["abc/k"], None):
+        assert triton_ahead.accepted(bad) == {}, bad
+    many = {f"k/{i}": _b64(b"x") for i in range(triton_ahead.MAX_FILES + 1)}
+    assert triton_ahead.accepted(many) == {}
+
+
+def test_a_cuda_cpp_source_is_not_compiled_ahead_and_a_cpu_judge_compiles_nothing(cpu_judge):
+    task = load_task("rms_norm")
+    assert not triton_ahead.wanted("from torch.utils.cpp_extension import load_inline\n")
+    assert triton_ahead.wanted(task.seed_source)
+    assert cpu_judge.kernels_ahead(task.seed_source, task) is None
+
+
+def test_the_worker_ahead_is_called_at_the_public_shapes_only_and_its_groups_reach_the_verdicts_worker(cpu_runtime_judge):
+    task = load_task("rms_norm")
+    source = task.seed_source + WRITES_A_GROUP
+    ahead = triton_ahead.Ahead(cpu_runtime_judge.candidates, cpu_runtime_judge.gate, source, task, "cpu")
+    files = ahead.run()
+    public = {"k%dx%d" % (s.as_dict()["T"], s.as_dict()["H"]) for s in task.shapes("cuda", hidden=False)}
+    assert ahead.shapes == len(public)
+    assert {name.split("/")[0] for name in files} == public  # never a hidden shape
+    assert set(files) == {f"{k}/{leaf}" for k in public for leaf in ("kernel.cubin", "__grp__kernel.json")}
+
+    checking = task.seed_source + NEEDS_THE_GROUPS.format(shapes=sorted(public))
+    verdict = cpu_runtime_judge.verify(checking, task, compiled=files)
+    assert isinstance(verdict, Accepted), verdict.reason
+    refused = cpu_runtime_judge.verify(checking, task)  # without them it cannot load: the test can fail
+    assert not isinstance(refused, Accepted)
+    assert "AssertionError" in refused.reason or "FileNotFoundError" in refused.reason, refused.reason
+
+
+def test_a_candidate_that_fails_ahead_gives_no_files():
+    from kernforge.loop.evaluate import open_judge
+
+    task = load_task("rms_norm")
+    with open_judge("cpu", pool_size=1) as judge:
+        for source in ("raise SystemExit(3)\n", "import nothing_of_the_sort\n", task.seed_source + "\nraise RuntimeError('late')\n"):
+            assert triton_ahead.Ahead(judge.candidates, judge.gate, source, task, "cpu").run() == {}

@@ -1,0 +1,115 @@
+"""A candidate's Triton kernels compiled ahead of its verdict: the sandboxed side (the judge's
+side, and why this is safe: triton_ahead.py).
+
+Runs in a sandbox worker of the candidates' pool, warmed up like any other (harness.warm_up), on
+the next candidate while the GPU judges the current one. It imports the candidate, turns every
+Triton launch into Triton's own warm-up (compile, launch nothing), and calls ``ModelNew`` once at
+each public shape on meta tensors the judge described (no data, no GPU memory): Triton compiles
+what those calls launch into this worker's cache folder (``TRITON_CACHE_DIR``), and the worker
+answers with that folder's files. An autotuner compiles every config and times none of them.
+
+Anything the candidate does here is worth nothing but speed: whatever fails is left out, and the
+verdict's worker compiles what is missing itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .trace import CANDIDATE_MODULE as MODULE_NAME
+
+
+def run(channel: Any, payload: dict[str, Any]) -> None:
+    """Compile at each of ``payload["calls"]`` (within ``payload["budget_s"]``), then answer
+    ``{"op": "ahead", "ok": True, "shapes": <calls made>, "files": {<path>: <base64>}}``."""
+    started = time.perf_counter()
+    import torch
+
+    from kernforge.tasks import runtime
+    from kernforge.tasks.loader import unbundle
+    from kernforge.tasks.spec import Shape
+
+    task = unbundle(payload["task"], Path(os.getcwd()) / "task", derive_hidden=False)
+    model_new = _import(payload["source"])
+    _compile_only()
+    made = 0
+    for call in payload["calls"]:
+        if time.perf_counter() - started > float(payload["budget_s"]):
+            break
+        try:
+            shape = Shape.of(call["shape"])
+            with torch.device("meta"), torch.no_grad():
+                model = runtime.build_model(model_new, runtime.make_init_inputs(task, shape), 0, "meta")
+                model(*[_arg(a) for a in call["args"]])
+            made += 1
+        except Exception:  # noqa: BLE001 - a shape that cannot be called on meta tensors compiles in the verdict
+            pass
+    files = cache_files(os.environ.get("TRITON_CACHE_DIR", ""), int(payload["max_bytes"]), int(payload["max_files"]))
+    channel.send({"op": "ahead", "ok": True, "shapes": made, "files": files})
+
+
+def _import(source: str) -> Any:
+    """The candidate's ``ModelNew``, its module imported from a file as the verdict's worker does."""
+    path = Path(os.getcwd()) / "candidate.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE_NAME] = module
+    spec.loader.exec_module(module)
+    return module.ModelNew
+
+
+def _compile_only() -> None:
+    """Every launch of a Triton kernel compiles it (Triton's warm-up) and runs nothing; an
+    autotuner's benchmark calls each config once, so that it is compiled, and times all alike."""
+    from triton.runtime import autotuner
+    from triton.runtime.jit import JITFunction
+
+    launch = JITFunction.run
+
+    def compile_only(self: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["warmup"] = True
+        return launch(self, *args, **kwargs)
+
+    def once(kernel_call: Any, quantiles: Any = None, **_: Any) -> list[float]:
+        kernel_call()
+        return [0.0] * len(quantiles or (0.5,))
+
+    JITFunction.run = compile_only
+    autotuner.Autotuner.do_bench = property(lambda self: once)
+
+
+def _arg(described: dict[str, Any]) -> Any:
+    """One input: a meta tensor of the shape, strides and dtype described, or a plain value."""
+    import torch
+
+    if "meta" not in described:
+        return described.get("value")
+    m = described["meta"]
+    return torch.empty_strided(m["shape"], m["strides"], dtype=getattr(torch, m["dtype"]), device="meta")
+
+
+def cache_files(folder: str, max_bytes: int, max_files: int) -> dict[str, str]:
+    """The files of a Triton cache folder (``<key>/<name>``), base64, whole keys only: a key whose
+    files would pass ``max_bytes`` or ``max_files`` is left out (Triton compiles it again)."""
+    files: dict[str, str] = {}
+    total = 0
+    root = Path(folder)
+    if not folder or not root.is_dir():
+        return files
+    for key in sorted(root.iterdir()):
+        if key.is_symlink() or not key.is_dir():
+            continue
+        group = {f"{key.name}/{f.name}": f.read_bytes() for f in sorted(key.iterdir()) if f.is_file() and not f.is_symlink()}
+        size = sum(len(b) for b in group.values())
+        if total + size > max_bytes or len(files) + len(group) > max_files:
+            continue
+        total += size
+        files.update({name: base64.b64encode(data).decode("ascii") for name, data in group.items()})
+    return files
