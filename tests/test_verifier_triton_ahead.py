@@ -126,3 +126,35 @@ def test_a_candidate_that_fails_ahead_gives_no_files():
     with open_judge("cpu", pool_size=1) as judge:
         for source in ("raise SystemExit(3)\n", "import nothing_of_the_sort\n", task.seed_source + "\nraise RuntimeError('late')\n"):
             assert triton_ahead.Ahead(judge.candidates, judge.gate, source, task, "cpu").run() == {}
+
+
+def test_no_shared_object_or_other_file_is_carried():
+    for name in ("abc/__triton_launcher.so", "abc/cuda_utils.so", "abc/k.py", "abc/k.c", "abc/k"):
+        assert triton_ahead.accepted({name: _b64(b"\x7fELF")}) == {}, name
+
+
+def test_the_worker_ahead_carries_only_the_kernels_its_calls_made(tmp_path):
+    from kernforge.verifier.triton_ahead_worker import cache_files
+
+    for key, names in {"warm": ["__grp__w.json", "w.cubin"], "launcher": ["__triton_launcher.so"],
+                       "mixed": ["__grp__m.json", "m.cubin", "m.so"], "kernel": ["__grp__k.json", "k.cubin", "k.ptx"]}.items():
+        (tmp_path / key).mkdir()
+        for n in names:
+            (tmp_path / key / n).write_bytes(b"x")
+    files = cache_files(str(tmp_path), 1 << 20, 100, before={"warm"})
+    assert set(files) == {"kernel/__grp__k.json", "kernel/k.cubin", "kernel/k.ptx"}
+
+
+def test_the_verdicts_worker_writes_no_file_over_one_its_cache_has(tmp_path, monkeypatch):
+    from kernforge.verifier import harness
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    (tmp_path / "loaded").mkdir()
+    (tmp_path / "loaded" / "mod.json").write_bytes(b"mine")
+    group = json.dumps({"child_paths": {"k.cubin": "/elsewhere/new/k.cubin"}}).encode()
+    harness._kernels_ahead({"loaded/mod.json": _b64(b"theirs"), "loaded/k.cubin": _b64(b"theirs"),
+                            "new/__grp__k.json": _b64(group), "new/k.cubin": _b64(b"bin"), "new/k.so": _b64(b"elf")})
+    assert (tmp_path / "loaded" / "mod.json").read_bytes() == b"mine"
+    assert sorted(p.name for p in (tmp_path / "loaded").iterdir()) == ["mod.json"]
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["__grp__k.json", "k.cubin"]
+    assert json.loads((tmp_path / "new" / "__grp__k.json").read_text())["child_paths"] == {"k.cubin": str(tmp_path / "new" / "k.cubin")}

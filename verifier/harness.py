@@ -171,10 +171,13 @@ def _kernels_ahead(files: dict[str, str]) -> None:
     import base64
     import json
 
+    from .triton_ahead import kernel_file
+
     root = Path(os.environ.get("TRITON_CACHE_DIR") or Path(os.getcwd()) / ".triton")
+    have = set(os.listdir(root)) if root.is_dir() else set()  # never written over: loaded, some of them
     for name, data in files.items():
         key, _, leaf = name.partition("/")
-        if not key or not leaf or "/" in leaf or key in (".", "..") or leaf in (".", ".."):
+        if not key or not leaf or "/" in leaf or key in (".", "..") or leaf in (".", "..") or key in have or not kernel_file(leaf):
             continue
         folder = root / key
         folder.mkdir(parents=True, exist_ok=True)
@@ -186,7 +189,12 @@ def _kernels_ahead(files: dict[str, str]) -> None:
             except (ValueError, TypeError, KeyError, AttributeError):
                 continue  # not a group Triton wrote: its kernel compiles when launched
             body = json.dumps(group).encode()
-        (folder / leaf).write_bytes(body)
+        try:
+            fd = os.open(folder / leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
 
 
 def _calibrate(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:

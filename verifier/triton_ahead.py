@@ -18,6 +18,11 @@ Why this cannot change a verdict:
   worker's cache folder, which that worker can write anyway: they give it nothing it could not
   make itself. They are never shared between sources and never reach a trusted process (the
   reference worker's compiles live in the trusted cache, WorkerSpec.trusted_cache).
+* **Kernels only, never over the worker's own.** Only a compiled kernel's files are carried
+  (``KERNEL_SUFFIXES``: never a shared object, such as the launcher modules Triton caches beside
+  them), only keys the candidate's calls made, and the verdict's worker writes none over a file
+  it has: its warm-up's own modules are loaded from that cache (written over, the first H100
+  run's every verdict crashed).
 * **Nothing it says is evidence.** A compile ahead that failed, timed out, or answered anything
   malformed gives no files (``accepted`` checks every name and size); the verdict's worker then
   compiles as before. A kernel missing from the files is compiled where it is launched.
@@ -54,6 +59,15 @@ MAX_BYTES = 8 * 1024 * 1024
 MAX_FILES = 400
 #: a Triton cache file: ``<key>/<name>``, the key a hash, the name a kernel's with a suffix
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
+#: the files of a compiled kernel: its group, metadata, binary and the IRs Triton keeps beside it.
+#: Never a shared object (Triton's launcher and driver modules are cached beside the kernels and
+#: loaded into the process: the verdict's worker builds its own) nor anything else
+KERNEL_SUFFIXES = (".json", ".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".source", ".hsaco", ".amdgcn")
+
+
+def kernel_file(name: str) -> bool:
+    """Whether ``name`` is a file of a compiled kernel in a Triton cache (``KERNEL_SUFFIXES``)."""
+    return name.endswith(KERNEL_SUFFIXES)
 
 
 def wanted(source: str) -> bool:
@@ -107,7 +121,8 @@ def accepted(files: Any) -> dict[str, str]:
     total = 0
     for name, data in files.items():
         parts = name.split("/") if isinstance(name, str) else []
-        if len(parts) != 2 or not all(_NAME.fullmatch(p) and p not in (".", "..") for p in parts) or not isinstance(data, str):
+        if (len(parts) != 2 or not all(_NAME.fullmatch(p) and p not in (".", "..") for p in parts)
+                or not kernel_file(parts[1]) or not isinstance(data, str)):
             return {}
         try:
             total += len(base64.b64decode(data, validate=True))

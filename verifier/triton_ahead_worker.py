@@ -36,6 +36,8 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     from kernforge.tasks.spec import Shape
 
     task = unbundle(payload["task"], Path(os.getcwd()) / "task", derive_hidden=False)
+    cache = os.environ.get("TRITON_CACHE_DIR", "")
+    before = set(os.listdir(cache)) if cache and os.path.isdir(cache) else set()  # the warm-up's own
     model_new = _import(payload["source"])
     _compile_only()
     made = 0
@@ -50,7 +52,7 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
             made += 1
         except Exception:  # noqa: BLE001 - a shape that cannot be called on meta tensors compiles in the verdict
             pass
-    files = cache_files(os.environ.get("TRITON_CACHE_DIR", ""), int(payload["max_bytes"]), int(payload["max_files"]))
+    files = cache_files(cache, int(payload["max_bytes"]), int(payload["max_files"]), before)
     channel.send({"op": "ahead", "ok": True, "shapes": made, "files": files})
 
 
@@ -95,18 +97,26 @@ def _arg(described: dict[str, Any]) -> Any:
     return torch.empty_strided(m["shape"], m["strides"], dtype=getattr(torch, m["dtype"]), device="meta")
 
 
-def cache_files(folder: str, max_bytes: int, max_files: int) -> dict[str, str]:
-    """The files of a Triton cache folder (``<key>/<name>``), base64, whole keys only: a key whose
-    files would pass ``max_bytes`` or ``max_files`` is left out (Triton compiles it again)."""
+def cache_files(folder: str, max_bytes: int, max_files: int, before: set[str] = frozenset()) -> dict[str, str]:
+    """The kernels of a Triton cache folder (``<key>/<name>``, triton_ahead.KERNEL_SUFFIXES),
+    base64, whole keys only, none of the keys in ``before`` (the worker's warm-up compiled them:
+    the verdict's worker has them loaded): a key with any other file (Triton's launcher and
+    driver modules, shared objects) or whose files would pass ``max_bytes`` or ``max_files`` is
+    left out (Triton compiles it again)."""
+    from .triton_ahead import kernel_file
+
     files: dict[str, str] = {}
     total = 0
     root = Path(folder)
     if not folder or not root.is_dir():
         return files
     for key in sorted(root.iterdir()):
-        if key.is_symlink() or not key.is_dir():
+        if key.name in before or key.is_symlink() or not key.is_dir():
             continue
-        group = {f"{key.name}/{f.name}": f.read_bytes() for f in sorted(key.iterdir()) if f.is_file() and not f.is_symlink()}
+        members = sorted(key.iterdir())
+        if not members or not all(f.is_file() and not f.is_symlink() and kernel_file(f.name) for f in members):
+            continue
+        group = {f"{key.name}/{f.name}": f.read_bytes() for f in members}
         size = sum(len(b) for b in group.values())
         if total + size > max_bytes or len(files) + len(group) > max_files:
             continue
