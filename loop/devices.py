@@ -30,7 +30,7 @@ from kernforge.verifier import audit as auditing
 from kernforge.verifier.audit import Audit
 from kernforge.verifier.gate import DeviceGate
 from kernforge.verifier.judge import Judge, JudgeOptions, TaskTooLarge
-from kernforge.verifier.verdict import Verdict
+from kernforge.verifier.verdict import Status, Verdict
 
 from .errors import LoopError
 from .evaluate import open_judge
@@ -64,6 +64,8 @@ class Devices:
         self.log: list[dict[str, Any]] = []
         self._t0 = time.monotonic()
         self._ahead_turn = -1
+        #: why nothing is compiled ahead any more in this run (``verify``), else None
+        self.ahead_off: str | None = None
 
     @property
     def on_cpu(self) -> bool:
@@ -152,7 +154,7 @@ class Devices:
         the next lane's pool (verifier/triton_ahead.py), while the lanes judge other candidates;
         None where nothing is compiled ahead (the CPU, a container sandbox whose workers the gate
         cannot stop, a CUDA C++ source)."""
-        if self.on_cpu or self.sandbox != "process" or not self.judges:
+        if self.on_cpu or self.sandbox != "process" or not self.judges or self.ahead_off:
             return None
         self._ahead_turn = (self._ahead_turn + 1) % len(self.judges)
         ahead = self.judges[self._ahead_turn].kernels_ahead(code, task)
@@ -172,6 +174,14 @@ class Devices:
             verdict = await asyncio.get_running_loop().run_in_executor(
                 self._threads[index], functools.partial(self.judges[index].verify, code, task, bar,
                                                         **({"compiled": compiled} if compiled else {})))
+            if compiled and verdict.status is Status.CRASHED:
+                # its worker crashed with the kernels compiled ahead in its cache: never the
+                # candidate's verdict on the strength of a speed-up of ours. Judged again as before,
+                # and nothing more is compiled ahead in this run (the first H100 run of this
+                # crashed every verdict: the files were written over the worker's loaded modules)
+                self.ahead_off = f"a verdict given its kernels compiled ahead crashed ({verdict.reason[:200]})"
+                verdict = await asyncio.get_running_loop().run_in_executor(
+                    self._threads[index], self.judges[index].verify, code, task, bar)
         finally:
             self._leave(device)
         self.verified[device] += 1

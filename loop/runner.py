@@ -131,6 +131,7 @@ class Runner:
         self._ahead = Background()
         #: the Triton kernels of queued proposals compiled ahead, by the proposal's id (loop/kernels_ahead.py)
         self._kernels_ahead: dict[int, KernelsAhead] = {}
+        self._ahead_off_said = False
 
     async def _fitting(self, tasks: list[Task], task_ids: list[int]) -> tuple[list[Task], list[int]]:
         """The tasks these devices can judge at all (the GPUs, or the CPU interpreter); each one too
@@ -658,6 +659,9 @@ class Runner:
                     # the confirmed best's times: a candidate clearly slower at a shape is timed no further
                     bar = contender.bar_of(best.verdict) if best is not None else None
                     verdict, verify_s = await self.devices.verify(index, code, task, bar, ahead)
+                    if self.devices.ahead_off and not self._ahead_off_said:
+                        self._ahead_off_said = True
+                        self.display.note(f"Triton kernels are no longer compiled ahead in this run: {self.devices.ahead_off}")
                     self.audits.verify_s += verify_s
             if self.abandon:
                 raise asyncio.CancelledError

@@ -304,6 +304,9 @@ class StandInJudge:
         self.script = list(script)
         self.judged: list[str] = []
 
+    def kernels_ahead(self, code, task):  # a script compiles nothing
+        return None
+
     def verify(self, code, task, bar=None, audit=False):
         from kernforge.verifier.verdict import Accepted, ShapeResult
 
@@ -971,6 +974,9 @@ def test_a_time_budget_starts_nothing_once_it_is_spent(tmp_path, monkeypatch):
 
         def environment(self):
             return StandInJudge([]).environment()
+
+        def kernels_ahead(self, code, task):
+            return None
 
         def check_fits(self, task):
             pass

@@ -158,3 +158,45 @@ def test_the_verdicts_worker_writes_no_file_over_one_its_cache_has(tmp_path, mon
     assert sorted(p.name for p in (tmp_path / "loaded").iterdir()) == ["mod.json"]
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["__grp__k.json", "k.cubin"]
     assert json.loads((tmp_path / "new" / "__grp__k.json").read_text())["child_paths"] == {"k.cubin": str(tmp_path / "new" / "k.cubin")}
+
+
+def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and_none_is_compiled_ahead_after():
+    import asyncio
+
+    from kernforge.loop.devices import Devices
+    from kernforge.loop.kernels_ahead import KernelsAhead
+    from kernforge.verifier.verdict import Rejected, Status
+
+    task = load_task("rms_norm")
+    judged = []
+
+    class Judge:
+        def verify(self, code, task, bar=None, audit=False, compiled=None):
+            judged.append(bool(compiled))
+            if compiled:
+                return Rejected(Status.CRASHED, "the worker was killed by SIGSEGV", None, {}, [], {})
+            return Rejected(Status.INCORRECT, "a wrong answer of its own", None, {}, [], {})
+
+        def kernels_ahead(self, code, task):
+            raise AssertionError("compiled ahead after a crash")
+
+    class Done:  # a compile ahead that gave its files
+        source, shapes = task.seed_source, 4
+
+        def run(self):
+            return {"k/__grp__x.json": _b64(b"{}")}
+
+        def cancel(self):
+            pass
+
+    async def go():
+        devices = Devices(["cuda:0"], sandbox="process")
+        devices.judges = [Judge()]
+        ahead = KernelsAhead(Done(), asyncio.create_task(asyncio.to_thread(Done().run)))
+        verdict, _ = await devices.verify(0, task.seed_source, task, None, ahead)
+        return devices, verdict
+
+    devices, verdict = asyncio.run(go())
+    assert judged == [True, False]  # judged again, without the files
+    assert verdict.status is Status.INCORRECT and "SIGSEGV" in devices.ahead_off
+    assert devices.kernels_ahead(task.seed_source, task) is None
