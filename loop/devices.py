@@ -38,6 +38,11 @@ from .fairness import verdict_limit_s
 from .kernels_ahead import KernelsAhead
 
 
+#: what a verdict given its kernels compiled ahead may be because of them (a file Triton could not
+#: load, or that crashed the worker): such a verdict is made again without them (``Devices.verify``)
+AHEAD_SUSPECT = frozenset({Status.CRASHED, Status.RUNTIME_ERROR, Status.COMPILE_ERROR, Status.TIMEOUT})
+
+
 class Devices:
     def __init__(self, names: Sequence[str], *, sandbox: str = "process", pool_size: int | None = None,
                  options: JudgeOptions | None = None, tasks: Sequence[Task] = (), lanes: int = 1) -> None:
@@ -174,14 +179,18 @@ class Devices:
             verdict = await asyncio.get_running_loop().run_in_executor(
                 self._threads[index], functools.partial(self.judges[index].verify, code, task, bar,
                                                         **({"compiled": compiled} if compiled else {})))
-            if compiled and verdict.status is Status.CRASHED:
-                # its worker crashed with the kernels compiled ahead in its cache: never the
-                # candidate's verdict on the strength of a speed-up of ours. Judged again as before,
-                # and nothing more is compiled ahead in this run (the first H100 run of this
-                # crashed every verdict: the files were written over the worker's loaded modules)
-                self.ahead_off = f"a verdict given its kernels compiled ahead crashed ({verdict.reason[:200]})"
-                verdict = await asyncio.get_running_loop().run_in_executor(
+            if compiled and verdict.status in AHEAD_SUSPECT:
+                # its worker failed with the kernels compiled ahead in its cache, as a bad cache
+                # could make it fail: never the candidate's verdict on the strength of a speed-up
+                # of ours. Judged again as before, and where that verdict differs, nothing more is
+                # compiled ahead in this run (the first H100 run of this crashed every verdict:
+                # the files were written over the worker's loaded modules)
+                again = await asyncio.get_running_loop().run_in_executor(
                     self._threads[index], self.judges[index].verify, code, task, bar)
+                if again.status is not verdict.status:
+                    self.ahead_off = (f"a verdict given its kernels compiled ahead was {verdict.status.value} "
+                                      f"({verdict.reason[:200]}), and {again.status.value} without them")
+                verdict = again
         finally:
             self._leave(device)
         self.verified[device] += 1

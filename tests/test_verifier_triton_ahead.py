@@ -160,7 +160,8 @@ def test_the_verdicts_worker_writes_no_file_over_one_its_cache_has(tmp_path, mon
     assert json.loads((tmp_path / "new" / "__grp__k.json").read_text())["child_paths"] == {"k.cubin": str(tmp_path / "new" / "k.cubin")}
 
 
-def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and_none_is_compiled_ahead_after():
+@pytest.mark.parametrize("without", ["incorrect", "crashed"])
+def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and_none_is_compiled_ahead_after(without):
     import asyncio
 
     from kernforge.loop.devices import Devices
@@ -175,7 +176,7 @@ def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and
             judged.append(bool(compiled))
             if compiled:
                 return Rejected(Status.CRASHED, "the worker was killed by SIGSEGV", None, {}, [], {})
-            return Rejected(Status.INCORRECT, "a wrong answer of its own", None, {}, [], {})
+            return Rejected(Status(without), "a failure of its own", None, {}, [], {})
 
         def kernels_ahead(self, code, task):
             raise AssertionError("compiled ahead after a crash")
@@ -197,6 +198,10 @@ def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and
         return devices, verdict
 
     devices, verdict = asyncio.run(go())
-    assert judged == [True, False]  # judged again, without the files
-    assert verdict.status is Status.INCORRECT and "SIGSEGV" in devices.ahead_off
-    assert devices.kernels_ahead(task.seed_source, task) is None
+    assert judged == [True, False]  # judged again, without the files: that verdict stands
+    assert verdict.status is Status(without) and verdict.reason == "a failure of its own"
+    if without == "crashed":  # it crashes either way: the files were not why, and they stay in use
+        assert devices.ahead_off is None
+    else:
+        assert "SIGSEGV" in devices.ahead_off
+        assert devices.kernels_ahead(task.seed_source, task) is None
