@@ -39,8 +39,10 @@ from .kernels_ahead import KernelsAhead
 
 
 #: what a verdict given its kernels compiled ahead may be because of them (a file Triton could not
-#: load, or that crashed the worker): such a verdict is made again without them (``Devices.verify``)
-AHEAD_SUSPECT = frozenset({Status.CRASHED, Status.RUNTIME_ERROR, Status.COMPILE_ERROR, Status.TIMEOUT})
+#: load, or that crashed the worker): such a verdict is made again without them (``Devices.verify``).
+#: Not a timeout: a loaded kernel is no slower to load than to compile, and a slow candidate's
+#: timeout would cost its whole time box twice
+AHEAD_SUSPECT = frozenset({Status.CRASHED, Status.RUNTIME_ERROR, Status.COMPILE_ERROR})
 
 
 class Devices:

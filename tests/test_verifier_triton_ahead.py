@@ -164,7 +164,7 @@ def test_the_verdicts_worker_writes_no_file_over_one_its_cache_has(tmp_path, mon
 def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and_none_is_compiled_ahead_after(without):
     import asyncio
 
-    from kernforge.loop.devices import Devices
+    from kernforge.loop.devices import AHEAD_SUSPECT, Devices
     from kernforge.loop.kernels_ahead import KernelsAhead
     from kernforge.verifier.verdict import Rejected, Status
 
@@ -199,6 +199,7 @@ def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and
 
     devices, verdict = asyncio.run(go())
     assert judged == [True, False]  # judged again, without the files: that verdict stands
+    assert Status.TIMEOUT not in AHEAD_SUSPECT  # a slow candidate's time box is not spent twice
     assert verdict.status is Status(without) and verdict.reason == "a failure of its own"
     if without == "crashed":  # it crashes either way: the files were not why, and they stay in use
         assert devices.ahead_off is None
