@@ -101,10 +101,12 @@ def test_a_cuda_cpp_source_is_not_compiled_ahead_and_a_cpu_judge_compiles_nothin
     assert cpu_judge.kernels_ahead(task.seed_source, task) is None
 
 
-def test_the_worker_ahead_is_called_at_the_public_shapes_only_and_its_groups_reach_the_verdicts_worker(cpu_runtime_judge):
+def test_the_worker_ahead_is_called_at_the_public_shapes_only_and_its_groups_reach_the_verdicts_worker(cpu_runtime_judge,
+                                                                                                       monkeypatch):
+    monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 300.0)  # a busy CI core warms a worker slowly
     task = load_task("rms_norm")
     source = task.seed_source + WRITES_A_GROUP
-    ahead = triton_ahead.Ahead(cpu_runtime_judge.candidates, cpu_runtime_judge.gate, source, task, "cpu")
+    ahead = triton_ahead.Ahead(cpu_runtime_judge.candidates, cpu_runtime_judge.gate, source, task, "cpu", spare=0)
     files = ahead.run()
     public = {"k%dx%d" % (s.as_dict()["T"], s.as_dict()["H"]) for s in task.shapes("cuda", hidden=False)}
     assert ahead.shapes == len(public)
@@ -119,13 +121,14 @@ def test_the_worker_ahead_is_called_at_the_public_shapes_only_and_its_groups_rea
     assert "AssertionError" in refused.reason or "FileNotFoundError" in refused.reason, refused.reason
 
 
-def test_a_candidate_that_fails_ahead_gives_no_files():
+def test_a_candidate_that_fails_ahead_gives_no_files(monkeypatch):
     from kernforge.loop.evaluate import open_judge
 
+    monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 300.0)
     task = load_task("rms_norm")
     with open_judge("cpu", pool_size=1) as judge:
         for source in ("raise SystemExit(3)\n", "import nothing_of_the_sort\n", task.seed_source + "\nraise RuntimeError('late')\n"):
-            assert triton_ahead.Ahead(judge.candidates, judge.gate, source, task, "cpu").run() == {}
+            assert triton_ahead.Ahead(judge.candidates, judge.gate, source, task, "cpu", spare=0).run() == {}
 
 
 def test_no_shared_object_or_other_file_is_carried():
@@ -206,3 +209,27 @@ def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and
     else:
         assert "SIGSEGV" in devices.ahead_off
         assert devices.kernels_ahead(task.seed_source, task) is None
+
+
+def test_a_compile_ahead_takes_a_worker_only_while_the_pool_has_one_to_spare(monkeypatch):
+    from kernforge.verifier.gate import DeviceGate
+
+    monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 0.2)
+    task = load_task("rms_norm")
+
+    class Pool:
+        def __init__(self, ready):
+            self.ready, self.sessions = ready, 0
+
+        def counts(self):
+            return {"ready": self.ready}
+
+        def session(self, entry, payload, limits):
+            self.sessions += 1
+            raise triton_ahead.SandboxError("no worker for this test")
+
+    short, spare = Pool(1), Pool(2)
+    assert triton_ahead.Ahead(short, DeviceGate(), task.seed_source, task, "cuda:0").run() == {}
+    assert short.sessions == 0  # the verdicts' warm worker was left alone, the gate never held
+    assert triton_ahead.Ahead(spare, DeviceGate(), task.seed_source, task, "cuda:0").run() == {}
+    assert spare.sessions == 1

@@ -39,6 +39,7 @@ import base64
 import binascii
 import re
 import threading
+import time
 from typing import Any, Mapping
 
 from kernforge.sandbox.protocol import Limits, SandboxError, WorkerFailure
@@ -57,6 +58,12 @@ LIMIT_S = 40.0
 #: its public shapes, every IR Triton keeps beside the binary, are well within both)
 MAX_BYTES = 8 * 1024 * 1024
 MAX_FILES = 400
+#: warm workers the compile ahead leaves in its pool for the verdicts (their start is seconds)
+SPARE = 1
+#: how long it waits for one more than that to be warm before it gives up (it takes its worker
+#: holding the GPU's gate shared, and a wait for a worker's start there kept the other verdict's
+#: timed phases waiting: 0.6 s a verdict in the first H100 run)
+READY_WAIT_S = 5.0
 #: a Triton cache file: ``<key>/<name>``, the key a hash, the name a kernel's with a suffix
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 #: the files of a compiled kernel: its group, metadata, binary and the IRs Triton keeps beside it.
@@ -137,8 +144,9 @@ class Ahead:
     """One candidate's compile ahead, on a worker of ``backend`` enlisted with ``gate``: ``run``
     (on a thread of its own) gives the files, ``cancel`` (from any thread) ends it early."""
 
-    def __init__(self, backend: Any, gate: DeviceGate, source: str, task: Task, device: str) -> None:
+    def __init__(self, backend: Any, gate: DeviceGate, source: str, task: Task, device: str, *, spare: int = SPARE) -> None:
         self._backend, self._gate, self.source, self._task, self._device = backend, gate, source, task, device
+        self._spare = spare
         self._lock = threading.Lock()
         self._session: Any = None
         self._cancelled = False
@@ -154,6 +162,8 @@ class Ahead:
         payload = {"task": candidate_bundle(self._task), "source": self.source, "device": self._device, "calls": described,
                    "budget_s": BUDGET_S, "max_bytes": MAX_BYTES, "max_files": MAX_FILES}
         limits = Limits(wall_seconds=LIMIT_S)
+        if not self._worker_to_spare():
+            return {}
         try:
             with self._gate.enlisted(lambda: self._backend.session(AHEAD_ENTRY, payload, limits)) as session:
                 with self._lock:
@@ -170,6 +180,22 @@ class Ahead:
         shapes = reply.get("shapes")
         self.shapes = shapes if isinstance(shapes, int) and not isinstance(shapes, bool) else 0
         return accepted(reply.get("files"))
+
+    def _worker_to_spare(self) -> bool:
+        """Whether the pool has a warm worker for this beside ``spare`` for the verdicts (waiting
+        ``READY_WAIT_S`` for one, never holding the gate): a worker taken while none was warm
+        would be waited for with the gate held shared."""
+        counts = getattr(self._backend, "counts", None)
+        if counts is None:
+            return False
+        end = time.monotonic() + READY_WAIT_S
+        while not self._cancelled:
+            if counts().get("ready", 0) > self._spare:
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.05)
+        return False
 
     def cancel(self) -> None:
         """End the compile ahead now (its worker killed); ``run`` then gives what it had: nothing."""
