@@ -26,6 +26,7 @@ judged: an archive that already held them would answer from its content-addresse
 from __future__ import annotations
 
 import argparse
+import collections
 import faulthandler
 import json
 import tempfile
@@ -102,8 +103,22 @@ def main() -> None:
                   f"device busy {busy} (target >= 80%)")
     console.print(_rates_table(result.verdict_log))
     console.print(_steps_table(result.verdict_log))
+    console.print(ahead_line(result.verdict_log))
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+def ahead_line(log: list[dict]) -> str:
+    """What the next candidates' Triton kernels compiled ahead came to (verifier/triton_ahead.py):
+    of the verdicts that had one, how many got files, the verdicts' statuses, the mean wait."""
+    had = [e for e in log if e.get("kind") == "verdict" and "ahead" in e]
+    if not had:
+        return "kernels compiled ahead: none"
+    statuses = collections.Counter(e.get("status", "?") for e in had)
+    waited = sum(e.get("steps", {}).get("ahead.wait", 0.0) for e in had) / len(had)
+    with_files = sum(1 for e in had if e["ahead"].get("files"))
+    return (f"kernels compiled ahead: {with_files} of {len(had)} verdicts got files "
+            f"({', '.join(f'{n} {s}' for s, n in statuses.most_common())}); {waited:.2f} s waited for them a verdict")
 
 
 #: the built-in tasks issue #17 counts as norms and elementwise ops (its target there: 30 verdicts per GPU-minute)

@@ -233,3 +233,14 @@ def test_a_compile_ahead_takes_a_worker_only_while_the_pool_has_one_to_spare(mon
     assert short.sessions == 0  # the verdicts' warm worker was left alone, the gate never held
     assert triton_ahead.Ahead(spare, DeviceGate(), task.seed_source, task, "cuda:0").run() == {}
     assert spare.sessions == 1
+
+
+def test_the_loop_bench_says_what_the_compiles_ahead_came_to():
+    from bench_helpers import bench_script
+
+    line = bench_script("loop").ahead_line
+    assert line([{"kind": "verdict", "status": "accepted"}]) == "kernels compiled ahead: none"
+    log = [{"kind": "verdict", "status": "crashed", "ahead": {"shapes": 4, "files": 26}, "steps": {"ahead.wait": 0.2}},
+           {"kind": "verdict", "status": "accepted", "ahead": {"shapes": 0, "files": 0}, "steps": {"ahead.wait": 0.0}},
+           {"kind": "audit", "status": "accepted"}]
+    assert line(log) == "kernels compiled ahead: 1 of 2 verdicts got files (1 crashed, 1 accepted); 0.10 s waited for them a verdict"
