@@ -304,3 +304,20 @@ def test_the_fused_comparison_builds_and_agrees_for_every_output_dtype():
         if not compare_kernel._self_checked(c_dtype, h_dtype, lo_dtype, device):
             refused[(c_dtype, h_dtype, lo_dtype)] = compare_kernel.NOT_USED.get((c_dtype, h_dtype, lo_dtype, str(device)), "?")
     assert not refused, refused
+
+
+def test_a_seed_given_its_kernels_compiled_ahead_is_accepted(runtime_judge, monkeypatch):
+    """Its worker, warmed up with Triton's own modules loaded from its cache, is given the files
+    of its kernels compiled ahead at the public shapes (verifier/triton_ahead.py) and must judge
+    as without them: the first H100 run wrote the worker ahead's copies of those modules over the
+    loaded ones, and every verdict crashed."""
+    from kernforge.verifier import triton_ahead
+
+    monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 120.0)  # the pool refills beside other tests
+    task = load_task("rms_norm")
+    ahead = runtime_judge.kernels_ahead(task.seed_source, task)
+    files = ahead.run()
+    assert ahead.shapes == len(task.shapes("cuda", hidden=False))
+    assert any(name.endswith(".cubin") for name in files) and not any(name.endswith(".so") for name in files), sorted(files)
+    verdict = runtime_judge.verify(task.seed_source, task, compiled=files)
+    assert verdict.accepted, _describe(verdict)
