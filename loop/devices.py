@@ -2,8 +2,8 @@
 
 The GPUs named by ``--gpu``, else every visible GPU, else the CPU (the Triton interpreter). A
 lane verifies one candidate at a time; its judge keeps ``pool_size`` sandbox workers warm (on a
-GPU: one being judged, one compiling the next candidate's kernels ahead, one warming), so a fresh worker per candidate costs no start-up
-time once the pool is full. The lanes of one GPU share its gate (verifier/gate.py): their
+GPU: one being judged, one compiling the next candidate's kernels ahead, one warming), so a
+fresh worker per candidate costs no start-up time once the pool is full. The lanes of one GPU share its gate (verifier/gate.py): their
 verdicts overlap while workers start, import, compile and are checked, and each timed phase has
 the GPU alone. ``slots`` lists the device of every lane; a verification names its slot. All
 devices must be the same GPU model and software stack: kernels are compared, and verdicts
