@@ -127,8 +127,13 @@ def test_a_candidate_that_fails_ahead_gives_no_files(monkeypatch):
     monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 300.0)
     task = load_task("rms_norm")
     with open_judge("cpu", pool_size=1) as judge:
-        for source in ("raise SystemExit(3)\n", "import nothing_of_the_sort\n", task.seed_source + "\nraise RuntimeError('late')\n"):
-            assert triton_ahead.Ahead(judge.candidates, judge.gate, source, task, "cpu", spare=0).run() == {}
+        def ahead(source):
+            return triton_ahead.Ahead(judge.candidates, judge.gate, source, task, "cpu", spare=0).run()
+
+        assert ahead(task.seed_source + WRITES_A_GROUP)  # the same judge's worker gives files where they are made
+        for source in ("raise SystemExit(3)\n", "import nothing_of_the_sort\n", task.seed_source + "\nraise RuntimeError('late')\n",
+                       task.seed_source + WRITES_A_GROUP + "\nimport os\nos._exit(0)\n"):
+            assert ahead(source) == {}, source[-40:]
 
 
 def test_no_shared_object_or_other_file_is_carried():
