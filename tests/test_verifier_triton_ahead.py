@@ -168,6 +168,16 @@ def test_the_verdicts_worker_writes_no_file_over_one_its_cache_has(tmp_path, mon
     assert json.loads((tmp_path / "new" / "__grp__k.json").read_text())["child_paths"] == {"k.cubin": str(tmp_path / "new" / "k.cubin")}
 
 
+def test_a_group_naming_anything_but_a_kernels_file_is_not_written(tmp_path, monkeypatch):
+    from kernforge.verifier import harness
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    for key, member in (("up", "/x/.."), ("lib", "/x/launcher.so"), ("odd", "/x/k.cubin")):
+        group = {"child_paths": {"k.cubin": member}} if key != "odd" else {"child_paths": ["k.cubin"]}
+        harness._kernels_ahead({f"{key}/__grp__k.json": _b64(json.dumps(group).encode()), f"{key}/k.cubin": _b64(b"bin")})
+        assert not (tmp_path / key / "__grp__k.json").exists(), key  # its kernel compiles when launched
+
+
 @pytest.mark.parametrize("without", ["incorrect", "crashed"])
 def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and_none_is_compiled_ahead_after(without):
     import asyncio

@@ -187,9 +187,12 @@ def _kernels_ahead(files: dict[str, str]) -> None:
         if leaf.startswith("__grp__"):
             try:
                 group = json.loads(body)
-                group["child_paths"] = {child: str(folder / Path(path).name) for child, path in group["child_paths"].items()}
+                members = {child: Path(path).name for child, path in group["child_paths"].items()}
             except (ValueError, TypeError, KeyError, AttributeError):
                 continue  # not a group Triton wrote: its kernel compiles when launched
+            if not all(kernel_file(m) for m in members.values()):
+                continue  # a member that is no kernel's file (``..``, a shared object): the same
+            group["child_paths"] = {child: str(folder / m) for child, m in members.items()}
             body = json.dumps(group).encode()
         try:
             fd = os.open(folder / leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
