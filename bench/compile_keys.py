@@ -79,12 +79,8 @@ def _seed_class(task: Task) -> Any:
 def keys_at(task: Task, model_class: Any, shape: Shape) -> set[tuple[str, ...]]:
     """The launch keys of one call of the seed at ``shape`` (GPU dtypes, meta tensors)."""
     keys: set[tuple[str, ...]] = set()
-    dtype = runtime.torch_dtype(task.dtype("cuda"))
-    draw = runtime._meta_draw(task, task.distributions[0])
-    if draw is None:
-        raise ValueError(f"{task.name} has no make_inputs in its meta.py")
+    inputs = runtime.meta_inputs(task, shape)
     with torch.device("meta"), torch.no_grad():
-        inputs = draw.make_inputs(shape.as_dict(), task.distributions[0], dtype, "meta", None)
         model = runtime.build_model(model_class, runtime.make_init_inputs(task, shape), 0, "meta")
         with _recorded(keys):
             model(*inputs)

@@ -579,14 +579,12 @@ class Runner:
             if item is None:
                 return
             state, proposal = item
+            ahead = self._kernels_ahead.pop(id(proposal), None)  # its kernels compiled ahead, if any
             try:
                 if self._out_of_time():  # stop means stop: nothing new starts once the time is spent
-                    ahead = self._kernels_ahead.pop(id(proposal), None)
-                    if ahead is not None:
-                        ahead.cancel()
                     self._leave_unjudged(state)
                     continue
-                await self._judge_and_record(index, state, proposal, self._kernels_ahead.pop(id(proposal), None))
+                await self._judge_and_record(index, state, proposal, ahead)
             except asyncio.CancelledError:
                 return
             except GpuBusy as error:  # another process's GPU work: nobody's verdict, the task goes on
@@ -611,6 +609,8 @@ class Runner:
             except Exception as error:  # ours or a bug: either ends the run cleanly, marked failed, and re-raised
                 self._fail(error)
             finally:
+                if ahead is not None:  # used, or no verdict made: its worker let go
+                    ahead.cancel()
                 state.pending -= 1
                 state.waiting = False
                 self._progress.set()
@@ -618,15 +618,7 @@ class Runner:
     async def _judge_and_record(self, index: int, state: TaskState, proposal: Proposal,
                                 ahead: KernelsAhead | None = None) -> None:
         """Judge ``proposal`` in slot ``index`` (or reuse a verdict of the same code) and record
-        it; ``ahead``: its kernels compiled ahead (loop/kernels_ahead.py), ended if not used."""
-        try:
-            await self._judged_and_recorded(index, state, proposal, ahead)
-        finally:
-            if ahead is not None:
-                ahead.cancel()  # a verdict reused, or none made: its worker is let go
-
-    async def _judged_and_recorded(self, index: int, state: TaskState, proposal: Proposal,
-                                   ahead: KernelsAhead | None) -> None:
+        it; ``ahead``: its kernels compiled ahead (loop/kernels_ahead.py)."""
         assert self.meter is not None
         loop = asyncio.get_running_loop()
         task, code = state.task, proposal.code

@@ -130,6 +130,22 @@ def _meta_draw(task: Task, dist: str) -> ModuleType | None:
     return meta if meta is not None and hasattr(meta, "make_inputs") and dist != "default" else None
 
 
+def meta_inputs(task: Task, shape: Shape) -> list[Any]:
+    """One GPU call's inputs at ``shape`` on the meta device (shapes, strides and dtypes, no
+    data): the task's ``make_inputs`` where its meta.py has one, else its reference's
+    ``get_inputs``. Raises where a draw needs values (say, an index taken from data)."""
+    import torch
+
+    dist = task.distributions[0] if task.distributions else "default"
+    with torch.device("meta"), torch.no_grad():
+        meta = _meta_draw(task, dist)
+        if meta is not None:
+            return list(meta.make_inputs(shape.as_dict(), dist, torch_dtype(task.dtype("cuda")), "meta", None))
+        module = reference_module(task)
+        set_shape(module, shape)
+        return list(module.get_inputs())
+
+
 def make_inputs(task: Task, shape: Shape, dist: str, seed: int, device: str) -> list[Any]:
     """The inputs of one call, determined entirely by (task, shape, dist, seed, device)."""
     import torch

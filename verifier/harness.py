@@ -173,13 +173,13 @@ def _kernels_ahead(files: dict[str, str]) -> None:
     import base64
     import json
 
-    from .triton_ahead import kernel_file
+    from .triton_files import cache_name, kernel_file
 
     root = Path(os.environ.get("TRITON_CACHE_DIR") or Path(os.getcwd()) / ".triton")
     have = set(os.listdir(root)) if root.is_dir() else set()  # never written over: loaded, some of them
     for name, data in files.items():
         key, _, leaf = name.partition("/")
-        if not key or not leaf or "/" in leaf or key in (".", "..") or leaf in (".", "..") or key in have or not kernel_file(leaf):
+        if not cache_name(name) or key in have:
             continue
         folder = root / key
         folder.mkdir(parents=True, exist_ok=True)
@@ -238,13 +238,8 @@ def _calibrate(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
 def _load(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     if "arena" not in _STATE:
         raise RuntimeError("load comes after attach")
-    path = Path(os.getcwd()) / "candidate.py"
-    path.write_text(payload["source"], encoding="utf-8")  # the judge refused any other declared encoding
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE_NAME] = module
     try:
-        spec.loader.exec_module(module)
+        module = import_candidate(payload["source"])
     except BaseException as err:
         return {"ok": False, "stage": "compile", "error": _format_error(err)}
     model_new = getattr(module, "ModelNew", None)
@@ -252,6 +247,18 @@ def _load(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "stage": "compile", "error": "the module defines no class `ModelNew`"}
     _STATE["ModelNew"] = model_new
     return {"ok": True, "signals": _signals()}
+
+
+def import_candidate(source: str) -> Any:
+    """The candidate's module, imported from a file in this worker's folder (Triton reads its
+    kernels' source there) under the name the trace tells its calls by."""
+    path = Path(os.getcwd()) / "candidate.py"
+    path.write_text(source, encoding="utf-8")  # the judge refused any other declared encoding
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE_NAME] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _model_for(shape: Any) -> Any:

@@ -218,6 +218,8 @@ class _Verdict:
     saw_hidden: bool = False
     #: the custom ops the source defines (kernels.own_op_names): the candidate's, whatever their namespace
     own_ops: tuple[str, ...] = ()
+    #: the source's Triton kernels compiled ahead at the public shapes (``verify``'s ``compiled``)
+    compiled: dict[str, str] = field(default_factory=dict)
     #: hidden shapes drawn for this verdict alone, checked after the task's fixed ones (tasks/draws.py)
     drawn: tuple[Shape, ...] = ()
     #: drawn shapes left unchecked, and why (Judge._draw)
@@ -233,8 +235,6 @@ class Judge:
     #: the audit's profiled worker, started as its second verdict begins (profiled.py); None in
     #: a judge that cannot profile
     _ahead: profiled_worker.Ahead | None = None
-    #: the Triton kernels of the verdict in progress compiled ahead (``verify``'s ``compiled``)
-    _compiled: dict[str, str] = {}
 
     def __init__(self, candidates: Backend, references: Backend, options: JudgeOptions = JudgeOptions(),
                  profiled: Callable[[tuple[str, ...]], Backend] | None = None, gate: DeviceGate | None = None):
@@ -411,8 +411,7 @@ class Judge:
         at the public shapes (``ahead``), for its worker's cache."""
         started = time.perf_counter()
         self._phases = {}
-        self._compiled = dict(compiled or {})
-        self._state = _Verdict(bar=bar, audit=audit)
+        self._state = _Verdict(bar=bar, audit=audit, compiled=dict(compiled or {}))
         # other lanes' checks may run beside this verdict, never its timing (gate.py)
         # a task no GPU call of which fits is the task's problem, not a candidate's
         alone = self._needs_the_gpu(self.check_fits(task))
@@ -449,7 +448,7 @@ class Judge:
         audit planned for the 3 GiB four lanes left free rejected an honest GEMM that ran out of
         memory in its 2 GiB heap (H200, session 37)."""
         self._drop_ref()
-        self._state = _Verdict(bar=bar, audit=audit)
+        self._state = _Verdict(bar=bar, audit=audit, compiled=self._state.compiled)
         try:
             verdict = self._verify_held(source, task, True, free=True)
         except ReferenceFailed as error:
@@ -539,16 +538,18 @@ class Judge:
         if self.on_gpu and self.options.baselines:
             self._state.baselines = self._baselines(task, [s for s, _ in timed], sizes, init_seed)
         try:
-            with self._candidate_session(self.candidates, source, task, init_seed, layout) as (session, arena_size):
+            with self._candidate_session(self.candidates, source, task, init_seed, layout,
+                                         self._state.compiled) as (session, arena_size):
                 return self._judge(session, task, own, init_seed, sizes, plan, timed, arena_size)
         except WorkerFailure as failure:
             return failures.ended(failure)
 
     @contextlib.contextmanager
     def _candidate_session(self, backend: Backend, source: str, task: Task, init_seed: int,
-                           layout: dict[str, int]) -> Iterator[tuple[Session, int]]:
+                           layout: dict[str, int], compiled: Mapping[str, str] | None = None) -> Iterator[tuple[Session, int]]:
         """A worker of ``backend`` with the reference worker's arena (and, on a GPU, the batch
-        socket) handed over; yields the session and the arena's size."""
+        socket) handed over; yields the session and the arena's size. ``compiled``: ``source``'s
+        Triton kernels compiled ahead, for the worker's cache."""
         arena, (tag, fds) = self._ask_ref(None, {"op": "arena", **layout}, recv_fds=True)
         if tag != "arena" or len(fds) != 1:
             for fd in fds:
@@ -559,8 +560,8 @@ class Judge:
             self._state.heap_bytes = arena["size"] - arena["input_bytes"]
         payload = {"task": candidate_bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed,
                    "layout": {"size": arena["size"], "input_bytes": arena["input_bytes"]}}
-        if self._compiled:
-            payload["triton_cache"] = self._compiled
+        if compiled:
+            payload["triton_cache"] = dict(compiled)
         go_ours = go_theirs = None
         if self.on_gpu:
             go_ours, go_theirs = socket.socketpair()

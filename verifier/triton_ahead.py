@@ -19,7 +19,7 @@ Why this cannot change a verdict:
   make itself. They are never shared between sources and never reach a trusted process (the
   reference worker's compiles live in the trusted cache, WorkerSpec.trusted_cache).
 * **Kernels only, never over the worker's own.** Only a compiled kernel's files are carried
-  (``KERNEL_SUFFIXES``: never a shared object, such as the launcher modules Triton caches beside
+  (triton_files.py: never a shared object, such as the launcher modules Triton caches beside
   them), only keys the candidate's calls made, and the verdict's worker writes none over a file
   it has: its warm-up's own modules are loaded from that cache (written over, the first H100
   run's every verdict crashed).
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 import threading
 import time
 from typing import Any, Mapping
@@ -48,6 +47,7 @@ from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Task
 
 from .gate import DeviceGate
+from .triton_files import cache_name
 
 AHEAD_ENTRY = "kernforge.verifier.triton_ahead_worker:run"
 #: the worker ahead stops calling the candidate after this long; what it compiled comes back
@@ -64,19 +64,6 @@ SPARE = 1
 #: holding the GPU's gate shared, and a wait for a worker's start there kept the other verdict's
 #: timed phases waiting: 0.6 s a verdict in the first H100 run)
 READY_WAIT_S = 5.0
-#: a Triton cache file: ``<key>/<name>``, the key a hash, the name a kernel's with a suffix
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
-#: the files of a compiled kernel: its group, metadata, binary and the IRs Triton keeps beside it.
-#: Never a shared object (Triton's launcher and driver modules are cached beside the kernels and
-#: loaded into the process: the verdict's worker builds its own) nor anything else
-KERNEL_SUFFIXES = (".json", ".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".source", ".hsaco", ".amdgcn")
-
-
-def kernel_file(name: str) -> bool:
-    """Whether ``name`` is a file of a compiled kernel in a Triton cache (``KERNEL_SUFFIXES``)."""
-    return name.endswith(KERNEL_SUFFIXES)
-
-
 def wanted(source: str) -> bool:
     """Whether ``source`` is one to compile ahead: a CUDA C++ extension builds when imported, in
     a folder this does not carry, for a minute of CPU time the verdict would repeat."""
@@ -87,22 +74,10 @@ def calls(task: Task) -> list[dict[str, Any]]:
     """One call per public GPU shape, its inputs described for meta tensors (``{"meta": {shape,
     strides, dtype}}``, or ``{"value": v}``); a shape whose inputs cannot be drawn on the meta
     device, or include anything else, is left out (compiled in the verdict)."""
-    import torch
-
     described = []
-    dtype = runtime.torch_dtype(task.dtype("cuda"))
-    dist = task.distributions[0] if task.distributions else "default"
     for shape in task.shapes("cuda", hidden=False):
         try:
-            with torch.device("meta"), torch.no_grad():
-                draw = runtime._meta_draw(task, dist)
-                if draw is not None:
-                    inputs = draw.make_inputs(shape.as_dict(), dist, dtype, "meta", None)
-                else:
-                    module = runtime.reference_module(task)
-                    runtime.set_shape(module, shape)
-                    inputs = list(module.get_inputs())
-            args = [_described(x) for x in inputs]
+            args = [_described(x) for x in runtime.meta_inputs(task, shape)]
         except Exception:  # noqa: BLE001 - a draw that needs data: that shape compiles in the verdict
             continue
         if all(a is not None for a in args):
@@ -127,9 +102,7 @@ def accepted(files: Any) -> dict[str, str]:
         return {}
     total = 0
     for name, data in files.items():
-        parts = name.split("/") if isinstance(name, str) else []
-        if (len(parts) != 2 or not all(_NAME.fullmatch(p) and p not in (".", "..") for p in parts)
-                or not kernel_file(parts[1]) or not isinstance(data, str)):
+        if not cache_name(name) or not isinstance(data, str):
             return {}
         try:
             total += len(base64.b64decode(data, validate=True))
@@ -157,7 +130,7 @@ class Ahead:
         """The files of the candidate's kernels compiled at the public shapes; none where the
         compile ahead failed, ran out of time or was cancelled."""
         described = calls(self._task)
-        if not described or not wanted(self.source):
+        if not described:
             return {}
         payload = {"task": candidate_bundle(self._task), "source": self.source, "device": self._device, "calls": described,
                    "budget_s": BUDGET_S, "max_bytes": MAX_BYTES, "max_files": MAX_FILES}

@@ -15,14 +15,13 @@ verdict's worker compiles what is missing itself.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .trace import CANDIDATE_MODULE as MODULE_NAME
+from .harness import import_candidate
+from .triton_files import kernel_file
 
 
 def run(channel: Any, payload: dict[str, Any]) -> None:
@@ -38,7 +37,7 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     task = unbundle(payload["task"], Path(os.getcwd()) / "task", derive_hidden=False)
     cache = os.environ.get("TRITON_CACHE_DIR", "")
     before = set(os.listdir(cache)) if cache and os.path.isdir(cache) else set()  # the warm-up's own
-    model_new = _import(payload["source"])
+    model_new = import_candidate(payload["source"]).ModelNew
     _compile_only()
     made = 0
     for call in payload["calls"]:
@@ -54,17 +53,6 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
             pass
     files = cache_files(cache, int(payload["max_bytes"]), int(payload["max_files"]), before)
     channel.send({"op": "ahead", "ok": True, "shapes": made, "files": files})
-
-
-def _import(source: str) -> Any:
-    """The candidate's ``ModelNew``, its module imported from a file as the verdict's worker does."""
-    path = Path(os.getcwd()) / "candidate.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE_NAME] = module
-    spec.loader.exec_module(module)
-    return module.ModelNew
 
 
 def _compile_only() -> None:
@@ -98,13 +86,11 @@ def _arg(described: dict[str, Any]) -> Any:
 
 
 def cache_files(folder: str, max_bytes: int, max_files: int, before: set[str] = frozenset()) -> dict[str, str]:
-    """The kernels of a Triton cache folder (``<key>/<name>``, triton_ahead.KERNEL_SUFFIXES),
+    """The kernels of a Triton cache folder (``<key>/<name>``, triton_files.KERNEL_SUFFIXES),
     base64, whole keys only, none of the keys in ``before`` (the worker's warm-up compiled them:
     the verdict's worker has them loaded): a key with any other file (Triton's launcher and
     driver modules, shared objects) or whose files would pass ``max_bytes`` or ``max_files`` is
     left out (Triton compiles it again)."""
-    from .triton_ahead import kernel_file
-
     files: dict[str, str] = {}
     total = 0
     root = Path(folder)
