@@ -272,7 +272,7 @@ def test_the_baselines_are_measured_before_the_candidates_worker_exists(tmp_path
         return {"eager": {"median_us": 10.0}, "compile": {"median_us": 5.0}} if msg["op"] == "baseline" else {}
 
     @contextlib.contextmanager
-    def candidate_session(backend, source, task, init_seed, layout):
+    def candidate_session(backend, source, task, init_seed, layout, compiled=None):
         events.append(("worker started", False))
         yield object(), 1 << 20
 
