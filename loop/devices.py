@@ -43,6 +43,9 @@ from .kernels_ahead import KernelsAhead
 #: Not a timeout: a loaded kernel is no slower to load than to compile, and a slow candidate's
 #: timeout would cost its whole time box twice
 AHEAD_SUSPECT = frozenset({Status.CRASHED, Status.RUNTIME_ERROR, Status.COMPILE_ERROR})
+#: accepted sources whose kernels compiled ahead are kept for their audits (``audit``); the
+#: oldest is let go first (at most 8 MiB each: triton_ahead.MAX_BYTES)
+KEEP_COMPILED = 16
 
 
 class Devices:
@@ -73,6 +76,8 @@ class Devices:
         self._ahead_turn = -1
         #: why nothing is compiled ahead any more in this run (``verify``), else None
         self.ahead_off: str | None = None
+        #: the kernels compiled ahead of accepted verdicts, by source, for their audits
+        self._compiled: dict[str, dict[str, str]] = {}
 
     @property
     def on_cpu(self) -> bool:
@@ -189,12 +194,15 @@ class Devices:
                 # the files were written over the worker's loaded modules)
                 again = await asyncio.get_running_loop().run_in_executor(
                     self._threads[index], self.judges[index].verify, code, task, bar)
-                if again.status is not verdict.status:
-                    self.ahead_off = (f"a verdict given its kernels compiled ahead was {verdict.status.value} "
-                                      f"({verdict.reason[:200]}), and {again.status.value} without them")
+                self._turn_off(verdict, again)
                 verdict = again
         finally:
             self._leave(device)
+        if compiled and verdict.accepted and not self.ahead_off:  # its audit's workers get them too
+            self._compiled.pop(code, None)
+            self._compiled[code] = compiled
+            while len(self._compiled) > KEEP_COMPILED:
+                self._compiled.pop(next(iter(self._compiled)))
         self.verified[device] += 1
         self._note("verdict", index, task, started, verdict, {"ahead.wait": waited} if ahead is not None else None)
         if ahead is not None:  # what came of it, for bench/loop.py
@@ -206,14 +214,32 @@ class Devices:
         thread, like ``verify``: a fresh worker, fresh inputs); the audit and the seconds spent."""
         device = self.slots[index]
         started = self._enter(device)
+        # the kernels its verdict was given, compiled ahead at the public shapes: the second
+        # verdict's and the profiled worker's first calls there load them (the profiled worker
+        # compiles with the GPU held for its record)
+        compiled = self._compiled.pop(code, None) if not self.ahead_off else None
         try:
+            run = functools.partial(auditing.audit, self.judges[index], code, task, verdict)
             result = await asyncio.get_running_loop().run_in_executor(
-                self._threads[index], auditing.audit, self.judges[index], code, task, verdict)
+                self._threads[index], functools.partial(run, **({"compiled": compiled} if compiled else {})))
+            if compiled and result.verdict is not None and result.verdict.status in AHEAD_SUSPECT:
+                # as in ``verify``: never a failed audit on the strength of our files
+                again = await asyncio.get_running_loop().run_in_executor(self._threads[index], run)
+                if again.verdict is not None:
+                    self._turn_off(result.verdict, again.verdict)
+                result = again
         finally:
             self._leave(device)
         self.audited[device] += 1
         self._note("audit", index, task, started, result.verdict, (result.details.get("ncu") or {}).get("seconds"))
         return result, time.monotonic() - started
+
+    def _turn_off(self, given: Verdict, without: Verdict) -> None:
+        """A verdict given its kernels compiled ahead failed, and was made again without them:
+        where the two differ, nothing more is compiled ahead in this run."""
+        if without.status is not given.status:
+            self.ahead_off = (f"a verdict given its kernels compiled ahead was {given.status.value} "
+                              f"({given.reason[:200]}), and {without.status.value} without them")
 
     def _note(self, kind: str, index: int, task: Task, started: float, verdict: Verdict | None,
               more_steps: Mapping[str, float] | None = None) -> None:

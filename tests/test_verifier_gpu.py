@@ -310,8 +310,10 @@ def test_a_seed_given_its_kernels_compiled_ahead_is_accepted(runtime_judge, monk
     """Its worker, warmed up with Triton's own modules loaded from its cache, is given the files
     of its kernels compiled ahead at the public shapes (verifier/triton_ahead.py) and must judge
     as without them: the first H100 run wrote the worker ahead's copies of those modules over the
-    loaded ones, and every verdict crashed."""
-    from kernforge.verifier import triton_ahead
+    loaded ones, and every verdict crashed. Its audit is given them too, its second verdict's
+    worker and the profiled one (loop/devices.py)."""
+    from kernforge.verifier import ncu, triton_ahead
+    from kernforge.verifier.audit import TOLERANCE, audit
 
     monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 120.0)  # the pool refills beside other tests
     task = load_task("rms_norm")
@@ -321,3 +323,8 @@ def test_a_seed_given_its_kernels_compiled_ahead_is_accepted(runtime_judge, monk
     assert any(name.endswith(".cubin") for name in files) and not any(name.endswith(".so") for name in files), sorted(files)
     verdict = runtime_judge.verify(task.seed_source, task, compiled=files)
     assert verdict.accepted, _describe(verdict)
+    shared = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
+    result = audit(runtime_judge, task.seed_source, task, verdict, tolerance=4.0 if shared else TOLERANCE, compiled=files)
+    assert result.passed, result.reason
+    if ncu.available() is not None:
+        assert result.details["ncu"]["ran"], result.details["ncu"]["note"]

@@ -109,8 +109,9 @@ class _Audited(Judge):
     def _arena_layout(self, sizes, checked, plan):
         return {}
 
-    def _profiled_calls(self, backend, source, task, shape, init_seed, layout, laps):
+    def _profiled_calls(self, backend, source, task, shape, init_seed, layout, laps, compiled=None):
         self.calls.append(("profiled", backend))
+        self.compiled = compiled
         return ""
 
 
@@ -132,6 +133,17 @@ def test_an_audits_second_verdict_starts_the_profiled_worker_and_its_record_take
     assert make.made[0].closed.is_set() and not judge._ahead.waiting
     assert "ncu.close" in record.seconds  # it made no record (an empty log): that is the record's note
     assert not record.ran and "recorded no kernel" in record.note
+
+
+def test_the_profiled_worker_is_given_the_kernels_compiled_ahead(audited):
+    """An audit's record takes the source's kernels compiled ahead to its worker's session, as a
+    verdict does (verifier/triton_ahead.py); without them, it is given none."""
+    judge, make, task = audited
+    files = {"k/__grp__x.json": "e30="}
+    judge.profile("source", task, compiled=files)
+    assert judge.compiled == files
+    judge.profile("source", task)
+    assert judge.compiled is None
 
 
 def test_a_worker_no_record_took_is_closed_by_the_next_verdict_or_with_the_judge(audited):

@@ -259,3 +259,58 @@ def test_the_loop_bench_says_what_the_compiles_ahead_came_to():
            {"kind": "verdict", "status": "accepted", "ahead": {"shapes": 0, "files": 0}, "steps": {"ahead.wait": 0.0}},
            {"kind": "audit", "status": "accepted"}]
     assert line(log) == "kernels compiled ahead: 1 of 2 verdicts got files (1 crashed, 1 accepted); 0.10 s waited for them a verdict"
+
+
+@pytest.mark.parametrize("audit_without", ["accepted", "crashed"])
+def test_an_audit_is_given_its_verdicts_kernels_compiled_ahead_and_made_again_without_where_it_crashed(audit_without):
+    """An accepted verdict's files go to its audit (the second verdict's worker and the profiled
+    one), once; an audit that crashed with them is made again without, and that one stands."""
+    import asyncio
+
+    from kernforge.loop.devices import Devices
+    from kernforge.loop.kernels_ahead import KernelsAhead
+    from kernforge.verifier.verdict import Rejected, ShapeResult, Status
+
+    task = load_task("rms_norm")
+    files = {"k/__grp__x.json": _b64(b"{}")}
+    timed = (ShapeResult({"T": 4}, False, "bfloat16", "graph", time_us=5.0),)
+    given = []
+
+    class Judge:
+        def verify(self, code, task, bar=None, audit=False, compiled=None):
+            given.append(("audit" if audit else "verdict", compiled))
+            if audit and compiled:
+                return Rejected(Status.CRASHED, "the worker was killed by SIGSEGV", None, {}, [], {})
+            if audit and audit_without == "crashed":
+                return Rejected(Status.CRASHED, "it crashes anyway", None, {}, [], {})
+            return Accepted(timed)
+
+        def kernels_ahead(self, code, task):
+            return None
+
+    class Done:
+        source, shapes = task.seed_source, 4
+
+        def run(self):
+            return files
+
+        def cancel(self):
+            pass
+
+    async def go():
+        devices = Devices(["cuda:0"], sandbox="process")
+        devices.judges = [Judge()]
+        verdict, _ = await devices.verify(0, task.seed_source, task, None, KernelsAhead(Done(), asyncio.create_task(
+            asyncio.to_thread(Done().run))))
+        first, _ = await devices.audit(0, task.seed_source, task, verdict)
+        again, _ = await devices.audit(0, task.seed_source, task, verdict)
+        return devices, first, again
+
+    devices, first, again = asyncio.run(go())
+    assert given[:3] == [("verdict", files), ("audit", files), ("audit", None)], "made again without the files"
+    assert given[3:] == [("audit", None)], "the files go to one audit: the next is given none"
+    assert first.passed is (audit_without == "accepted") and first.verdict.status is Status(audit_without)
+    if audit_without == "accepted":
+        assert "SIGSEGV" in devices.ahead_off
+    else:
+        assert devices.ahead_off is None

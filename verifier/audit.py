@@ -82,15 +82,19 @@ def auditable(verdict: Verdict) -> bool:
     return isinstance(verdict, Accepted) and any(s.timing in ("graph", "eager") and s.time_us for s in verdict.shapes)
 
 
-def audit(judge: Any, source: str, task: Task, recorded: Verdict, tolerance: float = TOLERANCE) -> Audit:
-    """Judge ``source`` again (``judge.verify``: a fresh worker, fresh seeds) and compare."""
+def audit(judge: Any, source: str, task: Task, recorded: Verdict, tolerance: float = TOLERANCE,
+          compiled: Mapping[str, str] | None = None) -> Audit:
+    """Judge ``source`` again (``judge.verify``: a fresh worker, fresh seeds) and compare.
+    ``compiled``: its Triton kernels compiled ahead (verifier/triton_ahead.py), given to both the
+    second verdict's worker and the profiled one, as to any verdict's."""
     if not auditable(recorded):
         return Audit(False, "only accepted verdicts with GPU times are audited (interpreter runs are correctness only)")
-    again = judge.verify(source, task, audit=True)
+    given = {"compiled": compiled} if compiled else {}
+    again = judge.verify(source, task, audit=True, **given)
     result = compare(recorded, again, tolerance)
     if not result.passed or not hasattr(judge, "profile"):
         return result
-    return with_profile(result, judge.profile(source, task), source, task)
+    return with_profile(result, judge.profile(source, task, **given), source, task)
 
 
 def with_profile(result: Audit, profile: ncu.Profile, source: str, task: Task) -> Audit:

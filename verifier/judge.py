@@ -611,9 +611,12 @@ class Judge:
         if self.on_gpu and exe is not None and not self._closing:
             self._ahead.start(self.profiled, exe)
 
-    def profile(self, source: str, task: Task, trusted: Mapping[str, Any] | None = None) -> ncu.Profile:
+    def profile(self, source: str, task: Task, trusted: Mapping[str, Any] | None = None,
+                compiled: Mapping[str, str] | None = None) -> ncu.Profile:
         """Nsight Compute's record of ``ncu.CALLS`` calls at the task's largest public shape, in
-        a fresh worker whose parent is ncu (see verifier/ncu.py); a note where it cannot run."""
+        a fresh worker whose parent is ncu (see verifier/ncu.py); a note where it cannot run.
+        ``compiled``: ``source``'s Triton kernels compiled ahead, for that worker's cache (its
+        compiles would otherwise run with the GPU held for the record)."""
         exe = ncu.available()
         if not self.on_gpu or self.profiled is None or exe is None:
             why = ("not on a GPU" if not self.on_gpu else "ncu is not installed" if exe is None
@@ -643,7 +646,7 @@ class Judge:
                 if self._closing:  # closed while it started: close() may have missed it
                     worker.close()
                 try:
-                    failed = self._profiled_calls(worker.backend, source, task, shape, init_seed, layout, laps)
+                    failed = self._profiled_calls(worker.backend, source, task, shape, init_seed, layout, laps, compiled)
                 finally:
                     self._profiling = None
                     worker.close()  # ncu writes its log as the worker exits
@@ -663,11 +666,11 @@ class Judge:
         return ncu.Profile(True, "", tuple(launches), ncu.CALLS, shape.as_dict(), seconds=laps.seconds)
 
     def _profiled_calls(self, backend: Backend, source: str, task: Task, shape: Shape, init_seed: int,
-                        layout: dict[str, int], laps: Laps) -> str:
+                        layout: dict[str, int], laps: Laps, compiled: Mapping[str, str] | None = None) -> str:
         """Attach, load and the profiled calls in a worker of ``backend``; what failed, or ""."""
         call = _Call(shape, task.distributions[0], False, uuid.uuid4().hex, half=0)
         try:
-            with self._candidate_session(backend, source, task, init_seed, layout) as (session, _):
+            with self._candidate_session(backend, source, task, init_seed, layout, compiled) as (session, _):
                 laps.lap("ncu.start")
                 for reply_type, msg in ((M.Attached, {"op": "attach"}), (M.Loaded, {"op": "load"})):
                     got = self._call(session, reply_type, msg, f"the profiled worker's {msg['op']}")
