@@ -117,8 +117,16 @@ def ahead_line(log: list[dict]) -> str:
     statuses = collections.Counter(e.get("status", "?") for e in had)
     waited = sum(e.get("steps", {}).get("ahead.wait", 0.0) for e in had) / len(had)
     with_files = sum(1 for e in had if e["ahead"].get("files"))
-    return (f"kernels compiled ahead: {with_files} of {len(had)} verdicts got files "
+    line = (f"kernels compiled ahead: {with_files} of {len(had)} verdicts got files "
             f"({', '.join(f'{n} {s}' for s, n in statuses.most_common())}); {waited:.2f} s waited for them a verdict")
+    # why the others got none (no warm worker to spare, a call that failed on meta tensors, ...)
+    why = collections.Counter(e["ahead"].get("outcome", "?") for e in had if not e["ahead"].get("files"))
+    if why:
+        line += "; none for " + ", ".join(f"{n} ({reason})" for reason, n in why.most_common())
+    audits = [e for e in log if e.get("kind") == "audit" and "ahead" in e]
+    if audits:
+        line += f"; {sum(1 for e in audits if e['ahead'].get('files'))} of {len(audits)} audits were given their verdict's"
+    return line
 
 
 #: the built-in tasks issue #17 counts as norms and elementwise ops (its target there: 30 verdicts per GPU-minute)

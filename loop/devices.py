@@ -206,7 +206,7 @@ class Devices:
         self.verified[device] += 1
         self._note("verdict", index, task, started, verdict, {"ahead.wait": waited} if ahead is not None else None)
         if ahead is not None:  # what came of it, for bench/loop.py
-            self.log[-1]["ahead"] = {"shapes": ahead.ahead.shapes, "files": len(compiled or {})}
+            self.log[-1]["ahead"] = {"shapes": ahead.ahead.shapes, "files": len(compiled or {}), "outcome": ahead.outcome}
         return verdict, time.monotonic() - started
 
     async def audit(self, index: int, code: str, task: Task, verdict: Verdict) -> tuple[Audit, float]:
@@ -232,6 +232,7 @@ class Devices:
             self._leave(device)
         self.audited[device] += 1
         self._note("audit", index, task, started, result.verdict, (result.details.get("ncu") or {}).get("seconds"))
+        self.log[-1]["ahead"] = {"files": len(compiled or {})}
         return result, time.monotonic() - started
 
     def _turn_off(self, given: Verdict, without: Verdict) -> None:

@@ -24,6 +24,12 @@ class KernelsAhead:
     def __init__(self, ahead: Ahead, running: asyncio.Task) -> None:
         self.ahead = ahead
         self._running = running
+        self._late = ""
+
+    @property
+    def outcome(self) -> str:
+        """What became of it, for the run's log."""
+        return self._late or self.ahead.outcome
 
     async def files(self) -> dict[str, str]:
         """The files compiled ahead; none where the compile ahead is not done within ``WAIT_S``
@@ -31,9 +37,11 @@ class KernelsAhead:
         try:
             return await asyncio.wait_for(asyncio.shield(self._running), WAIT_S)
         except asyncio.TimeoutError:
+            self._late = f"not done within {WAIT_S:.0f} s"
             self.cancel()
             return {}
-        except Exception:  # noqa: BLE001 - a compile ahead is worth speed only: its failure costs nothing else
+        except Exception as error:  # noqa: BLE001 - a compile ahead is worth speed only: its failure costs nothing else
+            self._late = f"failed: {type(error).__name__}: {error}"[:200]
             return {}
 
     def cancel(self) -> None:

@@ -181,7 +181,7 @@ def test_closing_the_judge_ends_an_audits_profiled_worker_still_running(monkeypa
         def _arena_layout(self, sizes, checked, plan):
             return {}
 
-        def _profiled_calls(self, backend, source, task, shape, init_seed, layout, laps):
+        def _profiled_calls(self, backend, source, task, shape, init_seed, layout, laps, compiled=None):
             laps.lap("ncu.start")
             started.set()
             backend.closed.wait()  # a profiled worker blocked in its calls until its backend is closed

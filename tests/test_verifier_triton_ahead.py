@@ -127,13 +127,25 @@ def test_a_candidate_that_fails_ahead_gives_no_files(monkeypatch):
     monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 300.0)
     task = load_task("rms_norm")
     with open_judge("cpu", pool_size=1) as judge:
+        outcomes = []
+
         def ahead(source):
-            return triton_ahead.Ahead(judge.candidates, judge.gate, source, task, "cpu", spare=0).run()
+            made = triton_ahead.Ahead(judge.candidates, judge.gate, source, task, "cpu", spare=0)
+            files = made.run()
+            outcomes.append(made.outcome)
+            return files
 
         assert ahead(task.seed_source + WRITES_A_GROUP)  # the same judge's worker gives files where they are made
+        assert outcomes[-1] == "compiled"
         for source in ("raise SystemExit(3)\n", "import nothing_of_the_sort\n", task.seed_source + "\nraise RuntimeError('late')\n",
                        task.seed_source + WRITES_A_GROUP + "\nimport os\nos._exit(0)\n"):
             assert ahead(source) == {}, source[-40:]
+            assert outcomes[-1].startswith(("its worker failed", "no answer")), outcomes[-1]
+        # a call that fails on meta tensors: the shapes that worked still give their files, and the log says why not all
+        fails_once = WRITES_A_GROUP.replace("if x.device.type == \"meta\":", "if x.device.type == \"meta\" and x.shape[0] == 1:\n"
+                                            "            raise NotImplementedError('no meta kernel')\n        if x.device.type == \"meta\":")
+        assert ahead(task.seed_source + fails_once)
+        assert outcomes[-1] == "a call failed: NotImplementedError: no meta kernel", outcomes[-1]
 
 
 def test_no_shared_object_or_other_file_is_carried():
@@ -200,7 +212,7 @@ def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and
             raise AssertionError("compiled ahead after a crash")
 
     class Done:  # a compile ahead that gave its files
-        source, shapes = task.seed_source, 4
+        source, shapes, outcome = task.seed_source, 4, "compiled"
 
         def run(self):
             return {"k/__grp__x.json": _b64(b"{}")}
@@ -256,9 +268,13 @@ def test_the_loop_bench_says_what_the_compiles_ahead_came_to():
     line = bench_script("loop").ahead_line
     assert line([{"kind": "verdict", "status": "accepted"}]) == "kernels compiled ahead: none"
     log = [{"kind": "verdict", "status": "crashed", "ahead": {"shapes": 4, "files": 26}, "steps": {"ahead.wait": 0.2}},
-           {"kind": "verdict", "status": "accepted", "ahead": {"shapes": 0, "files": 0}, "steps": {"ahead.wait": 0.0}},
+           {"kind": "verdict", "status": "accepted", "ahead": {"shapes": 0, "files": 0, "outcome": "no warm worker to spare"},
+            "steps": {"ahead.wait": 0.0}},
            {"kind": "audit", "status": "accepted"}]
-    assert line(log) == "kernels compiled ahead: 1 of 2 verdicts got files (1 crashed, 1 accepted); 0.10 s waited for them a verdict"
+    assert line(log) == ("kernels compiled ahead: 1 of 2 verdicts got files (1 crashed, 1 accepted); 0.10 s waited for them "
+                         "a verdict; none for 1 (no warm worker to spare)")
+    log += [{"kind": "audit", "status": "accepted", "ahead": {"files": 26}}, {"kind": "audit", "status": "accepted", "ahead": {"files": 0}}]
+    assert line(log).endswith("; 1 of 2 audits were given their verdict's")
 
 
 @pytest.mark.parametrize("audit_without", ["accepted", "crashed"])
@@ -289,7 +305,7 @@ def test_an_audit_is_given_its_verdicts_kernels_compiled_ahead_and_made_again_wi
             return None
 
     class Done:
-        source, shapes = task.seed_source, 4
+        source, shapes, outcome = task.seed_source, 4, "compiled"
 
         def run(self):
             return files

@@ -123,19 +123,23 @@ class Ahead:
         self._lock = threading.Lock()
         self._session: Any = None
         self._cancelled = False
-        #: the calls made ahead (shapes), for the run's log
+        #: the calls made ahead (shapes), and what became of it, for the run's log (diagnostics:
+        #: a failure's text is the candidate's process's, never evidence)
         self.shapes = 0
+        self.outcome = "not run"
 
     def run(self) -> dict[str, str]:
         """The files of the candidate's kernels compiled at the public shapes; none where the
         compile ahead failed, ran out of time or was cancelled."""
         described = calls(self._task)
         if not described:
+            self.outcome = "no public shape described for meta tensors"
             return {}
         payload = {"task": candidate_bundle(self._task), "source": self.source, "device": self._device, "calls": described,
                    "budget_s": BUDGET_S, "max_bytes": MAX_BYTES, "max_files": MAX_FILES}
         limits = Limits(wall_seconds=LIMIT_S)
         if not self._worker_to_spare():
+            self.outcome = "cancelled" if self._cancelled else "no warm worker to spare"
             return {}
         try:
             with self._gate.enlisted(lambda: self._backend.session(AHEAD_ENTRY, payload, limits)) as session:
@@ -146,13 +150,19 @@ class Ahead:
                     reply = {} if cancelled else session.recv(LIMIT_S)
                 finally:
                     session.close()
-        except (WorkerFailure, SandboxError, OSError):
+        except (WorkerFailure, SandboxError, OSError) as error:
+            self.outcome = "cancelled" if self._cancelled else f"its worker failed: {error}"[:200]
             return {}
         if not isinstance(reply, Mapping) or reply.get("op") != "ahead" or reply.get("ok") is not True:
+            self.outcome = "cancelled" if self._cancelled else "no answer"
             return {}
         shapes = reply.get("shapes")
         self.shapes = shapes if isinstance(shapes, int) and not isinstance(shapes, bool) else 0
-        return accepted(reply.get("files"))
+        files = accepted(reply.get("files"))
+        failed = reply.get("failed")
+        self.outcome = ("a malformed answer" if reply.get("files") and not files
+                        else f"a call failed: {failed}"[:200] if isinstance(failed, str) and failed else "compiled")
+        return files
 
     def _worker_to_spare(self) -> bool:
         """Whether the pool has a warm worker for this beside ``spare`` for the verdicts (waiting

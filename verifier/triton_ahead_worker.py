@@ -39,9 +39,10 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     before = set(os.listdir(cache)) if cache and os.path.isdir(cache) else set()  # the warm-up's own
     model_new = import_candidate(payload["source"]).ModelNew
     _compile_only()
-    made = 0
+    made, failed = 0, ""
     for call in payload["calls"]:
         if time.perf_counter() - started > float(payload["budget_s"]):
+            failed = failed or "out of time"
             break
         try:
             shape = Shape.of(call["shape"])
@@ -49,10 +50,10 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
                 model = runtime.build_model(model_new, runtime.make_init_inputs(task, shape), 0, "meta")
                 model(*[_arg(a) for a in call["args"]])
             made += 1
-        except Exception:  # noqa: BLE001 - a shape that cannot be called on meta tensors compiles in the verdict
-            pass
+        except Exception as error:  # noqa: BLE001 - a shape that cannot be called on meta tensors compiles in the verdict
+            failed = failed or f"{type(error).__name__}: {error}"[:200]
     files = cache_files(cache, int(payload["max_bytes"]), int(payload["max_files"]), before)
-    channel.send({"op": "ahead", "ok": True, "shapes": made, "files": files})
+    channel.send({"op": "ahead", "ok": True, "shapes": made, "files": files, "failed": failed})
 
 
 def _compile_only() -> None:
