@@ -45,6 +45,7 @@
 #   kbrun      bench/kbrun.sh: `kernforge bench kernelbench --offline` on 32 level-1 and 11 level-2 problems, 2 attempts
 #              each, one lane; resumes the run in .kbrun/kbrun.db when that is carried (log, kbrun.db; KBRUN_S s, 540)
 #   ahead      the GPU tests of the torch.compile baseline compiled before the GPU is taken alone, and of baselines beside an honest kernel
+#   kgpu       the GPU tests of a seed given its kernels compiled ahead (its verdict and its audit) and of an audit's record
 #   hostsync   the verifier's GPU tests of an eagerly timed honest kernel, stale device memory and an early done
 #   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
@@ -131,6 +132,7 @@ for p in "$@"; do
     kball) phase kb 580 python3 bench/kernelbench.py --json "$OUT/kb.json" ;;
     kahead) phase kahead 300 python3 bench/kernels_ahead.py ${KAHEAD_TASKS:+--tasks $KAHEAD_TASKS} ;;
     ahead) phase ahead 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 120 tests/test_verifier_gpu.py -k "compiled_before_the_gpu or honest_kernel_accepted_with_timings" ;;
+    kgpu) phase kgpu 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 150 tests/test_verifier_gpu.py -k "kernels_compiled_ahead or audit_of_a_seed" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
