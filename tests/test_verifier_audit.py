@@ -64,3 +64,36 @@ def test_which_verdicts_time_the_hidden_shapes_on_a_gpu(option, routine, in_audi
 def test_an_unknown_hidden_timing_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="audit, always, never"):
         JudgeOptions(time_hidden="sometimes")
+
+
+def test_an_audits_record_that_failed_with_the_kernels_compiled_ahead_is_made_again_without_them():
+    """The files compiled ahead only save compiles: where the profiled worker given them made no
+    Nsight Compute record, the record is made again without them, so that they never cost the
+    audit its evidence."""
+    from kernforge.verifier import ncu
+
+    recorded = Accepted(shapes=(shape(1, 10.0, 20.0),))
+    files = {"k/__grp__x.json": "e30="}
+
+    class Profiled(AuditJudge):
+        def __init__(self, again):
+            super().__init__(again)
+            self.profiles = []
+
+        def verify(self, source, task, bar=None, audit=False, compiled=None):
+            self.asked.append(compiled)
+            return self.again
+
+        def profile(self, source, task, compiled=None):
+            self.profiles.append(compiled)
+            if compiled:
+                return ncu.Profile(False, "no Nsight Compute record: the profiled worker failed")
+            return ncu.Profile(False, "no Nsight Compute record: not on a GPU")
+
+    judge = Profiled(Accepted(shapes=(shape(1, 10.0, 20.0),)))
+    result = audit.audit(judge, "k = 1", load_task("rms_norm"), recorded, compiled=files)
+    assert judge.asked == [files] and judge.profiles == [files, None]
+    assert result.passed and "not on a GPU" in result.reason, "the record made without the files is the one said"
+    judge = Profiled(Accepted(shapes=(shape(1, 10.0, 20.0),)))
+    audit.audit(judge, "k = 1", load_task("rms_norm"), recorded)
+    assert judge.asked == [None] and judge.profiles == [None], "without files: one record, as before"

@@ -30,6 +30,11 @@ Why this cannot change a verdict:
   whole life (gate.py): every judge that times stops it first. Its calls are on meta tensors; a
   candidate that puts GPU work there anyway only slows the other verdict's checks.
 
+An accepted verdict's files go on to its audit (loop/devices.py): the second verdict's worker
+and the profiled one load them as the verdict's did, the same guard around them, and a profiled
+worker given them that made no Nsight Compute record makes it again without them (audit.py): the
+files save compiles and never cost an audit its evidence.
+
 CUDA C++ sources are not compiled ahead (their build is an import, in a folder of its own).
 """
 
