@@ -183,19 +183,8 @@ class Devices:
             # the files of this very source only: another's would be its kernels, not these
             compiled = await ahead.files() if ahead is not None and ahead.ahead.source == code else None
             waited = time.monotonic() - started
-            verdict = await asyncio.get_running_loop().run_in_executor(
-                self._threads[index], functools.partial(self.judges[index].verify, code, task, bar,
-                                                        **({"compiled": compiled} if compiled else {})))
-            if compiled and verdict.status in AHEAD_SUSPECT:
-                # its worker failed with the kernels compiled ahead in its cache, as a bad cache
-                # could make it fail: never the candidate's verdict on the strength of a speed-up
-                # of ours. Judged again as before, and where that verdict differs, nothing more is
-                # compiled ahead in this run (the first H100 run of this crashed every verdict:
-                # the files were written over the worker's loaded modules)
-                again = await asyncio.get_running_loop().run_in_executor(
-                    self._threads[index], self.judges[index].verify, code, task, bar)
-                self._turn_off(verdict, again)
-                verdict = again
+            verdict = await self._given(index, functools.partial(self.judges[index].verify, code, task, bar), compiled,
+                                        lambda made: made)
         finally:
             self._leave(device)
         if compiled and verdict.accepted and not self.ahead_off:  # its audit's workers get them too
@@ -217,17 +206,10 @@ class Devices:
         # the kernels its verdict was given, compiled ahead at the public shapes: the second
         # verdict's and the profiled worker's first calls there load them (the profiled worker
         # compiles with the GPU held for its record)
-        compiled = self._compiled.pop(code, None) if not self.ahead_off else None
+        compiled = self._compiled.pop(code, None)
         try:
-            run = functools.partial(auditing.audit, self.judges[index], code, task, verdict)
-            result = await asyncio.get_running_loop().run_in_executor(
-                self._threads[index], functools.partial(run, **({"compiled": compiled} if compiled else {})))
-            if compiled and result.verdict is not None and result.verdict.status in AHEAD_SUSPECT:
-                # as in ``verify``: never a failed audit on the strength of our files
-                again = await asyncio.get_running_loop().run_in_executor(self._threads[index], run)
-                if again.verdict is not None:
-                    self._turn_off(result.verdict, again.verdict)
-                result = again
+            result = await self._given(index, functools.partial(auditing.audit, self.judges[index], code, task, verdict),
+                                       compiled, lambda made: made.verdict)
         finally:
             self._leave(device)
         self.audited[device] += 1
@@ -235,12 +217,26 @@ class Devices:
         self.log[-1]["ahead"] = {"files": len(compiled or {})}
         return result, time.monotonic() - started
 
-    def _turn_off(self, given: Verdict, without: Verdict) -> None:
-        """A verdict given its kernels compiled ahead failed, and was made again without them:
-        where the two differ, nothing more is compiled ahead in this run."""
-        if without.status is not given.status:
+    async def _given(self, index: int, run: Callable[..., Any], compiled: dict[str, str] | None,
+                     verdict_of: Callable[[Any], Verdict | None]) -> Any:
+        """``run`` (a verdict or an audit, on lane ``index``'s thread) given ``compiled``, the
+        kernels compiled ahead. Where its verdict failed as a bad cache could make it fail
+        (``AHEAD_SUSPECT``), never the candidate's verdict on the strength of a speed-up of ours:
+        made again without them, and that one stands; where the two differ, nothing more is
+        compiled ahead in this run (the first H100 run of this crashed every verdict: the files
+        were written over the worker's loaded modules)."""
+        loop = asyncio.get_running_loop()
+        made = await loop.run_in_executor(self._threads[index], functools.partial(run, **({"compiled": compiled} if compiled else {})))
+        given = verdict_of(made)
+        if not compiled or given is None or given.status not in AHEAD_SUSPECT:
+            return made
+        again = await loop.run_in_executor(self._threads[index], run)
+        without = verdict_of(again)
+        if without is not None and without.status is not given.status:
             self.ahead_off = (f"a verdict given its kernels compiled ahead was {given.status.value} "
                               f"({given.reason[:200]}), and {without.status.value} without them")
+            self._compiled.clear()
+        return again
 
     def _note(self, kind: str, index: int, task: Task, started: float, verdict: Verdict | None,
               more_steps: Mapping[str, float] | None = None) -> None:
