@@ -16,7 +16,8 @@
   same task in the same environment is judged once: a later proposal of it (archived, or being
   judged right now by another device) is recorded as a reuse of the first verdict.
 * **A would-be best is audited** before it counts (search.py ``needs_audit``): accepted with GPU
-  times and fitter than the task's best, it is judged again on the same device, in a fresh worker
+  times and fitter than the task's best by more than the judge's noise (a near-tie is neither
+  audited nor the best), it is judged again on the same device, in a fresh worker
   on fresh inputs (``Devices.audit``, device time), after its attempt is recorded; the audit is
   recorded in a transaction of its own (``Archive.record_audit``). When it goes is decided by
   ``AuditQueue`` (audit_queue.py): at once, or after every task's first verdict and within the

@@ -36,7 +36,11 @@ newest accepted kernels and failures, so it continues from where the last run st
 **The best is audited.** A kernel accepted with GPU times becomes the best only once its audit
 passed (verifier/audit.py: judged again in a fresh worker on fresh inputs, its time confirmed).
 The runner asks ``needs_audit`` before adding a kernel that would lead, audits it, and adds it
-with the outcome. A kernel whose audit failed is *demoted*: it stays an accepted attempt in the
+with the outcome. A kernel would lead only where it is fitter than the best by more than the
+judge's own noise (``MIN_GAIN``, ``clears``): an audit costs three to five verdicts, and the same
+kernel timed twice differs by a percent or two, so a near-tie's "gain" is a draw of that noise
+(most of the would-be bests of the H100 runs were), neither worth an audit nor a claim a person
+should read as a faster kernel. A near-tie stays an accepted kernel and a parent. A kernel whose audit failed is *demoted*: it stays an accepted attempt in the
 archive but is never the best, an elite, an inspiration or a parent here. A kernel never audited
 (from the archive: a run stopped between its attempt and its audit, or an older archive) is an
 ordinary parent but never the best. Interpreter verdicts are never audited: correctness only,
@@ -60,6 +64,11 @@ from kernforge.verifier.audit import auditable
 from kernforge.verifier.verdict import Status, Verdict, saw_hidden
 
 STRATEGIES = ("improve", "explore", "repair", "fresh")
+#: how much fitter than the best a kernel must be to be audited and lead (the score's ratio, or
+#: the GPU time's where there is no score): the same kernel judged twice on an H100 or H200 (93
+#: audits, sessions 30-49) re-measured more than 2% apart in a third of them, and 57% of those
+#: runs' would-be bests had gained less than 2%, each audited for three to five verdicts' time
+MIN_GAIN = 0.02
 #: (tier, value), compared as a tuple: tier 2 the archive's score, tier 1 the negated log of the
 #: GPU time where there is no score, tier 0 accepted with no GPU time (the interpreter), value 0
 Fitness = tuple[int, float]
@@ -69,6 +78,19 @@ Niche = tuple[str, str]
 _CUDA = re.compile(r"load_inline|nvrtc|cupy|__global__")
 #: the repairable statuses, typed (the archive keeps them as strings for its SQL)
 _REPAIRABLE = frozenset(Status(s) for s in REPAIRABLE)
+
+
+def clears(fitness: Fitness, best: Fitness, gain: float = MIN_GAIN) -> bool:
+    """Whether ``fitness`` is fitter than ``best`` by more than ``gain``: a higher tier always; in
+    the score's tier by the score's ratio, in the GPU time's by its time's (the value is the
+    negated log); correctness only never (those are never timed, so never ranked)."""
+    if fitness[0] != best[0]:
+        return fitness[0] > best[0]
+    if fitness[0] == SCORED:
+        return fitness[1] > best[1] * (1.0 + gain)
+    if fitness[0] == GPU_TIMED:
+        return fitness[1] > best[1] + math.log1p(gain)
+    return False
 
 
 def geomean_us(verdict: Verdict | None) -> float | None:
@@ -238,16 +260,21 @@ class Population:
 
     def needs_audit(self, member: Member) -> bool:
         """True when ``member`` would be the new best but needs an audit first: accepted with GPU
-        times, not audited yet, new here, and fitter than the best."""
+        times, not audited yet, new here, and fitter than the best by more than ``MIN_GAIN``."""
         if member.fitness is None or not member.auditable or member.audit_passed is not None:
             return False
         if member.code in self._codes:
             return False
-        return self._best is None or member.fitness > self._best.fitness
+        return self._leads(member)
 
     def contenders(self) -> list[Member]:
-        """Kept kernels fitter than the best that cannot lead without an audit (never audited)."""
-        return [m for m in self.accepted if not m.confirmed and (self._best is None or m.fitness > self._best.fitness)]
+        """Kept kernels that would lead (fitter than the best by more than ``MIN_GAIN``) but cannot
+        without an audit (never audited)."""
+        return [m for m in self.accepted if not m.confirmed and self._leads(m)]
+
+    def _leads(self, member: Member) -> bool:
+        assert member.fitness is not None
+        return self._best is None or clears(member.fitness, self._best.fitness)
 
     def add(self, member: Member) -> bool:
         """Take a judged kernel in; True when it is the task's new best (only a confirmed kernel can

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernforge.archive.records import AttemptRecord, Population as Archived
-from kernforge.loop.search import Member, Population, fitness_of, niche_of, row_fitness
+from kernforge.loop.search import MIN_GAIN, Member, Population, clears, fitness_of, niche_of, row_fitness
 from kernforge.verifier.verdict import Accepted, Rejected, ShapeResult, Status, Verdict
 from loop_helpers import history_row
 
@@ -242,6 +242,37 @@ def test_a_gpu_kernel_leads_only_once_its_audit_passed():
     assert not pop.needs_audit(Member(variant(24), accepted(30.0), attempt_id=24, audit_passed=True)) \
         and pop.add(Member(variant(24), accepted(30.0), attempt_id=24, audit_passed=True)) is True
     assert pop.best.attempt_id == 24
+
+
+def test_a_near_tie_with_the_best_is_neither_audited_nor_a_contender():
+    """Fitter than the best by less than the judge's noise (MIN_GAIN): an audit would buy a claim
+    of a faster kernel that a second timing of the same kernel could reverse."""
+    pop = population()  # the best: attempt 2, 50 us, scored against torch.compile at 1000 us
+    near = 50.0 / (1 + MIN_GAIN / 2)  # half the margin faster
+    clear = 50.0 / (1 + 2 * MIN_GAIN)
+    tie = Member(variant(40), accepted(near), attempt_id=40)
+    ahead = Member(variant(41), accepted(clear), attempt_id=41)
+    assert tie.fitness > pop.best.fitness, "fitter by the tuple's order"
+    assert not pop.needs_audit(tie) and pop.needs_audit(ahead)
+    assert pop.add(tie) is False and pop.contenders() == [] and tie in pop.accepted  # still a parent
+    assert pop.add(ahead) is False and pop.contenders() == [ahead]
+    # audited anyway (say, by `kernforge archive audit`), a near-tie leads: the margin buys no audit, it takes no best away
+    again = Population(rng=random.Random(0))
+    again.add(Member(variant(2), accepted(50.0), attempt_id=2, audit_passed=True))
+    assert again.add(Member(variant(40), accepted(near), attempt_id=40, audit_passed=True)) is True
+
+
+def test_the_margin_holds_in_each_tier_of_fitness():
+    scored, timed = (2, 1.0), (1, -4.0)  # a score, and the negated log of a GPU time
+    assert clears((2, 1.0 * (1 + 2 * MIN_GAIN)), scored) and not clears((2, 1.0 * (1 + MIN_GAIN / 2)), scored)
+    assert clears((1, -4.0 + 2 * MIN_GAIN), timed) and not clears((1, -4.0 + MIN_GAIN / 2), timed)
+    assert clears(scored, timed) and not clears(timed, scored), "a higher tier leads whatever its value"
+    assert not clears((0, 0.0), (0, 0.0)), "correctness only is never ranked"
+    # a GPU-timed kernel without torch.compile's baseline: its time decides, by the same margin
+    pop = Population(rng=random.Random(0))
+    pop.add(Member(variant(1), accepted(50.0, compile_us=None), attempt_id=1, audit_passed=True))
+    assert not pop.needs_audit(Member(variant(2), accepted(50.0 / (1 + MIN_GAIN / 2), compile_us=None), attempt_id=2))
+    assert pop.needs_audit(Member(variant(3), accepted(50.0 / (1 + 2 * MIN_GAIN), compile_us=None), attempt_id=3))
 
 
 def test_a_demoted_kernel_is_never_the_best_nor_chosen():
