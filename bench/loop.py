@@ -104,6 +104,8 @@ def main() -> None:
     console.print(_rates_table(result.verdict_log))
     console.print(_steps_table(result.verdict_log))
     console.print(ahead_line(result.verdict_log))
+    audited, near = sum(t.audits for t in result.tasks), sum(t.near_ties for t in result.tasks)
+    console.print(f"would-be bests: {audited} audited; {near} near-tie(s) within the judge's noise of their best, not audited")
     for note in result.notes:
         console.print(f"note: {note}")
 

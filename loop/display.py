@@ -26,6 +26,8 @@ from rich.text import Text
 from kernforge.archive.tables import Col, FitTable, fmt_time, fmt_us, fmt_x
 from kernforge.verifier.verdict import THREATS, Verdict, printable
 
+from .search import MIN_GAIN
+
 __all__ = ["AttemptEvent", "Display", "GuardedDisplay", "LiveDisplay", "PlainDisplay", "QuietDisplay", "RunView", "TaskStats",
            "attempt_line", "fmt_time", "fmt_us", "fmt_x", "make_display", "progress_table", "stdout_console", "summary"]
 
@@ -54,6 +56,8 @@ class TaskStats:
     #: audits of would-be bests made in this run, and how many failed (those kernels were demoted)
     audits: int = 0
     audits_failed: int = 0
+    #: verdicts fitter than the best by less than the judge's noise (search.py MIN_GAIN): not audited
+    near_ties: int = 0
     note: str = ""
     #: the run judges on the CPU: times are the interpreter's, shown labelled, never compared
     interpreter: bool = False
@@ -358,6 +362,10 @@ def summary(result: Mapping[str, Any]) -> Group:
         failed = sum(t.get("audits_failed", 0) for t in result["tasks"])
         lines.append(Text(f"{audits} would-be best(s) audited (judged again in a fresh worker on fresh inputs): "
                           f"{audits - failed} passed, {failed} failed and demoted"))
+    near = sum(t.get("near_ties", 0) for t in result["tasks"])
+    if near:
+        lines.append(Text(f"{near} kernel(s) fitter than their task's best by less than {MIN_GAIN:.0%}, the judge's own "
+                          "noise: near-ties, kept as parents, neither audited nor a new best"))
     if result.get("stop_reason"):
         lines.append(Text(f"stopped: {result['stop_reason']}"))
     if result.get("unjudged"):

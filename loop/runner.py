@@ -690,6 +690,8 @@ class Runner:
                     self.display.note(f"[{state.task.name}] attempt {attempt_id} could not be audited: {error}"[:600])
                 if audit is not None:
                     member = replace(member, audit_passed=audit.passed)
+        elif state.population.near_tie(member):
+            state.stats.near_ties += 1
         self._learn(state, proposal, member, attempt_id, seq, reuse_of, verify_s, audit)
 
     async def _audit(self, index: int, state: TaskState, member: Member) -> Audit | None:

@@ -272,6 +272,13 @@ class Population:
         without an audit (never audited)."""
         return [m for m in self.accepted if not m.confirmed and self._leads(m)]
 
+    def near_tie(self, member: Member) -> bool:
+        """Fitter than the best, but not by ``MIN_GAIN``: within the judge's noise of it, so
+        neither audited nor the best (a parent like any accepted kernel)."""
+        best = self._best
+        return (best is not None and member.fitness is not None and member.auditable and member.audit_passed is None
+                and member.fitness > best.fitness and not clears(member.fitness, best.fitness))
+
     def _leads(self, member: Member) -> bool:
         assert member.fitness is not None
         return self._best is None or clears(member.fitness, self._best.fitness)

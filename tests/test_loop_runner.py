@@ -529,6 +529,20 @@ def test_a_new_best_that_passes_its_audit_stands(tmp_path, monkeypatch):
     assert shown.count("NEW BEST (audit passed)") == 2 and "AUDIT FAILED" not in shown
 
 
+def test_a_near_tie_with_the_best_is_not_audited_and_the_run_says_so(tmp_path, monkeypatch):
+    from kernforge.loop.display import summary
+
+    # the seed (100 us, audited: 100 us); 99.5 us, within the judge's noise of it: not audited;
+    # 90 us, clearly faster: audited (91 us) and the new best
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [100.0, 100.0, 99.5, 90.0, 91.0], attempts=3)
+    assert result.status == "finished" and len(judge.judged) == 5
+    rows = attempts(db)
+    assert [(a["attempt_id"], a["passed"]) for a in audit_rows(db)] == [(rows[0]["id"], 1), (rows[2]["id"], 1)]
+    stats = result.tasks[0]
+    assert stats.best_attempt == rows[2]["id"] and (stats.audits, stats.near_ties) == (2, 1)
+    assert "1 kernel(s) fitter than their task's best by less than 2%" in str(summary(result.to_dict()).renderables)
+
+
 def test_a_new_best_that_fails_its_audit_is_demoted_and_the_previous_best_remains(tmp_path, monkeypatch):
     from kernforge.archive.store import Archive
     from kernforge.loop.display import summary
