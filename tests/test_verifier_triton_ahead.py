@@ -148,21 +148,58 @@ def test_a_candidate_that_fails_ahead_gives_no_files(monkeypatch):
         assert outcomes[-1] == "a call failed: NotImplementedError: no meta kernel", outcomes[-1]
 
 
-def test_no_shared_object_or_other_file_is_carried():
-    for name in ("abc/__triton_launcher.so", "abc/cuda_utils.so", "abc/k.py", "abc/k.c", "abc/k"):
+LAUNCHER = "__triton_launcher.cpython-312-x86_64-linux-gnu.so"
+
+
+def test_no_shared_object_but_a_kernels_launcher_alone_under_its_key_is_carried():
+    for name in ("abc/cuda_utils.so", "abc/k.py", "abc/k.c", "abc/k", "abc/launcher.so", "abc/__triton_launcher.so.1",
+                 "abc/x__triton_launcher.so", "../__triton_launcher.so"):
         assert triton_ahead.accepted({name: _b64(b"\x7fELF")}) == {}, name
+    for name in ("abc/__triton_launcher.so", f"abc/{LAUNCHER}"):
+        assert triton_ahead.accepted({name: _b64(b"\x7fELF")}) == {name: _b64(b"\x7fELF")}, name
+    # a launcher beside a kernel's files, or beside another launcher, is no key Triton wrote: nothing is taken
+    assert triton_ahead.accepted({"abc/k.cubin": _b64(b"bin"), f"abc/{LAUNCHER}": _b64(b"elf")}) == {}
+    assert triton_ahead.accepted({"abc/__triton_launcher.so": _b64(b"elf"), f"abc/{LAUNCHER}": _b64(b"elf")}) == {}
+    kept = {"k1/k.cubin": _b64(b"bin"), "k1/__grp__k.json": _b64(b"{}"), f"l1/{LAUNCHER}": _b64(b"elf")}
+    assert triton_ahead.accepted(kept) == kept
 
 
-def test_the_worker_ahead_carries_only_the_kernels_its_calls_made(tmp_path):
+def test_the_worker_ahead_carries_only_the_kernels_and_launchers_its_calls_made(tmp_path):
     from kernforge.verifier.triton_ahead_worker import cache_files
 
-    for key, names in {"warm": ["__grp__w.json", "w.cubin"], "launcher": ["__triton_launcher.so"],
+    for key, names in {"warm": ["__grp__w.json", "w.cubin"], "warmlauncher": [LAUNCHER], "launcher": [LAUNCHER],
+                       "utils": ["cuda_utils.cpython-312-x86_64-linux-gnu.so"], "twolaunchers": [LAUNCHER, "__triton_launcher.so"],
                        "mixed": ["__grp__m.json", "m.cubin", "m.so"], "kernel": ["__grp__k.json", "k.cubin", "k.ptx"]}.items():
         (tmp_path / key).mkdir()
         for n in names:
             (tmp_path / key / n).write_bytes(b"x")
-    files = cache_files(str(tmp_path), 1 << 20, 100, before={"warm"})
-    assert set(files) == {"kernel/__grp__k.json", "kernel/k.cubin", "kernel/k.ptx"}
+    files = cache_files(str(tmp_path), 1 << 20, 100, before={"warm", "warmlauncher"})
+    assert set(files) == {"kernel/__grp__k.json", "kernel/k.cubin", "kernel/k.ptx", f"launcher/{LAUNCHER}"}
+
+
+def test_the_worker_ahead_builds_each_kernels_launcher_once_and_a_failure_costs_nothing(monkeypatch):
+    """Triton's warm-up compiles a kernel and builds no launcher: the worker ahead builds it, as
+    the kernel's first launch in the verdict would have (Triton 3.6: a C compile per signature)."""
+    from types import SimpleNamespace
+
+    from triton.runtime import driver
+
+    from kernforge.verifier.triton_ahead_worker import build_launcher
+
+    made = []
+
+    def launcher_cls(src, metadata):
+        made.append((src, metadata))
+        if src == "bad":
+            raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(driver, "_active", SimpleNamespace(launcher_cls=launcher_cls), raising=False)
+    monkeypatch.setattr(type(driver), "active", property(lambda self: self._active), raising=False)
+    built: set[str] = set()
+    k1 = SimpleNamespace(hash="h1", src="s1", metadata="m1")
+    for kernel in (k1, k1, SimpleNamespace(hash="h2", src="bad", metadata="m2"), None, SimpleNamespace(src="s3", metadata="m3")):
+        build_launcher(kernel, built)
+    assert made == [("s1", "m1"), ("bad", "m2")] and built == {"h1", "h2"}
 
 
 def test_the_verdicts_worker_writes_no_file_over_one_its_cache_has(tmp_path, monkeypatch):
@@ -171,12 +208,17 @@ def test_the_verdicts_worker_writes_no_file_over_one_its_cache_has(tmp_path, mon
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     (tmp_path / "loaded").mkdir()
     (tmp_path / "loaded" / "mod.json").write_bytes(b"mine")
+    (tmp_path / "warm").mkdir()
+    (tmp_path / "warm" / LAUNCHER).write_bytes(b"mine")
     group = json.dumps({"child_paths": {"k.cubin": "/elsewhere/new/k.cubin"}}).encode()
     harness._kernels_ahead({"loaded/mod.json": _b64(b"theirs"), "loaded/k.cubin": _b64(b"theirs"),
-                            "new/__grp__k.json": _b64(group), "new/k.cubin": _b64(b"bin"), "new/k.so": _b64(b"elf")})
+                            "new/__grp__k.json": _b64(group), "new/k.cubin": _b64(b"bin"), "new/k.so": _b64(b"elf"),
+                            f"warm/{LAUNCHER}": _b64(b"theirs"), f"fresh/{LAUNCHER}": _b64(b"elf")})
     assert (tmp_path / "loaded" / "mod.json").read_bytes() == b"mine"
     assert sorted(p.name for p in (tmp_path / "loaded").iterdir()) == ["mod.json"]
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["__grp__k.json", "k.cubin"]
+    assert (tmp_path / "warm" / LAUNCHER).read_bytes() == b"mine", "a loaded launcher is never written over"
+    assert (tmp_path / "fresh" / LAUNCHER).read_bytes() == b"elf"
     assert json.loads((tmp_path / "new" / "__grp__k.json").read_text())["child_paths"] == {"k.cubin": str(tmp_path / "new" / "k.cubin")}
 
 

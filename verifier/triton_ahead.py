@@ -18,11 +18,16 @@ Why this cannot change a verdict:
   worker's cache folder, which that worker can write anyway: they give it nothing it could not
   make itself. They are never shared between sources and never reach a trusted process (the
   reference worker's compiles live in the trusted cache, WorkerSpec.trusted_cache).
-* **Kernels only, never over the worker's own.** Only a compiled kernel's files are carried
-  (triton_files.py: never a shared object, such as the launcher modules Triton caches beside
-  them), only keys the candidate's calls made, and the verdict's worker writes none over a file
-  it has: its warm-up's own modules are loaded from that cache (written over, the first H100
-  run's every verdict crashed).
+* **Kernels and their launchers only, never over the worker's own.** Only a compiled kernel's
+  files are carried, and a kernel's launcher (triton_files.py): Triton 3.6 generates a C module
+  from each kernel's signature and builds it with the host's compiler at the kernel's first
+  launch, which the worker ahead does after each compile. Only keys the candidate's calls made
+  are carried, and the verdict's worker writes none over a file it has: its warm-up's own
+  modules (Triton's driver module, the warm-up kernel's launcher) are loaded from that cache
+  (written over, the first H100 run's every verdict crashed). A launcher is a shared object
+  the candidate's own sandboxed process built and only the candidate's own worker loads, at its
+  own kernel's launch: what it could run there it can run there anyway (its Python writes that
+  cache folder, whose files Triton loads), so it is no more than the kernels' files.
 * **Nothing it says is evidence.** A compile ahead that failed, timed out, or answered anything
   malformed gives no files (``accepted`` checks every name and size); the verdict's worker then
   compiles as before. A kernel missing from the files is compiled where it is launched.
@@ -52,7 +57,7 @@ from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Task
 
 from .gate import DeviceGate
-from .triton_files import cache_name
+from .triton_files import cache_name, whole_keys
 
 AHEAD_ENTRY = "kernforge.verifier.triton_ahead_worker:run"
 #: the worker ahead stops calling the candidate after this long; what it compiled comes back
@@ -102,8 +107,9 @@ def _described(x: Any) -> dict[str, Any] | None:
 
 def accepted(files: Any) -> dict[str, str]:
     """The files of an answer that are a Triton cache's (``<key>/<name>``, base64, within
-    ``MAX_BYTES`` and ``MAX_FILES``); none at all where anything else is in it."""
-    if not isinstance(files, Mapping) or len(files) > MAX_FILES:
+    ``MAX_BYTES`` and ``MAX_FILES``, each key a kernel's files or a launcher alone); none at all
+    where anything else is in it."""
+    if not isinstance(files, Mapping) or len(files) > MAX_FILES or not whole_keys(n for n in files if cache_name(n)):
         return {}
     total = 0
     for name, data in files.items():

@@ -3,7 +3,8 @@ side, and why this is safe: triton_ahead.py).
 
 Runs in a sandbox worker of the candidates' pool, warmed up like any other (harness.warm_up), on
 the next candidate while the GPU judges the current one. It imports the candidate, turns every
-Triton launch into Triton's own warm-up (compile, launch nothing), and calls ``ModelNew`` once at
+Triton launch into Triton's own warm-up (compile and build the kernel's launcher, launch
+nothing), and calls ``ModelNew`` once at
 each public shape on meta tensors the judge described (no data, no GPU memory): Triton compiles
 what those calls launch into this worker's cache folder (``TRITON_CACHE_DIR``), and the worker
 answers with that folder's files. An autotuner compiles every config and times none of them.
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .harness import import_candidate
-from .triton_files import kernel_file
+from .triton_files import whole_keys
 
 
 def run(channel: Any, payload: dict[str, Any]) -> None:
@@ -63,10 +64,13 @@ def _compile_only() -> None:
     from triton.runtime.jit import JITFunction
 
     launch = JITFunction.run
+    built: set[str] = set()
 
     def compile_only(self: Any, *args: Any, **kwargs: Any) -> Any:
         kwargs["warmup"] = True
-        return launch(self, *args, **kwargs)
+        kernel = launch(self, *args, **kwargs)
+        build_launcher(kernel, built)
+        return kernel
 
     def once(kernel_call: Any, quantiles: Any = None, **_: Any) -> list[float]:
         kernel_call()
@@ -74,6 +78,23 @@ def _compile_only() -> None:
 
     JITFunction.run = compile_only
     autotuner.Autotuner.do_bench = property(lambda self: once)
+
+
+def build_launcher(kernel: Any, built: set[str]) -> None:
+    """``kernel``'s launcher built into the cache as its first launch would build it (Triton 3.6
+    compiles a C module per kernel signature with the host's compiler: a verdict paid for it at
+    each new kernel's first call); once per kernel, and nothing where it fails or where Triton's
+    launcher is generic (it then builds nothing)."""
+    key = getattr(kernel, "hash", None)
+    if kernel is None or key is None or key in built:
+        return
+    built.add(key)
+    try:
+        from triton.runtime import driver
+
+        driver.active.launcher_cls(kernel.src, kernel.metadata)
+    except Exception:  # noqa: BLE001 - its first launch in the verdict builds it, as before
+        pass
 
 
 def _arg(described: dict[str, Any]) -> Any:
@@ -87,11 +108,11 @@ def _arg(described: dict[str, Any]) -> Any:
 
 
 def cache_files(folder: str, max_bytes: int, max_files: int, before: set[str] = frozenset()) -> dict[str, str]:
-    """The kernels of a Triton cache folder (``<key>/<name>``, triton_files.KERNEL_SUFFIXES),
-    base64, whole keys only, none of the keys in ``before`` (the worker's warm-up compiled them:
-    the verdict's worker has them loaded): a key with any other file (Triton's launcher and
-    driver modules, shared objects) or whose files would pass ``max_bytes`` or ``max_files`` is
-    left out (Triton compiles it again)."""
+    """The kernels and their launchers in a Triton cache folder (``<key>/<name>``: a key of a
+    kernel's files, triton_files.KERNEL_SUFFIXES, or a launcher alone), base64, whole keys only,
+    none of the keys in ``before`` (the worker's warm-up built them: the verdict's worker has
+    them loaded): a key with any other file (Triton's driver module, another shared object) or
+    whose files would pass ``max_bytes`` or ``max_files`` is left out (Triton builds it again)."""
     files: dict[str, str] = {}
     total = 0
     root = Path(folder)
@@ -101,7 +122,8 @@ def cache_files(folder: str, max_bytes: int, max_files: int, before: set[str] = 
         if key.name in before or key.is_symlink() or not key.is_dir():
             continue
         members = sorted(key.iterdir())
-        if not members or not all(f.is_file() and not f.is_symlink() and kernel_file(f.name) for f in members):
+        if not members or not all(f.is_file() and not f.is_symlink() for f in members) or \
+                not whole_keys(f"{key.name}/{f.name}" for f in members):
             continue
         group = {f"{key.name}/{f.name}": f.read_bytes() for f in members}
         size = sum(len(b) for b in group.values())
