@@ -68,12 +68,16 @@ def main() -> None:
     args = parser.parse_args()
     from kernforge.loop.evaluate import open_judge
     from kernforge.tasks.loader import load_task
+    from kernforge.verifier import triton_ahead
 
     rows = []
     with open_judge("cuda:0", pool_size=1) as judge:
         for name in args.tasks:
             task = load_task(name)
-            ahead = judge.kernels_ahead(task.seed_source or "", task)
+            # no warm worker kept aside for verdicts: this bench makes none beside it
+            source = task.seed_source or ""
+            ahead = triton_ahead.Ahead(judge.candidates, judge.gate, source, task, judge.worker_device, spare=0) \
+                if triton_ahead.wanted(source) else None
             t0 = time.perf_counter()
             files = ahead.run() if ahead is not None else {}
             ahead_s = time.perf_counter() - t0
@@ -84,8 +88,9 @@ def main() -> None:
             os.unlink(f.name)
             rows.append((name, ahead.shapes if ahead else 0, len(files), sum(len(v) for v in files.values()) * 3 // 4,
                          ahead_s, sum(cold), sum(warm)))
-            print(f"{name}: ahead {ahead_s:.2f} s, first calls cold {[round(w, 3) for w in cold]} with files "
-                  f"{[round(w, 3) for w in warm]}", flush=True)
+            launchers = sum(1 for n in files if n.endswith(".so"))
+            print(f"{name}: ahead {ahead_s:.2f} s ({ahead.outcome if ahead else 'not compiled ahead'}; {launchers} launcher(s)), "
+                  f"first calls cold {[round(w, 3) for w in cold]} with files {[round(w, 3) for w in warm]}", flush=True)
     print(f"\n{'task':24s} {'shapes':>6s} {'files':>6s} {'KiB':>7s} {'ahead s':>8s} {'first calls cold s':>19s} {'with files s':>13s}")
     for name, shapes, n, size, ahead_s, cold_s, warm_s in rows:
         print(f"{name:24s} {shapes:6d} {n:6d} {size / 1024:7.0f} {ahead_s:8.2f} {cold_s:19.3f} {warm_s:13.3f}")

@@ -2,7 +2,7 @@
 
 The GPUs named by ``--gpu``, else every visible GPU, else the CPU (the Triton interpreter). A
 lane verifies one candidate at a time; its judge keeps ``pool_size`` sandbox workers warm (on a
-GPU: one being judged, one compiling the next candidate's kernels ahead, one warming), so a
+GPU: one being judged, one compiling the next candidate's kernels ahead, two warming), so a
 fresh worker per candidate costs no start-up time once the pool is full. The lanes of one GPU share its gate (verifier/gate.py): their
 verdicts overlap while workers start, import, compile and are checked, and each timed phase has
 the GPU alone. ``slots`` lists the device of every lane; a verification names its slot. All
@@ -36,6 +36,9 @@ from .errors import LoopError
 from .evaluate import open_judge
 from .fairness import verdict_limit_s
 from .kernels_ahead import KernelsAhead
+
+#: warm sandbox workers per GPU lane
+GPU_POOL = 4
 
 
 #: what a verdict given its kernels compiled ahead may be because of them (a file Triton could not
@@ -107,8 +110,11 @@ class Devices:
         """Start every device's judge at once (workers, the reference); check they agree."""
 
         def open_one(device: str) -> tuple[Any, Judge]:
-            # on a GPU: one worker judged, one compiling the next candidate ahead, one warming
-            pool = self.pool_size or (1 if device == "cpu" else 3)
+            # on a GPU: one worker judged, one compiling the next candidate ahead, two warming (a
+            # verdict and a compile ahead take one each every few seconds: with one warming, an H100
+            # run's compile ahead found no worker to spare for 7 of 31 verdicts, which then paid
+            # their launchers' and public shapes' compiles again, 0.6 s of a 3.4 s rms_norm verdict)
+            pool = self.pool_size or (1 if device == "cpu" else GPU_POOL)
             # a GPU verdict is time-boxed per task (fairness.py); the interpreter keeps its own timeouts
             box = None if device == "cpu" else {t.name: verdict_limit_s(t) for t in self.tasks}
             cm = open_judge(device, sandbox=self.sandbox, pool_size=pool, options=self.options, tasks=self.tasks,
