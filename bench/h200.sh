@@ -12,6 +12,9 @@
 #   routinep   routine with every reference worker profiled (cProfile records under $OUT/prof, packed as prof.tgz; the
 #              profiler slows every Python call: where the time goes, not how much); ROUTINE_TASKS: other tasks (say
 #              fp8_quant_per_token alone, for a short call on where verify_batch's check and gather go)
+#   routinet   routine with every reference worker under torch.profiler (KERNFORGE_REFWORKER_PROFILER=torch): per verdict,
+#              each request's and each op's host time beside its kernels' device time, as a table and JSON under $OUT/prof
+#              (prof.tgz): whether a window's verification is bound by the GPU or by launching its kernels (ROUTINE_TASKS)
 #   seeds      bench/verify.py on every built-in task, one repeat (first verdict and a warm one each)
 #   baselines  bench/baselines.py: each task's judge baselines (eager, compile, library) and seed at its largest public shape beside a
 #              standalone static torch.compile in a fresh process (BASELINE_TASKS: a subset; log, baselines.json)
@@ -100,6 +103,9 @@ for p in "$@"; do
     routine) phase routine 240 python3 bench/verify.py --shapes public --repeats 2 --tasks fp8_quant_per_group rms_norm silu_and_mul --json "$OUT/routine.json" ;;
     routinep) mkdir -p "$OUT/prof"; KERNFORGE_REFWORKER_PROFILE="$OUT/prof" phase routine 240 python3 bench/verify.py --shapes public --repeats 2 \
                 --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routine.json"; tar czf "$OUT/prof.tgz" -C "$OUT" prof && rm -rf "$OUT/prof" ;;
+    routinet) mkdir -p "$OUT/prof"; KERNFORGE_REFWORKER_PROFILE="$OUT/prof" KERNFORGE_REFWORKER_PROFILER=torch phase routine 240 \
+                python3 bench/verify.py --shapes public --repeats 2 --tasks ${ROUTINE_TASKS:-silu_and_mul rms_norm} --json "$OUT/routine.json"
+              tar czf "$OUT/prof.tgz" -C "$OUT" prof && rm -rf "$OUT/prof" ;;
     seeds) phase seeds 320 python3 bench/verify.py --repeats 1 --json "$OUT/seeds.json" ;;
     baselines) phase baselines 330 python3 bench/baselines.py ${BASELINE_TASKS:+--tasks $BASELINE_TASKS} --json "$OUT/baselines.json" ;;
     rcache) phase rcache 100 python3 bench/verify.py --repeats 1 --tasks reshape_and_cache silu_and_mul --json "$OUT/rcache.json" ;;

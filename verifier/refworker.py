@@ -76,7 +76,7 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
             channel.send({"op": "done", "ok": True})
             return
         try:
-            reply = handlers[op](device, msg) if profiler is None else profiler.runcall(handlers[op], device, msg)
+            reply = handlers[op](device, msg) if profiler is None else profiler.runcall(op, handlers[op], device, msg)
             reply.setdefault("ok", True)
         except KeyError as err:
             reply = {"ok": False, "error": f"unknown op or field: {err}"}
@@ -88,22 +88,80 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
             channel.send_fds([], "failed")
         reply["op"] = op
         if profiler is not None and op == "forget":  # a verdict's end: the record so far (the judge may kill it at "done")
-            profiler.dump_stats(Path(os.environ[PROFILE_ENV]) / f"refworker-{os.getpid()}.prof")
+            profiler.dump(Path(os.environ[PROFILE_ENV]))
         channel.send(reply)
 
 
-#: a folder: each reference worker profiles its requests (cProfile) and writes its record there
-#: at the end of every verdict (bench/, where a verdict's seconds go; never set in a run). The
-#: profiler's own cost falls on every Python call: a profiled verdict's seconds are not a figure)
+#: a folder: each reference worker profiles its requests and writes its record there at the end
+#: of every verdict (bench/, where a verdict's seconds go; never set in a run). The profiler's own
+#: cost falls on every call it sees: a profiled verdict's seconds are not a figure
 PROFILE_ENV = "KERNFORGE_REFWORKER_PROFILE"
+#: which profiler: "cprofile" (the default: Python's, every function's seconds) or "torch"
+#: (torch.profiler: each request's and each op's host time beside its kernels' device time, which
+#: says whether a step is bound by the GPU or by launching its kernels)
+PROFILER_ENV = "KERNFORGE_REFWORKER_PROFILER"
 
 
-def _profiler() -> Any:
+class _PythonProfile:
+    """cProfile over each request; a ``.prof`` record per worker."""
+
+    def __init__(self) -> None:
+        import cProfile
+
+        self._profile = cProfile.Profile()
+
+    def runcall(self, op: str, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._profile.runcall(fn, *args)
+
+    def dump(self, folder: Path) -> None:
+        self._profile.dump_stats(folder / f"refworker-{os.getpid()}.prof")
+
+
+class _TorchProfile:
+    """torch.profiler over each verdict's requests, each a range named ``ref.<op>``; at the verdict's
+    end a table (by device time where there is a GPU) and the same as JSON (name: count, host and
+    device microseconds, self and total), numbered by verdict, and a fresh record begins."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._cuda = torch.cuda.is_available()
+        self._verdicts = 0
+        self._start()
+
+    def _start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
+        self._profile = profile(activities=activities)
+        self._profile.__enter__()
+
+    def runcall(self, op: str, fn: Callable[..., Any], *args: Any) -> Any:
+        from torch.profiler import record_function
+
+        with record_function(f"ref.{op}"):
+            return fn(*args)
+
+    def dump(self, folder: Path) -> None:
+        import json
+
+        self._profile.__exit__(None, None, None)  # its events are read once it is stopped
+        events = self._profile.key_averages()
+        sort = "self_device_time_total" if self._cuda else "self_cpu_time_total"
+        self._verdicts += 1
+        name = f"refworker-{os.getpid()}-{self._verdicts}.torch"
+        (folder / f"{name}.txt").write_text(events.table(sort_by=sort, row_limit=60))
+        rows = {e.key: {"count": e.count, "cpu_us": e.cpu_time_total, "self_cpu_us": e.self_cpu_time_total,
+                        "device_us": getattr(e, "device_time_total", 0.0),
+                        "self_device_us": getattr(e, "self_device_time_total", 0.0)} for e in events}
+        (folder / f"{name}.json").write_text(json.dumps(rows, indent=1))
+        self._start()
+
+
+def _profiler() -> _PythonProfile | _TorchProfile | None:
     if not os.environ.get(PROFILE_ENV):
         return None
-    import cProfile
-
-    return cProfile.Profile()
+    return _TorchProfile() if os.environ.get(PROFILER_ENV) == "torch" else _PythonProfile()
 
 
 #: ops whose answer starts with a message on the descriptor channel (sent by the handler itself)
