@@ -247,8 +247,9 @@ def archive_show(
     from kernforge.archive.store import Archive
 
     with Archive.open(db, readonly=True) as archive:
-        parts = (archive.get_attempt(attempt), archive.lineage(attempt), archive.reuse_count(attempt),
-                 archive.audits(attempt))
+        record = archive.get_attempt(attempt)  # with its task's audited best: a near-tie with it is said to be one
+        parts = (record, archive.lineage(attempt), archive.reuse_count(attempt), archive.audits(attempt),
+                 archive.best_for(record))
     if as_json:
         show_json(report.show_json(*parts))
     else:

@@ -215,6 +215,13 @@ class Queries:
         return self._gpus(None)
 
     @guarded
+    def best_for(self, record: AttemptRecord) -> BestEntry | None:
+        """The audited best of ``record``'s task version on its GPU model; None where there is none."""
+        if not record.gpu or not self._best_audited(record.task_id, record.gpu):
+            return None
+        return next((b for b in self.best(task=record.task) if b.task_id == record.task_id and b.gpu == record.gpu), None)
+
+    @guarded
     def best(self, task: str | None = None, gpu: str | None = None) -> list[BestEntry]:
         """The best attempt by score (score.py) for each task version and GPU model, among the
         attempts whose latest audit passed (see the module docstring).

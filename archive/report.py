@@ -18,7 +18,7 @@ from kernforge.verifier.verdict import THREATS, ShapeResult, Verdict, describe, 
 
 from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, ShapeBest, StatRow, Stats,
                       TaskBaselines)
-from .score import BASELINES, SlowBaseline, is_gpu_timed, library_summary, roofline_pct, slow_baselines
+from .score import BASELINES, MIN_GAIN, SlowBaseline, is_gpu_timed, library_summary, near_tie, roofline_pct, slow_baselines
 from .tables import Col, FitTable, fmt_num, fmt_us, fmt_x
 
 
@@ -157,10 +157,15 @@ def summary_table(rows: Sequence[AttemptSummary], title: str) -> FitTable:
     return table
 
 
-def audit_text(record: AttemptRecord, audits: Sequence[AuditRecord]) -> Text:
-    """The attempt's audits (the latest decides), or why it has none."""
+def audit_text(record: AttemptRecord, audits: Sequence[AuditRecord], best: BestEntry | None = None) -> Text:
+    """The attempt's audits (the latest decides), or why it has none; ``best``: its task's audited
+    best on its GPU model, where there is one (a near-tie with it is said to be one)."""
     v = record.verdict
     if not audits:
+        if best is not None and best.attempt_id != record.id and near_tie(record.score, best.score):
+            return Text(f"not audited: a near-tie with the best, attempt {best.attempt_id} (score {fmt_num(record.score)} "
+                        f"against {fmt_num(best.score)}, less than {MIN_GAIN:.0%} apart, the judge's own noise), so no run "
+                        "audits it and it is not the best (`kernforge archive audit` audits the best first)", style="yellow")
         if v.accepted and any(is_gpu_timed(s) for s in v.shapes):
             return Text("not audited: never a best until an audit passes (`kernforge archive audit` audits the best)",
                         style="yellow")
@@ -185,7 +190,7 @@ def audit_text(record: AttemptRecord, audits: Sequence[AuditRecord]) -> Text:
 
 
 def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
-         audits: Sequence[AuditRecord] = ()) -> Group:
+         audits: Sequence[AuditRecord] = (), best: BestEntry | None = None) -> Group:
     v = record.verdict
     head = Text.assemble(
         (f"attempt {record.id}", "bold"), f"  task {record.task}  run {record.run_id} seq {record.seq}  ",
@@ -199,7 +204,7 @@ def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
         head.append(f"\nverdict reused from attempt {record.reuse_of} (same code, task and environment)")
     if reuses:
         head.append(f"\nreused by {reuses} later proposal(s)")
-    parts: list[Any] = [Panel(head), Panel(audit_text(record, audits), title="audit"),
+    parts: list[Any] = [Panel(head), Panel(audit_text(record, audits, best), title="audit"),
                         Syntax(printable(record.code), "python", line_numbers=True, word_wrap=True)]
     evidence = {k: val for k, val in dict(v.evidence).items() if val}
     if evidence:
@@ -211,9 +216,10 @@ def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
 
 
 def show_json(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
-              audits: Sequence[AuditRecord] = ()) -> dict[str, Any]:
+              audits: Sequence[AuditRecord] = (), best: BestEntry | None = None) -> dict[str, Any]:
+    tie = not audits and best is not None and best.attempt_id != record.id and near_tie(record.score, best.score)
     return {"attempt": record.to_dict(), "lineage": [r.to_dict() for r in lineage], "reused_by": reuses,
-            "audits": [a.to_dict() for a in audits]}
+            "audits": [a.to_dict() for a in audits], "near_tie_of": best.attempt_id if tie and best is not None else None}
 
 
 def sql_table(columns: Sequence[str], rows: Sequence[tuple], truncated: bool) -> Group:

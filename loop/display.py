@@ -23,10 +23,9 @@ from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 
+from kernforge.archive.score import MIN_GAIN
 from kernforge.archive.tables import Col, FitTable, fmt_time, fmt_us, fmt_x
 from kernforge.verifier.verdict import THREATS, Verdict, printable
-
-from .search import MIN_GAIN
 
 __all__ = ["AttemptEvent", "Display", "GuardedDisplay", "LiveDisplay", "PlainDisplay", "QuietDisplay", "RunView", "TaskStats",
            "attempt_line", "fmt_time", "fmt_us", "fmt_x", "make_display", "progress_table", "stdout_console", "summary"]

@@ -59,16 +59,11 @@ from dataclasses import dataclass, field
 from kernforge.archive.history import HistoryRow
 from kernforge.archive.queries import REPAIRABLE
 from kernforge.archive.records import AttemptRecord, Population as ArchivedPopulation
-from kernforge.archive.score import geomean, partly_timed, ranked, summarize
+from kernforge.archive.score import MIN_GAIN, geomean, partly_timed, ranked, summarize
 from kernforge.verifier.audit import auditable
 from kernforge.verifier.verdict import Status, Verdict, saw_hidden
 
 STRATEGIES = ("improve", "explore", "repair", "fresh")
-#: how much fitter than the best a kernel must be to be audited and lead (the score's ratio, or
-#: the GPU time's where there is no score): the same kernel judged twice on an H100 or H200 (93
-#: audits, sessions 30-49) re-measured more than 2% apart in a third of them, and 57% of those
-#: runs' would-be bests had gained less than 2%, each audited for three to five verdicts' time
-MIN_GAIN = 0.02
 #: (tier, value), compared as a tuple: tier 2 the archive's score, tier 1 the negated log of the
 #: GPU time where there is no score, tier 0 accepted with no GPU time (the interpreter), value 0
 Fitness = tuple[int, float]

@@ -146,3 +146,32 @@ def test_on_the_cpu_only_this_judges_verdicts_make_the_population(tmp_path):
         mine = archive.population(task, "cpu", env_key=environment_key(cpu))
         assert [a.code for a in mine.recent] == ["k = 1"]
         assert len(archive.population(task, "cpu").recent) == 2
+
+
+def test_show_says_an_unaudited_kernel_within_the_judges_noise_of_the_best_is_a_near_tie(tmp_path):
+    """No run audits a kernel less than MIN_GAIN fitter than the audited best (loop/search.py):
+    `archive show` says so, where it would otherwise only say that it was never audited."""
+    from kernforge.archive.report import show_json
+    from kernforge.archive.score import MIN_GAIN
+
+    with Archive.create(tmp_path / "a.db") as archive:
+        task = archive.register_task(synthetic.task_record("rms_norm"))
+        run = archive.start_run({})
+        best = archive.record_attempt(NewAttempt(run, 0, task, "k = 1", _accepted(50.0), dict(H200)))
+        archive.record_audit(best, synthetic.audit(archive.get_attempt(best).verdict))
+        tie = archive.record_attempt(NewAttempt(run, 1, task, "k = 2", _accepted(50.0 / (1 + MIN_GAIN / 2)), dict(H200)))
+        ahead = archive.record_attempt(NewAttempt(run, 2, task, "k = 3", _accepted(50.0 / (1 + 3 * MIN_GAIN)), dict(H200)))
+        slower = archive.record_attempt(NewAttempt(run, 3, task, "k = 4", _accepted(60.0), dict(H200)))
+        assert archive.best_for(archive.get_attempt(tie)).attempt_id == best
+        said = {i: audit_text(archive.get_attempt(i), archive.audits(i), archive.best_for(archive.get_attempt(i))).plain
+                for i in (best, tie, ahead, slower)}
+        assert said[tie].startswith(f"not audited: a near-tie with the best, attempt {best}") and "2%" in said[tie]
+        for i in (ahead, slower):
+            assert said[i].startswith("not audited: never a best until an audit passes"), said[i]
+        assert "passed" in said[best]
+        record = archive.get_attempt(tie)
+        assert show_json(record, [], 0, [], archive.best_for(record))["near_tie_of"] == best
+        assert show_json(archive.get_attempt(ahead), [], 0, [], archive.best_for(archive.get_attempt(ahead)))["near_tie_of"] is None
+        # a CPU attempt (no GPU model) has no best to be near
+        cpu = archive.record_attempt(NewAttempt(run, 4, task, "k = 5", _accepted(1.0, env={}), {}))
+        assert archive.best_for(archive.get_attempt(cpu)) is None
