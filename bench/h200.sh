@@ -14,7 +14,8 @@
 #              fp8_quant_per_token alone, for a short call on where verify_batch's check and gather go)
 #   routinet   routine with every reference worker under torch.profiler (KERNFORGE_REFWORKER_PROFILER=torch): per verdict,
 #              each request's and each op's host time beside its kernels' device time, as a table and JSON under $OUT/prof
-#              (prof.tgz): whether a window's verification is bound by the GPU or by launching its kernels (ROUTINE_TASKS)
+#              (prof.tgz), summed per request in refprofile.log (bench/refworker_profile.py): whether a window's verification is bound by
+#              the GPU or by launching its kernels (ROUTINE_TASKS)
 #   seeds      bench/verify.py on every built-in task, one repeat (first verdict and a warm one each)
 #   baselines  bench/baselines.py: each task's judge baselines (eager, compile, library) and seed at its largest public shape beside a
 #              standalone static torch.compile in a fresh process (BASELINE_TASKS: a subset; log, baselines.json)
@@ -105,6 +106,7 @@ for p in "$@"; do
                 --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routine.json"; tar czf "$OUT/prof.tgz" -C "$OUT" prof && rm -rf "$OUT/prof" ;;
     routinet) mkdir -p "$OUT/prof"; KERNFORGE_REFWORKER_PROFILE="$OUT/prof" KERNFORGE_REFWORKER_PROFILER=torch phase routine 240 \
                 python3 bench/verify.py --shapes public --repeats 2 --tasks ${ROUTINE_TASKS:-silu_and_mul rms_norm} --json "$OUT/routine.json"
+              python3 bench/refworker_profile.py "$OUT/prof" --ops 25 > "$OUT/refprofile.log" 2>&1
               tar czf "$OUT/prof.tgz" -C "$OUT" prof && rm -rf "$OUT/prof" ;;
     seeds) phase seeds 320 python3 bench/verify.py --repeats 1 --json "$OUT/seeds.json" ;;
     baselines) phase baselines 330 python3 bench/baselines.py ${BASELINE_TASKS:+--tasks $BASELINE_TASKS} --json "$OUT/baselines.json" ;;

@@ -32,3 +32,11 @@ def test_each_verdict_of_a_profiled_reference_worker_leaves_its_record(tmp_path,
         rows = json.loads(table.with_suffix(".json").read_text())
         assert rows["ref.compare"]["count"] > 0 and rows["ref.prepare"]["cpu_us"] > 0, sorted(rows)[:20]
         assert "ref.compare" in table.read_text()
+    # bench/refworker_profile.py sums the verdicts' records per request
+    from bench_helpers import bench_script
+
+    summary = bench_script("refworker_profile")
+    merged = summary.merged(tmp_path)
+    table = {name: (n, host) for name, n, host, _, _ in summary.requests_table(merged)}
+    one = json.loads(tables[0].with_suffix(".json").read_text())["ref.compare"]["count"]
+    assert table["ref.compare"][0] == 2 * one and table["ref.compare"][1] > 0
