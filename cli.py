@@ -342,7 +342,9 @@ def archive_audit(
 
     Each is judged again in a fresh worker on fresh inputs and must be accepted again and about as
     fast. Only an attempt whose latest audit by the installed judge passed is a best or exported
-    (after an upgrade of kernforge, its bests are audited again)."""
+    (after an upgrade of kernforge, its bests are audited again). One less than 2% above the
+    audited best is a near-tie, within the judge's own noise, and is not audited (nor does a run
+    audit it)."""
     from kernforge.loop.auditing import audit_archive
 
     positive(limit, "--limit")

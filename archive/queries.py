@@ -29,6 +29,7 @@ from .errors import ArchiveError, ReadOnlyError
 from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, Population, ShapeBest, TaskBaselines,
                       StatRow, Stats)
 from .schema import RANKED_SHAPE
+from .score import MIN_GAIN
 
 _SHAPE_FIELDS = tuple(f.name for f in fields(ShapeResult))
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRecord) if f.name != "verdict")
@@ -349,10 +350,17 @@ class Queries:
     @guarded
     def audit_candidates(self, task_id: int, gpu: str, limit: int) -> list[AttemptRecord]:
         """A task version's scored evaluations on a GPU model, best first, leaving out the demoted
-        (latest audit failed): what ``kernforge archive audit`` goes through until one passes."""
+        (latest audit failed) and the near-ties of its audited best (never audited, less than
+        ``score.MIN_GAIN`` above it: within the judge's noise, which no run audits either): what
+        ``kernforge archive audit`` goes through until one passes."""
+        best = self._best_audited(task_id, gpu)
+        low = self.conn.execute("SELECT score FROM attempts WHERE id = ?", (best[0],)).fetchone()[0] if best else None
+        tie = (f" AND NOT (a.score > ? AND a.score <= ? AND {_AUDIT_PASSED} IS NULL)", (low, low * (1.0 + MIN_GAIN))) \
+            if low is not None else ("", ())
         ids = [r[0] for r in self.conn.execute(
             f"SELECT a.id FROM attempts a WHERE a.task_id = ? AND a.gpu = ? AND a.score IS NOT NULL"
-            f" AND coalesce({_AUDIT_PASSED}, 1) = 1 ORDER BY a.score DESC, a.id LIMIT ?", (task_id, gpu, int(limit)))]
+            f" AND coalesce({_AUDIT_PASSED}, 1) = 1{tie[0]} ORDER BY a.score DESC, a.id LIMIT ?",
+            (task_id, gpu, *tie[1], int(limit)))]
         records = {r.id: r for r in self._records(f"a.id IN ({','.join('?' * len(ids))})", ids)} if ids else {}
         return [records[i] for i in ids]
 

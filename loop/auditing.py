@@ -4,7 +4,8 @@ A run audits each new best as it finds it (runner.py). This audits what a run co
 recorded by a run stopped before their audit, archives written before audits existed, or a best
 that failed its audit and left the next one unaudited. For each task version and the GPU model of
 the chosen device, the scored attempts are taken best first, skipping the demoted ones (latest
-audit failed: ``Archive.audit_candidates``): each without an audit is audited (verifier/audit.py:
+audit failed) and the near-ties of the audited best (less than ``score.MIN_GAIN`` above it, which
+no run audits either: ``Archive.audit_candidates``): each without an audit is audited (verifier/audit.py:
 judged again in a fresh worker on fresh inputs, its time compared with the one recorded) and its
 audit recorded, until one passes or one that already passed is reached. That one is the task's
 best on that GPU model. At most ``limit`` audits are made per task.

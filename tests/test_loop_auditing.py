@@ -167,3 +167,27 @@ def test_interpreter_only_archives_have_nothing_to_audit(tmp_path):
     result = runner.invoke(app, ["archive", "audit", "--db", str(path)])
     assert result.exit_code == 0 and "nothing to audit: the archive holds no attempt verified on a GPU" in said(result)
     assert runner.invoke(app, ["archive", "audit", "--db", str(path), "--task", "softmax"]).exit_code == 2
+
+
+def test_a_near_tie_of_the_audited_best_is_not_audited(tmp_path, stand_in):
+    """Less than MIN_GAIN above the audited best is within the judge's noise: no run audits it, nor
+    does this (a kernel clearly faster still is)."""
+    from kernforge.archive.score import MIN_GAIN
+
+    path = tmp_path / "ties.db"
+    with Archive.create(path) as archive:
+        task = archive.register_task(load_task("rms_norm"))
+        run = archive.start_run({"task_refs": {"rms_norm": "rms_norm"}})
+        best = archive.record_attempt(NewAttempt(run, 0, task, "k = 1", gpu_accepted(50.0), dict(H200)))
+        archive.record_audit(best, synthetic.audit(archive.get_attempt(best).verdict))
+        for seq, (code, time_us) in enumerate({"k = 2": 50.0 / (1 + MIN_GAIN / 2), "k = 3": 50.0 / (1 + MIN_GAIN / 4)}.items(), 1):
+            archive.record_attempt(NewAttempt(run, seq, task, code, gpu_accepted(time_us), dict(H200)))
+    judge = stand_in({})
+    report = auditing.audit_archive(path)
+    assert judge.judged == [] and report.outcomes == () and report.notes[0].startswith("nothing to audit")
+    with Archive.open(path) as archive:
+        archive.record_attempt(NewAttempt(archive.start_run({}), 0, archive.get_attempt(best).task_id, "k = 4",
+                                          gpu_accepted(40.0), dict(H200)))
+    judge = stand_in({"k = 4": 40.0})
+    report = auditing.audit_archive(path)
+    assert judge.judged == ["k = 4"] and [o.audit.passed for o in report.outcomes] == [True]
