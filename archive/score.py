@@ -32,9 +32,9 @@ from kernforge.verifier.verdict import NOT_TIMED, ShapeResult
 GPU_TIMINGS = ("graph", "eager")
 #: how much fitter than a task's audited best a kernel must be to be audited and lead (the score's
 #: ratio, or the GPU time's where there is no score; loop/search.py): the same kernel judged twice
-#: on an H100 or H200 (93 audits, sessions 45-49) re-measured more than 2% apart in a third of
-#: them, and 57% of those runs' would-be bests had gained less than 2%, each audited for three to
-#: five verdicts' time. Closer than that is a near-tie: within the judge's own noise
+#: on an H100 or H200 (91 audits, sessions 45-49) re-measured more than 2% apart in a third of
+#: them, and 23 of those runs' 50 would-be bests had gained less than 2%, each audited for three
+#: to five verdicts' time. Closer than that is a near-tie: within the judge's own noise
 MIN_GAIN = 0.02
 
 
