@@ -29,7 +29,7 @@ from .errors import ArchiveError, ReadOnlyError
 from .records import (AttemptRecord, AttemptSummary, AuditRecord, AwaitingAudit, BestEntry, Population, ShapeBest, TaskBaselines,
                       StatRow, Stats)
 from .schema import RANKED_SHAPE
-from .score import MIN_GAIN
+from .score import near_tie_band
 
 _SHAPE_FIELDS = tuple(f.name for f in fields(ShapeResult))
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRecord) if f.name != "verdict")
@@ -218,8 +218,6 @@ class Queries:
     @guarded
     def best_for(self, record: AttemptRecord) -> BestEntry | None:
         """The audited best of ``record``'s task version on its GPU model; None where there is none."""
-        if not record.gpu or not self._best_audited(record.task_id, record.gpu):
-            return None
         return next((b for b in self.best(task=record.task) if b.task_id == record.task_id and b.gpu == record.gpu), None)
 
     @guarded
@@ -354,9 +352,9 @@ class Queries:
         ``score.MIN_GAIN`` above it: within the judge's noise, which no run audits either): what
         ``kernforge archive audit`` goes through until one passes."""
         best = self._best_audited(task_id, gpu)
-        low = self.conn.execute("SELECT score FROM attempts WHERE id = ?", (best[0],)).fetchone()[0] if best else None
-        tie = (f" AND NOT (a.score > ? AND a.score <= ? AND {_AUDIT_PASSED} IS NULL)", (low, low * (1.0 + MIN_GAIN))) \
-            if low is not None else ("", ())
+        score = self.conn.execute("SELECT score FROM attempts WHERE id = ?", (best[0],)).fetchone()[0] if best else None
+        tie = (f" AND NOT (a.score > ? AND a.score <= ? AND {_AUDIT_PASSED} IS NULL)", near_tie_band(score)) \
+            if score is not None else ("", ())
         ids = [r[0] for r in self.conn.execute(
             f"SELECT a.id FROM attempts a WHERE a.task_id = ? AND a.gpu = ? AND a.score IS NOT NULL"
             f" AND coalesce({_AUDIT_PASSED}, 1) = 1{tie[0]} ORDER BY a.score DESC, a.id LIMIT ?",

@@ -157,12 +157,19 @@ def summary_table(rows: Sequence[AttemptSummary], title: str) -> FitTable:
     return table
 
 
+def _tied(record: AttemptRecord, audits: Sequence[AuditRecord], best: BestEntry | None) -> BestEntry | None:
+    """``best`` where ``record``, never audited, is a near-tie of it (score.near_tie)."""
+    if audits or best is None or best.attempt_id == record.id or not near_tie(record.score, best.score):
+        return None
+    return best
+
+
 def audit_text(record: AttemptRecord, audits: Sequence[AuditRecord], best: BestEntry | None = None) -> Text:
     """The attempt's audits (the latest decides), or why it has none; ``best``: its task's audited
     best on its GPU model, where there is one (a near-tie with it is said to be one)."""
     v = record.verdict
     if not audits:
-        if best is not None and best.attempt_id != record.id and near_tie(record.score, best.score):
+        if best := _tied(record, audits, best):
             return Text(f"not audited: a near-tie with the best, attempt {best.attempt_id} (score {fmt_num(record.score)} "
                         f"against {fmt_num(best.score)}, less than {MIN_GAIN:.0%} apart, the judge's own noise), so no run "
                         "audits it and it is not the best (`kernforge archive audit` audits the best first)", style="yellow")
@@ -217,9 +224,9 @@ def show(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
 
 def show_json(record: AttemptRecord, lineage: Sequence[AttemptSummary], reuses: int,
               audits: Sequence[AuditRecord] = (), best: BestEntry | None = None) -> dict[str, Any]:
-    tie = not audits and best is not None and best.attempt_id != record.id and near_tie(record.score, best.score)
+    tied = _tied(record, audits, best)
     return {"attempt": record.to_dict(), "lineage": [r.to_dict() for r in lineage], "reused_by": reuses,
-            "audits": [a.to_dict() for a in audits], "near_tie_of": best.attempt_id if tie and best is not None else None}
+            "audits": [a.to_dict() for a in audits], "near_tie_of": tied.attempt_id if tied else None}
 
 
 def sql_table(columns: Sequence[str], rows: Sequence[tuple], truncated: bool) -> Group:

@@ -38,10 +38,18 @@ GPU_TIMINGS = ("graph", "eager")
 MIN_GAIN = 0.02
 
 
+def near_tie_band(best_score: float) -> tuple[float, float]:
+    """The scores above the best's by less than ``MIN_GAIN`` (exclusive, inclusive): near-ties,
+    neither audited nor a best."""
+    return best_score, best_score * (1.0 + MIN_GAIN)
+
+
 def near_tie(score: float | None, best_score: float | None) -> bool:
-    """Whether ``score`` is above the best's by less than ``MIN_GAIN``: a near-tie, neither audited
-    by a run nor a best (``kernforge archive audit`` may audit it)."""
-    return score is not None and best_score is not None and best_score < score <= best_score * (1.0 + MIN_GAIN)
+    """Whether ``score`` lies in the best's ``near_tie_band``."""
+    if score is None or best_score is None:
+        return False
+    low, high = near_tie_band(best_score)
+    return low < score <= high
 
 
 def is_gpu_timed(shape: ShapeResult) -> bool:

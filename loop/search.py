@@ -40,8 +40,8 @@ with the outcome. A kernel would lead only where it is fitter than the best by m
 judge's own noise (``MIN_GAIN``, ``clears``): an audit costs three to five verdicts, and the same
 kernel timed twice differs by a percent or two, so a near-tie's "gain" is a draw of that noise
 (most of the would-be bests of the H100 runs were), neither worth an audit nor a claim a person
-should read as a faster kernel. A near-tie stays an accepted kernel and a parent. A kernel whose audit failed is *demoted*: it stays an accepted attempt in the
-archive but is never the best, an elite, an inspiration or a parent here. A kernel never audited
+should read as a faster kernel. A near-tie stays an accepted kernel and a parent. A kernel
+whose audit failed is *demoted*: it stays an accepted attempt in the archive but is never the best, an elite, an inspiration or a parent here. A kernel never audited
 (from the archive: a run stopped between its attempt and its audit, or an older archive) is an
 ordinary parent but never the best. Interpreter verdicts are never audited: correctness only,
 they may be a CPU run's best as before.

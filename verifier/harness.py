@@ -165,11 +165,12 @@ def _attach(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
 
 def _kernels_ahead(files: dict[str, str]) -> None:
     """The candidate's own Triton kernels and their launchers, compiled ahead at the public shapes
-    by another worker (triton_ahead.py, which checked every name and size), written into this worker's Triton cache
-    before the candidate is imported. A group file names its members by absolute path: those of
-    the worker that wrote them, here this cache's. No file is written over one this cache has
-    (the warm-up's own kernel and Triton's modules, loaded): trusted code in this process compiles
-    no Triton kernel after this, so a key it could need is never one the candidate's files fill."""
+    by another worker (triton_ahead.py, which checked every name and size), written into this
+    worker's Triton cache before the candidate is imported. A group file names its members by
+    absolute path: those of the worker that wrote them, here this cache's. No file is written over
+    one this cache has (the warm-up's own kernel and Triton's modules, loaded): trusted code in this
+    process compiles no Triton kernel after this, so a key it could need is never one the
+    candidate's files fill."""
     import base64
     import json
 

@@ -4,10 +4,9 @@ side, and why this is safe: triton_ahead.py).
 Runs in a sandbox worker of the candidates' pool, warmed up like any other (harness.warm_up), on
 the next candidate while the GPU judges the current one. It imports the candidate, turns every
 Triton launch into Triton's own warm-up (compile and build the kernel's launcher, launch
-nothing), and calls ``ModelNew`` once at
-each public shape on meta tensors the judge described (no data, no GPU memory): Triton compiles
-what those calls launch into this worker's cache folder (``TRITON_CACHE_DIR``), and the worker
-answers with that folder's files. An autotuner compiles every config and times none of them.
+nothing), and calls ``ModelNew`` once at each public shape on meta tensors the judge described
+(no data, no GPU memory): Triton compiles what those calls launch into this worker's cache folder
+(``TRITON_CACHE_DIR``), and the worker answers with that folder's files. An autotuner compiles every config and times none of them.
 
 Anything the candidate does here is worth nothing but speed: whatever fails is left out, and the
 verdict's worker compiles what is missing itself.
@@ -86,7 +85,7 @@ def build_launcher(kernel: Any, built: set[str]) -> None:
     each new kernel's first call); once per kernel, and nothing where it fails or where Triton's
     launcher is generic (it then builds nothing)."""
     key = getattr(kernel, "hash", None)
-    if kernel is None or key is None or key in built:
+    if key is None or key in built:
         return
     built.add(key)
     try:
