@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape
 from kernforge.verifier import refworker as W
@@ -43,12 +44,23 @@ class _Ops(TorchDispatchMode):
         super().__init__()
         self.ops: Counter[str] = Counter()
         self.writes = 0
+        self.bytes = 0  # what the ops that are no views read and write: each tensor argument and result once
+
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.ops[str(func.overloadpacket)] += 1
+        got = func(*args, **(kwargs or {}))
         if not func.is_view:
             self.writes += 1
-        return func(*args, **(kwargs or {}))
+            self.bytes += _nbytes(args) + _nbytes(kwargs) + _nbytes(got)
+        return got
+
+
+def _nbytes(tree: Any) -> int:
+    """Bytes of every tensor in ``tree`` (a tensor, or lists, tuples and dicts of them)."""
+    from torch.utils._pytree import tree_leaves
+
+    return sum(t.numel() * t.element_size() for t in tree_leaves(tree) if isinstance(t, torch.Tensor))
 
 
 def _shape(text: str | None, task: Any) -> Shape:
@@ -117,7 +129,10 @@ def measure(task_name: str, shape_text: str | None, calls: int, windows: int, de
             if not counted and w > 0:  # the first window warms up
                 fills.append(t1 - t0)
                 verifies.append(t3 - t2)
+        line = runtime.roofline(task, shape, task.dtype(device.split(":")[0]))
+        moved = line.bytes * calls if line is not None and line.bytes else None  # what the calls themselves move
         return {"task": task.name, "shape": shape.label, "calls": calls, "device": device,
+                "fill_x": fill_ops.bytes / moved if moved else None, "verify_x": verify_ops.bytes / moved if moved else None,
                 "draw": "batched" if batch.stacked is not None else "per call",
                 "fill_ms": 1e3 * statistics.median(fills), "verify_ms": 1e3 * statistics.median(verifies),
                 "fill_ops": sum(fill_ops.ops.values()), "fill_writes": fill_ops.writes,
@@ -167,6 +182,10 @@ class _nothing:
         return None
 
 
+def _times(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
@@ -185,11 +204,13 @@ def main() -> None:
     rows = [measure(t, args.shape, args.calls, args.windows, args.device, batched)
             for t in args.task or ["rms_norm", "silu_and_mul", "softmax"] for batched in (False, True)]
     print(f"per window, {rows[0]['calls']} calls, on {args.device} (ops: aten ops dispatched; writes: those no view;"
-          " draw: each call's inputs drawn on its own, or all calls' at once)")
-    print(f"{'task':<20} {'shape':<16} {'draw':<9} {'fill ms':>8} {'fill ops':>9} {'writes':>7} {'verify ms':>10} {'verify ops':>11} {'writes':>7}")
+          " draw: each call's inputs drawn on its own, or all calls' at once; xK: the bytes those ops read and write,"
+          " as a multiple of what the calls themselves move by the task's roofline)")
+    print(f"{'task':<20} {'shape':<16} {'draw':<9} {'fill ms':>8} {'fill ops':>9} {'writes':>7} {'xK':>6} "
+          f"{'verify ms':>10} {'verify ops':>11} {'writes':>7} {'xK':>6}")
     for r in rows:
         print(f"{r['task']:<20} {r['shape']:<16} {r['draw']:<9} {r['fill_ms']:>8.1f} {r['fill_ops']:>9} {r['fill_writes']:>7} "
-              f"{r['verify_ms']:>10.1f} {r['verify_ops']:>11} {r['verify_writes']:>7}")
+              f"{_times(r['fill_x']):>6} {r['verify_ms']:>10.1f} {r['verify_ops']:>11} {r['verify_writes']:>7} {_times(r['verify_x']):>6}")
     for r in rows:
         print(f"{r['task']} ({r['draw']}): fill {r['top_fill']}; verify {r['top_verify']}")
 

@@ -40,3 +40,15 @@ def test_a_stacked_reference_costs_the_same_ops_for_any_number_of_calls():
     small, large = (bench.measure("rms_norm", "T=2,H=256", calls, 2, "cpu") for calls in (8, 32))
     assert large["verify_ops"] == small["verify_ops"], (small["top_verify"], large["top_verify"])
     assert dict(large["top_verify"]).get("aten.pow", 0) <= 3, "the reference ran per call"
+
+
+def test_a_windows_bytes_are_counted_against_what_its_calls_move():
+    """The bytes a window's draw and verification read and write, as a multiple of what its calls
+    move by the task's roofline: the same multiple for 8 calls and 32 (they grow with the calls),
+    and more than the calls' own (the draw writes every input, the comparison reads every output
+    and its reference)."""
+    bench = _bench()
+    small, large = (bench.measure("rms_norm", "T=2,H=256", calls, 2, "cpu") for calls in (8, 32))
+    for key in ("fill_x", "verify_x"):
+        assert small[key] > 1 and large[key] > 1, (small[key], large[key])
+        assert abs(large[key] - small[key]) < 0.25 * small[key], (key, small[key], large[key])
