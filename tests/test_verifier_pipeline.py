@@ -94,8 +94,10 @@ def test_honest_kernel_checks_every_shape_in_order(judge, sent, asked):
                     expected.append((s.as_dict(), hidden))  # the repeat
     assert _checks(sent) == expected
     phases = verdict.environment["phase_seconds"]
-    for step in ("worker.check", "ref.prepare", "ref.compare", "ref.compare:snapshot"):
+    for step in ("worker.check", "ref.prepare", "ref.compare", "ref.compare:snapshot", "checks public", "checks hidden"):
         assert step in phases and phases[step] >= 0, phases
+    # each group's checks hold its compares
+    assert phases["checks public"] + phases["checks hidden"] >= phases["ref.compare"], phases
     assert _last(asked) == "forget"
 
 

@@ -853,6 +853,14 @@ class Judge:
         items = self._items(task, hidden)
         if not items:
             return None
+        started = time.perf_counter()
+        try:
+            return self._check_items(session, task, items, hidden, init_seed, own, arena_size)
+        finally:
+            self._spent("checks hidden" if hidden else "checks public", started)
+
+    def _check_items(self, session: Session, task: Task, items: list[_Call], hidden: bool, init_seed: int, own: list[str],
+                     arena_size: int) -> Rejected | None:
         self._state.saw_hidden |= hidden
         self._prepare(task, items[0], init_seed)
         self._send_check(session, items[0])
@@ -1040,8 +1048,10 @@ class Judge:
         results: dict[tuple, ShapeResult] = {}
         flags: list[str] = []
         for i, (shape, hidden) in enumerate(turns):
+            started = time.perf_counter()
             outcome = self._time_shape(session, task, shape, hidden, init_seed, own, sizes[shape.params],
                                        plan[shape.params], ceilings, arena_size)
+            self._spent(f"timed {'hidden ' if hidden else ''}{shape.label}", started)  # where small and large shapes differ
             if isinstance(outcome, Rejected):
                 return _with_shape(outcome, shape, hidden)
             result, shape_flags = outcome
