@@ -7,11 +7,13 @@
 #   final      a quick subset of tests/test_verifier_gpu.py (side streams, Triton, stale outputs, rms_norm)
 #   verify     bench/verify.py on every built-in task (seeds vs eager and torch.compile, spread, time to verdict)
 #   verify1    bench/verify.py on two tasks (rms_norm, silu_and_mul)
-#   routine    bench/verify.py --shapes public on three tasks (a routine verdict's steps: every public shape timed)
+#   routine    bench/verify.py --shapes public on three tasks (a routine verdict's steps: every public shape timed; ROUTINE_TASKS: others)
 #   verify3    bench/verify.py on three tasks (rms_norm, silu_and_mul, softmax)
 #   routinep   routine with every reference worker profiled (cProfile records under $OUT/prof, packed as prof.tgz; the
 #              profiler slows every Python call: where the time goes, not how much); ROUTINE_TASKS: other tasks (say
 #              fp8_quant_per_token alone, for a short call on where verify_batch's check and gather go)
+#   routinebefore  routine with the code of the carried .before/ (`git archive COMMIT | tar -x -C .before`): a change's
+#              effect on routine verdicts, side by side on one lease (log, routinebefore.json)
 #   routinet   routine with every reference worker under torch.profiler (KERNFORGE_REFWORKER_PROFILER=torch): per verdict,
 #              each request's and each op's host time beside its kernels' device time, as a table and JSON under $OUT/prof
 #              (prof.tgz), summed per request in refprofile.log (bench/refworker_profile.py): whether a window's verification is bound by
@@ -101,7 +103,12 @@ for p in "$@"; do
     final) phase final 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_verifier_gpu.py -k "side_stream or triton or stale or rms_norm" ;;
     verify) phase verify 900 python3 bench/verify.py --repeats 3 --json "$OUT/verify.json" ;;
     verify1) phase verify1 120 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul --json "$OUT/verify1.json" ;;
-    routine) phase routine 240 python3 bench/verify.py --shapes public --repeats 2 --tasks fp8_quant_per_group rms_norm silu_and_mul --json "$OUT/routine.json" ;;
+    routine) phase routine 240 python3 bench/verify.py --shapes public --repeats 2 --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} \
+               --json "$OUT/routine.json" ;;
+    routinebefore) before_code "$p" || continue  # the same verdicts with the carried .before/'s code, on this lease
+              PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase routinebefore 240 \
+                python3 .before/bench/verify.py --shapes public --repeats 2 --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} \
+                --json "$OUT/routinebefore.json" ;;
     routinep) mkdir -p "$OUT/prof"; KERNFORGE_REFWORKER_PROFILE="$OUT/prof" phase routine 240 python3 bench/verify.py --shapes public --repeats 2 \
                 --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routine.json"; tar czf "$OUT/prof.tgz" -C "$OUT" prof && rm -rf "$OUT/prof" ;;
     routinet) mkdir -p "$OUT/prof"; KERNFORGE_REFWORKER_PROFILE="$OUT/prof" KERNFORGE_REFWORKER_PROFILER=torch phase routine 240 \
