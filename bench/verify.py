@@ -41,6 +41,7 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
     task = load_task(name)
     row: dict = {"task": name}
     times, verdict_seconds, inner, phases, claimed = [], [], [], [], []
+    per_shape: dict[str, list[float]] = {}
     for i in range(repeats + 1):
         t0 = time.perf_counter()
         try:
@@ -64,6 +65,9 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
                        batch_calls=shape.batch_calls, flags=list(verdict.flags))
             continue
         times.append(shape.time_us)
+        for s in verdict.shapes:  # every timed shape's time of record, for the spread at each
+            if s.time_us is not None and not s.hidden:
+                per_shape.setdefault(" ".join(f"{k}={v}" for k, v in s.shape.items()), []).append(round(s.time_us, 3))
         claimed.append(shape.claimed_us)
         verdict_seconds.append(elapsed)
         inner.append(shape.spread_pct)
@@ -82,6 +86,8 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
         phase_seconds={k: round(statistics.median(p.get(k, 0.0) for p in phases), 3)
                        for k in sorted({k for p in phases for k in p}, key=lambda k: -max(p.get(k, 0.0) for p in phases))},
         verdicts_s=[round(v, 3) for v in verdict_seconds],
+        shapes_us=per_shape,
+        shapes_spread_pct={k: round(100 * (max(v) - min(v)) / statistics.fmean(v), 2) for k, v in per_shape.items()},
     )
     return row
 
@@ -96,6 +102,8 @@ def main() -> None:
                         help="time the largest public shape, or every public shape as a run's routine verdict does")
     parser.add_argument("--batches", type=int, default=JudgeOptions.batches,
                         help=f"timed windows per shape of each kind, long and short (default {JudgeOptions.batches})")
+    parser.add_argument("--window-ms", type=float, default=JudgeOptions.batch_window_ms,
+                        help=f"a long timed batch's length at the roofline floor (default {JudgeOptions.batch_window_ms:g} ms)")
     parser.add_argument("--memory", action="store_true", help="after every verdict, print where the GPU's memory is (free, the reference worker's, its arena)")
     args = parser.parse_args()
 
@@ -103,7 +111,10 @@ def main() -> None:
     names = args.tasks or builtin_names()
     if args.batches < 1:
         parser.error("--batches must be at least 1")
+    if args.window_ms <= 0:
+        parser.error("--window-ms must be positive")
     options = JudgeOptions(time_shapes="largest" if args.shapes == "largest" else "all", batches=args.batches,
+                           batch_window_ms=args.window_ms,
                            cache_dir=Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
     rows = []
     console = Console()
@@ -118,7 +129,7 @@ def main() -> None:
             console.print(f"{name}: {json.dumps(row, default=str)}")
 
     table = Table(title=f"Seeds at their largest public shape on {device} (median over {args.repeats} evaluations, "
-                        f"{args.batches} timed windows of each kind per shape)")
+                        f"{args.batches} timed windows of each kind per shape, {args.window_ms:g} ms long batches)")
     for col in ("task", "shape", "seed us", "eager us", "compile us", "x eager", "x compile", "% BW",
                 "spread %", "verdict s", "first s"):
         table.add_column(col, justify="left" if col in ("task", "shape") else "right")
