@@ -14,6 +14,8 @@
 #              fp8_quant_per_token alone, for a short call on where verify_batch's check and gather go)
 #   routinewin routine once per long-batch length in ROUTINE_WINDOWS (ms, default "5 2.5"), ROUTINE_REPEATS repeats (3):
 #              a verdict's seconds against each public shape's time of record and its spread (logs, routine-w<ms>.json)
+#   routinecomp  routine with the timed windows verified by the compiled stacked reference (KERNFORGE_COMPILED_REFERENCE=1,
+#              verifier/reference_compiled.py), ROUTINE_REPEATS repeats (3) (log, routinecomp.json)
 #   compref    bench/compiled_reference.py: a window's stacked reference eagerly against torch.compile (ms, compile s, agreement)
 #   routinebefore  routine with the code of the carried .before/ (`git archive COMMIT | tar -x -C .before`): a change's
 #              effect on routine verdicts, side by side on one lease (log, routinebefore.json)
@@ -111,6 +113,8 @@ for p in "$@"; do
     routinewin) for w in ${ROUTINE_WINDOWS:-5 2.5}; do  # the long batch's length: a verdict's seconds against its times' spread
                 phase "routine-w$w" 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" --window-ms "$w" \
                   --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routine-w$w.json"; done ;;
+    routinecomp) KERNFORGE_COMPILED_REFERENCE=1 phase routinecomp 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" \
+                   --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routinecomp.json" ;;
     compref) phase compref 150 python3 bench/compiled_reference.py --device cuda:0 ;;
     routinebefore) before_code "$p" || continue  # the same verdicts with the carried .before/'s code, on this lease
               PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase routinebefore 240 \

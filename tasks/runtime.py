@@ -59,6 +59,12 @@ def load_module(path: Path, *, fresh: bool = False) -> ModuleType:
     return module
 
 
+def loaded_module(name: str) -> ModuleType | None:
+    """The module ``load_module`` imported under ``name`` in this process (they are anonymous:
+    not in ``sys.modules``), or None."""
+    return next((m for m in _MODULES.values() if m.__name__ == name), None)
+
+
 def reference_module(task: Task) -> ModuleType:
     return load_module(task.reference_path)
 

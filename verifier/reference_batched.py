@@ -40,7 +40,7 @@ import torch
 
 from kernforge.tasks.spec import Tolerance
 
-from . import compare, integrity, reference
+from . import compare, integrity, reference, reference_compiled
 
 #: how far the stacked reference may lie from the eager one: this share of the tolerance
 CLOSE = 1 / 16
@@ -72,11 +72,17 @@ class StackedReference:
     #: each output's dtype where the low answer is the high one rounded to it (module docstring);
     #: None: the low answer is run
     low_dtypes: list[torch.dtype] | None = None
+    #: those derived answers come from the compiled graph (reference_compiled.py), which agreed
+    #: with the eager ones on this batch's checked calls
+    compiled: bool = False
 
     def run(self, stacked: Sequence[torch.Tensor], start: int, count: int, *, exact: bool = True) -> Outputs:
         """(highs, lows) of calls ``start`` to ``start + count``: each output as [count, *shape].
         Not ``exact``: the lows are the highs rounded where ``low_dtypes`` says they are."""
         derive = not exact and self.low_dtypes is not None
+        if derive and self.compiled and count >= 2:
+            return reference_compiled.run(self.model, self.hi_model, self.values, self.positions, self.mutated,
+                                          self.low_dtypes or [], [s[start: start + count] for s in stacked])
         one = _one_call(self.model, self.hi_model, self.values, self.positions, self.mutated, high_only=derive)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # vmap's "performance drop" notes for ops it loops over
@@ -133,7 +139,35 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
                 return None
         del highs, lows
     found.low_dtypes = dtypes if rounds else None
+    if found.low_dtypes is not None and reference_compiled.enabled():
+        found.compiled = _compiled_agrees(found, stacked, calls, checked, tolerance_of)
     return found
+
+
+def _compiled_agrees(found: StackedReference, stacked: Sequence[torch.Tensor], calls: Sequence[Sequence[Any]],
+                     checked: list[int], tolerance_of: Callable[[torch.Tensor], Tolerance]) -> bool:
+    """Whether the compiled reference (reference_compiled.py) may stand in for the eager one on
+    this batch: it runs, and at each checked call its answers (high, and low derived) lie within
+    ``_close`` of the eager ones (at least one checked call)."""
+    seen = 0
+    for start, count in found.parts(len(calls)):
+        wanted = [k for k in checked if start <= k < start + count]
+        if not wanted or count < 2:
+            continue
+        try:
+            highs, lows = reference_compiled.run(found.model, found.hi_model, found.values, found.positions, found.mutated,
+                                                 found.low_dtypes or [], [s[start: start + count] for s in stacked])
+        except Exception:  # noqa: BLE001 - any failure to compile or run: the eager reference, as before
+            return False
+        for k in wanted:
+            eager_high, eager_low = reference.run_reference(found.model, calls[k], found.mutated)
+            tolerances = [tolerance_of(lo) for lo in eager_low]
+            if not (_close([h[k - start] for h in highs], eager_high, tolerances)
+                    and _close([lo[k - start] for lo in lows], eager_low, tolerances)):
+                return False
+            seen += 1
+        del highs, lows
+    return seen > 0
 
 
 def rounded(highs: Sequence[torch.Tensor], lows: Sequence[torch.Tensor]) -> bool:
