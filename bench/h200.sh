@@ -16,6 +16,7 @@
 #              a verdict's seconds against each public shape's time of record and its spread (logs, routine-w<ms>.json)
 #   routinecomp  routine with the timed windows verified by the compiled stacked reference (KERNFORGE_COMPILED_REFERENCE=1,
 #              verifier/reference_compiled.py), ROUTINE_REPEATS repeats (3) (log, routinecomp.json)
+#   gpucomp    the compiled stacked reference's GPU test: every built-in task, every call of a batch against eager
 #   compref    bench/compiled_reference.py: a window's stacked reference eagerly against torch.compile (ms, compile s, agreement)
 #   routinebefore  routine with the code of the carried .before/ (`git archive COMMIT | tar -x -C .before`): a change's
 #              effect on routine verdicts, side by side on one lease (log, routinebefore.json)
@@ -115,6 +116,7 @@ for p in "$@"; do
                   --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routine-w$w.json"; done ;;
     routinecomp) KERNFORGE_COMPILED_REFERENCE=1 phase routinecomp 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" \
                    --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routinecomp.json" ;;
+    gpucomp) phase gpucomp 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 120 tests/test_verifier_reference_compiled.py ;;
     compref) phase compref 150 python3 bench/compiled_reference.py --device cuda:0 ;;
     routinebefore) before_code "$p" || continue  # the same verdicts with the carried .before/'s code, on this lease
               PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase routinebefore 240 \

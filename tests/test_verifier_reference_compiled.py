@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import reference_batched, reference_compiled
@@ -106,3 +105,46 @@ def test_the_compiled_answers_are_the_stacked_references_within_its_bound(monkey
         assert reference_batched._close([h[k] for h in got[0]], [h[k] for h in want[0]], tolerances)
         assert reference_batched._close([lo[k] for lo in got[1]], [lo[k] for lo in want[1]], tolerances)
     assert all(g.dtype == w.dtype for g, w in zip(got[1], want[1]))
+
+
+# ---- on a GPU ------------------------------------------------------------------------------------
+BUILTIN = sorted(p.name for p in (Path(__file__).parent.parent / "tasks" / "builtin").iterdir() if (p / "meta.py").exists())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", BUILTIN)
+def test_on_the_gpu_the_compiled_reference_is_close_to_eager_at_every_call(name, monkeypatch):
+    """bf16 and fp8 at the task's smallest public GPU shape, 24 calls (fewer for large ones): where
+    the compiled reference stands in, every call's answers (not only the checked ones) are as close
+    to eager's as the check asks, and an honest batch passes its verification by it."""
+    from kernforge.verifier import reference
+
+    monkeypatch.setenv(reference_compiled.ENV, "1")
+    task = load_task(name)
+    shape = min(task.public_shapes, key=lambda s: sum(v for _, v in s.params))
+    sizes = W._sizes("cuda", {"task_ref": task.ref, "shapes": [shape.as_dict()], "init_seed": 3})["sizes"][0]
+    calls = max(3, min(24, (2 << 30) // max(sizes["input_bytes"], 1)))
+    input_bytes = int((sizes["input_bytes"] + 4096) * calls * 1.1) + (1 << 20)
+    heap_bytes = int((sizes["output_bytes"] + 4096) * calls * 1.1) + (1 << 20)
+    with refworker_arena(input_bytes + heap_bytes, input_bytes, "cuda") as made:
+        W._plan_batch("cuda", {"key": "b", "task_ref": task.ref, "shape": shape.as_dict(), "dist": task.distributions[0],
+                               "seeds": list(range(1, calls + 1)), "init_seed": 3})
+        batch = W._STATE["batches"]["b"]
+        model = W._model(task.ref, batch.shape, 3, "cuda")
+        stacked = None
+        if batch.stacked is not None:
+            stacked = reference_batched.prepare(model, batch.stacked, [W._call_inputs(batch, k) for k in range(calls)],
+                                                task.mutated_inputs, lambda t: W._tolerance(t, task.tolerance_table()))
+        print(f"{name} {shape.label}: {'compiled' if stacked and stacked.compiled else 'eager'}")
+        if stacked is not None and stacked.compiled:
+            for start, count in stacked.parts(calls):
+                if count < 2:
+                    continue
+                highs, lows = stacked.run(batch.stacked, start, count, exact=False)
+                for k in range(start, start + count):
+                    high, low = reference.run_reference(model, W._call_inputs(batch, k), task.mutated_inputs)
+                    tolerances = [W._tolerance(lo, task.tolerance_table()) for lo in low]
+                    assert reference_batched._close([h[k - start] for h in highs], high, tolerances), f"call {k} high"
+                    assert reference_batched._close([lo[k - start] for lo in lows], low, tolerances), f"call {k} low"
+        _honest_outputs(made, batch, task)
+        assert W._verify_batch("cuda", {"key": "b", "tolerances": task.tolerance_table()})["failed_call"] == -1
