@@ -5,8 +5,8 @@ Why: at the large shapes a timed window's verification is bound by memory traffi
 reference over bf16 inputs, run eagerly, reads and writes every intermediate: silu_and_mul's
 upcasts both halves, then its sigmoid, two products and the rounding each make a pass, about
 seven times the bytes the kernel itself moves, before the comparison reads the answer again.
-Compiled, the reference reads its inputs once and writes its high answer and the low one (the
-high rounded) once.
+Compiled, the reference reads its inputs once and writes its high answer once (the low one is
+that rounded, by PyTorch, as before).
 
 Where it stands in: only where the stacked reference derives its low answers (``low_dtypes``:
 the task's low answer is its high one rounded) and, on the calls the stacked reference was
@@ -43,10 +43,8 @@ def enabled() -> bool:
     return os.environ.get(ENV) == "1"
 
 
-def _stacked(hi_model: Any, values: list[Any], positions: list[int], mutated: list[int], dtypes: list[torch.dtype],
-             *tensors: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Each call's high answer under vmap and the low ones it rounds to (what
-    ``StackedReference.run(exact=False)`` computes eagerly)."""
+def _stacked(hi_model: Any, values: list[Any], positions: list[int], mutated: list[int], *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """Each call's high answer, under vmap (what ``StackedReference.run(exact=False)`` computes eagerly)."""
     from . import reference
 
     def one(*call: torch.Tensor) -> Any:
@@ -56,8 +54,7 @@ def _stacked(hi_model: Any, values: list[Any], positions: list[int], mutated: li
         return reference.run_wide(hi_model, args, mutated)
 
     high = torch.func.vmap(one, randomness="error")(*tensors)
-    high = list(high) if isinstance(high, (tuple, list)) else [high]
-    return high, [h.to(d) for h, d in zip(high, dtypes)]
+    return list(high) if isinstance(high, (tuple, list)) else [high]
 
 
 def _function() -> Callable[..., Any]:
@@ -73,7 +70,9 @@ def _function() -> Callable[..., Any]:
 def run(model: Any, hi_model: Any, values: list[Any], positions: list[int], mutated: list[int], dtypes: Sequence[torch.dtype],
         tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(highs, lows) of the stacked calls ``tensors`` ([calls, *shape] each, at least two calls):
-    the compiled graph's. Raises where it cannot compile or run."""
+    the compiled graph's high answers, and each rounded to its low dtype eagerly (PyTorch's own
+    rounding, as the eager stacked reference derives them: the nearest value of the dtype to the
+    answer the candidate is compared with). Raises where it cannot compile or run."""
     name = type(model).__module__
     if name not in sys.modules:  # a task's reference is imported anonymously (tasks/runtime.py); dynamo looks it up by name
         from kernforge.tasks import runtime
@@ -84,4 +83,5 @@ def run(model: Any, hi_model: Any, values: list[Any], positions: list[int], muta
     for t in tensors:
         torch._dynamo.mark_dynamic(t, 0)
     with torch.no_grad():
-        return _function()(hi_model, list(values), list(positions), list(mutated), list(dtypes), *tensors)
+        high = _function()(hi_model, list(values), list(positions), list(mutated), *tensors)
+        return high, [h.to(d) for h, d in zip(high, dtypes)]
