@@ -120,6 +120,10 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
     checked = sorted({0, n - 1, random.randrange(n)})
     rounds = hi_model is not None  # the low answer is the high one rounded, on every call run here
     dtypes: list[torch.dtype] = []
+    # the checked calls' eager answers, kept for the compiled reference's check where it is asked for
+    # (a large call's answers are GBs: never kept otherwise)
+    compiling = reference_compiled.enabled()
+    eager: dict[int, Outputs] = {}
     for start, count in found.parts(n):
         wanted = [k for k in checked if start <= k < start + count]
         if not wanted:
@@ -132,6 +136,8 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
         dtypes = [lo.dtype for lo in lows]
         for k in wanted:
             eager_high, eager_low = reference.run_reference(model, calls[k], mutated)
+            if compiling:
+                eager[k] = (eager_high, eager_low)
             got_high, got_low = [h[k - start] for h in highs], [lo[k - start] for lo in lows]
             # the tolerance the comparison applies: that of the output's own dtype (the low's)
             tolerances = [tolerance_of(lo) for lo in eager_low]
@@ -139,19 +145,19 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
                 return None
         del highs, lows
     found.low_dtypes = dtypes if rounds else None
-    if found.low_dtypes is not None and reference_compiled.enabled():
-        found.compiled = _compiled_agrees(found, stacked, calls, checked, tolerance_of)
+    if found.low_dtypes is not None and compiling:
+        found.compiled = _compiled_agrees(found, stacked, n, eager, tolerance_of)
     return found
 
 
-def _compiled_agrees(found: StackedReference, stacked: Sequence[torch.Tensor], calls: Sequence[Sequence[Any]],
-                     checked: list[int], tolerance_of: Callable[[torch.Tensor], Tolerance]) -> bool:
+def _compiled_agrees(found: StackedReference, stacked: Sequence[torch.Tensor], calls: int, eager: dict[int, Outputs],
+                     tolerance_of: Callable[[torch.Tensor], Tolerance]) -> bool:
     """Whether the compiled reference (reference_compiled.py) may stand in for the eager one on
     this batch: it runs, and at each checked call its answers (high, and low derived) lie within
-    ``_close`` of the eager ones (at least one checked call)."""
+    ``_close`` of the eager ones (``eager``: those calls' answers; at least one compared)."""
     seen = 0
-    for start, count in found.parts(len(calls)):
-        wanted = [k for k in checked if start <= k < start + count]
+    for start, count in found.parts(calls):
+        wanted = [k for k in eager if start <= k < start + count]
         if not wanted or count < 2:
             continue
         try:
@@ -160,7 +166,7 @@ def _compiled_agrees(found: StackedReference, stacked: Sequence[torch.Tensor], c
         except Exception:  # noqa: BLE001 - any failure to compile or run: the eager reference, as before
             return False
         for k in wanted:
-            eager_high, eager_low = reference.run_reference(found.model, calls[k], found.mutated)
+            eager_high, eager_low = eager[k]
             tolerances = [tolerance_of(lo) for lo in eager_low]
             if not (_close([h[k - start] for h in highs], eager_high, tolerances)
                     and _close([lo[k - start] for lo in lows], eager_low, tolerances)):

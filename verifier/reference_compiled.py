@@ -80,8 +80,8 @@ def run(model: Any, hi_model: Any, values: list[Any], positions: list[int], muta
         found = runtime.loaded_module(name)
         if found is not None:
             sys.modules[name] = found
-    for t in tensors:
-        torch._dynamo.mark_dynamic(t, 0)
+    for t in tensors:  # where a reference specializes it (rotary_embedding's), a graph per number of calls
+        torch._dynamo.maybe_mark_dynamic(t, 0)
     with torch.no_grad():
         high = _function()(hi_model, list(values), list(positions), list(mutated), *tensors)
         return high, [h.to(d) for h, d in zip(high, dtypes)]
