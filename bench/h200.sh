@@ -17,6 +17,8 @@
 #   routinecomp  routine with the timed windows verified by the compiled stacked reference (KERNFORGE_COMPILED_REFERENCE=1,
 #              verifier/reference_compiled.py), ROUTINE_REPEATS repeats (3) (log, routinecomp.json)
 #   gpucomp    the compiled stacked reference's GPU test: every built-in task, every call of a batch against eager
+#   compsteps  bench/refworker_steps.py at silu_and_mul's and rms_norm's largest shapes (a 2.5 ms window's calls), eager and
+#              with the compiled stacked reference (logs compsteps0, compsteps1)
 #   compref    bench/compiled_reference.py: a window's stacked reference eagerly against torch.compile (ms, compile s, agreement)
 #   routinebefore  routine with the code of the carried .before/ (`git archive COMMIT | tar -x -C .before`): a change's
 #              effect on routine verdicts, side by side on one lease (log, routinebefore.json)
@@ -117,6 +119,10 @@ for p in "$@"; do
     routinecomp) KERNFORGE_COMPILED_REFERENCE=1 phase routinecomp 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" \
                    --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routinecomp.json" ;;
     gpucomp) phase gpucomp 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 120 tests/test_verifier_reference_compiled.py ;;
+    compsteps) for c in 0 1; do  # a large window's draw and verification, eager and with the compiled stacked reference
+                 KERNFORGE_COMPILED_REFERENCE=$c phase "compsteps$c" 150 bash -c 'python3 bench/refworker_steps.py --device cuda:0 \
+                   --task silu_and_mul --shape T=16384,I=8192 --calls 10 --windows 4 && python3 bench/refworker_steps.py \
+                   --device cuda:0 --task rms_norm --shape T=16384,H=8192 --calls 14 --windows 4'; done ;;
     compref) phase compref 150 python3 bench/compiled_reference.py --device cuda:0 ;;
     routinebefore) before_code "$p" || continue  # the same verdicts with the carried .before/'s code, on this lease
               PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase routinebefore 240 \
