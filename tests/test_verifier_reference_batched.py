@@ -17,7 +17,7 @@ from kernforge.verifier import integrity, reference, reference_batched
 from kernforge.verifier import refworker as W
 from kernforge.verifier.arena import Arena, Slots
 from kernforge.verifier.messages import TensorRef
-from refworker_helpers import refworker_arena  # noqa: E402
+from refworker_helpers import gpu_batch, refworker_arena  # noqa: E402
 
 TASKS = Path(__file__).parent / "tasks"
 BUILTIN = sorted(p.name for p in (Path(__file__).parent.parent / "tasks" / "builtin").iterdir()
@@ -311,6 +311,17 @@ def test_an_output_out_only_of_the_derived_allowance_is_judged_by_the_low_answer
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------
+def each_call_close(model: object, batch: W._Batch, task: object, start: int, highs: list, lows: list) -> None:
+    """Every call of a part (from ``start``: its stacked answers ``highs``, ``lows``) as close to
+    its own eager answers as the stacked reference's check asks."""
+    for j in range(highs[0].shape[0]):
+        k = start + j
+        high, low = reference.run_reference(model, W._call_inputs(batch, k), task.mutated_inputs)
+        tolerances = [W._tolerance(lo, task.tolerance_table()) for lo in low]
+        assert reference_batched._close([h[j] for h in highs], high, tolerances), f"call {k} high"
+        assert reference_batched._close([lo[j] for lo in lows], low, tolerances), f"call {k} low"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", BUILTIN)
 def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
@@ -318,17 +329,8 @@ def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
     the stacked reference is taken, every call's answers (not only the three checked) are as close
     to eager's as the check asks; an honest batch passes its verification either way."""
     task = load_task(name)
-    shape = min(task.public_shapes, key=lambda s: sum(v for _, v in s.params))
-    sizes = W._sizes("cuda", {"task_ref": task.ref, "shapes": [shape.as_dict()], "init_seed": 3})["sizes"][0]
-    # 24 calls, fewer where they would take more than 2 GiB of inputs (fused_moe's weights: 27 GiB
-    # on the H100 beside two other test workers); at least three
-    calls = max(3, min(24, (2 << 30) // max(sizes["input_bytes"], 1)))
-    input_bytes = int((sizes["input_bytes"] + 4096) * calls * 1.1) + (1 << 20)
-    heap_bytes = int((sizes["output_bytes"] + 4096) * calls * 1.1) + (1 << 20)
-    with refworker_arena(input_bytes + heap_bytes, input_bytes, "cuda") as made:
-        W._plan_batch("cuda", {"key": "b", "task_ref": task.ref, "shape": shape.as_dict(), "dist": task.distributions[0],
-                               "seeds": list(range(1, calls + 1)), "init_seed": 3})
-        batch = W._STATE["batches"]["b"]
+    with gpu_batch(task) as (made, batch, calls):
+        shape = batch.shape
         stacked = _prepare(batch, task) if batch.stacked is not None else None
         derived = " (low answer derived)" if stacked and stacked.low_dtypes else ""
         print(f"{name} {shape.label}: {'stacked, part ' + str(stacked.part) + derived if stacked else 'call by call'}")
@@ -339,11 +341,7 @@ def test_on_the_gpu_a_stacked_reference_is_close_to_eager_at_every_call(name):
                 if derived:  # the high answer rounded has the low run's bits at every call, not only those checked
                     rounded = stacked.run(batch.stacked, start, count, exact=False)[1]
                     assert all(integrity.bits_equal(r, lo) for r, lo in zip(rounded, lows)), "a derived low answer"
-                for k in range(start, start + count):
-                    high, low = reference.run_reference(model, W._call_inputs(batch, k), task.mutated_inputs)
-                    tolerances = [W._tolerance(lo, task.tolerance_table()) for lo in low]
-                    assert reference_batched._close([h[k - start] for h in highs], high, tolerances), f"call {k} high"
-                    assert reference_batched._close([lo[k - start] for lo in lows], low, tolerances), f"call {k} low"
+                each_call_close(model, batch, task, start, highs, lows)
         _honest_outputs(made, batch, task)
         assert W._verify_batch("cuda", {"key": "b", "tolerances": task.tolerance_table()})["failed_call"] == -1
 

@@ -13,8 +13,8 @@ import pytest
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import reference_batched, reference_compiled
 from kernforge.verifier import refworker as W
-from refworker_helpers import refworker_arena  # noqa: E402
-from test_verifier_reference_batched import _honest_outputs, _plan
+from refworker_helpers import gpu_batch, refworker_arena  # noqa: E402
+from test_verifier_reference_batched import _honest_outputs, _plan, each_call_close
 
 TASKS = Path(__file__).parent / "tasks"
 
@@ -29,20 +29,24 @@ def _verify(task: object) -> dict:
     return W._verify_batch("cpu", {"key": "b", "tolerances": task.tolerance_table()})
 
 
+def _honest_batch(arena, calls: int = 8) -> tuple[object, W._Batch]:
+    """tiny_norm's timed batch of ``calls`` calls, its outputs an honest kernel's."""
+    task = load_task(str(TASKS / "tiny_norm"))
+    batch = _plan(task, list(range(1, calls + 1)), {"T": 5, "H": 200})
+    _honest_outputs(arena, batch, task)
+    return task, batch
+
+
 def test_it_is_off_unless_asked_for(arena, monkeypatch):
     monkeypatch.delenv(reference_compiled.ENV, raising=False)
-    task = load_task(str(TASKS / "tiny_norm"))
-    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
-    _honest_outputs(arena, batch, task)
+    task, batch = _honest_batch(arena)
     assert _verify(task)["failed_call"] == -1
     assert batch.ref_stacked and batch.ref_stacked.low_dtypes is not None and not batch.ref_stacked.compiled
 
 
 def test_a_compiled_reference_verifies_a_window_and_finds_the_wrong_call(arena, monkeypatch):
     monkeypatch.setenv(reference_compiled.ENV, "1")
-    task = load_task(str(TASKS / "tiny_norm"))
-    batch = _plan(task, list(range(1, 10)), {"T": 5, "H": 200})
-    _honest_outputs(arena, batch, task)
+    task, batch = _honest_batch(arena, 9)
     assert _verify(task)["failed_call"] == -1
     assert batch.ref_stacked.compiled, "it agreed with eager on the checked calls"
     runs = []
@@ -65,9 +69,7 @@ def test_a_compiled_answer_that_disagrees_with_eager_is_not_used(arena, monkeypa
         return [h * 1.01 for h in highs], lows  # a hundredth off: far more than a sixteenth of the tolerance
 
     monkeypatch.setattr(reference_compiled, "run", off)
-    task = load_task(str(TASKS / "tiny_norm"))
-    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
-    _honest_outputs(arena, batch, task)
+    task, batch = _honest_batch(arena)
     assert _verify(task)["failed_call"] == -1
     assert batch.ref_stacked and batch.ref_stacked.low_dtypes is not None and not batch.ref_stacked.compiled
 
@@ -79,9 +81,7 @@ def test_a_compile_that_fails_leaves_the_eager_reference(arena, monkeypatch):
         raise RuntimeError("Inductor could not lower this")
 
     monkeypatch.setattr(reference_compiled, "run", fails)
-    task = load_task(str(TASKS / "tiny_norm"))
-    batch = _plan(task, list(range(1, 9)), {"T": 5, "H": 200})
-    _honest_outputs(arena, batch, task)
+    task, batch = _honest_batch(arena)
     assert _verify(task)["failed_call"] == -1 and batch.ref_stacked and not batch.ref_stacked.compiled
 
 
@@ -117,19 +117,10 @@ def test_on_the_gpu_the_compiled_reference_is_close_to_eager_at_every_call(name,
     """bf16 and fp8 at the task's smallest public GPU shape, 24 calls (fewer for large ones): where
     the compiled reference stands in, every call's answers (not only the checked ones) are as close
     to eager's as the check asks, and an honest batch passes its verification by it."""
-    from kernforge.verifier import reference
-
     monkeypatch.setenv(reference_compiled.ENV, "1")
     task = load_task(name)
-    shape = min(task.public_shapes, key=lambda s: sum(v for _, v in s.params))
-    sizes = W._sizes("cuda", {"task_ref": task.ref, "shapes": [shape.as_dict()], "init_seed": 3})["sizes"][0]
-    calls = max(3, min(24, (2 << 30) // max(sizes["input_bytes"], 1)))
-    input_bytes = int((sizes["input_bytes"] + 4096) * calls * 1.1) + (1 << 20)
-    heap_bytes = int((sizes["output_bytes"] + 4096) * calls * 1.1) + (1 << 20)
-    with refworker_arena(input_bytes + heap_bytes, input_bytes, "cuda") as made:
-        W._plan_batch("cuda", {"key": "b", "task_ref": task.ref, "shape": shape.as_dict(), "dist": task.distributions[0],
-                               "seeds": list(range(1, calls + 1)), "init_seed": 3})
-        batch = W._STATE["batches"]["b"]
+    with gpu_batch(task) as (made, batch, calls):
+        shape = batch.shape
         model = W._model(task.ref, batch.shape, 3, "cuda")
         stacked = None
         if batch.stacked is not None:
@@ -140,11 +131,6 @@ def test_on_the_gpu_the_compiled_reference_is_close_to_eager_at_every_call(name,
             for start, count in stacked.parts(calls):
                 if count < 2:
                     continue
-                highs, lows = stacked.run(batch.stacked, start, count, exact=False)
-                for k in range(start, start + count):
-                    high, low = reference.run_reference(model, W._call_inputs(batch, k), task.mutated_inputs)
-                    tolerances = [W._tolerance(lo, task.tolerance_table()) for lo in low]
-                    assert reference_batched._close([h[k - start] for h in highs], high, tolerances), f"call {k} high"
-                    assert reference_batched._close([lo[k - start] for lo in lows], low, tolerances), f"call {k} low"
+                each_call_close(model, batch, task, start, *stacked.run(batch.stacked, start, count, exact=False))
         _honest_outputs(made, batch, task)
         assert W._verify_batch("cuda", {"key": "b", "tolerances": task.tolerance_table()})["failed_call"] == -1
