@@ -89,6 +89,7 @@
 #              prints bench/loop.py's table with "vs seed") on NIGHT_TASKS (six tasks with the tuner's room), from an empty
 #              archive (log, night.db, night.json)
 #   nightbefore  the same with the code of the carried .before/ (the tuner before issue #15: `git archive e8406f5`)
+# SMI=1 (any phases): the GPU's utilization sampled throughout, per phase in gpubusy.log (bench/gpu_busy.py)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/h200_env.sh"
@@ -102,6 +103,13 @@ before_code() {
   if [ ! -f .before/bench/loop.py ]; then echo "$1: carry .before (git archive COMMIT | tar -x -C .before)"; return 1; fi
   mkdir -p /tmp/kfbefore && ln -sfn "$PWD/.before" /tmp/kfbefore/kernforge
 }
+
+# SMI=1: nvidia-smi's utilization every 100 ms through every phase, summed per phase at the end (bench/gpu_busy.py)
+if [ "${SMI:-0}" = 1 ]; then
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory --format=csv,noheader -lms 100 > "$OUT/smi.log" 2>&1 &
+  smi_pid=$!
+  trap 'kill $smi_pid 2>/dev/null; python3 bench/gpu_busy.py "$OUT/smi.log" "$OUT/phases.log" > "$OUT/gpubusy.log" 2>&1' EXIT
+fi
 
 for p in "$@"; do
   case $p in

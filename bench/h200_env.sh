@@ -16,9 +16,12 @@ kf() { python3 -c "from kernforge.cli import main; main()" "$@"; }
 export -f kf
 
 phase() {
-  local name=$1 limit=$2; shift 2
+  local name=$1 limit=$2 rc; shift 2
   echo "=== $name ($(date +%T))"
+  echo "start $name $(date +%T)" >> "$OUT/phases.log"  # bench/gpu_busy.py's spans
   timeout -k 30 "$limit" "$@" >"$OUT/$name.log" 2>&1  # killed 30 s after TERM: a hung close must not eat the call
-  echo "=== $name exit $? ($(date +%T))"
+  rc=$?
+  echo "end $name $(date +%T)" >> "$OUT/phases.log"
+  echo "=== $name exit $rc ($(date +%T))"
   tail -n 40 "$OUT/$name.log"
 }
