@@ -61,6 +61,8 @@
 #   ahead      the GPU tests of the torch.compile baseline compiled before the GPU is taken alone, and of baselines beside an honest kernel
 #   kgpu       the GPU tests of a seed given its kernels compiled ahead (its verdict and its audit) and of an audit's record
 #   hostsync   the verifier's GPU tests of an eagerly timed honest kernel, stale device memory and an early done
+#   gputestk   the verifier's GPU tests that rest on the timed windows (GPU_K: a pytest -k; default the red team's attacks,
+#              a padded short batch, an honest kernel's timings, a routine verdict's shapes, the bar) on three xdist workers
 #   gpufocus   a few of the verifier's GPU tests (-k), for a short call
 #   loop       bench/loop.py and an offline run on three tasks
 #   loop-short bench/loop.py cut to 10 attempts and about 4 minutes (log: loop.log)
@@ -176,6 +178,8 @@ for p in "$@"; do
     ahead) phase ahead 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 120 tests/test_verifier_gpu.py -k "compiled_before_the_gpu or honest_kernel_accepted_with_timings" ;;
     kgpu) phase kgpu 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 150 tests/test_verifier_gpu.py -k "kernels_compiled_ahead or audit_of_a_seed" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
+    gputestk) phase gputestk 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line -rf --timeout 100 -n 3 tests/test_verifier_gpu.py \
+                -k "${GPU_K:-redteam or padded or honest_kernel_accepted or routine_verdict or slower_than_the_bar}" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
     lanes) phase lanes2 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 2; phase lanes1 200 python3 bench/loop.py --gpu 0 --attempts 12 --hours 0.05 --lanes 1 ;;
