@@ -42,6 +42,7 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
     row: dict = {"task": name}
     times, verdict_seconds, inner, phases, claimed = [], [], [], [], []
     per_shape: dict[str, list[float]] = {}
+    methods: dict[str, list[str]] = {}
     for i in range(repeats + 1):
         t0 = time.perf_counter()
         try:
@@ -67,7 +68,11 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
         times.append(shape.time_us)
         for s in verdict.shapes:  # every timed shape's time of record, for the spread at each
             if s.time_us is not None and not s.hidden:
-                per_shape.setdefault(" ".join(f"{k}={v}" for k, v in s.shape.items()), []).append(round(s.time_us, 3))
+                label = " ".join(f"{k}={v}" for k, v in s.shape.items())
+                per_shape.setdefault(label, []).append(round(s.time_us, 3))
+                # "difference, bounded" for an honest seed: the guard bound, its record above its slope (clock.per_call)
+                methods.setdefault(label, []).append(f"{s.method} {s.batch_calls}/{s.short_calls or 0} calls, fixed "
+                                                     f"{s.fixed_us if s.fixed_us is None else round(s.fixed_us)} us")
         claimed.append(shape.claimed_us)
         verdict_seconds.append(elapsed)
         inner.append(shape.spread_pct)
@@ -87,6 +92,7 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
                        for k in sorted({k for p in phases for k in p}, key=lambda k: -max(p.get(k, 0.0) for p in phases))},
         verdicts_s=[round(v, 3) for v in verdict_seconds],
         shapes_us=per_shape,
+        shapes_method=methods,
         shapes_spread_pct={k: round(100 * (max(v) - min(v)) / statistics.fmean(v), 2) for k, v in per_shape.items()},
     )
     return row

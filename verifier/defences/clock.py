@@ -163,7 +163,9 @@ def per_call(long_ms: Sequence[float], short_ms: Sequence[float], calls: int, sh
     candidate that pads it lowers b. So b may lower the time of record at most
     ``DIFFERENCE_GUARD`` below the long batch's own figure, which no padding can lower; for an
     honest kernel b sits a few per cent below that figure (``a`` less the calibration, over a
-    window of several ms) and the guard never binds.
+    window of 2.5 ms or more) and the guard does not bind. Where that rest of ``a`` outgrew a
+    tenth of the window it would, and the record would sit above b (conservative, never below):
+    an honest seed's shape then says "difference, bounded" (bench/verify.py's ``shapes_method``).
     """
     long_w = statistics.median(long_ms)
     plain = max(long_w - cost_ms, 0.0) * 1e3 / calls
