@@ -1,9 +1,10 @@
 """Would a compiled stacked reference make a timed window's verification cheaper? Per task and
 shape, a window's worth of calls (``--window-ms`` of them at the roofline's rate, 2 to 512) run
-through the stacked reference's high answer (reference_batched.py: the task's reference under
-vmap, eagerly, an op at a time), against the same function under torch.compile with the calls'
-dimension dynamic (one graph per shape for any number of calls). Also the window's fresh draw
-(runtime.make_many) for scale.
+through the stacked reference's derived answers (reference_batched.py: the task's reference under
+vmap, eagerly, an op at a time, its high answer rounded for the low one), against the same under
+torch.compile as the judge runs it with ``KERNFORGE_COMPILED_REFERENCE=1``
+(verifier/reference_compiled.py: one graph per shape for any number of calls, where the reference
+lets it). Also the window's fresh draw (runtime.make_many) for scale.
 
 Eagerly, a float32 reference over bf16 inputs reads and writes every intermediate: silu_and_mul's
 moves about seven times what the kernel does, so at the large shapes a window's verification is
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -30,12 +30,8 @@ import torch
 
 from kernforge.tasks import runtime
 from kernforge.tasks.loader import load_task
-from kernforge.verifier import reference, reference_batched, refworker
-
-
-def _stacked_high(hi_model: Any, values: list[Any], positions: list[int], mutated: list[int], *tensors: torch.Tensor) -> Any:
-    one = reference_batched._one_call(None, hi_model, values, positions, mutated, high_only=True)
-    return torch.func.vmap(one, randomness="error")(*tensors)
+from kernforge.verifier import reference, reference_batched, reference_compiled, refworker
+from kernforge.verifier.judge import JudgeOptions
 
 
 def _ms(fn: Any, device: str, repeats: int = 5) -> float:
@@ -67,31 +63,32 @@ def measure(name: str, which: str, window_ms: float, gbps: float, device: str) -
         return {**row, "note": "the draw cannot be batched"}
     row["draw_ms"] = _ms(draw, device)
     model = refworker._model(task.ref, shape, 3, device)
-    module = runtime.reference_module(task)
-    sys.modules.setdefault(module.__name__, module)  # dynamo inlines forward under vmap and imports its module by name
     first = runtime.make_inputs(task, shape, dist, 7, device)
     hi_model, _, low = reference.decide_wider(model, first, task.mutated_inputs)
     if hi_model is None:
         return {**row, "note": "the reference runs no wider: its low answer is run"}
     values = [None if isinstance(x, torch.Tensor) else x for x in first]
     positions = [i for i, x in enumerate(first) if isinstance(x, torch.Tensor)]
-    args = (hi_model, values, positions, list(task.mutated_inputs))
+    dtypes = [lo.dtype for lo in low]
+    args = (values, positions, list(task.mutated_inputs))
+
+    def eager() -> Any:  # the stacked reference's own derived answers, uncompiled
+        high = reference_compiled._stacked(hi_model, *args, *stacked)
+        return high, [h.to(d) for h, d in zip(high, dtypes)]
+
     with torch.no_grad():
-        row["eager_ms"] = _ms(lambda: _stacked_high(*args, *stacked), device)
-        want = _stacked_high(*args, *stacked)
-        compiled = torch.compile(_stacked_high)
-        for t in stacked:
-            torch._dynamo.mark_dynamic(t, 0)
+        row["eager_ms"] = _ms(eager, device)
+        want = eager()
         t0 = time.perf_counter()
         try:
-            got = compiled(*args, *stacked)
+            got = reference_compiled.run(model, hi_model, *args, dtypes, stacked)
         except Exception as err:  # noqa: BLE001 - any failure to compile is a row's note
             return {**row, "note": f"torch.compile failed: {type(err).__name__}: {str(err)[:160]}"}
         row["compile_s"] = time.perf_counter() - t0
-        row["compiled_ms"] = _ms(lambda: compiled(*args, *stacked), device)
-        got, want = list(got) if isinstance(got, (tuple, list)) else [got], list(want) if isinstance(want, (tuple, list)) else [want]
+        row["compiled_ms"] = _ms(lambda: reference_compiled.run(model, hi_model, *args, dtypes, stacked), device)
         tolerances = [refworker._tolerance(lo, task.tolerance_table()) for lo in low]
-        row["close"] = all(reference_batched._close([g[k] for g in got], [w[k] for w in want], tolerances)
+        row["close"] = all(reference_batched._close([h[k] for h in got[0]], [h[k] for h in want[0]], tolerances)
+                           and reference_batched._close([lo[k] for lo in got[1]], [lo[k] for lo in want[1]], tolerances)
                            for k in sorted({0, calls - 1}))
     return row
 
@@ -100,11 +97,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=["silu_and_mul", "rms_norm", "softmax", "fused_add_rms_norm", "rotary_embedding"])
     parser.add_argument("--shapes", nargs="+", choices=("largest", "smallest"), default=["largest", "smallest"])
-    parser.add_argument("--window-ms", type=float, default=5.0, help="a long timed batch's length at the roofline's rate")
+    parser.add_argument("--window-ms", type=float, default=JudgeOptions.batch_window_ms,
+                        help=f"a long timed batch's length at the roofline's rate (default {JudgeOptions.batch_window_ms:g}, the judge's)")
     parser.add_argument("--gbps", type=float, default=3000.0, help="the memory bandwidth the roofline's rate assumes")
     parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
-    torch._dynamo.config.recompile_limit = 256  # one graph per task and shape here
     print(f"a window of {args.window_ms:g} ms at {args.gbps:g} GB/s, on {args.device}")
     print(f"{'task':<22} {'shape':<28} {'calls':>5} {'draw ms':>8} {'eager ms':>9} {'compiled ms':>12} {'compile s':>10} close")
     for name in args.tasks:

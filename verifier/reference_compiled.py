@@ -50,15 +50,11 @@ def enabled() -> bool:
 
 
 def _stacked(hi_model: Any, values: list[Any], positions: list[int], mutated: list[int], *tensors: torch.Tensor) -> list[torch.Tensor]:
-    """Each call's high answer, under vmap (what ``StackedReference.run(exact=False)`` computes eagerly)."""
-    from . import reference
+    """Each call's high answer, under vmap (what ``StackedReference.run(exact=False)`` computes
+    eagerly; uncompiled, it is that)."""
+    from .reference_batched import _one_call
 
-    def one(*call: torch.Tensor) -> Any:
-        args = list(values)
-        for p, t in zip(positions, call):
-            args[p] = t
-        return reference.run_wide(hi_model, args, mutated)
-
+    one = _one_call(None, hi_model, values, positions, mutated, high_only=True)
     high = torch.func.vmap(one, randomness="error")(*tensors)
     return list(high) if isinstance(high, (tuple, list)) else [high]
 
