@@ -14,6 +14,8 @@
 #              fp8_quant_per_token alone, for a short call on where verify_batch's check and gather go)
 #   routinewin routine once per long-batch length in ROUTINE_WINDOWS (ms, default "5 2.5"), ROUTINE_REPEATS repeats (3):
 #              a verdict's seconds against each public shape's time of record and its spread (logs, routine-w<ms>.json)
+#   routineserial  routine with the checked calls overlapped with the reference's compares (the judge's way), then one
+#              process at a time (--serial-checks); ROUTINE_REPEATS (3), ROUTINE_TASKS (rms_norm silu_and_mul): routine-<mode>.json
 #   routinecomp  routine with the timed windows verified by the compiled stacked reference (KERNFORGE_COMPILED_REFERENCE=1,
 #              verifier/reference_compiled.py), ROUTINE_REPEATS repeats (3) (log, routinecomp.json)
 #   gpucomp    the compiled stacked reference's GPU test: every built-in task, every call of a batch against eager
@@ -127,6 +129,10 @@ for p in "$@"; do
     routinewin) for w in ${ROUTINE_WINDOWS:-5 2.5}; do  # the long batch's length: a verdict's seconds against its times' spread
                 phase "routine-w$w" 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" --window-ms "$w" \
                   --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routine-w$w.json"; done ;;
+    routineserial) for mode in overlap serial; do  # the checked calls overlapped with the compares, then one process at a time
+                phase "routine-$mode" 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" \
+                  $([ "$mode" = serial ] && echo --serial-checks) --tasks ${ROUTINE_TASKS:-rms_norm silu_and_mul} \
+                  --json "$OUT/routine-$mode.json"; done ;;
     routinecomp) KERNFORGE_COMPILED_REFERENCE=1 phase routinecomp 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" \
                    --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routinecomp.json" ;;
     gpucomp) phase gpucomp 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 120 tests/test_verifier_reference_compiled.py ;;

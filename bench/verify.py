@@ -111,6 +111,8 @@ def main() -> None:
     parser.add_argument("--window-ms", type=float, default=JudgeOptions.batch_window_ms,
                         help=f"a long timed batch's length at the roofline floor (default {JudgeOptions.batch_window_ms:g} ms)")
     parser.add_argument("--memory", action="store_true", help="after every verdict, print where the GPU's memory is (free, the reference worker's, its arena)")
+    parser.add_argument("--serial-checks", action="store_true",
+                        help="checked calls one process at a time: the candidate's next call waits for the last one's compare")
     args = parser.parse_args()
 
     device = resolve_device(args.gpu)
@@ -120,7 +122,7 @@ def main() -> None:
     if args.window_ms <= 0:
         parser.error("--window-ms must be positive")
     options = JudgeOptions(time_shapes="largest" if args.shapes == "largest" else "all", batches=args.batches,
-                           batch_window_ms=args.window_ms,
+                           batch_window_ms=args.window_ms, overlap_checks=not args.serial_checks,
                            cache_dir=Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
     rows = []
     console = Console()

@@ -144,6 +144,55 @@ def test_a_task_with_one_public_shape_repeats_its_first_call_twice(judge, asked,
     assert asked.index(drops[0]) > max(asked.index(r) for r in repeats)
 
 
+@pytest.fixture(scope="module")
+def serial_judge(tmp_path_factory):
+    options = JudgeOptions(cache_dir=tmp_path_factory.mktemp("cache"), overlap_checks=False)
+    with open_judge("cpu", pool_size=1, options=options) as j:
+        yield j
+
+
+@pytest.fixture
+def events(monkeypatch):
+    """The candidate's checked calls sent and the reference worker's requests, in one order."""
+    seen: list[tuple[str, str]] = []
+    send, ask = Judge._send, Judge._ask_ref
+
+    def sending(self, session, msg):
+        seen.append(("candidate", msg.get("op", "")))
+        return send(self, session, msg)
+
+    def asking(self, reply_type, msg, **kw):
+        seen.append(("reference", msg["op"]))
+        return ask(self, reply_type, msg, **kw)
+
+    monkeypatch.setattr(Judge, "_send", sending)
+    monkeypatch.setattr(Judge, "_ask_ref", asking)
+    return seen
+
+
+def test_serial_checks_send_each_call_once_the_last_is_compared(serial_judge, events):
+    """overlap_checks=False (bench/verify.py --serial-checks): no checked call is in the
+    candidate's hands while the reference worker compares another or prepares the next."""
+    task = load_task(TASKS / "tiny_norm")
+    verdict = serial_judge.verify(C.HONEST, task)
+    assert verdict.accepted, verdict.reason
+    ops = [op for who, op in events if who == "reference" or op == "check"]
+    checks = [i for i, op in enumerate(ops) if op == "check"]
+    assert len(checks) == sum(len(task.distributions) + (not hidden) for hidden in (False, True)
+                              for _ in task.shapes("cpu", hidden=hidden))
+    compares = [i for i, op in enumerate(ops) if op == "compare"]
+    assert len(compares) == len(checks)
+    for n, (sent, compared) in enumerate(zip(checks, compares)):
+        assert sent < compared and (n + 1 == len(checks) or compared < checks[n + 1]), ops
+        assert "prepare" not in ops[sent:compared], ops
+
+
+def test_serial_checks_still_reject_at_the_failing_shape(serial_judge):
+    verdict = serial_judge.verify(WRONG_ON_SECOND_PUBLIC, load_task(TASKS / "tiny_norm"))
+    assert not verdict.accepted
+    assert "public shape T=8" in verdict.reason, verdict.reason
+
+
 # ---- time to a verdict is bounded by the task, not by the session's whole limit ----------------
 HANGS_IN_FORWARD = C.HONEST.replace("def forward(self, x, w):", "def forward(self, x, w):\n        while True:\n            pass", 1)
 HANGS_AT_IMPORT = "while True:\n    pass\n" + C.HONEST

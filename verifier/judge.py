@@ -131,6 +131,11 @@ class JudgeOptions:
     #: hidden shapes drawn for each verdict beside the task's fixed ones (tasks/draws.py), each
     #: checked at one input distribution drawn too; 0 draws none
     drawn_shapes: int = 1
+    #: send a checked call's successor to the candidate before the reference worker compares it
+    #: (the two processes' work overlaps); False waits for the compare and the next prepare, so
+    #: that only one process has work on the GPU at a time (bench/verify.py --serial-checks asks
+    #: whether their kernels' time slices cost more than the overlap saves)
+    overlap_checks: bool = True
 
     def __post_init__(self) -> None:
         if self.drawn_shapes < 0:
@@ -869,9 +874,12 @@ class Judge:
                      arena_size: int) -> Rejected | None:
         self._state.saw_hidden |= hidden
         self._prepare(task, items[0], init_seed)
-        self._send_check(session, items[0])
+        if self.options.overlap_checks:
+            self._send_check(session, items[0])
         if len(items) > 1:
             self._prepare(task, items[1], init_seed)
+        if not self.options.overlap_checks:
+            self._send_check(session, items[0])
         public_passed = hidden
         calls = {call.key: call for call in items}
         for n, call in enumerate(items):
@@ -882,7 +890,7 @@ class Judge:
             if n + 2 < len(items):
                 self._prepare(task, items[n + 2], init_seed)
             nxt = items[n + 1] if n + 1 < len(items) else None
-            if nxt is not None and nxt.repeat_of:
+            if nxt is not None and (nxt.repeat_of or not self.options.overlap_checks):
                 # sent now, not ahead and not before the call after it is prepared: its wall
                 # clock is then the candidate's call alone, never the reference worker's work
                 self._send_check(session, nxt)
@@ -951,7 +959,7 @@ class Judge:
         if rejection is not None:
             return rejection
         call.outputs = list(reply.outputs)
-        if nxt is not None and not nxt.repeat_of:  # the candidate computes the next call while this one is compared
+        if nxt is not None and not nxt.repeat_of and self.options.overlap_checks:  # computed while this one is compared
             self._send_check(session, nxt)
         compared = self._ask_ref(M.Compared, {
             "op": "compare", "key": call.key, "task_ref": task.ref, "outputs": [o.to_dict() for o in reply.outputs],
