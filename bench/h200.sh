@@ -85,8 +85,9 @@
 #              AUDIT_SHARE) and the verdicts go on; with a budget of LOOP_S they are due at once and hold them back
 #   loop14bbefore  loop14b with the code of the carried .before/ on a copy of the carried .loop14/loop14.db (a cache of its
 #              own): the second run before and after on one lease (log, loop14bbefore.db/.json)
-#   lanes      bench/loop.py, 3 tasks (LANES_TASKS) x 12 attempts, LANES_S s (180) with two lanes and then one (caches
-#              the first run warms favour the second: the one-lane baseline; lanes2/lanes1 .log, .db, .json)
+#   lanes      bench/loop.py, 3 tasks (LANES_TASKS) x 12 attempts, LANES_S s (180) each run of LANES_RUNS (default "2 1": two
+#              lanes, then one; "2a": two lanes whose reference requests go one at a time, gate.py trusted_alone). Caches
+#              the first run warms favour the later ones (logs lanes<run>.log, .db, .json)
 #   timeslice  bench/timeslice_probe.py: a step of small kernels and a sync, alone and beside another process's GPU work
 #   windows    bench/verify.py --shapes public with two timed windows of each kind per shape (a routine verdict's), then three:
 #              a verdict's time against its time of record's spread over 4 repeats (WINDOW_TASKS; logs windows2/3)
@@ -189,9 +190,10 @@ for p in "$@"; do
                 -k "${GPU_K:-redteam or padded or honest_kernel_accepted or routine_verdict or slower_than_the_bar}" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
-    lanes) for n in 2 1; do phase lanes$n "$((${LANES_S:-180} + 20))" python3 bench/loop.py --gpu 0 --attempts 12 \
-                --hours "$(python3 -c "print(${LANES_S:-180} / 3600)")" --lanes $n ${LANES_TASKS:+--tasks $LANES_TASKS} \
-                --db "$OUT/lanes$n.db" --json "$OUT/lanes$n.json"; done ;;
+    lanes) for run in ${LANES_RUNS:-2 1}; do n=${run%a}; alone=$([ "$run" != "$n" ] && echo 1 || echo 0)
+                KERNFORGE_GATE_TRUSTED_ALONE=$alone phase lanes$run "$((${LANES_S:-180} + 20))" python3 bench/loop.py --gpu 0 \
+                --attempts 12 --hours "$(python3 -c "print(${LANES_S:-180} / 3600)")" --lanes $n ${LANES_TASKS:+--tasks $LANES_TASKS} \
+                --db "$OUT/lanes$run.db" --json "$OUT/lanes$run.json"; done ;;
     timeslice) phase timeslice 150 python3 bench/timeslice_probe.py ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     loop14before) before_code "$p" || continue
