@@ -58,34 +58,43 @@ def _steps(device: str, steps: int, kernels: int) -> list[float]:
     return walls
 
 
-def _neighbour_work(kind: str, device: str, stop: Any, spin_ms: float, kernels: int,
-                    stream: Any = None) -> tuple[float, str]:
-    """Run ``kind`` until ``stop`` is set; its rate and unit."""
-    started, done = time.perf_counter(), 0
+def _neighbour_work(kind: str, device: str, going: Any, stop: Any, spin_ms: float, kernels: int,
+                    traffic_bytes: int = TRAFFIC_BYTES, stream: Any = None) -> tuple[float, str]:
+    """Run ``kind`` until ``stop`` is set, ``going`` set once its first unit of work is done (the
+    victim measures from then); its rate and unit."""
     ctx = torch.cuda.stream(stream) if stream is not None else _nothing()
     with ctx:
         if kind == "traffic":
-            a = torch.ones(TRAFFIC_BYTES // 4, device=device)
-            while not stop.is_set():
+            a = torch.ones(traffic_bytes // 4, device=device)
+
+            def unit() -> int:
                 for _ in range(TRAFFIC_BURST):
                     a.mul_(1.0000001)
                 _sync(device, stream)
-                done += TRAFFIC_BURST
-            return done * 2 * TRAFFIC_BYTES / (time.perf_counter() - started) / 1e9, "GB/s"
-        if kind == "spin":
+                return TRAFFIC_BURST * 2 * traffic_bytes
+            scale, what = 1e-9, "GB/s"
+        elif kind == "spin":
             cycles = int(spin_ms * 1e-3 * _clock_hz(device))
-            while not stop.is_set():
+
+            def unit() -> int:
                 if device.startswith("cuda"):
                     torch.cuda._sleep(cycles)
                     torch.cuda.synchronize()
                 else:
                     time.sleep(spin_ms / 1e3)
-                done += 1
-            return done / (time.perf_counter() - started), "spins/s"
+                return 1
+            scale, what = 1.0, "spins/s"
+        else:
+            def unit() -> int:
+                _steps(device, 1, kernels)
+                return 1
+            scale, what = 1.0, "steps/s"
+        unit()
+        going.set()
+        started, done = time.perf_counter(), 0
         while not stop.is_set():
-            _steps(device, 1, kernels)
-            done += 1
-        return done / (time.perf_counter() - started), "steps/s"
+            done += unit()
+        return done * scale / (time.perf_counter() - started), what
 
 
 class _nothing:
@@ -116,38 +125,40 @@ def _clock_hz(device: str) -> float:
     return (1 << 24) / (start.elapsed_time(end) / 1e3)
 
 
-def _neighbour_process(kind: str, device: str, ready: Any, stop: Any, out: Any, spin_ms: float, kernels: int) -> None:
-    torch.ones(1, device=device)  # its context made before the victim starts measuring
-    ready.set()
-    out.put(_neighbour_work(kind, device, stop, spin_ms, kernels))
+def _neighbour_process(kind: str, device: str, going: Any, stop: Any, out: Any, spin_ms: float, kernels: int,
+                       traffic_bytes: int) -> None:
+    out.put(_neighbour_work(kind, device, going, stop, spin_ms, kernels, traffic_bytes))
 
 
-def measure(case: str, device: str, steps: int, kernels: int, spin_ms: float) -> dict[str, Any]:
-    """One case: the victim's walls beside ``case``'s neighbour, and the neighbour's rate."""
+def measure(case: str, device: str, steps: int, kernels: int, spin_ms: float,
+            traffic_bytes: int = TRAFFIC_BYTES) -> dict[str, Any]:
+    """One case: the victim's walls beside ``case``'s neighbour (measured once the neighbour's
+    first unit of work is done), and the neighbour's rate."""
     _steps(device, 5, kernels)  # warm
     if case == "alone":
         return {"walls": _steps(device, steps, kernels), "rate": None}
     kind, where = case.split(", ")
     if where == "same process":
-        stop, result = threading.Event(), {}
+        going, stop, result = threading.Event(), threading.Event(), {}
         stream = torch.cuda.Stream(device) if device.startswith("cuda") else None
         thread = threading.Thread(target=lambda: result.update(
-            r=_neighbour_work(kind, device, stop, spin_ms, kernels, stream)))
+            r=_neighbour_work(kind, device, going, stop, spin_ms, kernels, traffic_bytes, stream)))
         thread.start()
-        time.sleep(0.5)
+        going.wait()
         walls = _steps(device, steps, kernels)
         stop.set()
         thread.join()
         return {"walls": walls, "rate": result["r"]}
     spawn = mp.get_context("spawn")
-    ready, stop, out = spawn.Event(), spawn.Event(), spawn.Queue()
-    proc = spawn.Process(target=_neighbour_process, args=(kind, device, ready, stop, out, spin_ms, kernels))
+    going, stop, out = spawn.Event(), spawn.Event(), spawn.Queue()
+    proc = spawn.Process(target=_neighbour_process, args=(kind, device, going, stop, out, spin_ms, kernels, traffic_bytes))
     proc.start()
-    ready.wait(120)
-    time.sleep(0.5)  # its work under way
+    if not going.wait(300):
+        proc.kill()
+        raise RuntimeError(f"the neighbour of {case!r} never started its work")
     walls = _steps(device, steps, kernels)
     stop.set()
-    rate = out.get(timeout=120)
+    rate = out.get(timeout=300)
     proc.join(60)
     return {"walls": walls, "rate": rate}
 

@@ -14,7 +14,7 @@ def test_each_case_times_the_victims_steps_and_its_neighbours_rate(monkeypatch):
     assert len(alone["walls"]) == 4 and all(w > 0 for w in alone["walls"]) and alone["rate"] is None
     for case, unit in (("steps, other process", "steps/s"), ("spin, other process", "spins/s"),
                        ("traffic, same process", "GB/s")):
-        r = bench.measure(case, "cpu", 4, 2, 1.0)
+        r = bench.measure(case, "cpu", 4, 2, 1.0, traffic_bytes=1 << 20)
         assert len(r["walls"]) == 4, case
         rate, got = r["rate"]
         assert got == unit and rate > 0, (case, r["rate"])
