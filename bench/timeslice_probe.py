@@ -29,6 +29,7 @@ Usage: python bench/timeslice_probe.py [--steps 200] [--kernels 30] [--spin-ms 2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import statistics
 import threading
@@ -52,8 +53,7 @@ def _steps(device: str, steps: int, kernels: int) -> list[float]:
         started = time.perf_counter()
         for _ in range(kernels):
             x.mul_(1.0000001)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        _sync(device, None)
         walls.append((time.perf_counter() - started) * 1e3)
     return walls
 
@@ -62,8 +62,7 @@ def _neighbour_work(kind: str, device: str, going: Any, stop: Any, spin_ms: floa
                     traffic_bytes: int = TRAFFIC_BYTES, stream: Any = None) -> tuple[float, str]:
     """Run ``kind`` until ``stop`` is set, ``going`` set once its first unit of work is done (the
     victim measures from then); its rate and unit."""
-    ctx = torch.cuda.stream(stream) if stream is not None else _nothing()
-    with ctx:
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
         if kind == "traffic":
             a = torch.ones(traffic_bytes // 4, device=device)
 
@@ -79,7 +78,7 @@ def _neighbour_work(kind: str, device: str, going: Any, stop: Any, spin_ms: floa
             def unit() -> int:
                 if device.startswith("cuda"):
                     torch.cuda._sleep(cycles)
-                    torch.cuda.synchronize()
+                    _sync(device, stream)
                 else:
                     time.sleep(spin_ms / 1e3)
                 return 1
@@ -97,19 +96,13 @@ def _neighbour_work(kind: str, device: str, going: Any, stop: Any, spin_ms: floa
         return done * scale / (time.perf_counter() - started), what
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _sync(device: str, stream: Any) -> None:
+    """Wait for this thread's own stream only (``stream``, else the current one): a device-wide
+    sync in the same-process case would wait for the neighbour's stream too, and measure that."""
     if stream is not None:
         stream.synchronize()
     elif device.startswith("cuda"):
-        torch.cuda.synchronize()
+        torch.cuda.current_stream(device).synchronize()
 
 
 def _clock_hz(device: str) -> float:
