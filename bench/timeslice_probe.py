@@ -91,9 +91,10 @@ def _neighbour_work(kind: str, device: str, going: Any, stop: Any, spin_ms: floa
         unit()
         going.set()
         started, done = time.perf_counter(), 0
-        while not stop.is_set():
+        while True:  # at least one unit after ``going``: a victim quicker than a unit still gets a rate
             done += unit()
-        return done * scale / (time.perf_counter() - started), what
+            if stop.is_set():
+                return done * scale / (time.perf_counter() - started), what
 
 
 def _sync(device: str, stream: Any) -> None:
