@@ -50,8 +50,9 @@ META_FIELDS = {
     "ALLOW_TORCH_OPS": "whether a candidate may call torch compute ops (default False)",
     "MUTATED_INPUTS": "indices of inputs the op writes in place",
     "INTERPRETER_UNSUPPORTED": "why the seed cannot run under the Triton interpreter",
-    "LIBRARY_BASELINE": "{'package': pip name, 'call': name of a meta.py function taking the forward's inputs}: "
-                        "a production kernel library's op, timed beside eager and torch.compile",
+    "LIBRARY_BASELINE": "{'package': pip name, 'call': name of a meta.py function taking the forward's inputs}, or a "
+                        "list of them in the order preferred: a production kernel library's op, timed beside eager and "
+                        "torch.compile (the first installed one whose output agrees with the reference)",
 }
 META_FUNCTIONS = {
     "make_inputs": "make_inputs(shape, dist, dtype, device, generator) -> list",
@@ -242,7 +243,7 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
         tolerances[str(dtype)] = Tolerance(atol=atol, rtol=rtol)
     mutated = tuple(int(i) for i in meta.get("MUTATED_INPUTS", ()))
     unsupported = meta.get("INTERPRETER_UNSUPPORTED")
-    library = _library(where, meta)
+    libraries = _library(where, meta)
 
     task = Task(
         name=name,
@@ -262,23 +263,30 @@ def _build(*, name: str, ref: str, reference_path: Path, meta_path: Path | None,
         mutated_inputs=mutated,
         seed_path=seed_path,
         interpreter_unsupported=str(unsupported) if unsupported else None,
-        library=library,
+        libraries=libraries,
         cpu_call_bytes=cpu_call_bytes,
     )
     draws.check(task)
     return task
 
 
-def _library(where: Path, meta: dict[str, Any]) -> LibraryBaseline | None:
+def _library(where: Path, meta: dict[str, Any]) -> tuple[LibraryBaseline, ...]:
+    """LIBRARY_BASELINE: one entry, or a list of them in the order they are preferred."""
     entry = meta.get("LIBRARY_BASELINE")
     if entry is None:
-        return None
-    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry[k] for k in ("package", "call")):
-        raise TaskError(f"{where}: LIBRARY_BASELINE must be {{'package': 'liger-kernel', 'call': 'a_function_in_meta'}}, "
-                        f"got {entry!r}")
-    if not callable(meta.get(entry["call"])):
-        raise TaskError(f"{where}: LIBRARY_BASELINE names {entry['call']!r}, which is not a function of this meta.py")
-    return LibraryBaseline(package=entry["package"], call=entry["call"])
+        return ()
+    entries = entry if isinstance(entry, (list, tuple)) and entry else [entry]
+    out = []
+    for one in entries:
+        if not isinstance(one, dict) or not all(isinstance(one.get(k), str) and one[k] for k in ("package", "call")):
+            raise TaskError(f"{where}: LIBRARY_BASELINE must be {{'package': 'liger-kernel', 'call': 'a_function_in_meta'}} "
+                            f"or a list of them, got {one!r}")
+        if not callable(meta.get(one["call"])):
+            raise TaskError(f"{where}: LIBRARY_BASELINE names {one['call']!r}, which is not a function of this meta.py")
+        out.append(LibraryBaseline(package=one["package"], call=one["call"]))
+    if len({lib.package for lib in out}) < len(out):
+        raise TaskError(f"{where}: LIBRARY_BASELINE names a package twice ({[lib.package for lib in out]})")
+    return tuple(out)
 
 
 def _read(path: Path) -> str:

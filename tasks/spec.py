@@ -93,7 +93,9 @@ class Roofline:
 class LibraryBaseline:
     """A production kernel library's op timed beside eager and torch.compile (meta.py's
     ``LIBRARY_BASELINE``): ``package`` is the pip distribution (its version is reported),
-    ``call`` the name of a function in meta.py called with the reference's forward inputs."""
+    ``call`` the name of a function in meta.py called with the reference's forward inputs. It
+    returns the reference's outputs, or, like the reference, writes the inputs the task
+    mutates and returns None."""
 
     package: str
     call: str
@@ -123,8 +125,9 @@ class Task:
     seed_path: Path | None = None
     #: None when the seed runs under the Triton interpreter, else why it cannot
     interpreter_unsupported: str | None = None
-    #: the library baseline, where a production kernel library covers the op
-    library: LibraryBaseline | None = None
+    #: the library baselines where production kernel libraries cover the op, in the order they
+    #: are preferred: the first installed one whose output agrees with the reference is timed
+    libraries: tuple[LibraryBaseline, ...] = ()
     #: a plain KernelBench file, which gives no CPU shapes (its CPU shapes are its own sizes): the
     #: bytes of one call's inputs, outputs and weights there, measured on meta (None: not known)
     cpu_call_bytes: int | None = None
@@ -137,6 +140,11 @@ class Task:
 
     def dtype(self, device_kind: str) -> str:
         return self.dtypes.get(device_kind, "float32")
+
+    @property
+    def library(self) -> LibraryBaseline | None:
+        """The preferred library baseline (``libraries``' first), if any."""
+        return self.libraries[0] if self.libraries else None
 
     def tolerance(self, dtype: str) -> Tolerance:
         if dtype in self.tolerances:

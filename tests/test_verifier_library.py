@@ -118,8 +118,9 @@ def test_a_library_that_fails_is_reported_not_fatal(tmp_path):
         raise RuntimeError("no kernel for this GPU")
 
     entry = library.measure(task, broken)
-    assert entry["error"] == "RuntimeError: no kernel for this GPU" and entry["version"]
-    assert library.library_baseline(entry)["library_note"] == "RuntimeError: no kernel for this GPU"
+    label = f"torch {importlib.metadata.version('torch')}"
+    assert entry["error"] == f"{label}: RuntimeError: no kernel for this GPU" and entry["version"]
+    assert library.library_baseline(entry)["library_note"] == f"{label}: RuntimeError: no kernel for this GPU"
 
 
 def test_the_judge_reads_the_library_entry_of_a_baseline(tmp_path):
@@ -148,6 +149,162 @@ def test_the_judge_reads_the_library_entry_of_a_baseline(tmp_path):
     assert "library_us" not in out and out["library_note"] == "liger-kernel is not installed"
 
 
+# ---- several libraries, and the output each must agree on --------------------------------------
+TWO_LIBRARIES = '''
+
+LIBRARY_BASELINE = [{"package": "kernforge-no-such-library", "call": "preferred_norm"},
+                    {"package": "PACKAGE", "call": "fast_norm"}]
+calls = []
+
+
+def preferred_norm(x, weight):
+    raise AssertionError("never called: not installed")
+
+
+def fast_norm(x, weight):
+    calls.append(x.shape)
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + 1e-6) * weight.float()).to(x.dtype)
+'''
+
+
+def test_a_list_of_libraries_loads_in_the_order_preferred(tmp_path):
+    task = task_with_library(tmp_path, extra=TWO_LIBRARIES)
+    assert [(lib.package, lib.call) for lib in task.libraries] == [("kernforge-no-such-library", "preferred_norm"),
+                                                                   ("torch", "fast_norm")]
+    assert task.library == task.libraries[0]
+    assert library.resolve(task).package == "torch", "the first one installed"
+
+
+@pytest.mark.parametrize("entry, words", [
+    ('LIBRARY_BASELINE = [{"package": "a", "call": "nowhere"}]', "names 'nowhere', which is not a function"),
+    ('LIBRARY_BASELINE = [{"package": "a", "call": "make_inputs"}, "b"]', "or a list of them, got 'b'"),
+    ('LIBRARY_BASELINE = [{"package": "a", "call": "make_inputs"}, {"package": "a", "call": "make_inputs"}]',
+     "names a package twice"),
+])
+def test_a_malformed_library_list_is_a_clear_error(tmp_path, entry, words):
+    with pytest.raises(TaskError, match=words.replace("[", r"\[").replace("(", r"\(")):
+        task_with_library(tmp_path, extra="\n" + entry + "\n")
+
+
+def test_the_first_installed_library_is_timed_and_those_before_it_are_named(tmp_path):
+    task = task_with_library(tmp_path, extra=TWO_LIBRARIES)
+    TIMED_TASK[:] = [task]
+    calls: list = []
+    entry = library.measure(task, _timer(calls), {"torch": None})
+    assert len(calls) == 1 and entry["library"] == "torch" and entry["median_us"] == 12.5
+    assert "passed_over" not in entry, "one not installed is no news: the label says which was timed"
+    read = library.library_baseline(entry)
+    assert read["library_us"] == 12.5 and read["library"] == f"torch {importlib.metadata.version('torch')}"
+    assert "library_passed_over" not in read and library.library_flags(read) == []
+
+
+def _norm_inputs(task):
+    return runtime.make_inputs(task, task.cpu_public_shapes[-1], "normal", 3, "cpu")
+
+
+def _model(task, shape):
+    return runtime.build_model(runtime.reference_module(task).Model, runtime.make_init_inputs(task, shape), 0, "cpu")
+
+
+def test_a_library_that_computes_the_op_agrees_and_one_that_computes_another_does_not(tmp_path):
+    task = task_with_library(tmp_path, extra=TWO_LIBRARIES)
+    meta, shape = runtime.meta_module(task), task.cpu_public_shapes[-1]
+    inputs = _norm_inputs(task)
+    before = [x.clone() for x in inputs]
+    assert library.agreement(task, meta.fast_norm, _model(task, shape), inputs) is None
+    assert all(torch.equal(a, b) for a, b in zip(inputs, before)), "the inputs are left as they were"
+    # the weight applied after rounding to the input's dtype would pass in float32; this is another op
+    twice = library.agreement(task, lambda x, w: meta.fast_norm(x, w) * 2, _model(task, shape), inputs)
+    assert twice.startswith("its output 0 differs from the reference: ") and "tolerance" in twice, twice
+    assert "gives 2 outputs where the reference gives 1" in library.agreement(
+        task, lambda x, w: (x, w), _model(task, shape), inputs)
+    assert "its output 0 is (" in library.agreement(task, lambda x, w: x[:1], _model(task, shape), inputs)
+    assert library.agreement(task, lambda x, w: 1 / 0, _model(task, shape), inputs).startswith("ZeroDivisionError")
+
+
+def test_each_installed_library_is_checked_by_its_package(tmp_path):
+    extra = TWO_LIBRARIES.replace('"kernforge-no-such-library", "call": "preferred_norm"', '"pytest", "call": "preferred_norm"', 1)
+    task = task_with_library(tmp_path, extra=extra)
+    shape = task.cpu_public_shapes[-1]
+    found = library.disagreements(task, _model(task, shape), _norm_inputs(task))
+    assert found == {"pytest": "AssertionError: never called: not installed", "torch": None}
+    (tmp_path / "other").mkdir()
+    one_installed = task_with_library(tmp_path / "other", extra=TWO_LIBRARIES)
+    assert library.disagreements(one_installed, _model(task, shape), _norm_inputs(task)) == {"torch": None}, \
+        "one not installed is not checked"
+
+
+def test_a_library_that_disagrees_is_passed_over_and_never_timed(tmp_path):
+    task = task_with_library(tmp_path, extra=TWO_LIBRARIES)
+    calls: list = []
+    entry = library.measure(task, _timer(calls), {"torch": "its output 0 differs from the reference: 300 of 512 elements"})
+    assert calls == [], "a library computing another op is not timed"
+    assert entry["library"] == "torch" and entry["version"]
+    assert entry["error"] == ("torch " + importlib.metadata.version("torch")
+                              + ": its output 0 differs from the reference: 300 of 512 elements")
+    assert "differs from the reference" in library.library_baseline(entry)["library_note"]
+
+
+def test_a_library_that_fails_lets_the_next_one_be_timed(tmp_path):
+    extra = TWO_LIBRARIES.replace('"kernforge-no-such-library", "call": "preferred_norm"', '"torch", "call": "preferred_norm"', 1)
+    extra = extra.replace('{"package": "PACKAGE", "call": "fast_norm"}', '{"package": "pytest", "call": "fast_norm"}')
+    task = task_with_library(tmp_path, extra=extra)
+    TIMED_TASK[:] = [task]
+    tried: list = []
+
+    def time_fn(fn):
+        tried.append(fn.__name__)
+        return _timer([])(fn)
+
+    entry = library.measure(task, time_fn, {"torch": None, "pytest": None})
+    assert tried == ["preferred_norm", "fast_norm"] and entry["library"] == "pytest"
+    assert entry["passed_over"] == [f"torch {importlib.metadata.version('torch')}: AssertionError: never called: not installed"]
+
+
+def test_a_library_writing_the_inputs_in_place_or_returning_them_agrees_with_an_in_place_reference():
+    """fused_add_rms_norm's reference writes x and the residual and returns None: a library may do
+    the same (FlashInfer's), or hand back the two tensors (Liger's); one that leaves x unwritten
+    has not done the op."""
+    task = load_task("fused_add_rms_norm")
+    shape = task.cpu_public_shapes[-1]
+    model = _model(task, shape)
+    inputs = runtime.make_inputs(task, shape, "normal", 5, "cpu")
+
+    def results(x, residual, w):
+        total = (x.float() + residual.float()).to(residual.dtype)
+        z = total.float()
+        return (z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype), total
+
+    def in_place(x, residual, w):
+        y, total = results(x, residual, w)
+        x.copy_(y)
+        residual.copy_(total)
+
+    assert library.agreement(task, in_place, model, inputs) is None
+    assert library.agreement(task, results, model, inputs) is None
+
+    def residual_only(x, residual, w):
+        residual.copy_(results(x, residual, w)[1])
+
+    assert library.agreement(task, residual_only, model, inputs).startswith("its output 0 differs from the reference")
+
+
+def test_a_verdict_says_which_library_was_timed_and_why_installed_ones_before_it_were_not(tmp_path):
+    extra = TWO_LIBRARIES.replace('"kernforge-no-such-library", "call": "preferred_norm"', '"pytest", "call": "preferred_norm"', 1)
+    task = task_with_library(tmp_path, extra=extra)
+    TIMED_TASK[:] = [task]
+    pytest_label = f"pytest {importlib.metadata.version('pytest')}"
+    timed = library.library_baseline(library.measure(task, _timer([]), {"pytest": "its output 0 differs", "torch": None}))
+    assert library.library_flags(timed) == [f"library baseline torch {importlib.metadata.version('torch')}; "
+                                            f"passed over: {pytest_label}: its output 0 differs"]
+    none = library.library_baseline(library.measure(task, _timer([]), {"pytest": "its output 0 differs", "torch": "so does 1"}))
+    assert library.library_flags(none) == [f"library baseline unavailable: {pytest_label}: its output 0 differs; "
+                                           f"torch {importlib.metadata.version('torch')}: so does 1"]
+    (tmp_path / "one").mkdir()
+    assert library.library_flags(library.library_baseline(library.measure(task_with_library(tmp_path / "one"), _timer([])))) == []
+
+
 #: the built-in tasks Liger-Kernel covers -> the wrapper in their meta.py (fused_moe's meta.py says
 #: why Liger's fused MoE is not timed; no Liger op computes the others)
 LIGER = {"rms_norm": "liger_rms_norm", "fused_add_rms_norm": "liger_fused_add_rms_norm",
@@ -156,8 +313,7 @@ LIGER = {"rms_norm": "liger_rms_norm", "fused_add_rms_norm": "liger_fused_add_rm
 
 @pytest.mark.parametrize("name, call", LIGER.items())
 def test_the_builtin_tasks_liger_covers_name_it(name, call):
-    spec = load_task(name).library
-    assert spec is not None and (spec.package, spec.call) == ("liger-kernel", call)
+    assert ("liger-kernel", call) in [(spec.package, spec.call) for spec in load_task(name).libraries]
 
 
 def test_liger_names_resolve_where_it_is_installed():

@@ -52,7 +52,7 @@ from .gate import DeviceGate
 from .judge_errors import GpuBusy, GpuMemoryHeld, JudgeError, ReferenceFailed, TaskTooLarge, out_of_memory
 from .kernels import own_kernel_names, own_op_names
 from .laps import Laps
-from .library import library_baseline
+from .library import library_baseline, library_flags
 from .screen import screen
 from .verdict import SAW_HIDDEN, Accepted, Rejected, ShapeResult, Status, Verdict
 
@@ -1198,8 +1198,7 @@ class Judge:
             lib = base.get("library_us")
             result.update(library_us=lib, library=base.get("library") if lib else None,
                           speedup_library=lib / median if lib and median else None)
-            if base.get("library_note"):
-                flags.append(f"library baseline unavailable: {base['library_note'][:120]}")
+            flags += library_flags(base)
         return ShapeResult(**result), flags
 
     def _one_batch(self, session: Session, task: Task, key: str, ready: M.BatchReady, calls: int, expected: list[M.OutputMeta],

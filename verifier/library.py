@@ -1,26 +1,32 @@
-"""The third baseline: a production kernel library's op (Liger-Kernel's RMSNorm, SiLU-and-mul...),
-timed beside eager and torch.compile where a task names one (meta.py ``LIBRARY_BASELINE``) and
-the library is installed. Trusted code, run by the reference worker: the library's function
-lives in the task's meta.py, which no candidate's process ever sees.
+"""The third baseline: a production kernel library's op (FlashInfer's or Liger-Kernel's RMSNorm,
+SiLU-and-mul...), timed beside eager and torch.compile where a task names one (meta.py
+``LIBRARY_BASELINE``, one entry or a list in the order preferred) and the library is installed.
+Trusted code, run by the reference worker: the library's function lives in the task's meta.py,
+which no candidate's process ever sees.
 
-``resolve`` says what can be timed: the function and the library's name and version, or why
-nothing is (the task names no library; the library is not installed here). A library whose
-import or call fails at a shape is reported with its error, never a failed verdict.
+A library's figure is a claim about the same op: before it is timed, its output on one call's
+inputs must agree with the reference's within the tolerance a candidate is held to
+(``agreement``). A library that computes something else (another casting mode, the weight
+applied after the cast back, an op not done in place where the task's is and left undone) would
+otherwise be a baseline for a different op; it is passed over with the reason said, and the next
+library in the task's list is tried. So is one that is not installed or whose call fails: the
+entry names the library that was timed and why the ones before it were not. A failure of them
+all is reported, never a failed verdict.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kernforge.tasks import runtime
-from kernforge.tasks.spec import Task
+from kernforge.tasks.spec import LibraryBaseline, Task
 
 
 @dataclass(frozen=True)
 class Library:
-    """What a task's library baseline resolved to in this process."""
+    """What one of a task's library baselines resolved to in this process."""
 
     #: the pip distribution ("liger-kernel"); None when the task names no library
     package: str | None
@@ -29,6 +35,10 @@ class Library:
     #: why there is nothing to time (not covered, not installed)
     missing: str | None = None
 
+    @property
+    def label(self) -> str:
+        return f"{self.package} {self.version}" if self.version else str(self.package)
+
     def report(self, **measured: Any) -> dict[str, Any]:
         """The baseline message's ``library`` entry (what the judge reads)."""
         if self.missing is not None:
@@ -36,54 +46,139 @@ class Library:
         return {"library": self.package, "version": self.version, **measured}
 
 
-def resolve(task: Task) -> Library:
-    spec = task.library
-    if spec is None:
-        return Library(None, missing="no library baseline covers this task")
+def _one(task: Task, spec: LibraryBaseline) -> Library:
     try:
         version = importlib.metadata.version(spec.package)
     except importlib.metadata.PackageNotFoundError:
         return Library(spec.package, missing=f"{spec.package} is not installed")
-    meta = runtime.meta_module(task)
-    return Library(spec.package, version, getattr(meta, spec.call))
+    return Library(spec.package, version, getattr(runtime.meta_module(task), spec.call))
 
 
-def measure(task: Task, time_fn: Callable[[Callable[..., Any]], dict[str, Any]]) -> dict[str, Any] | None:
-    """The ``library`` entry of a baseline: ``time_fn(fn)`` (timed like eager and compile) with
-    the library's name and version, why it is missing, or its error; None when the task names
-    no library (nothing to say)."""
-    lib = resolve(task)
-    if lib.package is None:
-        return None
-    if lib.fn is None:
-        return lib.report()
+def resolve_all(task: Task) -> list[Library]:
+    """Every library the task names, in its order, installed or not."""
+    return [_one(task, spec) for spec in task.libraries]
+
+
+def resolve(task: Task) -> Library:
+    """The first installed library the task names, else why none is (not covered, not installed)."""
+    libs = resolve_all(task)
+    if not libs:
+        return Library(None, missing="no library baseline covers this task")
+    installed = next((lib for lib in libs if lib.fn is not None), None)
+    if installed is not None:
+        return installed
+    return Library(", ".join(str(lib.package) for lib in libs), missing="; ".join(str(lib.missing) for lib in libs))
+
+
+def outputs_of(result: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[Any]:
+    """A library call's outputs in the reference's order: what it returns where it returns
+    something (a library may hand back the tensors a task's op writes in place, as Liger's fused
+    add-RMSNorm does), else the inputs it wrote, as the reference's are collected."""
+    if result is None:
+        return runtime.collect_outputs(None, inputs, mutated)
+    return runtime.collect_outputs(result, inputs, ())
+
+
+def agreement(task: Task, fn: Callable[..., Any], model: Any, inputs: Sequence[Any]) -> str | None:
+    """None when ``fn``'s outputs on (copies of) ``inputs`` agree with the reference's within the
+    task's tolerances, judged as a candidate's are (compare.compare against the wider reference,
+    the task-dtype one beside it); else why not, in words. ``inputs`` are left as they were."""
+    import torch
+
+    from . import compare, reference
+
     try:
-        return lib.report(**time_fn(lib.fn))
-    except Exception as err:  # the library's own failure (no kernel for this GPU, a shape it refuses): said, not fatal
-        return lib.report(error=f"{type(err).__name__}: {str(err)[:300]}")
+        with torch.no_grad():
+            high, low = reference.run_reference(model, inputs, task.mutated_inputs)
+            copies = reference.clone_inputs(inputs)
+            got = outputs_of(fn(*copies), copies, task.mutated_inputs)
+    except Exception as err:  # the library's own failure at this shape: said, the next one tried
+        return f"{type(err).__name__}: {str(err)[:300]}"
+    if len(got) != len(high):
+        return f"it gives {len(got)} outputs where the reference gives {len(high)}"
+    for j, (g, h, lo) in enumerate(zip(got, high, low)):
+        if not isinstance(g, torch.Tensor) or g.shape != h.shape or g.dtype != lo.dtype:
+            what = f"{tuple(g.shape)} {str(g.dtype).removeprefix('torch.')}" if isinstance(g, torch.Tensor) else type(g).__name__
+            return f"its output {j} is {what}, the reference's {tuple(lo.shape)} {str(lo.dtype).removeprefix('torch.')}"
+        found = compare.compare(g, h, task.tolerance(str(lo.dtype).removeprefix("torch.")), low=lo)
+        if not found.ok:
+            return f"its output {j} differs from the reference: {found.describe()}"
+    return None
+
+
+def disagreements(task: Task, model: Any, inputs: Sequence[Any]) -> dict[str, str | None]:
+    """``agreement`` of each installed library the task names, by package (``measure``'s
+    ``disagrees``), on one call's ``inputs`` (left as they were)."""
+    return {str(lib.package): agreement(task, lib.fn, model, inputs) for lib in resolve_all(task) if lib.fn is not None}
+
+
+def measure(task: Task, time_fn: Callable[[Callable[..., Any]], dict[str, Any]],
+            disagrees: Mapping[str, str | None] | None = None) -> dict[str, Any] | None:
+    """The ``library`` entry of a baseline: the first of the task's libraries that is installed,
+    agrees with the reference (``disagrees``: each installed package's ``agreement``, where it
+    was checked) and times, timed by ``time_fn(fn)`` like eager and compile, with its name and
+    version, and why each installed library before it was passed over (``passed_over``: one not
+    installed is no news); where none could be timed, why not, one reason per library. None when
+    the task names no library (nothing to say)."""
+    libs = resolve_all(task)
+    if not libs:
+        return None
+    passed: list[str] = []
+    for lib in libs:
+        if lib.fn is None:
+            continue
+        why = (disagrees or {}).get(str(lib.package))
+        if why:
+            passed.append(f"{lib.label}: {why}")
+            continue
+        try:
+            figures = time_fn(lib.fn)
+        except Exception as err:  # the library's own failure (no kernel for this GPU, a shape it refuses)
+            passed.append(f"{lib.label}: {type(err).__name__}: {str(err)[:300]}")
+            continue
+        return lib.report(**figures, **({"passed_over": passed} if passed else {}))
+    installed = [lib for lib in libs if lib.fn is not None]
+    if not installed:
+        return {"library": ", ".join(str(lib.package) for lib in libs), "missing": "; ".join(str(lib.missing) for lib in libs)}
+    only = installed[0] if len(installed) == 1 else None
+    return {"library": only.package if only else ", ".join(str(lib.package) for lib in installed),
+            **({"version": only.version} if only else {}), "error": "; ".join(passed)}
 
 
 def warm(task: Task, args: Sequence[Any]) -> None:
-    """Call the task's library function once on ``args`` (one call's inputs), where it names one
-    and it is installed: its Triton kernels compile and autotune now, outside the baseline's
-    timing, which holds the GPU alone (Liger-Kernel's first call compiled for seconds there).
-    A failure is the baseline's to report, not this."""
-    lib = resolve(task)
-    if lib.fn is None:
-        return
-    try:
-        lib.fn(*args)
-    except Exception:  # noqa: BLE001 - measure() calls it again and reports why
-        pass
+    """Call each of the task's installed library functions once on ``args`` (one call's inputs):
+    their Triton kernels compile and autotune now, outside the baseline's timing, which holds the
+    GPU alone (Liger-Kernel's first call compiled for seconds there). A failure is the baseline's
+    to report, not this."""
+    for lib in resolve_all(task):
+        if lib.fn is None:
+            continue
+        try:
+            lib.fn(*args)
+        except Exception:  # noqa: BLE001 - measure() calls it again and reports why
+            pass
 
 
 def library_baseline(entry: Any) -> dict[str, Any]:
     """The judge's reading of a baseline message's ``library`` entry: ``library`` (name and
-    version) and ``library_us`` where it was timed, else ``library_note`` (why not); nothing
-    when the task names no library."""
+    version) and ``library_us`` where it was timed, with ``library_passed_over`` where libraries
+    the task prefers were not (why, each), else ``library_note`` (why not); nothing when the task
+    names no library."""
     if not isinstance(entry, dict):
         return {}
     label = f"{entry.get('library')} {entry['version']}" if entry.get("version") else str(entry.get("library"))
     if isinstance(entry.get("median_us"), (int, float)) and entry["median_us"] > 0:
-        return {"library": label, "library_us": float(entry["median_us"]), "library_spread_pct": entry.get("spread_pct")}
+        passed = entry.get("passed_over")
+        return {"library": label, "library_us": float(entry["median_us"]), "library_spread_pct": entry.get("spread_pct"),
+                **({"library_passed_over": "; ".join(map(str, passed))} if isinstance(passed, list) and passed else {})}
     return {"library": label, "library_note": str(entry.get("missing") or entry.get("error") or "not timed")}
+
+
+def library_flags(base: Mapping[str, Any]) -> list[str]:
+    """What a verdict's shape says of its library baseline (``library_baseline``'s reading): why
+    none was timed, or which one was and why those the task prefers were passed over."""
+    if base.get("library_note"):
+        return [f"library baseline unavailable: {str(base['library_note'])[:120]}"]
+    if base.get("library_us") and base.get("library_passed_over"):
+        return [f"library baseline {base.get('library')}; passed over: {str(base['library_passed_over'])[:160]}"]
+    return []

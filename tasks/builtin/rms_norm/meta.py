@@ -57,11 +57,28 @@ def roofline(shape, dtype):
     return nbytes, flops
 
 
-# The production library to beat (verifier/library.py), timed beside eager and torch.compile where
-# installed: Liger-Kernel's RMSNorm in its "gemma" casting mode, which computes in float32 from x
-# and the weight and casts the result back, as the reference does (its default "llama" mode
-# applies the weight after the cast back to the input's dtype).
-LIBRARY_BASELINE = {"package": "liger-kernel", "call": "liger_rms_norm"}
+# The production libraries to beat (verifier/library.py), timed beside eager and torch.compile:
+# the first installed whose output agrees with the reference. vLLM's own CUDA kernel and
+# FlashInfer's (what serving engineers compare with), then Liger-Kernel's RMSNorm in its "gemma"
+# casting mode, which computes in float32 from x and the weight and casts the result back, as the
+# reference does (its default "llama" mode applies the weight after the cast back to the input's dtype).
+LIBRARY_BASELINE = [{"package": "vllm", "call": "vllm_rms_norm"},
+                    {"package": "flashinfer-python", "call": "flashinfer_rms_norm"},
+                    {"package": "liger-kernel", "call": "liger_rms_norm"}]
+
+
+def vllm_rms_norm(x, weight):
+    from vllm import _custom_ops as ops
+
+    out = torch.empty_like(x)
+    ops.rms_norm(out, x, weight, 1e-6)  # eps as the reference's EPS
+    return out
+
+
+def flashinfer_rms_norm(x, weight):
+    from flashinfer.norm import rmsnorm
+
+    return rmsnorm(x, weight, eps=1e-6)
 
 
 def liger_rms_norm(x, weight):

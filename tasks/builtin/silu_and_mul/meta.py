@@ -61,11 +61,29 @@ def roofline(shape, dtype):
     return nbytes, flops
 
 
-# The production library to beat (verifier/library.py), timed beside eager and torch.compile where
-# installed: Liger-Kernel's SiLU-and-mul on one [T, 2I] tensor, gate first (its
-# LigerFusedGateUpSiLUMulFunction: no contiguous copies of the two halves, which its two-tensor
-# LigerSiLUMulFunction would need here).
-LIBRARY_BASELINE = {"package": "liger-kernel", "call": "liger_silu_and_mul"}
+# The production libraries to beat (verifier/library.py), timed beside eager and torch.compile: the
+# first installed whose output agrees with the reference. vLLM's own CUDA kernel and FlashInfer's
+# (both gate first, as the reference), then Liger-Kernel's SiLU-and-mul on one [T, 2I] tensor,
+# gate first (its LigerFusedGateUpSiLUMulFunction: no contiguous copies of the two halves, which
+# its two-tensor LigerSiLUMulFunction would need here).
+LIBRARY_BASELINE = [{"package": "vllm", "call": "vllm_silu_and_mul"},
+                    {"package": "flashinfer-python", "call": "flashinfer_silu_and_mul"},
+                    {"package": "liger-kernel", "call": "liger_silu_and_mul"}]
+
+
+def vllm_silu_and_mul(x):
+    import importlib
+
+    importlib.import_module("vllm._custom_ops")  # loads vLLM's compiled ops into torch.ops._C
+    out = torch.empty(x.shape[:-1] + (x.shape[-1] // 2,), dtype=x.dtype, device=x.device)
+    torch.ops._C.silu_and_mul(out, x)
+    return out
+
+
+def flashinfer_silu_and_mul(x):
+    from flashinfer.activation import silu_and_mul
+
+    return silu_and_mul(x)
 
 
 def liger_silu_and_mul(x):
