@@ -186,8 +186,9 @@ def tasks_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show exactly what the model is shown about a task (never the hidden shapes), how many
-    hidden shapes are fixed and how each verdict draws more, then the baselines measured in the
-    archive, flagged where one is far slower than the roofline."""
+    hidden shapes are fixed and how each verdict draws more, which production kernel libraries are
+    tried as its library baseline (and which are installed here), then the baselines measured in
+    the archive, flagged where one is far slower than the roofline."""
     from kernforge.archive import report as archive_report
     from kernforge.archive.records import TaskRecord
     from kernforge.archive.score import slow_baselines
@@ -207,10 +208,11 @@ def tasks_show(
         spec["roofline"] = report.roofline_rows(loaded, device)
         spec["baselines"] = [b.to_dict() | {"slow": [s.line() for s in slow_baselines(b.shapes)]} for b in found]
         spec["hidden"] = report.hidden_summary(loaded, device)
+        spec["libraries"] = report.library_lines(loaded)
         show_json(spec)
     else:
-        show_line(report.show_text(loaded, device).rstrip("\n") + "\n\n" + report.hidden_text(loaded, device) + "\n\n"
-                  + archive_report.baselines_text(found))
+        show_line(report.show_text(loaded, device).rstrip("\n") + "\n\n" + report.hidden_text(loaded, device) + "\n"
+                  + report.library_text(loaded) + "\n\n" + archive_report.baselines_text(found))
 
 
 # ---- archive ----------------------------------------------------------------------------------

@@ -305,6 +305,21 @@ def test_a_verdict_says_which_library_was_timed_and_why_installed_ones_before_it
     assert library.library_flags(library.library_baseline(library.measure(task_with_library(tmp_path / "one"), _timer([])))) == []
 
 
+def test_tasks_show_names_the_libraries_in_the_order_tried_and_which_are_installed(tmp_path):
+    task = task_with_library(tmp_path, extra=TWO_LIBRARIES)
+    result = cli.invoke(app, ["tasks", "show", str(task.reference_path.parent), "--db", str(tmp_path / "none.db")])
+    assert result.exit_code == 0, result.output
+    assert ("Library baselines, in the order tried (the first installed one whose output agrees with the reference is "
+            f"timed): kernforge-no-such-library (not installed), torch {importlib.metadata.version('torch')}.") \
+        in " ".join(result.output.split())
+    assert "Library baseline" not in result.output.split("## Roofline")[0], "the model's part never names them"
+    shown = cli.invoke(app, ["tasks", "show", str(task.reference_path.parent), "--json", "--db", str(tmp_path / "none.db")])
+    assert json.loads(shown.output)["libraries"][0] == {"package": "kernforge-no-such-library", "call": "preferred_norm",
+                                                        "installed": None}
+    plain = cli.invoke(app, ["tasks", "show", str(TASKS / "tiny_norm"), "--db", str(tmp_path / "none.db")])
+    assert "Library baseline: none covers this task." in plain.output
+
+
 #: the built-in tasks Liger-Kernel covers -> the wrapper in their meta.py (fused_moe's meta.py says
 #: why Liger's fused MoE is not timed; no Liger op computes the others)
 LIGER = {"rms_norm": "liger_rms_norm", "fused_add_rms_norm": "liger_fused_add_rms_norm",
