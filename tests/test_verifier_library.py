@@ -290,6 +290,18 @@ def test_a_library_writing_the_inputs_in_place_or_returning_them_agrees_with_an_
     assert library.agreement(task, residual_only, model, inputs).startswith("its output 0 differs from the reference")
 
 
+def test_a_librarys_outputs_are_collected_as_a_candidates_unless_it_hands_back_the_written_ones():
+    a, b, y = torch.zeros(2), torch.ones(2), torch.full((2,), 3.0)
+    # returns one output and writes input 1 in place, as a reference returning y and writing b would
+    assert [t is u for t, u in zip(library.outputs_of(y, [a, b], (1,), 2), [y, b])] == [True, True]
+    # hands back new tensors for the two inputs the task writes (Liger's fused add-RMSNorm)
+    assert library.outputs_of((y, a), [a, b], (0, 1), 2)[0] is y
+    # writes them and returns nothing (FlashInfer's, vLLM's)
+    assert library.outputs_of(None, [a, b], (0, 1), 2) == [a, b]
+    # neither way gives what the reference gives: the count is what agreement then reports
+    assert len(library.outputs_of((y, y, y), [a, b], (0, 1), 2)) == 5
+
+
 def test_a_verdict_says_which_library_was_timed_and_why_installed_ones_before_it_were_not(tmp_path):
     extra = TWO_LIBRARIES.replace('"kernforge-no-such-library", "call": "preferred_norm"', '"pytest", "call": "preferred_norm"', 1)
     task = task_with_library(tmp_path, extra=extra)

@@ -70,13 +70,17 @@ def resolve(task: Task) -> Library:
     return Library(", ".join(str(lib.package) for lib in libs), missing="; ".join(str(lib.missing) for lib in libs))
 
 
-def outputs_of(result: Any, inputs: Sequence[Any], mutated: Sequence[int]) -> list[Any]:
-    """A library call's outputs in the reference's order: what it returns where it returns
-    something (a library may hand back the tensors a task's op writes in place, as Liger's fused
-    add-RMSNorm does), else the inputs it wrote, as the reference's are collected."""
-    if result is None:
-        return runtime.collect_outputs(None, inputs, mutated)
-    return runtime.collect_outputs(result, inputs, ())
+def outputs_of(result: Any, inputs: Sequence[Any], mutated: Sequence[int], want: int) -> list[Any]:
+    """A library call's outputs in the reference's order (``want`` of them): collected as a
+    candidate's are (what it returns, then the inputs the task writes in place), or, where that
+    is not ``want`` outputs, what it returns alone: a library may hand back new tensors in place
+    of the ones a task's op writes, as Liger's fused add-RMSNorm does (x's, then the residual's)."""
+    collected = runtime.collect_outputs(result, inputs, mutated)
+    if len(collected) != want and result is not None and mutated:
+        returned = runtime.collect_outputs(result, inputs, ())
+        if len(returned) == want:
+            return returned
+    return collected
 
 
 def agreement(task: Task, fn: Callable[..., Any], model: Any, inputs: Sequence[Any]) -> str | None:
@@ -91,7 +95,7 @@ def agreement(task: Task, fn: Callable[..., Any], model: Any, inputs: Sequence[A
         with torch.no_grad():
             high, low = reference.run_reference(model, inputs, task.mutated_inputs)
             copies = reference.clone_inputs(inputs)
-            got = outputs_of(fn(*copies), copies, task.mutated_inputs)
+            got = outputs_of(fn(*copies), copies, task.mutated_inputs, len(high))
     except Exception as err:  # the library's own failure at this shape: said, the next one tried
         return f"{type(err).__name__}: {str(err)[:300]}"
     if len(got) != len(high):
