@@ -221,6 +221,21 @@ def test_a_verdicts_end_forgets_the_deferred_reads(worker):
     assert len(W._late_reads(W._STATE["device"])) == 0
 
 
+def test_a_verdict_loads_its_task_once_and_the_next_verdict_afresh(worker, monkeypatch):
+    """Every checked call's prepare and compare ask for the task: loaded once per verdict (it took
+    2-6 ms a time on the path of every checked call), read again after ``_forget``."""
+    _, call, compare = worker
+    W._forget(W._STATE["device"], {})
+    loads, real = [], W.load_task
+    monkeypatch.setattr(W, "load_task", lambda ref: loads.append(ref) or real(ref))
+    for key, seed in (("a", 1), ("b", 2), ("c", 3)):
+        compare(key, call(key, seed))
+    assert loads == [TASK]
+    W._forget(W._STATE["device"], {})
+    compare("d", call("d", 4))
+    assert loads == [TASK, TASK]
+
+
 # ---- the judge blames the call it belongs to ---------------------------------------------------
 def _calls() -> dict[str, J._Call]:
     shape = Shape.of(SHAPE)

@@ -35,6 +35,8 @@ from . import host_load, late_reads
 from .laps import Laps
 
 _MODELS: dict[tuple, Any] = {}
+#: tasks loaded during this verdict, by reference (``_task``)
+_TASKS: dict[str, Any] = {}
 _STATE: dict[str, Any] = {}
 _WARM: list[bool] = []
 
@@ -227,10 +229,20 @@ class _Batch:
     ref_stacked: Any = None
 
 
+def _task(task_ref: str) -> Any:
+    """The task, loaded once per verdict (``_forget`` lets it go): a verdict's every checked call
+    asks for it twice, and loading it (reading, parsing and compiling its files) took 2-6 ms
+    each time, on the path of every checked call."""
+    task = _TASKS.get(task_ref)
+    if task is None:
+        task = _TASKS[task_ref] = load_task(task_ref)
+    return task
+
+
 def _model(task_ref: str, shape: Shape, init_seed: int, device: str) -> Any:
     key = (task_ref, shape.params, init_seed)
     if key not in _MODELS:
-        task = load_task(task_ref)
+        task = _task(task_ref)
         module = runtime.reference_module(task)
         _MODELS[key] = runtime.build_model(module.Model, runtime.make_init_inputs(task, shape), init_seed, device)
     return _MODELS[key]
@@ -248,7 +260,7 @@ def _sizes(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     """Bytes of one call's inputs and outputs, and the outputs' dtypes and shapes, per shape."""
     import torch
 
-    task = load_task(msg["task_ref"])
+    task = _task(msg["task_ref"])
     out = []
     kept = set(_MODELS)
     for shape_d in msg["shapes"]:
@@ -353,6 +365,7 @@ def _forget(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     if go is not None:
         go.close()
     _MODELS.clear()  # every verdict draws its own weights (init_seed): a kept model is never used again
+    _TASKS.clear()  # read afresh by the next verdict (a task's files may have changed between verdicts)
     _STATE.pop("compiled", None)  # a compile ahead whose baseline never came (the candidate failed first)
     if not device.startswith("cuda"):
         return {"restart": False}
@@ -426,7 +439,7 @@ def _prepare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     from . import reference, timing
 
     arena = _arena_of()
-    task = load_task(msg["task_ref"])
+    task = _task(msg["task_ref"])
     shape = Shape.of(msg["shape"])
     started = time.perf_counter()
     repeat_of = msg.get("repeat_of")
@@ -474,7 +487,7 @@ def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     # Snapshot first: these bytes are what the call left; everything is judged on them.
     snapshot = [arena.view(r).clone() for r in refs]
     taken = time.perf_counter()
-    task = load_task(msg["task_ref"])
+    task = _task(msg["task_ref"])
     mutated = []
     for i, (x, a) in enumerate(zip(call.inputs, call.args)):
         if a.get("ref") and i not in task.mutated_inputs and not integrity.bits_equal(arena.view(TensorRef(**a["ref"])), x):
@@ -624,7 +637,7 @@ def _plan_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     from . import reference
 
     arena = _arena_of()
-    task = load_task(msg["task_ref"])
+    task = _task(msg["task_ref"])
     key = msg["key"]
     shape = Shape.of(msg["shape"])
     batch = _STATE["batches"].get(key)
@@ -1098,7 +1111,7 @@ def _verify_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
 
     batch: _Batch = _STATE["batches"][msg["key"]]
     arena = _arena_of()
-    task = load_task(batch.task_ref)
+    task = _task(batch.task_ref)
     started = time.perf_counter()
     laps = Laps()
     incomplete = []
@@ -1371,7 +1384,7 @@ def _baseline(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     symbolic-size kernels, which are slower than what a user gets for this shape."""
     from . import library, timing
 
-    task = load_task(msg["task_ref"])
+    task = _task(msg["task_ref"])
     shape = Shape.of(msg["shape"])
     model = _model(msg["task_ref"], shape, int(msg["init_seed"]), device)
     seeds = [int(s) for s in msg["seeds"]]
@@ -1435,7 +1448,7 @@ def _compiled(msg: dict[str, Any], model: Any, device: str, held: Callable[[], C
 
     from . import library
 
-    task = load_task(msg["task_ref"])
+    task = load_task(msg["task_ref"])  # also in a compile-ahead process, which never forgets
     shape = Shape.of(msg["shape"])
     hold = held or contextlib.nullcontext
     t0 = time.perf_counter()
