@@ -18,6 +18,8 @@
 #              process at a time (--serial-checks); ROUTINE_REPEATS (3), ROUTINE_TASKS (rms_norm silu_and_mul): routine-<mode>.json
 #   routinecomp  routine with the timed windows verified by the compiled stacked reference (KERNFORGE_COMPILED_REFERENCE=1,
 #              verifier/reference_compiled.py), ROUTINE_REPEATS repeats (3) (log, routinecomp.json)
+#   gpulib     the library baselines' GPU test: each installed library's output agrees with the reference at every
+#              public shape in the GPU dtype (library.agreement, checked before a library is timed)
 #   gpucomp    the compiled stacked reference's GPU test: every built-in task, every call of a batch against eager
 #   compsteps  bench/refworker_steps.py at silu_and_mul's and rms_norm's largest shapes (a 2.5 ms window's calls), eager and
 #              with the compiled stacked reference (logs compsteps0, compsteps1)
@@ -136,6 +138,7 @@ for p in "$@"; do
                   --json "$OUT/routine-$mode.json"; done ;;
     routinecomp) KERNFORGE_COMPILED_REFERENCE=1 phase routinecomp 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" \
                    --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routinecomp.json" ;;
+    gpulib) phase gpulib 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 150 tests/test_verifier_library.py ;;
     gpucomp) phase gpucomp 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 120 tests/test_verifier_reference_compiled.py ;;
     compsteps) for c in 0 1; do  # a large window's draw and verification, eager and with the compiled stacked reference
                  KERNFORGE_COMPILED_REFERENCE=$c phase "compsteps$c" 150 bash -c 'python3 bench/refworker_steps.py --device cuda:0 \
