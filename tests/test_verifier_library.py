@@ -25,7 +25,7 @@ from kernforge.archive.store import Archive
 from kernforge.cli import app
 from kernforge.tasks import runtime
 from kernforge.tasks.errors import TaskError
-from kernforge.tasks.loader import load_task
+from kernforge.tasks.loader import builtin_names, load_task
 from kernforge.verifier import library
 from kernforge.verifier.compare import compare
 from kernforge.verifier.gate import DeviceGate
@@ -381,7 +381,7 @@ def test_the_liger_wrapper_equals_the_reference(name, shape, dtype, device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", [n for n in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "softmax", "rotary_embedding")])
+@pytest.mark.parametrize("name", [n for n in builtin_names() if load_task(n).libraries])
 def test_each_installed_library_agrees_with_the_reference_at_the_public_gpu_shapes(name):
     """What the reference worker checks before it times a library (library.agreement), at every
     public GPU shape in the GPU dtype: an installed library that disagrees would lose its figure.

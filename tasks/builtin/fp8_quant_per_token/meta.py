@@ -78,6 +78,18 @@ def roofline(shape, dtype):
     return nbytes, flops
 
 
+# The production library to beat (verifier/library.py), timed beside eager and torch.compile where
+# installed and where its output agrees with the reference: vLLM's dynamic per-token fp8
+# quantisation, whose minimum scaling factor the reference's scale floor is.
+LIBRARY_BASELINE = [{"package": "vllm", "call": "vllm_fp8_quant_per_token"}]
+
+
+def vllm_fp8_quant_per_token(x):
+    from vllm import _custom_ops as ops
+
+    return ops.scaled_fp8_quant(x, use_per_token_if_dynamic=True)
+
+
 # One hidden shape drawn for each verdict beside the fixed ones (kernforge/tasks/draws.py), within
 # the memory of the declared shapes: sizes tiny to large, odd and non-power-of-two among them.
 def draw_hidden_shape(rng, device):
