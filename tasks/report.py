@@ -142,7 +142,6 @@ def hidden_text(task: Task, device_kind: str = "cuda") -> str:
     return f"Hidden shapes (never shown to the model): {summary['fixed']} fixed; drawn: {summary['drawn']}."
 
 
-
 def library_lines(task: Task) -> list[dict[str, Any]]:
     """The task's library baselines in the order tried (verifier/library.py), each with the
     version installed here, or None. For the operator: the model is never shown them."""
