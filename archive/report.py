@@ -63,19 +63,23 @@ def best_table(entries: Sequence[BestEntry], awaiting: Sequence[AwaitingAudit] =
                      title=f"best per task and GPU ({len(entries)})",
                      caption="x compile (the score) and x eager: geometric-mean speedups; every best passed its audit")
     _caption(table, not entries, awaiting)
-    flags, libraries = [], set()
+    flags, libraries = [], {}
     for e in entries:
         slow = slow_baselines(e.shapes)
         x_library, library = library_summary(e.shapes)
-        libraries |= {library} if library else set()
+        if library:
+            libraries.setdefault(library, []).append(e.task)
         flags += [f"{e.task} on {e.gpu}: {s.line()}" for s in slow]
         audit = f"passed: {fmt_us(e.audit.audit.measured_us)} again" if e.audit else "-"
         table.add_row(e.task, e.gpu, _shape_lines(e.shapes), _flagged(fmt_x(e.speedup_eager), "eager", slow),
                       _flagged(fmt_x(e.score), "compile", slow), _flagged(fmt_x(x_library), "library", slow),
                       fmt_num(e.pct_roofline, ".1f"), str(e.attempt_id),
                       e.model or "-", audit)
-    if libraries:
-        flags.insert(0, f"x library: over {', '.join(sorted(libraries))}, where it covers the op and is installed")
+    if len(libraries) == 1:
+        flags.insert(0, f"x library: over {next(iter(libraries))}, where it covers the op and is installed")
+    elif libraries:  # a task's first installed library that agrees with its reference: say which, per task
+        over = "; ".join(f"{', '.join(sorted(set(tasks)))} over {name}" for name, tasks in sorted(libraries.items()))
+        flags.insert(0, f"x library: {over}")
     if flags:
         table.caption = "\n".join([table.caption or "", *flags]).strip()
     return table

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -410,6 +411,24 @@ def shapes(library_us: float | None):
                              compile_us=2 * time_us, floor_us=time_us / 2, library_us=library_us and library_us * time_us,
                              library="liger-kernel 0.8.5" if library_us else None)
                  for t, time_us in ((64, 2.0), (16384, 120.0)))
+
+
+def test_archive_best_says_which_library_each_task_was_timed_against_when_they_differ(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    db = tmp_path / "k.db"
+    with Archive.create(db) as archive:
+        run = archive.start_run({})
+        for seq, (name, lib) in enumerate((("rms_norm", "vllm 0.11.0"), ("softmax", "liger-kernel 0.8.5"))):
+            task_id = archive.register_task(TaskRecord.from_task(load_task(name)))
+            timed = tuple(replace(s, library=lib) for s in shapes(1.5))
+            verdict = Accepted(shapes=timed, environment=dict(synthetic.H200))
+            attempt = archive.record_attempt(NewAttempt(run_id=run, seq=seq, task_id=task_id, code="# k\n", verdict=verdict,
+                                                        environment=dict(synthetic.H200)))
+            archive.record_audit(attempt, synthetic.audit(verdict), run_id=run)
+        archive.finish_run(run)
+    result = cli.invoke(app, ["archive", "best", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert "x library: softmax over liger-kernel 0.8.5; rms_norm over vllm 0.11.0" in " ".join(result.output.split())
 
 
 def test_the_library_speedup_is_a_geometric_mean_where_measured():
