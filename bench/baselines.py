@@ -54,12 +54,13 @@ AGREE = (0.95, 1.05)
 STANDALONE_TIMEOUT_S = 240.0
 
 
-def rotation_sets(set_bytes: int, l2_bytes: int, factor: float = L2_FACTOR) -> int:
+def rotation_sets(set_bytes: int, l2_bytes: int, factor: float = L2_FACTOR, least: int = 1) -> int:
     """How many distinct input sets the standalone timing rotates over: the fewest whose bytes
-    together exceed ``factor`` times the L2 (one set that alone exceeds it is enough)."""
+    together exceed ``factor`` times the L2 (one set that alone exceeds it is enough), and at
+    least ``least`` (``--min-sets``: as many as the judge's batch gives calls, each its own)."""
     if set_bytes <= 0:
         raise ValueError(f"an input set of {set_bytes} bytes")
-    return int(factor * l2_bytes) // set_bytes + 1
+    return max(int(factor * l2_bytes) // set_bytes + 1, least)
 
 
 def agreement(judge_us: float | None, standalone_us: float | None) -> tuple[float | None, bool]:
@@ -75,7 +76,8 @@ def _first_line(err: BaseException) -> str:
     return ((str(err).strip().splitlines() or [""])[0] or type(err).__name__)[:120]
 
 
-def measure_standalone(name: str, shape: dict[str, int], gpu: int, compile_only: bool = False) -> dict[str, Any]:
+def measure_standalone(name: str, shape: dict[str, int], gpu: int, compile_only: bool = False,
+                       min_sets: int = 1) -> dict[str, Any]:
     """In this process: the static torch.compile of task ``name``'s reference at ``shape``, timed
     as the module docstring says. Its figures (microseconds per call); with ``compile_only``,
     the compile's seconds alone (the caches it leaves are what counts)."""
@@ -106,7 +108,7 @@ def measure_standalone(name: str, shape: dict[str, int], gpu: int, compile_only:
     set_bytes = reference.nbytes(first, False) + reference.nbytes(outputs, False)
     l2_bytes = int(torch.cuda.get_device_properties(device).L2_cache_size)
     sets = [first] + [runtime.make_inputs(task, at, dist, seed, str(device))
-                      for seed in range(1, rotation_sets(set_bytes, l2_bytes))]
+                      for seed in range(1, rotation_sets(set_bytes, l2_bytes, least=min_sets))]
     for args in sets:  # every set once before the capture: no guard fails inside it
         fn(*args)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -151,11 +153,11 @@ def measure_standalone(name: str, shape: dict[str, int], gpu: int, compile_only:
 
 
 def standalone(name: str, shape: dict[str, int], gpu: int, timeout_s: float = STANDALONE_TIMEOUT_S,
-               compile_only: bool = False) -> dict[str, Any]:
+               compile_only: bool = False, min_sets: int = 1) -> dict[str, Any]:
     """``measure_standalone`` in a fresh Python process (nothing compiled or cached in memory, no
     judge beside it): its figures, or ``{"error": why}``."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--standalone", name, json.dumps(shape), "--gpu", str(gpu)]
-    cmd += ["--compile-only"] if compile_only else []
+    cmd += (["--compile-only"] if compile_only else []) + ["--min-sets", str(min_sets)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -237,9 +239,15 @@ def main() -> None:
     parser.add_argument("--standalone", nargs=2, metavar=("TASK", "SHAPE_JSON"), default=None,
                         help="(what this script runs in a fresh process) time the standalone torch.compile and print it as JSON")
     parser.add_argument("--compile-only", action="store_true", help="(with --standalone) compile, time nothing")
+    parser.add_argument("--min-sets", type=int, default=1, metavar="N",
+                        help="the standalone rotates over at least N distinct input sets (say, the judge's calls per batch: "
+                             "every call its own inputs, as the judge's are; default 1, as many as the L2 rule needs)")
     args = parser.parse_args()
+    if args.min_sets < 1:
+        parser.error(f"--min-sets must be at least 1, got {args.min_sets}")
     if args.standalone:
-        print(json.dumps(measure_standalone(args.standalone[0], json.loads(args.standalone[1]), args.gpu, args.compile_only)))
+        print(json.dumps(measure_standalone(args.standalone[0], json.loads(args.standalone[1]), args.gpu, args.compile_only,
+                                            args.min_sets)))
         return
 
     import torch
@@ -268,7 +276,7 @@ def main() -> None:
         console.print(f"device {device}: {judge.environment().get('gpu')}")
         for name in names:
             row = judge_row(judge, name)
-            found = standalone(name, row["shape"], args.gpu)
+            found = standalone(name, row["shape"], args.gpu, min_sets=args.min_sets)
             row.update(found if "error" not in found else {"standalone_error": found["error"]})
             rows.append(row)
             console.print(f"{name}: {json.dumps(row, default=str)}")

@@ -32,7 +32,8 @@
 #              the GPU or by launching its kernels (ROUTINE_TASKS)
 #   seeds      bench/verify.py on every built-in task, one repeat (first verdict and a warm one each)
 #   baselines  bench/baselines.py: each task's judge baselines (eager, compile, library) and seed at its largest public shape beside a
-#              standalone static torch.compile in a fresh process (BASELINE_TASKS: a subset; log, baselines.json)
+#              standalone static torch.compile in a fresh process (BASELINE_TASKS: a subset; BASELINE_SETS: the standalone's least
+#              number of input sets, say the judge's calls per batch; log, baselines.json)
 #   rcache     bench/verify.py on reshape_and_cache and silu_and_mul, one repeat (the baselines' regions per dtype)
 #   compare    bench/compare_probe.py (timed batches' pass/fail: PyTorch's ops against the fused kernel)
 #   ncu        bench/ncu_check.py (the trusted time of record against the old per-call graph time and ncu)
@@ -156,7 +157,8 @@ for p in "$@"; do
               python3 bench/refworker_profile.py "$OUT/prof" --ops 25 > "$OUT/refprofile.log" 2>&1
               tar czf "$OUT/prof.tgz" -C "$OUT" prof && rm -rf "$OUT/prof" ;;
     seeds) phase seeds 320 python3 bench/verify.py --repeats 1 --json "$OUT/seeds.json" ;;
-    baselines) phase baselines 330 python3 bench/baselines.py ${BASELINE_TASKS:+--tasks $BASELINE_TASKS} --json "$OUT/baselines.json" ;;
+    baselines) phase baselines 330 python3 bench/baselines.py ${BASELINE_TASKS:+--tasks $BASELINE_TASKS} ${BASELINE_SETS:+--min-sets $BASELINE_SETS} \
+                 --json "$OUT/baselines.json" ;;
     rcache) phase rcache 100 python3 bench/verify.py --repeats 1 --tasks reshape_and_cache silu_and_mul --json "$OUT/rcache.json" ;;
     verify3) phase verify3 200 python3 bench/verify.py --repeats 3 --tasks rms_norm silu_and_mul softmax --json "$OUT/verify3.json" ;;
     compare) phase compare 120 python3 bench/compare_probe.py --calls 8 ;;

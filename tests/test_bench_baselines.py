@@ -45,6 +45,16 @@ def test_the_rotation_follows_its_factor_and_refuses_an_empty_set():
         baselines.rotation_sets(0, 100)
 
 
+def test_min_sets_gives_the_standalone_as_many_input_sets_as_the_judges_calls():
+    """reshape_and_cache's 128 MB caches exceed the L2 alone, so the L2 rule rotates one set; the
+    judge gives each call of a batch its own (--min-sets: the hypothesis for its 19% gap)."""
+    assert baselines.rotation_sets(256 * MiB, 60 * MiB) == 1
+    assert baselines.rotation_sets(256 * MiB, 60 * MiB, least=25) == 25
+    assert baselines.rotation_sets(10, 100, factor=1.0, least=5) == 11, "never fewer than the L2 rule asks"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--min-sets", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--min-sets must be at least 1, got 0" in done.stderr
+
+
 @pytest.mark.parametrize("judge_us, standalone_us, ratio, flagged", [
     (100.0, 100.0, 1.0, False),
     (95.0, 100.0, 0.95, False),
