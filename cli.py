@@ -195,6 +195,7 @@ def tasks_show(
     from kernforge.archive.store import Archive
     from kernforge.tasks import report
     from kernforge.tasks.loader import load_task
+    from kernforge.verifier import library
 
     if device not in ("cuda", "cpu"):
         raise UsageFailure(f"--device must be 'cuda' or 'cpu', not {device!r}")
@@ -208,11 +209,11 @@ def tasks_show(
         spec["roofline"] = report.roofline_rows(loaded, device)
         spec["baselines"] = [b.to_dict() | {"slow": [s.line() for s in slow_baselines(b.shapes)]} for b in found]
         spec["hidden"] = report.hidden_summary(loaded, device)
-        spec["libraries"] = report.library_lines(loaded)
+        spec["libraries"] = library.listing(loaded)
         show_json(spec)
     else:
         show_line(report.show_text(loaded, device).rstrip("\n") + "\n\n" + report.hidden_text(loaded, device) + "\n"
-                  + report.library_text(loaded) + "\n\n" + archive_report.baselines_text(found))
+                  + library.listing_text(loaded) + "\n\n" + archive_report.baselines_text(found))
 
 
 # ---- archive ----------------------------------------------------------------------------------

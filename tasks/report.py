@@ -141,26 +141,3 @@ def hidden_text(task: Task, device_kind: str = "cuda") -> str:
     summary = hidden_summary(task, device_kind)
     return f"Hidden shapes (never shown to the model): {summary['fixed']} fixed; drawn: {summary['drawn']}."
 
-
-def library_lines(task: Task) -> list[dict[str, Any]]:
-    """The task's library baselines in the order tried (verifier/library.py), each with the
-    version installed here, or None. For the operator: the model is never shown them."""
-    import importlib.metadata
-
-    rows = []
-    for lib in task.libraries:
-        try:
-            version: str | None = importlib.metadata.version(lib.package)
-        except importlib.metadata.PackageNotFoundError:
-            version = None
-        rows.append({"package": lib.package, "call": lib.call, "installed": version})
-    return rows
-
-
-def library_text(task: Task) -> str:
-    rows = library_lines(task)
-    if not rows:
-        return "Library baseline: none covers this task."
-    named = ", ".join(f"{r['package']} {r['installed']}" if r["installed"] else f"{r['package']} (not installed)" for r in rows)
-    return (f"Library baselines, in the order tried (the first installed one whose output agrees with the "
-            f"reference is timed): {named}.")

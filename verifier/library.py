@@ -59,15 +59,33 @@ def resolve_all(task: Task) -> list[Library]:
     return [_one(task, spec) for spec in task.libraries]
 
 
+def _none_installed(libs: Sequence[Library]) -> Library:
+    """What stands for a task's libraries when none of them is installed: each one's reason."""
+    return Library(", ".join(str(lib.package) for lib in libs), missing="; ".join(str(lib.missing) for lib in libs))
+
+
 def resolve(task: Task) -> Library:
     """The first installed library the task names, else why none is (not covered, not installed)."""
     libs = resolve_all(task)
     if not libs:
         return Library(None, missing="no library baseline covers this task")
-    installed = next((lib for lib in libs if lib.fn is not None), None)
-    if installed is not None:
-        return installed
-    return Library(", ".join(str(lib.package) for lib in libs), missing="; ".join(str(lib.missing) for lib in libs))
+    return next((lib for lib in libs if lib.fn is not None), None) or _none_installed(libs)
+
+
+def listing(task: Task) -> list[dict[str, Any]]:
+    """The task's libraries in the order tried, each with the version installed here or None
+    (``tasks show``: for the operator, never the model)."""
+    return [{"package": lib.package, "call": spec.call, "installed": lib.version}
+            for spec, lib in zip(task.libraries, resolve_all(task))]
+
+
+def listing_text(task: Task) -> str:
+    rows = listing(task)
+    if not rows:
+        return "Library baseline: none covers this task."
+    named = ", ".join(f"{r['package']} {r['installed']}" if r["installed"] else f"{r['package']} (not installed)" for r in rows)
+    return (f"Library baselines, in the order tried (the first installed one whose output agrees with the "
+            f"reference is timed): {named}.")
 
 
 def outputs_of(result: Any, inputs: Sequence[Any], mutated: Sequence[int], want: int) -> list[Any]:
@@ -151,7 +169,7 @@ def measure(task: Task, time_fn: Callable[[Callable[..., Any]], dict[str, Any]],
         return lib.report(**figures, **({"passed_over": passed} if passed else {}))
     installed = [lib for lib in libs if lib.fn is not None]
     if not installed:
-        return {"library": ", ".join(str(lib.package) for lib in libs), "missing": "; ".join(str(lib.missing) for lib in libs)}
+        return _none_installed(libs).report()
     only = installed[0] if len(installed) == 1 else None
     return {"library": only.package if only else ", ".join(str(lib.package) for lib in installed),
             **({"version": only.version} if only else {}), "error": "; ".join(passed)}
