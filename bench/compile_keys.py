@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import importlib.util
 import os
+import random
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,7 +27,7 @@ from typing import Any, Iterator
 import torch
 from triton.runtime.jit import JITFunction
 
-from kernforge.tasks import runtime
+from kernforge.tasks import draws, runtime
 from kernforge.tasks.loader import load_task
 from kernforge.tasks.spec import Shape, Task
 
@@ -99,14 +100,45 @@ def count(name: str) -> dict[str, Any]:
             "ahead_share": len(public) / max(len(public | hidden), 1)}
 
 
+def left_to_compile(name: str, decoys: list[int], verdicts: int, seed: int = 0) -> dict[int, float]:
+    """Per number of decoy shapes compiled ahead beside the public ones (drawn from the task's
+    space, tasks/draws.py, independently of the verdict's): the mean number of launch keys a
+    verdict's hidden shapes (the fixed ones and one drawn) still compile, over ``verdicts`` draws."""
+    task = load_task(name)
+    model_class = _seed_class(task)
+    rng = random.Random(seed)
+    memo: dict[tuple, set[tuple[str, ...]]] = {}
+
+    def keys(shape: Shape) -> set[tuple[str, ...]]:
+        if shape.params not in memo:
+            memo[shape.params] = keys_at(task, model_class, shape)
+        return memo[shape.params]
+
+    public = set().union(*(keys(s) for s in task.shapes("cuda", hidden=False)))
+    fixed = set().union(*(keys(s) for s in task.shapes("cuda", hidden=True)))
+    left: dict[int, list[int]] = {n: [] for n in decoys}
+    for _ in range(verdicts):
+        need = fixed | set().union(*(keys(s) for s in draws.draw(task, "cuda", 1, rng)))
+        for n in decoys:
+            ahead = public.union(*(keys(s) for s in draws.draw(task, "cuda", n, rng))) if n else public
+            left[n].append(len(need - ahead))
+    return {n: sum(v) / len(v) for n, v in left.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=sorted(p.name for p in BUILTIN.iterdir() if (p / "seed.py").exists()))
+    parser.add_argument("--decoys", type=int, nargs="*", default=[],
+                        help="also: numbers of decoy shapes drawn ahead, each row the hidden compiles a verdict has left")
+    parser.add_argument("--verdicts", type=int, default=20, help="verdicts simulated for --decoys")
     args = parser.parse_args()
-    print(f"{'task':24s} {'public':>7s} {'hidden':>7s} {'only hidden':>12s} {'compilable ahead':>17s}")
+    extra = "".join(f" {f'left, {n} decoys':>16s}" for n in args.decoys)
+    print(f"{'task':24s} {'public':>7s} {'hidden':>7s} {'only hidden':>12s} {'compilable ahead':>17s}{extra}")
     for name in args.tasks:
         row = count(name)
-        print(f"{row['task']:24s} {row['public']:7d} {row['hidden']:7d} {row['only_hidden']:12d} {row['ahead_share']:16.0%}")
+        left = left_to_compile(name, args.decoys, args.verdicts) if args.decoys else {}
+        print(f"{row['task']:24s} {row['public']:7d} {row['hidden']:7d} {row['only_hidden']:12d} {row['ahead_share']:16.0%}"
+              + "".join(f" {left[n]:16.1f}" for n in args.decoys))
 
 
 if __name__ == "__main__":

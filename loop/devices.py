@@ -201,7 +201,8 @@ class Devices:
         self.verified[device] += 1
         self._note("verdict", index, task, started, verdict, {"ahead.wait": waited} if ahead is not None else None)
         if ahead is not None:  # what came of it, for bench/loop.py
-            self.log[-1]["ahead"] = {"shapes": ahead.ahead.shapes, "files": len(compiled or {}), "outcome": ahead.outcome}
+            self.log[-1]["ahead"] = {"shapes": ahead.ahead.shapes, "decoys": ahead.ahead.decoys, "files": len(compiled or {}),
+                                     "outcome": ahead.outcome}
         return verdict, time.monotonic() - started
 
     async def audit(self, index: int, code: str, task: Task, verdict: Verdict) -> tuple[Audit, float]:

@@ -2,8 +2,9 @@
 (verifier/triton_ahead.py says what is compiled and why it cannot change a verdict).
 
 The runner starts one as a proposal is queued for a lane (``Devices.kernels_ahead``); the lane
-that takes the proposal waits for it at most ``WAIT_S`` as its verdict begins, and a compile
-ahead not done by then is ended: the verdict's worker compiles what it lacks, as it did before.
+that takes the proposal waits for its public shapes' files at most ``WAIT_S`` as its verdict
+begins, never for its decoys' (those done by then come too), and a compile ahead not done by
+then is ended: the verdict's worker compiles what it lacks, as it did before.
 """
 
 from __future__ import annotations
@@ -32,9 +33,16 @@ class KernelsAhead:
         return self._late or self.ahead.outcome
 
     async def files(self) -> dict[str, str]:
-        """The files compiled ahead; none where the compile ahead is not done within ``WAIT_S``
-        (it is ended) or failed."""
+        """The files compiled ahead: those of the public shapes, waited for at most ``WAIT_S``,
+        and the decoys' where they are done already (what is left of them is ended, never waited
+        for); none where the public shapes' are not done in time (it is ended) or failed."""
         try:
+            if not self._running.done():
+                staged = await asyncio.to_thread(self.ahead.staged.wait, WAIT_S)
+                if not self._running.done():
+                    if not staged:
+                        self._late = f"not done within {WAIT_S:.0f} s"
+                    self.cancel()  # run then gives the public shapes' files where they came
             return await asyncio.wait_for(asyncio.shield(self._running), WAIT_S)
         except asyncio.TimeoutError:
             self._late = f"not done within {WAIT_S:.0f} s"

@@ -320,6 +320,7 @@ def test_a_seed_given_its_kernels_compiled_ahead_is_accepted(runtime_judge, monk
     ahead = runtime_judge.kernels_ahead(task.seed_source, task)
     files = ahead.run()
     assert ahead.shapes == len(task.shapes("cuda", hidden=False))
+    assert ahead.decoys == triton_ahead.DECOYS, ahead.outcome  # and at the shapes drawn as decoys
     assert any(name.endswith(".cubin") for name in files), sorted(files)
     # where Triton builds a launcher per kernel (a C compile at its first launch: Triton 3.6), each
     # kernel's comes too, alone under its key, and never Triton's driver module (loaded already)

@@ -106,9 +106,9 @@ def test_the_worker_ahead_is_called_at_the_public_shapes_only_and_its_groups_rea
     monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 300.0)  # a busy CI core warms a worker slowly
     task = load_task("rms_norm")
     source = task.seed_source + WRITES_A_GROUP
-    ahead = triton_ahead.Ahead(cpu_runtime_judge.candidates, cpu_runtime_judge.gate, source, task, "cpu", spare=0)
+    ahead = triton_ahead.Ahead(cpu_runtime_judge.candidates, cpu_runtime_judge.gate, source, task, "cpu", spare=0, decoys=0)
     files = ahead.run()
-    public = {"k%dx%d" % (s.as_dict()["T"], s.as_dict()["H"]) for s in task.shapes("cuda", hidden=False)}
+    public = {_group(s) for s in task.shapes("cuda", hidden=False)}
     assert ahead.shapes == len(public)
     assert {name.split("/")[0] for name in files} == public  # never a hidden shape
     assert set(files) == {f"{k}/{leaf}" for k in public for leaf in ("kernel.cubin", "__grp__kernel.json")}
@@ -119,6 +119,107 @@ def test_the_worker_ahead_is_called_at_the_public_shapes_only_and_its_groups_rea
     refused = cpu_runtime_judge.verify(checking, task)  # without them it cannot load: the test can fail
     assert not isinstance(refused, Accepted)
     assert "AssertionError" in refused.reason or "FileNotFoundError" in refused.reason, refused.reason
+
+
+def _group(shape):
+    return "k%dx%d" % (shape.as_dict()["T"], shape.as_dict()["H"])
+
+
+def test_after_the_public_shapes_the_worker_ahead_compiles_at_decoys_drawn_anew_never_at_a_hidden_shape(cpu_runtime_judge,
+                                                                                                         monkeypatch):
+    """The decoys' files come in an answer of their own and join the public shapes'; the decoys
+    are drawn for each compile ahead (two differ), from the task's space, and none is one of the
+    shapes a verdict checks by name (the fixed hidden ones)."""
+    monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 300.0)
+    task = load_task("rms_norm")
+    public = {_group(s) for s in task.shapes("cuda", hidden=False)}
+    hidden = {_group(s) for s in task.shapes("cuda", hidden=True)}
+    groups = []
+    for _ in range(2):
+        ahead = triton_ahead.Ahead(cpu_runtime_judge.candidates, cpu_runtime_judge.gate, task.seed_source + WRITES_A_GROUP,
+                                   task, "cpu", spare=0, decoys=4)
+        files = ahead.run()
+        assert ahead.outcome == "compiled" and ahead.shapes == len(public) and ahead.decoys == 4, ahead.outcome
+        made = {name.split("/")[0] for name in files}
+        assert public < made and len(made - public) == 4 and not made & hidden
+        assert set(files) == {f"{k}/{leaf}" for k in made for leaf in ("kernel.cubin", "__grp__kernel.json")}
+        groups.append(made - public)
+    assert groups[0] != groups[1], "drawn anew for each compile ahead"
+
+
+#: the rms_norm seed whose forward on meta tensors, at any shape but the public ones, waits until it is killed
+STALLS_AT_DECOYS = WRITES_A_GROUP.replace("            return x\n", """            if tuple(x.shape) not in PUBLIC:
+                import time as _time
+                _time.sleep(600)
+            return x
+""")
+
+
+def test_a_verdict_that_begins_during_the_decoys_takes_the_public_shapes_files_and_ends_the_rest(monkeypatch):
+    """The loop's wait for a compile ahead (KernelsAhead.files) waits for the public shapes'
+    answer only: the decoys' compiles still running are ended then, and the public files kept."""
+    import asyncio
+
+    from kernforge.loop.evaluate import open_judge
+    from kernforge.loop.kernels_ahead import KernelsAhead
+
+    monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 300.0)
+    task = load_task("rms_norm")
+    public = sorted(tuple(s.as_dict()[k] for k in ("T", "H")) for s in task.shapes("cuda", hidden=False))
+    with open_judge("cpu", pool_size=1) as judge:
+        ahead = triton_ahead.Ahead(judge.candidates, judge.gate, task.seed_source + f"PUBLIC = {set(public)!r}\n" + STALLS_AT_DECOYS,
+                                   task, "cpu", spare=0, decoys=2)
+
+        async def verdict_begins():
+            kernels = KernelsAhead(ahead, asyncio.create_task(asyncio.to_thread(ahead.run)))
+            return await kernels.files(), kernels.outcome
+
+        files, outcome = asyncio.run(verdict_begins())
+    assert {name.split("/")[0] for name in files} == {"k%dx%d" % p for p in public}
+    assert outcome == "compiled; decoys cut short", outcome
+    assert ahead.decoys == 0
+
+
+def _staged():
+    """A compile ahead's ``staged`` event, set: its public shapes' files are in."""
+    import threading
+
+    event = threading.Event()
+    event.set()
+    return event
+
+
+class _Answers:
+    """A worker ahead's session that answers from a list (``_with_decoys``' side of it)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def recv(self, timeout):
+        return self.answers.pop(0)
+
+
+def test_a_decoys_answer_is_taken_only_whole_and_within_the_caps_beside_the_public_files(monkeypatch):
+    ahead = triton_ahead.Ahead(None, None, "", load_task("rms_norm"), "cuda:0")
+    ahead.outcome = "compiled"
+    public = {"a/kernel.cubin": _b64(b"1"), "a/__grp__kernel.json": _b64(b"{}")}
+    decoy = {"b/kernel.cubin": _b64(b"2"), "b/__grp__kernel.json": _b64(b"{}")}
+
+    def answer(files, **extra):
+        return {"op": "ahead", "ok": True, "stage": "decoys", "shapes": 2, "files": files, **extra}
+
+    assert ahead._with_decoys(_Answers(answer(decoy)), public, 5.0) == {**public, **decoy}
+    assert ahead.decoys == 2 and ahead.outcome == "compiled"
+    for bad, why in [(answer({"a/kernel.cubin": _b64(b"3")}), "a malformed answer from the decoys"),  # over a public file
+                     (answer({"b/cuda_utils.so": _b64(b"\x7fELF")}), "a malformed answer from the decoys"),
+                     ({**answer(decoy), "stage": "public"}, "no answer from the decoys"),
+                     ("nonsense", "no answer from the decoys")]:
+        ahead.outcome = "compiled"
+        assert ahead._with_decoys(_Answers(bad), public, 5.0) == public
+        assert ahead.outcome == f"compiled; {why}", ahead.outcome
+    monkeypatch.setattr(triton_ahead, "MAX_FILES", 3)  # the two answers together over the caps: the public files alone
+    ahead.outcome = "compiled"
+    assert ahead._with_decoys(_Answers(answer(decoy)), public, 5.0) == public
 
 
 def test_a_candidate_that_fails_ahead_gives_no_files(monkeypatch):
@@ -254,7 +355,8 @@ def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and
             raise AssertionError("compiled ahead after a crash")
 
     class Done:  # a compile ahead that gave its files
-        source, shapes, outcome = task.seed_source, 4, "compiled"
+        source, shapes, decoys, outcome = task.seed_source, 4, 0, "compiled"
+        staged = _staged()
 
         def run(self):
             return {"k/__grp__x.json": _b64(b"{}")}
@@ -315,6 +417,8 @@ def test_the_loop_bench_says_what_the_compiles_ahead_came_to():
            {"kind": "audit", "status": "accepted"}]
     assert line(log) == ("kernels compiled ahead: 1 of 2 verdicts got files (1 crashed, 1 accepted); 0.10 s waited for them "
                          "a verdict; none for 1 (no warm worker to spare)")
+    log[0]["ahead"]["decoys"] = 8  # the decoys' answer came before the verdict began
+    assert "a verdict; 1 with decoys'; none for 1" in line(log)
     log += [{"kind": "audit", "status": "accepted", "ahead": {"files": 26}}, {"kind": "audit", "status": "accepted", "ahead": {"files": 0}}]
     assert line(log).endswith("; 1 of 2 audits were given their verdict's")
 
@@ -347,7 +451,8 @@ def test_an_audit_is_given_its_verdicts_kernels_compiled_ahead_and_made_again_wi
             return None
 
     class Done:
-        source, shapes, outcome = task.seed_source, 4, "compiled"
+        source, shapes, decoys, outcome = task.seed_source, 4, 0, "compiled"
+        staged = _staged()
 
         def run(self):
             return files
@@ -372,3 +477,17 @@ def test_an_audit_is_given_its_verdicts_kernels_compiled_ahead_and_made_again_wi
         assert "SIGSEGV" in devices.ahead_off
     else:
         assert devices.ahead_off is None
+
+
+def test_a_drawer_that_fails_costs_the_decoys_only(monkeypatch):
+    from kernforge.tasks import draws
+
+    task = load_task("rms_norm")
+    assert len(triton_ahead.decoy_calls(task, 3)) == 3
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a drawer of the task's own that fails")
+
+    monkeypatch.setattr(draws, "draw", broken)
+    assert triton_ahead.decoy_calls(task, 3) == []
+    assert triton_ahead.calls(task), "the public shapes are still described"

@@ -11,9 +11,19 @@ compiling them.
 
 Why this cannot change a verdict:
 
-* **Public shapes only.** Compiling at a hidden shape would show the candidate's code that shape
-  before its checks (THREATS #14); the worker ahead is told the public shapes' inputs (shapes,
-  strides, dtypes: nothing drawn) and nothing else, and never sees the verdict's seed.
+* **Public shapes, and decoys; never a hidden shape.** Compiling at a hidden shape would show
+  the candidate's code that shape before its checks (THREATS #14); the worker ahead is told the
+  public shapes' inputs (shapes, strides, dtypes: nothing drawn) and never sees the verdict's seed
+  or its hidden shapes. After the public shapes it is told ``DECOYS`` more, drawn from the task's
+  space of shapes (tasks/draws.py) from the operating system's random source, independently of
+  every verdict's draws: what it learns there is what a verdict's drawn shapes show the candidate
+  at their checked calls anyway (samples of the space), and nothing of the shapes any verdict
+  checks. A verdict's hidden shapes fall into the same few specializations of the candidate's
+  kernels as shapes drawn at random (an integer argument that is 1, a multiple of 16, or
+  neither; a block size from a width): on the CPU, 8 decoys left a seed's verdict about half of
+  its hidden shapes' compiles (``bench/compile_keys.py --decoys``).
+* **Decoys never hold a verdict up.** The public shapes' files come first, in an answer of their
+  own; a verdict that begins before the decoys are done takes those and ends the rest.
 * **The files are the candidate's own.** Only the same source's verdict gets them, into its own
   worker's cache folder, which that worker can write anyway: they give it nothing it could not
   make itself. They are never shared between sources and never reach a trusted process (the
@@ -47,12 +57,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import secrets
 import threading
 import time
 from typing import Any, Mapping
 
 from kernforge.sandbox.protocol import Limits, SandboxError, WorkerFailure
-from kernforge.tasks import runtime
+from kernforge.tasks import draws, runtime
 from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Task
 
@@ -68,6 +79,10 @@ LIMIT_S = 40.0
 #: its public shapes, every IR Triton keeps beside the binary, are well within both)
 MAX_BYTES = 8 * 1024 * 1024
 MAX_FILES = 400
+#: where decoy shapes are drawn from: the operating system's, like a verdict's hidden draws
+_RANDOM = secrets.SystemRandom()
+#: shapes drawn from the task's space that the worker ahead compiles at after the public ones
+DECOYS = 8
 #: warm workers the compile ahead leaves in its pool for the verdicts (their start is seconds)
 SPARE = 1
 #: how long it waits for one more than that to be warm before it gives up (it takes its worker
@@ -89,6 +104,25 @@ def calls(task: Task) -> list[dict[str, Any]]:
         try:
             args = [_described(x) for x in runtime.meta_inputs(task, shape)]
         except Exception:  # noqa: BLE001 - a draw that needs data: that shape compiles in the verdict
+            continue
+        if all(a is not None for a in args):
+            described.append({"shape": shape.as_dict(), "args": args})
+    return described
+
+
+def decoy_calls(task: Task, count: int) -> list[dict[str, Any]]:
+    """``count`` shapes drawn from ``task``'s space (tasks/draws.py, from the operating system's
+    random source) described as ``calls`` describes the public ones; fewer where the task has no
+    space to draw from, or a drawn shape's inputs cannot be described for meta tensors."""
+    try:
+        drawn = draws.draw(task, "cuda", count, _RANDOM)
+    except Exception:  # noqa: BLE001 - a drawer that fails costs the decoys, never the public shapes' files
+        return []
+    described = []
+    for shape in drawn:
+        try:
+            args = [_described(x) for x in runtime.meta_inputs(task, shape)]
+        except Exception:  # noqa: BLE001 - left out, as a public shape would be
             continue
         if all(a is not None for a in args):
             described.append({"shape": shape.as_dict(), "args": args})
@@ -124,34 +158,54 @@ def accepted(files: Any) -> dict[str, str]:
     return dict(files)
 
 
+def _is_answer(reply: Any, stage: str) -> bool:
+    """Whether ``reply`` is the worker ahead's answer of ``stage`` ("public" or "decoys")."""
+    return isinstance(reply, Mapping) and reply.get("op") == "ahead" and reply.get("ok") is True and \
+        reply.get("stage", "public") == stage
+
+
 class Ahead:
     """One candidate's compile ahead, on a worker of ``backend`` enlisted with ``gate``: ``run``
-    (on a thread of its own) gives the files, ``cancel`` (from any thread) ends it early."""
+    (on a thread of its own) gives the files, ``cancel`` (from any thread) ends it early;
+    ``staged`` is set once the public shapes' files are in (or ``run`` has ended): a verdict
+    about to begin ends the decoys' compiles then, and keeps those files."""
 
-    def __init__(self, backend: Any, gate: DeviceGate, source: str, task: Task, device: str, *, spare: int = SPARE) -> None:
+    def __init__(self, backend: Any, gate: DeviceGate, source: str, task: Task, device: str, *, spare: int = SPARE,
+                 decoys: int = DECOYS) -> None:
         self._backend, self._gate, self.source, self._task, self._device = backend, gate, source, task, device
-        self._spare = spare
+        self._spare, self._decoys = spare, decoys
         self._lock = threading.Lock()
         self._session: Any = None
         self._cancelled = False
-        #: the calls made ahead (shapes), and what became of it, for the run's log (diagnostics:
-        #: a failure's text is the candidate's process's, never evidence)
+        self.staged = threading.Event()
+        #: the calls made ahead (public shapes, decoys), and what became of it, for the run's log
+        #: (diagnostics: a failure's text is the candidate's process's, never evidence)
         self.shapes = 0
+        self.decoys = 0
         self.outcome = "not run"
 
     def run(self) -> dict[str, str]:
-        """The files of the candidate's kernels compiled at the public shapes; none where the
-        compile ahead failed, ran out of time or was cancelled."""
+        """The files of the candidate's kernels compiled at the public shapes and, where they
+        were done in time, at the decoys; none where the compile ahead failed, ran out of time
+        or was cancelled before the public shapes' files came."""
+        try:
+            return self._run()
+        finally:
+            self.staged.set()
+
+    def _run(self) -> dict[str, str]:
         described = calls(self._task)
         if not described:
             self.outcome = "no public shape described for meta tensors"
             return {}
+        decoys = decoy_calls(self._task, self._decoys) if self._decoys else []
         payload = {"task": candidate_bundle(self._task), "source": self.source, "device": self._device, "calls": described,
-                   "budget_s": BUDGET_S, "max_bytes": MAX_BYTES, "max_files": MAX_FILES}
+                   "decoys": decoys, "budget_s": BUDGET_S, "max_bytes": MAX_BYTES, "max_files": MAX_FILES}
         limits = Limits(wall_seconds=LIMIT_S)
         if not self._worker_to_spare():
             self.outcome = "cancelled" if self._cancelled else "no warm worker to spare"
             return {}
+        started = time.monotonic()
         try:
             with self._gate.enlisted(lambda: self._backend.session(AHEAD_ENTRY, payload, limits)) as session:
                 with self._lock:
@@ -159,21 +213,58 @@ class Ahead:
                     cancelled = self._cancelled
                 try:
                     reply = {} if cancelled else session.recv(LIMIT_S)
+                    files = self._answer(reply, "public") or {}
+                    if files and decoys and not self._cancelled:
+                        self.staged.set()  # the verdict may take these now
+                        files = self._with_decoys(session, files, LIMIT_S - (time.monotonic() - started))
                 finally:
                     session.close()
         except (WorkerFailure, SandboxError, OSError) as error:
             self.outcome = "cancelled" if self._cancelled else f"its worker failed: {error}"[:200]
             return {}
-        if not isinstance(reply, Mapping) or reply.get("op") != "ahead" or reply.get("ok") is not True:
-            self.outcome = "cancelled" if self._cancelled else "no answer"
-            return {}
+        return files
+
+    def _answer(self, reply: Any, stage: str) -> dict[str, str] | None:
+        """The files of one answer of ``stage`` (``accepted``); None where it is not one. The
+        public stage's answer sets ``shapes`` and ``outcome``, the decoys' ``decoys``."""
+        if not _is_answer(reply, stage):
+            if stage == "public":
+                self.outcome = "cancelled" if self._cancelled else "no answer"
+            return None
         shapes = reply.get("shapes")
-        self.shapes = shapes if isinstance(shapes, int) and not isinstance(shapes, bool) else 0
+        made = shapes if isinstance(shapes, int) and not isinstance(shapes, bool) else 0
         files = accepted(reply.get("files"))
         failed = reply.get("failed")
-        self.outcome = ("a malformed answer" if reply.get("files") and not files
-                        else f"a call failed: {failed}"[:200] if isinstance(failed, str) and failed else "compiled")
+        if stage == "public":
+            self.shapes = made
+            self.outcome = ("a malformed answer" if reply.get("files") and not files
+                            else f"a call failed: {failed}"[:200] if isinstance(failed, str) and failed else "compiled")
+        elif reply.get("files") and not files:
+            return None  # malformed: nothing of it is taken
+        else:
+            self.decoys = made
         return files
+
+    def _with_decoys(self, session: Any, files: dict[str, str], left_s: float) -> dict[str, str]:
+        """``files`` and those the decoys' answer adds, where it comes within ``left_s`` and the
+        two together are within the caps (``accepted``, no name of the first answer's again);
+        ``files`` alone otherwise (a verdict began and cancelled them, or anything else)."""
+        try:
+            reply = session.recv(max(left_s, 0.1))
+        except (WorkerFailure, SandboxError, OSError):
+            self.outcome += "; decoys cut short" if self._cancelled else "; no answer from the decoys"
+            return files
+        more = self._answer(reply, "decoys")
+        if more is None:
+            self.outcome += "; a malformed answer from the decoys" if _is_answer(reply, "decoys") else "; no answer from the decoys"
+            return files
+        if not more:  # the decoys needed no kernel the public shapes had not
+            return files
+        merged = accepted({**more, **files}) if not set(more) & set(files) else {}
+        if not merged:
+            self.outcome += "; a malformed answer from the decoys"
+            return files
+        return merged
 
     def _worker_to_spare(self) -> bool:
         """Whether the pool has a warm worker for this beside ``spare`` for the verdicts (waiting
@@ -192,7 +283,8 @@ class Ahead:
         return False
 
     def cancel(self) -> None:
-        """End the compile ahead now (its worker killed); ``run`` then gives what it had: nothing."""
+        """End the compile ahead now (its worker killed); ``run`` then gives what it had: the
+        public shapes' files where they came, else nothing."""
         with self._lock:
             self._cancelled = True
             session = self._session

@@ -7,6 +7,8 @@ Triton launch into Triton's own warm-up (compile and build the kernel's launcher
 nothing), and calls ``ModelNew`` once at each public shape on meta tensors the judge described
 (no data, no GPU memory): Triton compiles what those calls launch into this worker's cache folder
 (``TRITON_CACHE_DIR``), and the worker answers with that folder's files. An autotuner compiles every config and times none of them.
+Then it does the same at the decoy shapes the judge drew (triton_ahead.py), and answers again with
+the files those added.
 
 Anything the candidate does here is worth nothing but speed: whatever fails is left out, and the
 verdict's worker compiles what is missing itself.
@@ -25,8 +27,11 @@ from .triton_files import whole_keys
 
 
 def run(channel: Any, payload: dict[str, Any]) -> None:
-    """Compile at each of ``payload["calls"]`` (within ``payload["budget_s"]``), then answer
-    ``{"op": "ahead", "ok": True, "shapes": <calls made>, "files": {<path>: <base64>}}``."""
+    """Compile at each of ``payload["calls"]`` (the public shapes, within ``payload["budget_s"]``),
+    then answer ``{"op": "ahead", "ok": True, "stage": "public", "shapes": <calls made>, "files":
+    {<path>: <base64>}}``; then, where ``payload["decoys"]`` has calls (shapes drawn from the
+    task's space, none of them a verdict's), compile at those too, within what is left of the
+    budget, and answer again with ``"stage": "decoys"`` and only the files that are new."""
     started = time.perf_counter()
     import torch
 
@@ -39,21 +44,33 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     before = set(os.listdir(cache)) if cache and os.path.isdir(cache) else set()  # the warm-up's own
     model_new = import_candidate(payload["source"]).ModelNew
     _compile_only()
-    made, failed = 0, ""
-    for call in payload["calls"]:
-        if time.perf_counter() - started > float(payload["budget_s"]):
-            failed = failed or "out of time"
-            break
-        try:
-            shape = Shape.of(call["shape"])
-            with torch.device("meta"), torch.no_grad():
-                model = runtime.build_model(model_new, runtime.make_init_inputs(task, shape), 0, "meta")
-                model(*[_arg(a) for a in call["args"]])
-            made += 1
-        except Exception as error:  # noqa: BLE001 - a shape that cannot be called on meta tensors compiles in the verdict
-            failed = failed or f"{type(error).__name__}: {error}"[:200]
+
+    def call_all(calls: list[dict[str, Any]]) -> tuple[int, str]:
+        made, failed = 0, ""
+        for call in calls:
+            if time.perf_counter() - started > float(payload["budget_s"]):
+                return made, failed or "out of time"
+            try:
+                shape = Shape.of(call["shape"])
+                with torch.device("meta"), torch.no_grad():
+                    model = runtime.build_model(model_new, runtime.make_init_inputs(task, shape), 0, "meta")
+                    model(*[_arg(a) for a in call["args"]])
+                made += 1
+            except Exception as error:  # noqa: BLE001 - a shape that cannot be called on meta tensors compiles in the verdict
+                failed = failed or f"{type(error).__name__}: {error}"[:200]
+        return made, failed
+
+    made, failed = call_all(payload["calls"])
     files = cache_files(cache, int(payload["max_bytes"]), int(payload["max_files"]), before)
-    channel.send({"op": "ahead", "ok": True, "shapes": made, "files": files, "failed": failed})
+    channel.send({"op": "ahead", "ok": True, "stage": "public", "shapes": made, "files": files, "failed": failed})
+    decoys = payload.get("decoys") or []
+    if not decoys:
+        return
+    made, failed = call_all(decoys)
+    sent = before | {name.split("/")[0] for name in files}
+    room = int(payload["max_bytes"]) - sum(len(base64.b64decode(d)) for d in files.values())
+    more = cache_files(cache, max(room, 0), int(payload["max_files"]) - len(files), sent)
+    channel.send({"op": "ahead", "ok": True, "stage": "decoys", "shapes": made, "files": more, "failed": failed})
 
 
 def _compile_only() -> None:
