@@ -92,6 +92,9 @@
 #              lanes, then one; "2a": two lanes whose reference requests go one at a time, gate.py trusted_alone). Caches
 #              the first run warms favour the later ones (logs lanes<run>.log, .db, .json)
 #   timeslice  bench/timeslice_probe.py: a step of small kernels and a sync, alone and beside another process's GPU work
+#   mpson, mpsoff  an MPS control daemon for the phases between (the trusted processes share one GPU context; a candidate's
+#              worker never joins, sandbox/env.py; logs <phase>-mps), e.g. `timeslice mpson timeslice lanes mpsoff`: whether
+#              MPS takes the slices between processes away
 #   windows    bench/verify.py --shapes public with two timed windows of each kind per shape (a routine verdict's), then three:
 #              a verdict's time against its time of record's spread over 4 repeats (WINDOW_TASKS; logs windows2/3)
 #   night      issue #15's built-in-suite night, cut to NIGHT_S seconds (240; the run's own --hours, so it ends itself and
@@ -198,8 +201,18 @@ for p in "$@"; do
     lanes) for run in ${LANES_RUNS:-2 1}; do n=${run%a}; alone=$([ "$run" != "$n" ] && echo 1 || echo 0)
                 KERNFORGE_GATE_TRUSTED_ALONE=$alone phase lanes$run "$((${LANES_S:-180} + 20))" python3 bench/loop.py --gpu 0 \
                 --attempts 12 --hours "$(python3 -c "print(${LANES_S:-180} / 3600)")" --lanes $n ${LANES_TASKS:+--tasks $LANES_TASKS} \
-                --db "$OUT/lanes$run.db" --json "$OUT/lanes$run.json"; done ;;
+                --db "$OUT/lanes$run${PHASE_SUFFIX:-}.db" --json "$OUT/lanes$run${PHASE_SUFFIX:-}.json"; done ;;
     timeslice) phase timeslice 150 python3 bench/timeslice_probe.py ;;
+    mpson) # an MPS control daemon for the phases after it (the trusted processes share one GPU context; the pipe
+           # outside /tmp, which a sandboxed worker gets its own of): their logs are named <phase>-mps
+           export CUDA_MPS_PIPE_DIRECTORY=/var/tmp/kf-mps-pipe CUDA_MPS_LOG_DIRECTORY=/var/tmp/kf-mps-log
+           mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY && chmod 700 $CUDA_MPS_PIPE_DIRECTORY  # root only: no candidate
+           if nvidia-cuda-mps-control -d; then PHASE_SUFFIX=-mps; echo "=== MPS on"
+           else echo "mpson: nvidia-cuda-mps-control -d failed: the phases after it run without MPS"; unset CUDA_MPS_PIPE_DIRECTORY; fi ;;
+    mpsoff) if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then echo quit | nvidia-cuda-mps-control; sleep 2
+              cp "$CUDA_MPS_LOG_DIRECTORY/control.log" "$OUT/mps-control.log" 2>/dev/null
+              cp "$CUDA_MPS_LOG_DIRECTORY/server.log" "$OUT/mps-server.log" 2>/dev/null; fi
+            unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY PHASE_SUFFIX; echo "=== MPS off" ;;
     loop-short) phase loop 270 python3 bench/loop.py --gpu 0 --attempts 10 --hours 0.06 --db "$OUT/loop.db" --json "$OUT/loop.json" ;;
     loop14before) before_code "$p" || continue
               PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14before "$((${LOOP_S:-290} + 30))" \

@@ -16,7 +16,7 @@ kf() { python3 -c "from kernforge.cli import main; main()" "$@"; }
 export -f kf
 
 phase() {
-  local name=$1 limit=$2 rc; shift 2
+  local name=$1${PHASE_SUFFIX:-} limit=$2 rc; shift 2  # PHASE_SUFFIX: h200.sh mpson
   echo "=== $name ($(date +%T))"
   echo "start $name $(date +%T)" >> "$OUT/phases.log"  # bench/gpu_busy.py's spans
   timeout -k 30 "$limit" "$@" >"$OUT/$name.log" 2>&1  # killed 30 s after TERM: a hung close must not eat the call

@@ -105,4 +105,11 @@ def worker_env(spec: WorkerSpec, workdir: Path, parent_env: Mapping[str, str]) -
         env["CUDA_VISIBLE_DEVICES"] = physical_device(spec.device, parent_env.get("CUDA_VISIBLE_DEVICES"))
         env.pop("TRITON_INTERPRET", None)
     env.update(spec.env)
+    if spec.isolation != "none":
+        # an MPS control daemon (bench/h200.sh mpson) shares one GPU context among trusted
+        # processes: a candidate there could end them all with one fault, and a client of another
+        # user waits until their server ends. Its pipe is nowhere it can reach.
+        for name in [n for n in env if n.startswith("CUDA_MPS_")]:
+            del env[name]
+        env["CUDA_MPS_PIPE_DIRECTORY"] = f"{home}/.no-mps"
     return env

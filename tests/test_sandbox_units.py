@@ -51,6 +51,17 @@ def test_worker_env_is_an_allow_list_without_secrets(device, tmp_path):
         assert env["CUDA_VISIBLE_DEVICES"] == device and "TRITON_INTERPRET" not in env
 
 
+def test_only_a_trusted_worker_may_join_an_mps_daemons_shared_context(tmp_path):
+    """bench/h200.sh mpson: the trusted workers' GPU work in one context; a candidate's worker
+    is pointed at a pipe that does not exist, whatever the parent or the spec say."""
+    parent = {**PARENT_ENV, "CUDA_MPS_PIPE_DIRECTORY": "/var/tmp/kf-mps-pipe", "CUDA_MPS_LOG_DIRECTORY": "/var/tmp/kf-mps-log"}
+    trusted = worker_env(WorkerSpec(device="0", isolation="none"), tmp_path, parent)
+    assert trusted["CUDA_MPS_PIPE_DIRECTORY"] == "/var/tmp/kf-mps-pipe"
+    for spec in (WorkerSpec(device="0"), WorkerSpec(device="0", env={"CUDA_MPS_PIPE_DIRECTORY": "/var/tmp/kf-mps-pipe"})):
+        env = worker_env(spec, tmp_path, parent)
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"{tmp_path}/.no-mps" and "CUDA_MPS_LOG_DIRECTORY" not in env
+
+
 @pytest.mark.parametrize("name", ["CUDA_KEY", "TORCH_TOKEN_X", "LC_SECRET", "KERNFORGE_PASSWORD", "triton_api_key"])
 def test_secret_markers_beat_the_allow_list(name):
     assert not is_allowed(name)
