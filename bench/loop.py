@@ -121,9 +121,9 @@ def ahead_line(log: list[dict]) -> str:
     with_files = sum(1 for e in had if e["ahead"].get("files"))
     line = (f"kernels compiled ahead: {with_files} of {len(had)} verdicts got files "
             f"({', '.join(f'{n} {s}' for s, n in statuses.most_common())}); {waited:.2f} s waited for them a verdict")
-    decoyed = sum(1 for e in had if e["ahead"].get("decoys"))
-    if decoyed:  # the decoy shapes' kernels came too (their compiles were done before the verdict began)
-        line += f"; {decoyed} with decoys'"
+    decoys = [e["ahead"].get("decoys") or 0 for e in had]
+    if any(decoys):  # decoy shapes' kernels came too (each decoy's compiles done before the verdict began)
+        line += f"; {sum(1 for n in decoys if n)} with decoys' ({sum(decoys) / len(had):.1f} decoys a verdict)"
     # why the others got none (no warm worker to spare, a call that failed on meta tensors, ...)
     why = collections.Counter(e["ahead"].get("outcome", "?") for e in had if not e["ahead"].get("files"))
     if why:

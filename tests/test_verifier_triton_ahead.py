@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from kernforge.sandbox.protocol import FailureKind, WorkerFailure
 from kernforge.tasks.loader import load_task
 from kernforge.verifier import triton_ahead
 from kernforge.verifier.verdict import Accepted
@@ -147,17 +148,21 @@ def test_after_the_public_shapes_the_worker_ahead_compiles_at_decoys_drawn_anew_
     assert groups[0] != groups[1], "drawn anew for each compile ahead"
 
 
-#: the rms_norm seed whose forward on meta tensors, at any shape but the public ones, waits until it is killed
-STALLS_AT_DECOYS = WRITES_A_GROUP.replace("            return x\n", """            if tuple(x.shape) not in PUBLIC:
-                import time as _time
-                _time.sleep(600)
+#: the rms_norm seed whose forward on meta tensors, at its second shape that is not a public one
+#: (the second decoy), waits until it is killed
+STALLS_AT_THE_SECOND_DECOY = WRITES_A_GROUP.replace("            return x\n", """            if tuple(x.shape) not in PUBLIC:
+                if _os.path.exists("one-decoy-made"):
+                    import time as _time
+                    _time.sleep(600)
+                open("one-decoy-made", "w").close()
             return x
 """)
 
 
-def test_a_verdict_that_begins_during_the_decoys_takes_the_public_shapes_files_and_ends_the_rest(monkeypatch):
+def test_a_verdict_that_begins_during_the_decoys_keeps_the_files_that_came_and_ends_the_rest(monkeypatch):
     """The loop's wait for a compile ahead (KernelsAhead.files) waits for the public shapes'
-    answer only: the decoys' compiles still running are ended then, and the public files kept."""
+    answer only: the decoys' compiles still running are ended then, and the files of the public
+    shapes and of each decoy whose answer came are kept."""
     import asyncio
 
     from kernforge.loop.evaluate import open_judge
@@ -167,17 +172,21 @@ def test_a_verdict_that_begins_during_the_decoys_takes_the_public_shapes_files_a
     task = load_task("rms_norm")
     public = sorted(tuple(s.as_dict()[k] for k in ("T", "H")) for s in task.shapes("cuda", hidden=False))
     with open_judge("cpu", pool_size=1) as judge:
-        ahead = triton_ahead.Ahead(judge.candidates, judge.gate, task.seed_source + f"PUBLIC = {set(public)!r}\n" + STALLS_AT_DECOYS,
-                                   task, "cpu", spare=0, decoys=2)
+        source = task.seed_source + f"PUBLIC = {set(public)!r}\n" + STALLS_AT_THE_SECOND_DECOY
+        ahead = triton_ahead.Ahead(judge.candidates, judge.gate, source, task, "cpu", spare=0, decoys=3)
 
         async def verdict_begins():
-            kernels = KernelsAhead(ahead, asyncio.create_task(asyncio.to_thread(ahead.run)))
+            running = asyncio.create_task(asyncio.to_thread(ahead.run))
+            while ahead.decoys < 1 and not running.done():  # the first decoy's answer is in
+                await asyncio.sleep(0.05)
+            kernels = KernelsAhead(ahead, running)
             return await kernels.files(), kernels.outcome
 
         files, outcome = asyncio.run(verdict_begins())
-    assert {name.split("/")[0] for name in files} == {"k%dx%d" % p for p in public}
+    made = {name.split("/")[0] for name in files}
+    assert {"k%dx%d" % p for p in public} < made and len(made) == len(public) + 1, made
     assert outcome == "compiled; decoys cut short", outcome
-    assert ahead.decoys == 0
+    assert ahead.decoys == 1
 
 
 def _staged():
@@ -190,12 +199,15 @@ def _staged():
 
 
 class _Answers:
-    """A worker ahead's session that answers from a list (``_with_decoys``' side of it)."""
+    """A worker ahead's session that answers from a list (``_with_decoys``' side of it), then
+    fails as a worker ended by a verdict's ``cancel`` does."""
 
     def __init__(self, *answers):
         self.answers = list(answers)
 
     def recv(self, timeout):
+        if not self.answers:
+            raise WorkerFailure(FailureKind.CRASHED, "killed")
         return self.answers.pop(0)
 
 
@@ -206,7 +218,7 @@ def test_a_decoys_answer_is_taken_only_whole_and_within_the_caps_beside_the_publ
     decoy = {"b/kernel.cubin": _b64(b"2"), "b/__grp__kernel.json": _b64(b"{}")}
 
     def answer(files, **extra):
-        return {"op": "ahead", "ok": True, "stage": "decoys", "shapes": 2, "files": files, **extra}
+        return {"op": "ahead", "ok": True, "stage": "decoys", "shapes": 2, "files": files, "last": True, **extra}
 
     assert ahead._with_decoys(_Answers(answer(decoy)), public, 5.0) == {**public, **decoy}
     assert ahead.decoys == 2 and ahead.outcome == "compiled"
@@ -220,6 +232,28 @@ def test_a_decoys_answer_is_taken_only_whole_and_within_the_caps_beside_the_publ
     monkeypatch.setattr(triton_ahead, "MAX_FILES", 3)  # the two answers together over the caps: the public files alone
     ahead.outcome = "compiled"
     assert ahead._with_decoys(_Answers(answer(decoy)), public, 5.0) == public
+
+
+def test_each_decoys_answer_joins_the_files_until_the_last_or_one_amiss():
+    ahead = triton_ahead.Ahead(None, None, "", load_task("rms_norm"), "cuda:0", decoys=4)
+    public = {"a/kernel.cubin": _b64(b"1"), "a/__grp__kernel.json": _b64(b"{}")}
+    group = {k: {f"{k}/kernel.cubin": _b64(k.encode()), f"{k}/__grp__kernel.json": _b64(b"{}")} for k in "bcd"}
+
+    def answer(files, last=False):
+        return {"op": "ahead", "ok": True, "stage": "decoys", "shapes": 1, "files": files, "last": last}
+
+    def run(*answers):
+        ahead.outcome, ahead.decoys = "compiled", 0
+        return ahead._with_decoys(_Answers(*answers), public, 5.0)
+
+    assert run(answer(group["b"]), answer({}), answer(group["c"], last=True), answer(group["d"])) == \
+        {**public, **group["b"], **group["c"]}, "nothing after the last"
+    assert ahead.decoys == 3 and ahead.outcome == "compiled"
+    assert run(answer(group["b"]), answer(group["c"])) == {**public, **group["b"], **group["c"]}, "ended before the last"
+    assert ahead.outcome == "compiled; no answer from the decoys"
+    assert run(answer(group["b"]), answer(group["b"]), answer(group["c"], last=True)) == {**public, **group["b"]}, \
+        "a name twice ends it, keeping what came before"
+    assert ahead.outcome == "compiled; a malformed answer from the decoys" and ahead.decoys == 1
 
 
 def test_a_candidate_that_fails_ahead_gives_no_files(monkeypatch):
@@ -417,8 +451,8 @@ def test_the_loop_bench_says_what_the_compiles_ahead_came_to():
            {"kind": "audit", "status": "accepted"}]
     assert line(log) == ("kernels compiled ahead: 1 of 2 verdicts got files (1 crashed, 1 accepted); 0.10 s waited for them "
                          "a verdict; none for 1 (no warm worker to spare)")
-    log[0]["ahead"]["decoys"] = 8  # the decoys' answer came before the verdict began
-    assert "a verdict; 1 with decoys'; none for 1" in line(log)
+    log[0]["ahead"]["decoys"] = 5  # five decoys' answers came before the verdict began
+    assert "a verdict; 1 with decoys' (2.5 decoys a verdict); none for 1" in line(log)
     log += [{"kind": "audit", "status": "accepted", "ahead": {"files": 26}}, {"kind": "audit", "status": "accepted", "ahead": {"files": 0}}]
     assert line(log).endswith("; 1 of 2 audits were given their verdict's")
 

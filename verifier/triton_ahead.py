@@ -23,7 +23,8 @@ Why this cannot change a verdict:
   neither; a block size from a width): on the CPU, 8 decoys left a seed's verdict about half of
   its hidden shapes' compiles (``bench/compile_keys.py --decoys``).
 * **Decoys never hold a verdict up.** The public shapes' files come first, in an answer of their
-  own; a verdict that begins before the decoys are done takes those and ends the rest.
+  own, then each decoy's in one of its own; a verdict that begins before the decoys are done takes
+  those that came and ends the rest.
 * **The files are the candidate's own.** Only the same source's verdict gets them, into its own
   worker's cache folder, which that worker can write anyway: they give it nothing it could not
   make itself. They are never shared between sources and never reach a trusted process (the
@@ -164,6 +165,12 @@ def _is_answer(reply: Any, stage: str) -> bool:
         reply.get("stage", "public") == stage
 
 
+def _calls_made(reply: Mapping[str, Any]) -> int:
+    """The calls an answer says it made (diagnostics: the candidate's process's word)."""
+    shapes = reply.get("shapes")
+    return max(shapes, 0) if isinstance(shapes, int) and not isinstance(shapes, bool) else 0
+
+
 class Ahead:
     """One candidate's compile ahead, on a worker of ``backend`` enlisted with ``gate``: ``run``
     (on a thread of its own) gives the files, ``cancel`` (from any thread) ends it early;
@@ -226,45 +233,46 @@ class Ahead:
 
     def _answer(self, reply: Any, stage: str) -> dict[str, str] | None:
         """The files of one answer of ``stage`` (``accepted``); None where it is not one. The
-        public stage's answer sets ``shapes`` and ``outcome``, the decoys' ``decoys``."""
+        public stage's answer sets ``shapes`` and ``outcome``."""
         if not _is_answer(reply, stage):
             if stage == "public":
                 self.outcome = "cancelled" if self._cancelled else "no answer"
             return None
-        shapes = reply.get("shapes")
-        made = shapes if isinstance(shapes, int) and not isinstance(shapes, bool) else 0
         files = accepted(reply.get("files"))
         failed = reply.get("failed")
         if stage == "public":
-            self.shapes = made
+            self.shapes = _calls_made(reply)
             self.outcome = ("a malformed answer" if reply.get("files") and not files
                             else f"a call failed: {failed}"[:200] if isinstance(failed, str) and failed else "compiled")
         elif reply.get("files") and not files:
             return None  # malformed: nothing of it is taken
-        else:
-            self.decoys = made
         return files
 
     def _with_decoys(self, session: Any, files: dict[str, str], left_s: float) -> dict[str, str]:
-        """``files`` and those the decoys' answer adds, where it comes within ``left_s`` and the
-        two together are within the caps (``accepted``, no name of the first answer's again);
-        ``files`` alone otherwise (a verdict began and cancelled them, or anything else)."""
-        try:
-            reply = session.recv(max(left_s, 0.1))
-        except (WorkerFailure, SandboxError, OSError):
-            self.outcome += "; decoys cut short" if self._cancelled else "; no answer from the decoys"
-            return files
-        more = self._answer(reply, "decoys")
-        if more is None:
-            self.outcome += "; a malformed answer from the decoys" if _is_answer(reply, "decoys") else "; no answer from the decoys"
-            return files
-        if not more:  # the decoys needed no kernel the public shapes had not
-            return files
-        merged = accepted({**more, **files}) if not set(more) & set(files) else {}
-        if not merged:
-            self.outcome += "; a malformed answer from the decoys"
-            return files
-        return merged
+        """``files`` and those the decoys' answers add, one answer a decoy, until the last or
+        ``left_s``: each merged where it is well formed and the whole stays within the caps
+        (``accepted``, no name of an earlier answer's again). A verdict that begins ends the
+        rest (``cancel``), and what came before stays; anything amiss ends it the same way."""
+        deadline = time.monotonic() + left_s
+        while True:
+            try:
+                reply = session.recv(max(deadline - time.monotonic(), 0.1))
+            except (WorkerFailure, SandboxError, OSError):
+                self.outcome += "; decoys cut short" if self._cancelled else "; no answer from the decoys"
+                return files
+            more = self._answer(reply, "decoys")
+            if more is None:
+                self.outcome += "; a malformed answer from the decoys" if _is_answer(reply, "decoys") else "; no answer from the decoys"
+                return files
+            if more:  # a decoy that needed no kernel the others had not adds nothing
+                merged = accepted({**more, **files}) if not set(more) & set(files) else {}
+                if not merged:
+                    self.outcome += "; a malformed answer from the decoys"
+                    return files
+                files = merged
+            self.decoys = min(self.decoys + _calls_made(reply), self._decoys)  # the worker's own count: diagnostics
+            if reply.get("last") is True:
+                return files
 
     def _worker_to_spare(self) -> bool:
         """Whether the pool has a warm worker for this beside ``spare`` for the verdicts (waiting

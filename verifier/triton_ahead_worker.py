@@ -7,8 +7,9 @@ Triton launch into Triton's own warm-up (compile and build the kernel's launcher
 nothing), and calls ``ModelNew`` once at each public shape on meta tensors the judge described
 (no data, no GPU memory): Triton compiles what those calls launch into this worker's cache folder
 (``TRITON_CACHE_DIR``), and the worker answers with that folder's files. An autotuner compiles every config and times none of them.
-Then it does the same at the decoy shapes the judge drew (triton_ahead.py), and answers again with
-the files those added.
+Then it does the same at each decoy shape the judge drew (triton_ahead.py), one at a time, and
+answers after each with the files it added: a verdict that begins and ends the decoys keeps those
+that came.
 
 Anything the candidate does here is worth nothing but speed: whatever fails is left out, and the
 verdict's worker compiles what is missing itself.
@@ -31,7 +32,8 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     then answer ``{"op": "ahead", "ok": True, "stage": "public", "shapes": <calls made>, "files":
     {<path>: <base64>}}``; then, where ``payload["decoys"]`` has calls (shapes drawn from the
     task's space, none of them a verdict's), compile at those too, within what is left of the
-    budget, and answer again with ``"stage": "decoys"`` and only the files that are new."""
+    budget, answering after each with ``"stage": "decoys"``, the files that are new and ``"last"``
+    (the last decoy, or the budget spent)."""
     started = time.perf_counter()
     import torch
 
@@ -64,13 +66,26 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     files = cache_files(cache, int(payload["max_bytes"]), int(payload["max_files"]), before)
     channel.send({"op": "ahead", "ok": True, "stage": "public", "shapes": made, "files": files, "failed": failed})
     decoys = payload.get("decoys") or []
-    if not decoys:
-        return
-    made, failed = call_all(decoys)
-    sent = before | {name.split("/")[0] for name in files}
-    room = int(payload["max_bytes"]) - sum(len(base64.b64decode(d)) for d in files.values())
-    more = cache_files(cache, max(room, 0), int(payload["max_files"]) - len(files), sent)
-    channel.send({"op": "ahead", "ok": True, "stage": "decoys", "shapes": made, "files": more, "failed": failed})
+    sent, room, count = before | _keys(files), int(payload["max_bytes"]) - _size(files), len(files)
+    for i, call in enumerate(decoys):
+        made, failed = call_all([call])
+        more = cache_files(cache, max(room, 0), int(payload["max_files"]) - count, sent)
+        sent, room, count = sent | _keys(more), room - _size(more), count + len(more)
+        last = i == len(decoys) - 1 or failed == "out of time"
+        channel.send({"op": "ahead", "ok": True, "stage": "decoys", "shapes": made, "files": more, "failed": failed,
+                      "last": last})
+        if last:
+            return
+
+
+def _keys(files: dict[str, str]) -> set[str]:
+    """The cache keys (folders) of ``files``."""
+    return {name.split("/")[0] for name in files}
+
+
+def _size(files: dict[str, str]) -> int:
+    """The bytes of ``files`` (base64)."""
+    return sum(len(base64.b64decode(data)) for data in files.values())
 
 
 def _compile_only() -> None:
