@@ -169,11 +169,13 @@ class AuditQueue:
             await self._drain(index, waiting, why, lambda may=may: carry_on() and may())
 
     async def _drain(self, index: int, waiting: list[Waiting], why: str, go_on: Callable[[], bool]) -> None:
-        """Audit the kernels in ``waiting`` (judged, recorded, in their populations, not yet audited),
-        oldest first, while ``go_on()``: a passed audit may make one the best (``Population.settle``),
-        a failed one demotes it; a judge failure is said, the next goes on."""
+        """Audit the kernels in ``waiting`` (judged, recorded, in their populations, not yet audited)
+        while ``go_on()``, the task that has waited longest first and its fittest kernel first: a
+        passed audit may make one the best (``Population.settle``) and then the task's slower ones
+        cannot lead and need none; a failed one demotes it, and the next fittest is audited; a
+        judge failure is said, the next goes on."""
         while waiting and go_on():
-            state, member = waiting.pop(0)
+            state, member = waiting.pop(_fittest_of_the_first_task(waiting))
             if member.code not in {m.code for m in state.population.contenders()}:
                 continue  # a faster kernel was confirmed meanwhile: this one cannot lead, no audit
             try:
@@ -188,3 +190,12 @@ class AuditQueue:
                 state.note_best()
             outcome = ("passed, the new best" if best else "passed") if audit.passed else f"failed ({audit.reason[:200]})"
             self._note(f"[{state.task.name}] attempt {member.attempt_id}, {why}, audited: {outcome}")
+
+
+def _fittest_of_the_first_task(waiting: list[Waiting]) -> int:
+    """The index in ``waiting`` of the fittest kernel of the task whose kernel waited longest (the
+    first): audited first, it may spare the task's others their audits."""
+    task = waiting[0][0]
+    mine = [i for i, (state, _) in enumerate(waiting) if state is task]
+    return max(mine, key=lambda i: waiting[i][1].fitness or (), default=0)
+

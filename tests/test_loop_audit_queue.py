@@ -100,6 +100,29 @@ def test_a_kernel_a_faster_audited_best_overtook_is_not_audited():
     assert audited == [] and not queue.pending() and st.population.best.attempt_id == 3
 
 
+@pytest.mark.parametrize("fittest_passes", [True, False])
+def test_a_tasks_fittest_waiting_kernel_is_audited_first_and_passed_spares_the_slower_theirs(fittest_passes):
+    """Several of a task's would-be bests wait (audits had their share): the fittest goes first,
+    whatever its place in the queue; passed, it is the best and the slower ones cannot lead (no
+    audit); failed, the next fittest is audited. Tasks keep their order (the longest waiting first)."""
+    a = state("a", kernel(1, 50.0, True), kernel(2, 30.0), kernel(3, 10.0), kernel(4, 20.0))
+    b = state("b", kernel(5, 50.0, True), kernel(6, 20.0))
+    for st in (a, b):
+        st.stats.first_verdict_s = 1.0
+
+    def outcome(member):
+        passed = fittest_passes or member.attempt_id != 3
+        return Audit(passed=passed, reason="" if passed else "slower by 30%", recorded_us=10.0, measured_us=10.0 if passed else 13.0)
+
+    queue, audited, _ = _queue((a, b), outcome=outcome)
+    for n in (2, 6, 3, 4):  # a's three in the order they came, b's between them
+        st = a if n != 6 else b
+        queue.defer(st, next(m for m in st.population.contenders() if m.attempt_id == n))
+    _go(queue)
+    assert audited == ([3, 6] if fittest_passes else [3, 4, 6]) and not queue.pending()
+    assert a.population.best.attempt_id == (3 if fittest_passes else 4)
+
+
 def test_kernels_left_unaudited_do_not_wait_for_other_tasks_first_verdicts():
     """A resumed KernelBench run of 43 problems: problems never judged yet (or running out of memory
     every time) must not hold back the audits an earlier slice left, or the benchmark's metrics,
