@@ -831,8 +831,8 @@ def test_audits_wait_until_every_task_has_had_its_first_verdict(tmp_path, monkey
 def test_audits_past_their_share_of_the_gpu_wait_and_the_verdicts_go_on(tmp_path, monkeypatch):
     """An audit costs several verdicts (27-61 s on the H200 against 8-15 s): once audits have had
     their first minute and more than AUDIT_SHARE of the device time, a would-be best's audit waits
-    and new verdicts go on; the run's end audits what waits, oldest first. (Audits charged 1000 s
-    each here.)"""
+    and new verdicts go on; the run's end audits what waits, the task's fittest first, and once
+    that passed the slower one could not lead: it needs no audit. (Audits charged 1000 s each here.)"""
     from kernforge.archive.store import Archive
     from kernforge.loop import devices
 
@@ -844,13 +844,13 @@ def test_audits_past_their_share_of_the_gpu_wait_and_the_verdicts_go_on(tmp_path
 
     monkeypatch.setattr(devices.Devices, "audit", dear)
     # the seed (100 us, audited at once: 101), two faster kernels whose audits wait (50, then 40 us),
-    # then at the run's end their audits, oldest first (51, then 41)
-    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [100.0, 101.0, 50.0, 40.0, 51.0, 41.0], attempts=3)
-    assert result.status == "finished" and len(judge.judged) == 6, shown
+    # then at the run's end the fittest one's audit (41), and none of the one it overtook
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [100.0, 101.0, 50.0, 40.0, 41.0], attempts=3)
+    assert result.status == "finished" and len(judge.judged) == 5, shown
     rows = attempts(db)
-    assert judge.judged == [rows[0]["code"]] * 2 + [rows[1]["code"], rows[2]["code"], rows[1]["code"], rows[2]["code"]]
-    assert [(a["attempt_id"], a["passed"]) for a in audit_rows(db)] == [(r["id"], 1) for r in rows]
-    assert shown.count("its audit deferred, audited: passed, the new best") == 2
+    assert judge.judged == [rows[0]["code"]] * 2 + [rows[1]["code"], rows[2]["code"], rows[2]["code"]]
+    assert [(a["attempt_id"], a["passed"]) for a in audit_rows(db)] == [(rows[0]["id"], 1), (rows[2]["id"], 1)]
+    assert shown.count("its audit deferred, audited: passed, the new best") == 1
     with Archive.open(db, readonly=True) as archive:
         assert [b.attempt_id for b in archive.best()] == [rows[2]["id"]]
 
