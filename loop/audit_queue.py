@@ -197,5 +197,5 @@ def _fittest_of_the_first_task(waiting: list[Waiting]) -> int:
     first): audited first, it may spare the task's others their audits."""
     task = waiting[0][0]
     mine = [i for i, (state, _) in enumerate(waiting) if state is task]
-    return max(mine, key=lambda i: waiting[i][1].fitness or (), default=0)
+    return max(mine, key=lambda i: waiting[i][1].fitness or ())
 

@@ -84,7 +84,7 @@ def _keys(files: dict[str, str]) -> set[str]:
 
 
 def _size(files: dict[str, str]) -> int:
-    """The bytes of ``files`` (base64)."""
+    """The bytes ``files`` hold (their base64 decoded)."""
     return sum(len(base64.b64decode(data)) for data in files.values())
 
 
