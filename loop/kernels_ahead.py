@@ -1,10 +1,12 @@
 """The next candidate's Triton kernels, compiled ahead while the GPU judges the current one
 (verifier/triton_ahead.py says what is compiled and why it cannot change a verdict).
 
-The runner starts one as a proposal is queued for a lane (``Devices.kernels_ahead``); the lane
-that takes the proposal waits for its public shapes' files at most ``WAIT_S`` as its verdict
-begins, never for its decoys' (those done by then come too), and a compile ahead not done by
-then is ended: the verdict's worker compiles what it lacks, as it did before.
+The runner starts one as a proposal is made, before it waits for room in the lanes' queue
+(``Devices.kernels_ahead``): with a fast proposer it compiles while the verdict in flight and the
+one queued before it are made, two verdicts' time, not one. The lane that takes the proposal
+waits for its public shapes' files at most ``WAIT_S`` as its verdict begins, never for its
+decoys' (those done by then come too), and a compile ahead not done by then is ended: the
+verdict's worker compiles what it lacks, as it did before.
 """
 
 from __future__ import annotations

@@ -525,12 +525,15 @@ class Runner:
                     self._progress.set()
                     continue
                 item = (state, proposal)
-                await self._queue.put(item)
-                item = None
-                if proposal.unusable is None:  # its kernels compile while the lanes judge what is before it
+                if proposal.unusable is None:
+                    # its kernels compile while the lanes judge what is before it: from before it
+                    # waits for room in the queue, so it has the verdict in flight and the one
+                    # queued to compile in, not only the one in flight
                     ahead = self.devices.kernels_ahead(proposal.code, state.task)
                     if ahead is not None:
                         self._kernels_ahead[id(proposal)] = ahead
+                await self._queue.put(item)
+                item = None
         except asyncio.CancelledError:
             if item is not None:
                 self._late.append(item)

@@ -1018,6 +1018,49 @@ def test_a_time_budget_starts_nothing_once_it_is_spent(tmp_path, monkeypatch):
     assert count == result.attempts and seconds >= result.wall_s - 0.5 > 0
 
 
+def test_a_proposals_kernels_start_compiling_ahead_before_it_waits_for_room_in_the_queue(tmp_path, monkeypatch):
+    """With a fast proposer the queue is full: the third proposal waits for room while the first is
+    judged and the second is queued. Its compile ahead starts before that wait, so it has two
+    verdicts' time to compile in, not one (loop/kernels_ahead.py)."""
+    import contextlib
+
+    from kernforge.loop import devices
+    from kernforge.loop.budget import Budget
+    from kernforge.loop.runner import RunSettings, run
+
+    three = threading.Event()
+    first_done = threading.Event()
+    first_done_at_each_ahead: list[bool] = []
+
+    class Judge(StandInJudge):
+        def verify(self, code, task, bar=None, audit=False):
+            if not self.judged:
+                three.wait(timeout=30)  # the first verdict lasts until three compiles ahead began
+            verdict = super().verify(code, task)
+            first_done.set()
+            return verdict
+
+    judge = Judge(["accepted"] * 3)
+
+    def kernels_ahead(self, code, task):
+        first_done_at_each_ahead.append(first_done.is_set())
+        if len(first_done_at_each_ahead) == 3:
+            three.set()
+        return None
+
+    @contextlib.contextmanager
+    def stand_in(device, **kw):
+        yield judge
+
+    monkeypatch.setattr(devices, "open_judge", stand_in)
+    monkeypatch.setattr(devices.Devices, "kernels_ahead", kernels_ahead)
+    monkeypatch.setattr("kernforge.loop.runner.resolve_devices", lambda gpus: ["cpu"])
+    result = run(RunSettings(tasks=(str(seeded_task(tmp_path)),), db=tmp_path / "k.db", offline=True,
+                             budget=Budget(max_attempts=3)))
+    assert result.status == "finished" and len(judge.judged) == 3
+    assert first_done_at_each_ahead == [False] * 3, first_done_at_each_ahead  # the third's too began during the first verdict
+
+
 def test_two_lanes_judge_two_candidates_at_once_through_one_gate(tmp_path, monkeypatch):
     """``--lanes 2``: two judges per device, sharing the device's gate (verifier/gate.py), each
     with a verdict in flight at the same time; every attempt judged once."""
