@@ -37,6 +37,15 @@ setattr(_I, "tamp" + "ered", lambda before: [])
 '''
 
 
+#: the first lines of a forward whose only tell is a clock that lies (the worker's time of a
+#: checked call divided): on the CPU each call lasts 20 ms at least, so the trusted clock's samples
+#: (the repeat calls) are long enough to tell a lie from their 5 ms margin (clock.lied counts only
+#: samples of twice the margin). Without it an idle machine ran tiny_norm's repeat calls in 9 ms:
+#: one telling sample, fewer than the rule asks, and the attack was accepted (a lie it cannot tell
+#: gains nothing: the interpreter's times rank nothing, and a GPU's time of record is trusted).
+LONG_ENOUGH_TO_TELL = "if x.device.type == 'cpu':\n    __import__('time').sleep(0.02)\n"
+
+
 #: the harness's signal report, rewritten through an alias to drop the op trace
 HIDE_TORCH_OPS = '''
 _sig = getattr(_H, "_sig" + "nals")
@@ -89,7 +98,7 @@ ATTACKS = [
 _real = getattr(_I, "perf_" + "counter")
 setattr(_I, "perf_" + "counter", lambda: _real() / 8)
 '''), ("cheat", 8)),
-    Attack("alias_divides_the_clock_and_scrubs", 1, _fwd("return norm(x, w)", ALIASES + SCRUB_INTEGRITY + '''
+    Attack("alias_divides_the_clock_and_scrubs", 1, _fwd(LONG_ENOUGH_TO_TELL + "return norm(x, w)", ALIASES + SCRUB_INTEGRITY + '''
 _real = getattr(_I, "perf_" + "counter")
 setattr(_I, "perf_" + "counter", lambda: _real() / 8)
 '''), ("cheat", 8)),
@@ -139,7 +148,7 @@ sys.settrace(_hook)
 if isinstance(m, dict) and "claimed_s" in m:
     m = dict(m, claimed_s=m["claimed_s"] / 10)
 return m
-'''), ("cheat", 8)),
+''', LONG_ENOUGH_TO_TELL + "return norm(x, w)"), ("cheat", 8)),
     Attack("channel_scrubs_the_trace", 3, _on_send('''
 if isinstance(m, dict) and isinstance(m.get("signals"), dict):
     m["signals"]["torch_ops"] = {}
