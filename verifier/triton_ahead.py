@@ -61,12 +61,12 @@ import binascii
 import secrets
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from kernforge.sandbox.protocol import Limits, SandboxError, WorkerFailure
 from kernforge.tasks import draws, runtime
 from kernforge.tasks.loader import candidate_bundle
-from kernforge.tasks.spec import Task
+from kernforge.tasks.spec import Shape, Task
 
 from .gate import DeviceGate
 from .triton_files import cache_name, whole_keys
@@ -100,15 +100,7 @@ def calls(task: Task) -> list[dict[str, Any]]:
     """One call per public GPU shape, its inputs described for meta tensors (``{"meta": {shape,
     strides, dtype}}``, or ``{"value": v}``); a shape whose inputs cannot be drawn on the meta
     device, or include anything else, is left out (compiled in the verdict)."""
-    described = []
-    for shape in task.shapes("cuda", hidden=False):
-        try:
-            args = [_described(x) for x in runtime.meta_inputs(task, shape)]
-        except Exception:  # noqa: BLE001 - a draw that needs data: that shape compiles in the verdict
-            continue
-        if all(a is not None for a in args):
-            described.append({"shape": shape.as_dict(), "args": args})
-    return described
+    return _calls_at(task, task.shapes("cuda", hidden=False))
 
 
 def decoy_calls(task: Task, count: int) -> list[dict[str, Any]]:
@@ -119,11 +111,16 @@ def decoy_calls(task: Task, count: int) -> list[dict[str, Any]]:
         drawn = draws.draw(task, "cuda", count, _RANDOM)
     except Exception:  # noqa: BLE001 - a drawer that fails costs the decoys, never the public shapes' files
         return []
+    return _calls_at(task, drawn)
+
+
+def _calls_at(task: Task, shapes: Iterable[Shape]) -> list[dict[str, Any]]:
+    """A call per shape of ``shapes`` whose inputs can all be described for meta tensors."""
     described = []
-    for shape in drawn:
+    for shape in shapes:
         try:
             args = [_described(x) for x in runtime.meta_inputs(task, shape)]
-        except Exception:  # noqa: BLE001 - left out, as a public shape would be
+        except Exception:  # noqa: BLE001 - a draw that needs data: that shape compiles in the verdict
             continue
         if all(a is not None for a in args):
             described.append({"shape": shape.as_dict(), "args": args})
