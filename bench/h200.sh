@@ -87,7 +87,8 @@
 #              audits loop14 left (it is stopped, not ended) take at most their share of the GPU (loop/audit_queue.py
 #              AUDIT_SHARE) and the verdicts go on; with a budget of LOOP_S they are due at once and hold them back
 #   loop14bbefore  loop14b with the code of the carried .before/ on a copy of the carried .loop14/loop14.db (a cache of its
-#              own): the second run before and after on one lease (log, loop14bbefore.db/.json)
+#              own; the copy's schema version lowered to the before code's, whose later migrations only add columns and
+#              tables): the second run before and after on one lease (log, loop14bbefore.db/.json)
 #   lanes      bench/loop.py, 3 tasks (LANES_TASKS) x 12 attempts, LANES_S s (180) each run of LANES_RUNS (default "2 1": two
 #              lanes, then one; "2a": two lanes whose reference requests go one at a time, gate.py trusted_alone). Caches
 #              the first run warms favour the later ones (logs lanes<run>.log, .db, .json)
@@ -194,7 +195,7 @@ for p in "$@"; do
     ahead) phase ahead 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 120 tests/test_verifier_gpu.py -k "compiled_before_the_gpu or honest_kernel_accepted_with_timings" ;;
     kgpu) phase kgpu 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -rf --timeout 150 tests/test_verifier_gpu.py -k "kernels_compiled_ahead or audit_of_a_seed" ;;
     hostsync) phase hostsync 110 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 60 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device" ;;
-    gputestk) phase gputestk 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line -rf --timeout 100 -n 3 tests/test_verifier_gpu.py \
+    gputestk) phase gputestk 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line -rf --timeout 100 -n 3 tests/test_verifier_gpu.py \
                 -k "${GPU_K:-redteam or padded or honest_kernel_accepted or routine_verdict or slower_than_the_bar}" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
@@ -217,7 +218,7 @@ for p in "$@"; do
     loop14before) before_code "$p" || continue
               PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14before "$((${LOOP_S:-290} + 30))" \
                 python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
-                --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/loop14before.db" --json "$OUT/loop14before.json" ;;
+                --hours "${LOOP_HOURS:-8}" --db "$OUT/loop14before.db" --json "$OUT/loop14before.json" ;;
     loop14) KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase loop14 "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
               --attempts 1000 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/loop14.db" --json "$OUT/loop14.json" ;;
     loop14b) b=loop14b${LOOP_TAG:-}
@@ -227,9 +228,15 @@ for p in "$@"; do
     loop14bbefore) before_code "$p" || continue
              if [ ! -f .loop14/loop14.db ]; then echo "loop14bbefore: carry .loop14/loop14.db"; continue; fi
              cp .loop14/loop14.db "$OUT/loop14bbefore.db"
+             # the archive's schema version lowered to the newest the before code knows: every later migration only adds
+             # nullable columns and tables (archive/schema.py), which the before code neither reads nor needs
+             PYTHONPATH=/tmp/kfbefore:$PYTHONPATH python3 -c 'import sqlite3, sys
+from kernforge.archive.schema import LATEST
+db = sqlite3.connect(sys.argv[1]); v = db.execute("PRAGMA user_version").fetchone()[0]
+db.execute(f"PRAGMA user_version = {min(v, LATEST)}"); db.commit(); print(f"loop14bbefore: schema v{v} read as v{min(v, LATEST)}")' "$OUT/loop14bbefore.db"
              PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase loop14bbefore "$((${LOOP_S:-290} + 30))" \
                 python3 .before/bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) --attempts 1000 \
-                --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/loop14bbefore.db" --json "$OUT/loop14bbefore.json" ;;
+                --hours "${LOOP_HOURS:-8}" --db "$OUT/loop14bbefore.db" --json "$OUT/loop14bbefore.json" ;;
     windows) for b in 2 3; do phase "windows$b" 240 python3 bench/verify.py --shapes public --repeats 4 --batches "$b" \
                --tasks ${WINDOW_TASKS:-rms_norm silu_and_mul softmax} --json "$OUT/windows$b.json"; done ;;
     night|nightbefore) # issue #15: a night of NIGHT_S seconds (its own --hours) on NIGHT_TASKS, with this code or .before's
