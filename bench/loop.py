@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import faulthandler
 import json
+import sys
+import threading
+import time
+import traceback
 import tempfile
 from pathlib import Path
 
@@ -40,6 +43,26 @@ from kernforge.loop.runner import RunSettings, run
 
 #: Seeds with launch knobs to tune (a block size, warps and stages), so the tuner has room.
 DEFAULT_TASKS = ("gemm_small_m", "softmax", "silu_and_mul")
+
+
+def _write_stacks_each_minute(path: Path) -> None:
+    """Every thread's stack appended to ``path`` each minute, from a Python thread holding the GIL
+    (sys._current_frames). Not faulthandler.dump_traceback_later: its watchdog reads the other
+    threads' frames without the GIL, and a busy run crashed in it (SIGSEGV mid-dump, 7 minutes
+    into a 14-task run on the H100; CPython issues 116008 and 131580 report the same)."""
+    def write() -> None:
+        while True:
+            time.sleep(60)
+            names = {t.ident: t.name for t in threading.enumerate()}
+            lines = [f"--- {time.strftime('%H:%M:%S')}"]
+            for ident, frame in sys._current_frames().items():
+                lines.append(f"Thread {names.get(ident, ident)}:")
+                lines.extend(line.rstrip() for line in traceback.format_stack(frame))
+            with path.open("a") as out:
+                out.write("\n".join(lines) + "\n\n")
+
+    path.write_text("")
+    threading.Thread(target=write, name="stacks", daemon=True).start()
 
 
 def main() -> None:
@@ -57,7 +80,7 @@ def main() -> None:
                         help="write every thread's stack here each minute (a run that makes no verdict says where it waits)")
     args = parser.parse_args()
     if args.stacks:
-        faulthandler.dump_traceback_later(60, repeat=True, file=args.stacks.open("w"))
+        _write_stacks_each_minute(args.stacks)
 
     with tempfile.TemporaryDirectory(prefix="kf-bench-loop-") as tmp:
         db = args.db or Path(tmp) / "loop.db"
