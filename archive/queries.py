@@ -141,6 +141,19 @@ class Queries:
         return {r[0] for r in rows}
 
     @guarded
+    def tasks_audited_on(self, environment: Mapping[str, Any]) -> set[int]:
+        """Ids of the tasks with an audit that made its second verdict, of an attempt judged on this
+        GPU, driver, CUDA, torch and Triton: an audit times the hidden shapes, so their baselines
+        are in the archive too (a routine verdict times the public shapes only)."""
+        fields_ = environment_fields(environment, columns=True)
+        names = sorted(fields_)
+        where = " AND ".join(f"e.{name} IS ?" for name in names)
+        rows = self.conn.execute(f"SELECT DISTINCT a.task_id FROM audits u JOIN attempts a ON a.id = u.attempt_id "
+                                 f"JOIN environments e ON e.key = a.env_key WHERE u.verdict IS NOT NULL AND {where}",
+                                 [fields_[name] for name in names])
+        return {r[0] for r in rows}
+
+    @guarded
     def reuse_count(self, attempt_id: int) -> int:
         """How many later proposals reused this attempt's verdict instead of being evaluated."""
         return self.conn.execute("SELECT count(*) FROM attempts WHERE reuse_of = ?", (attempt_id,)).fetchone()[0]

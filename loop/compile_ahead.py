@@ -39,31 +39,32 @@ def processes_for(cores: int | None) -> int:
     return max(1, min(4, (cores or 1) // 4))
 
 
-def requests(tasks: Sequence[Task], hidden: bool = False) -> list[dict[str, Any]]:
+def requests(tasks: Sequence[Task], hidden: Sequence[Task] = ()) -> list[dict[str, Any]]:
     """One ``compile_baseline`` request per task and public shape (routine verdicts time those),
     task after task in the order given: the order the run's first verdicts take (``FairShare``).
     A task's first verdict measures the baselines of all its public shapes, so a task is ready
     once every shape of it is compiled; interleaved (each task's first shape, then each task's
     second...), no task but the last was ready before nearly everything was compiled, and the
-    reference workers compiled the missing shapes again inside the first verdicts. ``hidden``:
-    then every task's hidden shapes, in the same order, which only audits time (each audit
+    reference workers compiled the missing shapes again inside the first verdicts. Then the
+    hidden shapes of each of ``hidden``, in its order, which only audits time (each audit
     compiled them itself: 3-5 s of its 28-33 s on the H200)."""
     def asks(task: Task, secret: bool) -> list[dict[str, Any]]:
         return [{"task_ref": task.ref, "shape": s.as_dict(), "dist": task.distributions[0], "seeds": [secrets.randbits(31)],
                  "init_seed": secrets.randbits(31)} for s in task.shapes("cuda", hidden=secret)]
 
-    return [r for t in tasks for r in asks(t, False)] + ([r for t in tasks for r in asks(t, True)] if hidden else [])
+    return [r for t in tasks for r in asks(t, False)] + [r for t in hidden for r in asks(t, True)]
 
 
 class CompileAhead:
-    """Compiles ``tasks``' baselines ahead on ``device`` ("cuda:N"), the cache in ``cache``;
-    ``hold``: an async context manager factory that holds the device's gate shared; ``hidden``:
-    the hidden shapes too, after every public one (where audits time them)."""
+    """Compiles the public shapes' baselines of ``tasks`` ahead on ``device`` ("cuda:N"), then
+    the hidden shapes' of ``hidden`` (where audits time them), the cache in ``cache``; ``hold``:
+    an async context manager factory that holds the device's gate shared."""
 
     def __init__(self, tasks: Sequence[Task], device: str, cache: str, hold: Callable[[], Any],
-                 note: Callable[[str], None] = lambda text: None, processes: int | None = None, hidden: bool = False) -> None:
+                 note: Callable[[str], None] = lambda text: None, processes: int | None = None,
+                 hidden: Sequence[Task] = ()) -> None:
         # the judge's own comparison kernels first (a first verdict's checks compile them), then the baselines
-        self.queue = ([{"op": "judge_kernels", "task_ref": "the judge's comparison kernels", "shape": {}}] if tasks else []) \
+        self.queue = ([{"op": "judge_kernels", "task_ref": "the judge's comparison kernels", "shape": {}}] if tasks or hidden else []) \
             + requests(tasks, hidden)
         self.device, self.cache, self.hold, self.note = device, cache, hold, note
         self.processes = processes or processes_for(os.cpu_count())

@@ -303,21 +303,31 @@ class Runner:
     def _compile_ahead(self) -> None:
         """torch.compile's baselines of every task never judged on this GPU and these versions
         compiled in the background, on the CPU cores, into the reference workers' trusted compiler
-        cache (loop/compile_ahead.py), in the order of first verdicts: a GPU run only."""
+        cache (loop/compile_ahead.py), in the order of first verdicts, then the hidden shapes' of
+        every task never audited here (audits time them): a GPU run only."""
         if self.devices is None or self.devices.on_cpu or not self.states or not _cuda_here():
             return
         device = self.devices.names[0]
         cache = compiled_dir(self.devices.options.cache_dir)
-        # a task judged on this GPU and these versions before, by any judge, has its baselines in
-        # the archive: nothing to compile (after an upgrade of kernforge a warm night compiled all
-        # 143 shapes again, and its first verdict waited 10 s at the gate for them)
+        # a task judged on this GPU and these versions before, by any judge, has its public shapes'
+        # baselines in the archive: nothing to compile there (after an upgrade of kernforge a warm
+        # night compiled all 143 shapes again, and its first verdict waited 10 s at the gate for
+        # them); its hidden shapes' only where an audit timed them: a second run's audits of tasks
+        # the first had not audited compiled 3-12 s each while holding the GPU (H100, session 56)
         assert self.archive is not None
-        known = self.archive.tasks_judged_on(self.devices.env)  # this environment's tasks among them
-        fresh = [s.task for s in self._turn_order() if s.task_id not in known]
-        if not fresh:
+        order = self._turn_order()
+        judged = self.archive.tasks_judged_on(self.devices.env)  # this environment's tasks among them
+        audited = self.archive.tasks_audited_on(self.devices.env) if self.devices.options.time_hidden != "never" else None
+        fresh = [s.task for s in order if s.task_id not in judged]
+        # the hidden shapes of the tasks whose kernels an earlier run left unaudited first: their
+        # audits go at the start of this run, ahead of any new verdict
+        waiting = list(dict.fromkeys(state.task_id for state, _ in self.audits.leftover))
+        order = sorted(order, key=lambda s: waiting.index(s.task_id) if s.task_id in waiting else len(waiting))
+        hidden = [] if audited is None else [s.task for s in order if s.task_id not in audited]
+        if not fresh and not hidden:
             return
         ahead = CompileAhead(fresh, device, str(cache), self.devices.gates[device].shared_async, note=self.display.note,
-                             hidden=self.devices.options.time_hidden != "never")
+                             hidden=hidden)
         self._ahead = Background(note=self.display.note)
         self._ahead.start(ahead)
 

@@ -1215,11 +1215,15 @@ def test_a_benchmark_sorts_the_kernels_an_earlier_judge_passed_from_those_never_
 
 def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_never_judged_here(tmp_path, monkeypatch):
     """A GPU run hands torch.compile's baselines to the compile-ahead processes task by task in
-    the order the first verdicts take the tasks; a second run on the archive, where every task
-    was judged in this environment (its baselines kept), compiles nothing ahead."""
+    the order the first verdicts take the tasks: the public shapes of the tasks never judged in
+    this environment, then the hidden shapes (audits time them) of the tasks never audited in it.
+    A second run on the archive, where every task was judged (its public baselines kept), compiles
+    only the hidden shapes of a task that no audit timed; one where every task was audited too,
+    nothing."""
     import contextlib
     import shutil
 
+    from kernforge.archive.store import Archive
     from kernforge.loop import devices, runner
     from kernforge.loop.budget import Budget
     from kernforge.loop.runner import RunSettings, run
@@ -1227,12 +1231,11 @@ def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_n
     seeded = seeded_task(tmp_path)
     other = tmp_path / "tiny_other"
     shutil.copytree(seeded, other)
-    handed: list[list[str]] = []
+    handed: list[tuple[list[str], list[str]]] = []
 
     class Ahead:
-        def __init__(self, tasks, device, cache, hold, note=None, hidden=False):
-            handed.append([t.name for t in tasks])
-            assert hidden, "audits time the hidden shapes: compiled ahead too"
+        def __init__(self, tasks, device, cache, hold, note=None, hidden=()):
+            handed.append(([t.name for t in tasks], [t.name for t in hidden]))
 
         async def run(self):
             return None
@@ -1246,10 +1249,17 @@ def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_n
     monkeypatch.setattr(runner, "_cuda_here", lambda: True)
     monkeypatch.setattr(runner, "CompileAhead", Ahead)
     db = tmp_path / "k.db"
+    both = ["tiny_other", "tiny_seeded"]
     first = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=2)))
-    assert first.status == "finished" and handed == [["tiny_other", "tiny_seeded"]]
+    assert first.status == "finished" and handed == [(both, both)]
+    # the first run's audits, undone for one task: as if the run had stopped before its audit
+    with Archive.open(db) as archive, archive._write():
+        archive.conn.execute("DELETE FROM audits WHERE task_id = (SELECT id FROM tasks WHERE name = 'tiny_other')")
     again = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=3)))
-    assert again.status == "finished" and handed == [["tiny_other", "tiny_seeded"]], "nothing compiled ahead again"
+    assert again.status == "finished" and handed[1:] == [([], ["tiny_other"])], \
+        "judged here: no public shape again; never audited here: its hidden shapes"
+    third = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=4)))
+    assert third.status == "finished" and handed[2:] == [], "judged and audited here: nothing compiled ahead again"
 
     class Upgraded(GpuStandInJudge):  # another judge (kernforge upgraded): a new environment, the same GPU
         def environment(self):
@@ -1260,9 +1270,9 @@ def test_baselines_are_compiled_ahead_in_the_order_of_first_verdicts_for_tasks_n
         yield Upgraded([40.0] * 40)
 
     monkeypatch.setattr(devices, "open_judge", upgraded)
-    later = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=4)))
-    assert later.status == "finished" and handed == [["tiny_other", "tiny_seeded"]], \
-        "judged on this GPU and these versions before: the baselines are in the archive, nothing compiled ahead"
+    later = run(RunSettings(tasks=(str(other), str(seeded)), db=db, offline=True, budget=Budget(max_attempts=5)))
+    assert later.status == "finished" and handed[2:] == [], \
+        "judged and audited on this GPU and these versions before: the baselines are in the archive, nothing compiled ahead"
 
 
 class _Compiling:
@@ -1271,7 +1281,7 @@ class _Compiling:
 
     stopped: list[bool] = []
 
-    def __init__(self, tasks, device, cache, hold, note=None, hidden=False):
+    def __init__(self, tasks, device, cache, hold, note=None, hidden=()):
         pass
 
     async def run(self):

@@ -93,13 +93,15 @@ def test_a_tasks_shapes_are_compiled_together_in_the_order_of_first_verdicts():
     assert len(got) == first + len(tasks[1].shapes("cuda", hidden=False)) and first > 1
     assert [r["task_ref"] for r in got] == [tasks[0].ref] * first + [tasks[1].ref] * (len(got) - first)
     assert [r["shape"] for r in got[:first]] == [s.as_dict() for s in tasks[0].shapes("cuda", hidden=False)]
-    # where audits time the hidden shapes: those of every task after every public one, in that order
-    audited = requests(tasks, hidden=True)
+    # where audits time the hidden shapes: those of the tasks named after every public shape, in that order
+    audited = requests(tasks, hidden=tasks)
     assert audited[:len(got)] == [{**r, "seeds": a["seeds"], "init_seed": a["init_seed"]} for r, a in zip(got, audited)]
     secret = audited[len(got):]
     assert [r["shape"] for r in secret] == [s.as_dict() for t in tasks for s in t.shapes("cuda", hidden=True)]
     assert [r["task_ref"] for r in secret][0] == tasks[0].ref and len(secret) > len(tasks)
     assert {tuple(sorted(r)) for r in got} == {("dist", "init_seed", "seeds", "shape", "task_ref")}
+    # a task judged before but never audited: only its hidden shapes
+    assert [r["shape"] for r in requests([], hidden=tasks[1:])] == [s.as_dict() for s in tasks[1].shapes("cuda", hidden=True)]
     assert processes_for(16) == 4 and processes_for(2) == 1 and processes_for(None) == 1
 
 
