@@ -41,7 +41,8 @@ then untried configurations at distance 1, 2, ... (steps along the knobs' domain
 knob, an eviction hint or a dot's precision, has its values in a fixed order, so a step is one place
 along it) in an order drawn from the seed, a move of a dot's precision first of its distance,
 skipping any whose block sizes and num_stages are all at least those of a configuration that ran
-out of shared memory (warps, clusters, hints and precisions do not count). A
+out of shared memory (warps, clusters, hints and precisions do not count), and any that launches a
+kernel with a cluster (num_ctas) at least as large as one Triton failed to compile it with. A
 configuration becomes the best only when it is more than ``MARGIN`` (1%) faster, so timing noise
 does not move the search; a rejected one never does, and neither does one judged on the interpreter:
 its times are correctness runs' wall clock, never ranked, so on a CPU the search stays centred on
@@ -133,12 +134,30 @@ class _Family:
     moves: dict[Config, tuple[int, int]] = field(default_factory=dict)
     #: configurations that ran out of shared memory
     too_big: set[Config] = field(default_factory=set)
+    #: knob index of a launch's num_ctas -> the smallest cluster it failed to compile with
+    no_cluster: dict[int, int] = field(default_factory=dict)
 
     def needs_more_memory(self, config: Config) -> bool:
         """At least the block sizes and stages of one that ran out of shared memory
         (``Knob.grows_shared_memory``)."""
         grows = [i for i, k in enumerate(self.analysis.knobs) if k.grows_shared_memory]
         return any(all(_ge(config[i], big[i]) for i in grows) for big in self.too_big)
+
+    def cluster_fails(self, config: Config) -> bool:
+        """A launch's num_ctas at least one its kernel failed to compile with."""
+        return any(isinstance(config[i], int) and config[i] >= least for i, least in self.no_cluster.items())
+
+    def ruled_out(self, config: Config) -> bool:
+        return self.needs_more_memory(config) or self.cluster_fails(config)
+
+    def clusters_failed(self, config: Config) -> None:
+        """``config`` failed to compile: each of its launches with num_ctas > 1 is taken to be why
+        (Triton 3.6's Hopper pipeline refused fused_moe's gate-up kernel at num_ctas=2 on an H100,
+        "PassManager::run failed" in make_ttgir), so no larger cluster is tried for it either."""
+        for i, knob in enumerate(self.analysis.knobs):
+            value = config[i]
+            if knob.kind == "option" and knob.param == "num_ctas" and isinstance(value, int) and value > 1:
+                self.no_cluster[i] = min(value, self.no_cluster.get(i, value))
 
     def domains(self, *extra: Config) -> list[tuple]:
         anchors = [*self.anchors, *extra]
@@ -198,10 +217,14 @@ class OfflineProposer:
         base = dict(zip(fam.labels, centre))
         if config is None:
             size = math.prod(len(d) for d in domains)
-            skipped = sum(1 for c in itertools.product(*domains) if c not in fam.tried) if fam.too_big else 0
+            untried = [c for c in itertools.product(*domains) if c not in fam.tried]
+            memory = sum(1 for c in untried if fam.needs_more_memory(c))
+            clusters = sum(1 for c in untried if fam.cluster_fails(c) and not fam.needs_more_memory(c))
+            why = [f"{memory} need more shared memory than one that ran out"] * bool(memory) \
+                + [f"{clusters} launch a cluster as large as one that failed to compile"] * bool(clusters)
             return NoProposal(
                 f"exhausted: all {size} configurations of {', '.join(fam.labels)} within reach have been "
-                f"tried" + (f" or skipped ({skipped} need more shared memory than one that ran out)" if skipped else "")
+                f"tried" + (f" or skipped ({'; '.join(why)})" if why else "")
                 + f"; best: {_describe(base)}" + (f" at {fmt_us(best[1])}" if best else " (nothing measured on a GPU)"),
                 "exhausted",
             )
@@ -246,6 +269,8 @@ class OfflineProposer:
             fam.times[config] = _times(feedback)
             if _out_of_shared_memory(feedback):
                 fam.too_big.add(config)
+            elif _failed_to_compile(feedback):
+                fam.clusters_failed(config)
 
     def _locate(self, source: str) -> tuple[_Family, Config] | str:
         """The family and configuration of ``source``, or why it has no knobs."""
@@ -272,7 +297,7 @@ class OfflineProposer:
             j = index[i] + step
             if 0 <= j < len(domains[i]):
                 config = centre[:i] + (domains[i][j],) + centre[i + 1:]
-                if config not in fam.tried and not fam.needs_more_memory(config):
+                if config not in fam.tried and not fam.ruled_out(config):
                     return config, (i, step)
         sizes = [len(d) for d in domains]
         reach = sum(max(ix, n - 1 - ix) for ix, n in zip(index, sizes))
@@ -280,7 +305,7 @@ class OfflineProposer:
             ranked = []
             for offsets in _ring(index, sizes, distance):
                 config = tuple(d[ix + o] for d, ix, o in zip(domains, index, offsets))
-                if config not in fam.tried and not fam.needs_more_memory(config):
+                if config not in fam.tried and not fam.ruled_out(config):
                     ranked.append((self._first(fam, offsets), self._rank(fam, config), config, offsets))
             if ranked:
                 _, _, config, offsets = min(ranked)
@@ -332,6 +357,15 @@ def _out_of_shared_memory(feedback: Verdict) -> bool:
         return False
     text = json.dumps({"reason": feedback.reason, "evidence": dict(feedback.evidence)}, default=str).lower()
     return "out of resource" in text and "shared memory" in text
+
+
+def _failed_to_compile(feedback: Verdict) -> bool:
+    """Triton's compiler pipeline refused the kernel ("PassManager::run failed"), anywhere in a
+    rejection's reason or evidence."""
+    if feedback.accepted:
+        return False
+    text = json.dumps({"reason": feedback.reason, "evidence": dict(feedback.evidence)}, default=str)
+    return "PassManager::run failed" in text
 
 
 def _ge(a: int | None, b: int | None) -> bool:

@@ -635,6 +635,42 @@ def test_configurations_bigger_than_one_out_of_shared_memory_are_skipped():
     assert "skipped" in p.reason and "need more shared memory" in p.reason
 
 
+def test_clusters_at_least_as_large_as_one_that_failed_to_compile_are_skipped():
+    """A configuration that launches a cluster (num_ctas > 1) and that Triton's compiler refused
+    (as Triton 3.6 refused fused_moe's gate-up kernel at num_ctas=2 on an H100) rules out that
+    cluster and larger ones for the kernel; smaller clusters and the other knobs are still tried."""
+    source = _seed("gemm_small_m")
+    proposer = OfflineProposer(seed=0, clusters=True)
+    refused = Rejected(Status.RUNTIME_ERROR, "running failed while checking the public shape M=1 N=6144 K=4096, normal "
+                                             "inputs: RuntimeError: PassManager::run failed",
+                       evidence={"check": "runtime", "error": "File \"triton/compiler/compiler.py\", in compile\n"
+                                                              "RuntimeError: PassManager::run failed"})
+    proposed, failed_at = [], None
+    p = proposer.propose(source, _verdict(30.0))
+    while isinstance(p, Proposal) and len(proposed) < 400:
+        ctas = p.config["num_ctas"]
+        assert failed_at is None or ctas < failed_at, (p.config, failed_at)
+        proposed.append(p.config)
+        if ctas >= 4 and failed_at is None:
+            failed_at = ctas
+            proposer.record(p.source, refused)
+        else:
+            proposer.record(p.source, _verdict(30.0 + len(proposed) * 0.01))
+        p = proposer.propose(source)
+    assert failed_at == 4 and any(c["num_ctas"] == 2 for c in proposed), "a smaller cluster is still tried"
+    assert sum(c["num_ctas"] >= 4 for c in proposed) == 1
+    if isinstance(p, NoProposal):
+        assert "as large as one that failed to compile" in p.reason
+    # a rejection for another reason rules nothing out
+    other = OfflineProposer(seed=0, clusters=True)
+    q = other.propose(source, _verdict(30.0))
+    while isinstance(q, Proposal) and q.config["num_ctas"] == 1:
+        other.record(q.source, _verdict(31.0))
+        q = other.propose(source)
+    other.record(q.source, Rejected(Status.INCORRECT, "wrong output at the public shape M=1"))
+    assert not next(iter(other._families.values())).no_cluster
+
+
 def test_proposals_in_flight_are_not_repeated():
     proposer = OfflineProposer(seed=3)
     source = _seed("softmax")
