@@ -133,24 +133,22 @@ class Queries:
     def tasks_judged_on(self, environment: Mapping[str, Any]) -> set[int]:
         """Ids of the tasks with an attempt judged on this GPU, driver, CUDA, torch and Triton, by
         any judge: their baselines, which no judge's fingerprint keys, are in the archive already."""
-        fields_ = environment_fields(environment, columns=True)
-        names = sorted(fields_)
-        where = " AND ".join(f"e.{name} IS ?" for name in names)
-        rows = self.conn.execute(f"SELECT DISTINCT a.task_id FROM attempts a JOIN environments e ON e.key = a.env_key "
-                                 f"WHERE {where}", [fields_[name] for name in names])
-        return {r[0] for r in rows}
+        return self._tasks_on(environment, "attempts a")
 
     @guarded
     def tasks_audited_on(self, environment: Mapping[str, Any]) -> set[int]:
         """Ids of the tasks with an audit that made its second verdict, of an attempt judged on this
         GPU, driver, CUDA, torch and Triton: an audit times the hidden shapes, so their baselines
         are in the archive too (a routine verdict times the public shapes only)."""
+        return self._tasks_on(environment, "audits u JOIN attempts a ON a.id = u.attempt_id", "u.verdict IS NOT NULL")
+
+    def _tasks_on(self, environment: Mapping[str, Any], source: str, *conditions: str) -> set[int]:
+        """The task ids of ``source``'s attempts (alias ``a``) judged in ``environment``'s fields."""
         fields_ = environment_fields(environment, columns=True)
         names = sorted(fields_)
-        where = " AND ".join(f"e.{name} IS ?" for name in names)
-        rows = self.conn.execute(f"SELECT DISTINCT a.task_id FROM audits u JOIN attempts a ON a.id = u.attempt_id "
-                                 f"JOIN environments e ON e.key = a.env_key WHERE u.verdict IS NOT NULL AND {where}",
-                                 [fields_[name] for name in names])
+        where = " AND ".join([*conditions, *(f"e.{name} IS ?" for name in names)])
+        rows = self.conn.execute(f"SELECT DISTINCT a.task_id FROM {source} JOIN environments e ON e.key = a.env_key "
+                                 f"WHERE {where}", [fields_[name] for name in names])
         return {r[0] for r in rows}
 
     @guarded

@@ -29,10 +29,10 @@ import argparse
 import collections
 import json
 import sys
+import tempfile
 import threading
 import time
 import traceback
-import tempfile
 from pathlib import Path
 
 from rich.table import Table

@@ -198,4 +198,3 @@ def _fittest_of_the_first_task(waiting: list[Waiting]) -> int:
     task = waiting[0][0]
     mine = [i for i, (state, _) in enumerate(waiting) if state is task]
     return max(mine, key=lambda i: waiting[i][1].fitness or ())
-

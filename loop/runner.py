@@ -321,9 +321,9 @@ class Runner:
         fresh = [s.task for s in order if s.task_id not in judged]
         # the hidden shapes of the tasks whose kernels an earlier run left unaudited first: their
         # audits go at the start of this run, ahead of any new verdict
-        waiting = list(dict.fromkeys(state.task_id for state, _ in self.audits.leftover))
-        order = sorted(order, key=lambda s: waiting.index(s.task_id) if s.task_id in waiting else len(waiting))
-        hidden = [] if audited is None else [s.task for s in order if s.task_id not in audited]
+        waiting = {task_id: i for i, task_id in enumerate(dict.fromkeys(state.task_id for state, _ in self.audits.leftover))}
+        hidden = [] if audited is None else [s.task for s in sorted(order, key=lambda s: waiting.get(s.task_id, len(waiting)))
+                                             if s.task_id not in audited]
         if not fresh and not hidden:
             return
         ahead = CompileAhead(fresh, device, str(cache), self.devices.gates[device].shared_async, note=self.display.note,
