@@ -33,6 +33,13 @@ GRACE_SECONDS = 5.0
 PROFILER_EXIT_S = 120.0
 #: Longest single wait inside recv/send, so failures recorded by the monitor thread are seen.
 POLL_SECONDS = 1.0
+#: Held through every stop of jobs (``_freeze``) and every resume: two lanes' judges may stop and
+#: resume one job at the same time (verifier/gate.py: a judge stops its own worker while it waits
+#: for the gate, and the lane timing meanwhile resumes every worker it found enlisted). A resume
+#: that ran while a stop was still finding the job's processes thawed none of them and marked the
+#: job running; the stop then stopped them for good, and its judge waited on its own stopped
+#: worker while holding the gate alone: two lanes on an H100 made no verdict (session 57).
+_STOPS = threading.Lock()
 
 
 def _signal_name(number: int) -> str:
@@ -257,17 +264,16 @@ class ProcessSession:
             return True
 
     def resume(self) -> None:
-        with self._lock:
-            if self._stopped_at is None:
-                return  # not stopped (another's resume came first)
-        self.worker.resume()
-        with self._lock:
-            if self._stopped_at is None:
-                return
-            stopped = time.monotonic() - self._stopped_at
-            self._stopped_at = None
-            self._stopped_s += stopped
-            self.deadline += stopped
+        with _STOPS:  # never inside a stop of this job still finding its processes
+            with self._lock:
+                if self._stopped_at is None:
+                    return  # not stopped (another's resume came first)
+            self.worker.resume()
+            with self._lock:
+                stopped = time.monotonic() - self._stopped_at
+                self._stopped_at = None
+                self._stopped_s += stopped
+                self.deadline += stopped
 
     def stopped_seconds(self) -> float:
         """Seconds the job has spent stopped by ``pause`` so far, the stop in progress included."""
@@ -517,15 +523,16 @@ def pause_all(sessions: Sequence[Any]) -> None:
 def _freeze(sessions: Sequence[ProcessSession]) -> None:
     """Stop ``sessions``' jobs. A job already stopped is left as it is; one that has ended, or
     whose processes the parent cannot see, is not counted as stopped (its time is its own)."""
-    batch = []
-    for session in sessions:
-        where = session.worker.freeze_target()
-        if where is not None and session._begin_stop():
-            batch.append((session, where))
-    stuck = []
-    for (session, where), (pids, settled) in zip(batch, procs.freeze_many([where for _, where in batch])):
-        session.worker.stopped(pids)
-        if not settled:
-            stuck.append(f"the job of pid {where[0]}")
+    with _STOPS:  # a resume waits until every process found is stopped and noted (``_STOPS``)
+        batch = []
+        for session in sessions:
+            where = session.worker.freeze_target()
+            if where is not None and session._begin_stop():
+                batch.append((session, where))
+        stuck = []
+        for (session, where), (pids, settled) in zip(batch, procs.freeze_many([where for _, where in batch])):
+            session.worker.stopped(pids)
+            if not settled:
+                stuck.append(f"the job of pid {where[0]}")
     if stuck:
         raise procs.NotStopped(f"processes of {', '.join(stuck)} still ran after every round of stopping")

@@ -183,6 +183,54 @@ def test_the_jobs_of_several_lanes_are_stopped_together_and_whole(pool):
     assert_next_job_ok(pool)
 
 
+def test_a_resume_that_comes_while_a_stop_is_finding_the_job_s_processes_leaves_it_running(pool, monkeypatch):
+    """Two lanes' judges stop and resume one job at once: its own judge stops it while it waits for
+    the gate, and the lane that was timing resumes every worker it found enlisted. A resume that
+    came while the stop was still finding the job's processes once thawed none of them and marked
+    the job running; the stop then stopped them for good, and a judge holding the gate waited on
+    its own stopped worker (two lanes on an H100, session 57: no verdict in 210 s). A resume that
+    comes then must leave the job running."""
+    from kernforge.sandbox import procs
+
+    real = procs.freeze_many
+    found, resumed = threading.Event(), threading.Event()
+
+    def slow_freeze(targets):
+        out = real(targets)  # the processes are stopped; the stop has not yet noted them
+        found.set()
+        resumed.wait(2.0)  # time for the resume to run in between, where it can
+        return out
+
+    monkeypatch.setattr(procs, "freeze_many", slow_freeze)
+    with pool.session("sandbox_jobs.hostile:fork_spray", {"attempts": 2}, LIMITS) as session:
+        workdir, uid = session.workdir, session.worker.lease.uid if session.worker.lease else None
+        assert session.recv(30)["started"] == 2
+        members = sorted(procs.uid_states(uid)) if uid is not None else leftovers(workdir, None)
+        assert len(members) >= 3
+        stopper = threading.Thread(target=session.pause)
+        stopper.start()
+        assert found.wait(30)
+
+        def resume() -> None:
+            session.resume()
+            resumed.set()
+
+        resumer = threading.Thread(target=resume)
+        resumer.start()
+        stopper.join(30)
+        resumer.join(30)
+        assert not stopper.is_alive() and not resumer.is_alive()
+        for pid in members:
+            if _state(pid) != "Z":
+                assert _wait_state(pid, lambda s: s != "T"), f"process {pid} stayed stopped after the resume"
+        session.pause()  # and the job stops and goes on as before
+        session.resume()
+        for pid in members:
+            if _state(pid) != "Z":
+                assert _wait_state(pid, lambda s: s != "T"), f"process {pid} stayed stopped after a later resume"
+    assert_next_job_ok(pool)
+
+
 def test_a_pause_holds_processes_that_wake_each_other(pool):
     """Each process sends SIGCONT to the others without end: a pause must stop them again until
     none is left to wake anyone, then hold them all for as long as it lasts."""
