@@ -474,7 +474,7 @@ def eval_cmd(
 
 # ---- run ----------------------------------------------------------------------------------------
 GpusOpt = Annotated[Optional[list[int]], typer.Option("--gpu", metavar="N", help="GPU index (repeatable); every visible GPU by default, the CPU interpreter without one.")]
-LanesOpt = Annotated[int, typer.Option("--lanes", metavar="N", help="Verdicts in flight per device (1 or more): their workers start, compile and are checked side by side; each timed phase has the GPU to itself, every other lane's worker stopped. On one H200 more lanes made fewer verdicts (the GPU time-slices between their processes) and left honest attempts unjudged: keep 1.")]
+LanesOpt = Annotated[int, typer.Option("--lanes", metavar="N", help="Verdicts in flight per device (1 or more): their workers start, compile and are checked side by side; each timed phase has the GPU to itself, every other lane's worker stopped. On one H100 two lanes made 8% more verdicts than one, each verdict taking 1.5-2x as long (the GPU time-slices between their processes): 1 is the default.")]
 # the proposer's options, shared by `run` and `bench kernelbench`
 ProviderOpt = Annotated[Optional[str], typer.Option(metavar="NAME", help="LLM preset: minimax (default, MiniMax M3), minimax-cn, together, openai, local, custom.")]
 BaseUrlOpt = Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="Any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; the key from KERNFORGE_API_KEY.")]
