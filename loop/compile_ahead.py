@@ -23,11 +23,12 @@ import secrets
 import shutil
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Sequence
 
 from kernforge.sandbox.env import worker_env
 from kernforge.sandbox.protocol import WorkerSpec
-from kernforge.tasks.spec import Task
+from kernforge.tasks.spec import Shape, Task
 from kernforge.verifier.judge_errors import out_of_memory
 
 #: a compile that takes longer than this is left to the reference worker (the process is stopped)
@@ -71,6 +72,10 @@ class CompileAhead:
         self.done = 0
         self.failed: list[str] = []
         self.seconds = 0.0
+        #: seconds the GPU's gate was held shared for the compiles, in all and the longest hold with
+        #: its request: a timed phase that wants the GPU alone waits for the holds under way
+        self.held_s = 0.0
+        self.longest: tuple[float, str] = (0.0, "")
 
     async def run(self) -> None:
         """Compile everything queued; returns when done (or cancelled: its processes are killed)."""
@@ -84,8 +89,7 @@ class CompileAhead:
                     sys.executable, "-m", "kernforge.verifier.compile_ahead", "cuda:0", env=env, cwd=home,
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL))
             await asyncio.gather(*(self._feed(p) for p in procs))
-            self.note(f"torch.compile baselines compiled ahead: {self.done} shapes in {self.seconds:.0f} s of compiles"
-                      + (f", {len(self.failed)} left to the judge ({self.failed[0][:120]})" if self.failed else ""))
+            self.note(self.summary())
         finally:
             for p in procs:
                 with contextlib.suppress(ProcessLookupError):
@@ -94,13 +98,21 @@ class CompileAhead:
                     await p.wait()
             shutil.rmtree(home, ignore_errors=True)
 
+    def summary(self) -> str:
+        """What was compiled, what was left to the judge, and how long the GPU was held for it."""
+        held = (f"; the GPU held for them {self.held_s:.1f} s in all, at most {self.longest[0]:.1f} s at once "
+                f"({self.longest[1]})" if self.longest[1] else "")
+        return (f"torch.compile baselines compiled ahead: {self.done} shapes in {self.seconds:.0f} s of compiles"
+                + (f", {len(self.failed)} left to the judge ({self.failed[0][:120]})" if self.failed else "") + held)
+
     async def _feed(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdin is not None and proc.stdout is not None
         while self.queue:
             msg = self.queue.pop(0)
             proc.stdin.write((json.dumps(msg) + "\n").encode())
             await proc.stdin.drain()
-            got = await self._answer(proc)
+            label = f"{msg['task_ref']} {Shape.of(msg['shape'])}" if msg["shape"] else msg["task_ref"]
+            got = await self._answer(proc, label)
             if got is None:  # the process died or hung: the rest of its share goes to the others
                 self.failed.append(f"{msg['task_ref']}: no answer from the compile process")
                 return
@@ -110,33 +122,47 @@ class CompileAhead:
             else:
                 self.done += 1
 
-    async def _answer(self, proc: asyncio.subprocess.Process) -> dict[str, Any] | None:
-        """The process's answer to its request, the GPU's gate held shared for it whenever it asks
-        (``{"gpu": true}`` until ``{"gpu": false}``: its GPU work, never its code generation);
+    async def _answer(self, proc: asyncio.subprocess.Process, label: str) -> dict[str, Any] | None:
+        """The process's answer to its request (``label``), the GPU's gate held shared for it whenever
+        it asks (``{"gpu": true}`` until ``{"gpu": false}``: its GPU work, never its code generation);
         None where it died or went quiet for ``COMPILE_TIMEOUT_S``."""
         assert proc.stdin is not None and proc.stdout is not None
+        since: float | None = None  # when the hold under way was taken
+
+        def let_go() -> None:
+            nonlocal since
+            if since is not None:
+                held, since = time.monotonic() - since, None
+                self.held_s += held
+                self.longest = max(self.longest, (held, label))
+
         async with contextlib.AsyncExitStack() as stack:
-            while True:
-                try:
-                    line = await asyncio.wait_for(proc.stdout.readline(), COMPILE_TIMEOUT_S)
-                except asyncio.TimeoutError:
-                    return None
-                if not line:
-                    return None
-                try:
-                    got = json.loads(line)
-                except ValueError:
-                    got = None
-                if not isinstance(got, dict):  # a library's own print to stdout: not the protocol's
-                    continue
-                if got.get("gpu") is True:
-                    await stack.enter_async_context(self.hold())
-                    proc.stdin.write(b"go\n")
-                    await proc.stdin.drain()
-                elif got.get("gpu") is False:
-                    await stack.aclose()
-                else:
-                    return got
+            try:
+                while True:
+                    try:
+                        line = await asyncio.wait_for(proc.stdout.readline(), COMPILE_TIMEOUT_S)
+                    except asyncio.TimeoutError:
+                        return None
+                    if not line:
+                        return None
+                    try:
+                        got = json.loads(line)
+                    except ValueError:
+                        got = None
+                    if not isinstance(got, dict):  # a library's own print to stdout: not the protocol's
+                        continue
+                    if got.get("gpu") is True:
+                        await stack.enter_async_context(self.hold())
+                        since = time.monotonic()
+                        proc.stdin.write(b"go\n")
+                        await proc.stdin.drain()
+                    elif got.get("gpu") is False:
+                        let_go()
+                        await stack.aclose()
+                    else:
+                        return got
+            finally:  # a hold the process never let go of ends here
+                let_go()
 
 
 class Background:
