@@ -89,7 +89,6 @@ class CompileAhead:
                     sys.executable, "-m", "kernforge.verifier.compile_ahead", "cuda:0", env=env, cwd=home,
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL))
             await asyncio.gather(*(self._feed(p) for p in procs))
-            self.note(self.summary())
         finally:
             for p in procs:
                 with contextlib.suppress(ProcessLookupError):
@@ -97,13 +96,15 @@ class CompileAhead:
                 with contextlib.suppress(Exception):
                     await p.wait()
             shutil.rmtree(home, ignore_errors=True)
+            self.note(self.summary())  # a run that ends first says so too
 
     def summary(self) -> str:
         """What was compiled, what was left to the judge, and how long the GPU was held for it."""
         held = (f"; the GPU held for them {self.held_s:.1f} s in all, at most {self.longest[0]:.1f} s at once "
                 f"({self.longest[1]})" if self.longest[1] else "")
         return (f"torch.compile baselines compiled ahead: {self.done} shapes in {self.seconds:.0f} s of compiles"
-                + (f", {len(self.failed)} left to the judge ({self.failed[0][:120]})" if self.failed else "") + held)
+                + (f", {len(self.failed)} left to the judge ({self.failed[0][:120]})" if self.failed else "")
+                + (f", stopped before {len(self.queue)} more" if self.queue else "") + held)
 
     async def _feed(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdin is not None and proc.stdout is not None
