@@ -312,6 +312,22 @@ def test_the_worker_ahead_carries_only_the_kernels_and_launchers_its_calls_made(
     assert set(files) == {"kernel/__grp__k.json", "kernel/k.cubin", "kernel/k.ptx", f"launcher/{LAUNCHER}"}
 
 
+def test_an_autotuners_pick_made_ahead_is_never_carried(tmp_path):
+    """The worker ahead compiles every config of an autotuned kernel and times them all alike, so
+    where the kernel asks Triton to keep its pick (``cache_results``), the pick written is the
+    first config. Carried to the verdict's worker, it would be timed instead of the fastest: an
+    honest kernel made slower. The worker ahead leaves it out, and the judge takes no answer with it."""
+    from kernforge.verifier.triton_ahead_worker import cache_files
+
+    for key, names in {"kernel": ["__grp__k.json", "k.cubin"], "tuned": ["k.autotune.json"]}.items():
+        (tmp_path / key).mkdir()
+        for n in names:
+            (tmp_path / key / n).write_bytes(b"{}")
+    assert set(cache_files(str(tmp_path), 1 << 20, 100)) == {"kernel/__grp__k.json", "kernel/k.cubin"}
+    assert triton_ahead.accepted({"tuned/k.autotune.json": _b64(b"{}")}) == {}
+    assert triton_ahead.accepted({"kernel/k.cubin": _b64(b"bin"), "tuned/k.autotune.json": _b64(b"{}")}) == {}
+
+
 def test_the_worker_ahead_builds_each_kernels_launcher_once_and_a_failure_costs_nothing(monkeypatch):
     """Triton's warm-up compiles a kernel and builds no launcher: the worker ahead builds it, as
     the kernel's first launch in the verdict would have (Triton 3.6: a C compile per signature)."""

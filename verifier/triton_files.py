@@ -19,9 +19,17 @@ KERNEL_SUFFIXES = (".json", ".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".sour
 _LAUNCHER = re.compile(r"__triton_launcher(\.[A-Za-z0-9_-]+)*\.so")
 
 
+#: an autotuner's pick, which Triton keeps in its cache where a kernel asks for ``cache_results``:
+#: the worker ahead compiles every config and times them all alike (triton_ahead_worker.py), so
+#: its pick would be the first config, and the verdict's worker would time that one instead of
+#: the fastest. Never carried: the verdict's worker times the configs itself
+AUTOTUNE_SUFFIX = ".autotune.json"
+
+
 def kernel_file(name: str) -> bool:
-    """Whether ``name`` is a file of a compiled kernel in a Triton cache (``KERNEL_SUFFIXES``)."""
-    return name.endswith(KERNEL_SUFFIXES)
+    """Whether ``name`` is a file of a compiled kernel in a Triton cache (``KERNEL_SUFFIXES``, not
+    an autotuner's pick: ``AUTOTUNE_SUFFIX``)."""
+    return name.endswith(KERNEL_SUFFIXES) and not name.endswith(AUTOTUNE_SUFFIX)
 
 
 def launcher_file(name: str) -> bool:
