@@ -335,7 +335,7 @@ def test_the_worker_ahead_builds_each_kernels_launcher_once_and_a_failure_costs_
 
     from triton.runtime import driver
 
-    from kernforge.verifier.triton_ahead_worker import build_launcher
+    from kernforge.verifier.triton_warmup import build_launcher
 
     made = []
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from .harness import import_candidate
 from .triton_files import whole_keys
+from .triton_warmup import compile_only
 
 
 def run(channel: Any, payload: dict[str, Any]) -> None:
@@ -45,7 +46,6 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     cache = os.environ.get("TRITON_CACHE_DIR", "")
     before = set(os.listdir(cache)) if cache and os.path.isdir(cache) else set()  # the warm-up's own
     model_new = import_candidate(payload["source"]).ModelNew
-    _compile_only()
 
     def call_all(calls: list[dict[str, Any]]) -> tuple[int, str]:
         made, failed = 0, ""
@@ -54,7 +54,7 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
                 return made, failed or "out of time"
             try:
                 shape = Shape.of(call["shape"])
-                with torch.device("meta"), torch.no_grad():
+                with compile_only(), torch.device("meta"), torch.no_grad():
                     model = runtime.build_model(model_new, runtime.make_init_inputs(task, shape), 0, "meta")
                     model(*[_arg(a) for a in call["args"]])
                 made += 1
@@ -86,46 +86,6 @@ def _keys(files: dict[str, str]) -> set[str]:
 def _size(files: dict[str, str]) -> int:
     """The bytes ``files`` hold (their base64 decoded)."""
     return sum(len(base64.b64decode(data)) for data in files.values())
-
-
-def _compile_only() -> None:
-    """Every launch of a Triton kernel compiles it (Triton's warm-up) and runs nothing; an
-    autotuner's benchmark calls each config once, so that it is compiled, and times all alike."""
-    from triton.runtime import autotuner
-    from triton.runtime.jit import JITFunction
-
-    launch = JITFunction.run
-    built: set[str] = set()
-
-    def compile_only(self: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs["warmup"] = True
-        kernel = launch(self, *args, **kwargs)
-        build_launcher(kernel, built)
-        return kernel
-
-    def once(kernel_call: Any, quantiles: Any = None, **_: Any) -> list[float]:
-        kernel_call()
-        return [0.0] * len(quantiles or (0.5,))
-
-    JITFunction.run = compile_only
-    autotuner.Autotuner.do_bench = property(lambda self: once)
-
-
-def build_launcher(kernel: Any, built: set[str]) -> None:
-    """``kernel``'s launcher built into the cache as its first launch would build it (Triton 3.6
-    compiles a C module per kernel signature with the host's compiler: a verdict paid for it at
-    each new kernel's first call); once per kernel, and nothing where it fails or where Triton's
-    launcher is generic (it then builds nothing)."""
-    key = getattr(kernel, "hash", None)
-    if key is None or key in built:
-        return
-    built.add(key)
-    try:
-        from triton.runtime import driver
-
-        driver.active.launcher_cls(kernel.src, kernel.metadata)
-    except Exception:  # noqa: BLE001 - its first launch in the verdict builds it, as before
-        pass
 
 
 def _arg(described: dict[str, Any]) -> Any:
