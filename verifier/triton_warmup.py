@@ -21,16 +21,17 @@ from typing import Any, Iterator
 
 
 @contextlib.contextmanager
-def compile_only() -> Iterator[None]:
+def compile_only(built: set[str] | None = None) -> Iterator[None]:
     """Within it, in this process, every Triton launch compiles its kernel and builds the kernel's
-    launcher, and runs nothing; an autotuner compiles every config and keeps no pick on disk."""
+    launcher (once per kernel in ``built``, which a caller may keep from one use to the next),
+    and runs nothing; an autotuner compiles every config and keeps no pick on disk."""
     from triton.runtime import autotuner
     from triton.runtime.jit import JITFunction
 
     launch = JITFunction.run
     bench = autotuner.Autotuner.__dict__.get("do_bench")
     disk = autotuner.Autotuner.__dict__.get("check_disk_cache")
-    built: set[str] = set()
+    built = set() if built is None else built
 
     def warm_up(self: Any, *args: Any, **kwargs: Any) -> Any:
         kwargs["warmup"] = True
