@@ -172,8 +172,8 @@ def freeze_many(targets: Sequence[tuple[int, int | None]]) -> list[tuple[set[int
             # Stopped again: a member not yet stopped may have sent SIGCONT to one that was, and a
             # zombie's state hides threads of its process still running.
             awake = [pid for pid, state in states.items() if state not in "tT"]
-            for pid in set(fresh) | set(awake):
-                _signal(pid, signal.SIGSTOP)
+            if fresh or awake:
+                _stop_all(list(states))
             stopped[i].update(fresh)
             calm = not fresh and all(state in "tTZX" for state in states.values())
             # The states are read after the listing: a member forking in between shows up stopped
@@ -185,6 +185,20 @@ def freeze_many(targets: Sequence[tuple[int, int | None]]) -> list[tuple[set[int
             break
         time.sleep(0.001)
     return list(zip(stopped, done))
+
+
+def _stop_all(pids: list[int], passes: int = 50) -> None:
+    """SIGSTOP each of ``pids`` (members of one listing), again while one is seen awake. Members
+    that keep sending SIGCONT to each other wake one another faster than /proc can be listed: a
+    member woken between two listings ran until the next, waking the others, and a freeze that
+    stopped only the members a listing saw awake took hundreds of listings to find them all still
+    at once (CI ran out of rounds). Stopping every member again within microseconds of a wake
+    leaves the woken one no time to run: it stops before its code goes on."""
+    for _ in range(passes):
+        for pid in pids:
+            _signal(pid, signal.SIGSTOP)
+        if all(_state(pid) in ("", "t", "T", "Z", "X") for pid in pids):
+            return
 
 
 def uid_states(uid: int) -> dict[int, str]:
