@@ -852,3 +852,39 @@ def test_a_batch_s_host_readings_decide_whether_its_worker_s_short_clock_is_a_li
     assert called is cheat, got
     if cheat:
         assert "on a quiet host" in got.reason
+
+
+@pytest.mark.parametrize("answers", [False, True], ids=["silent harness", "harness answers"])
+def test_a_harness_silent_through_its_calibration_is_nobodys_verdict_and_not_waited_on_for_long(answers):
+    """The judge waits for the harness's calibration while it holds the GPU alone, before the
+    candidate's module is loaded. A worker left stopped by a stop/resume race never answered, and
+    the judge held every lane back for message_timeout_s (600 s; session 57's two lanes hung).
+    It waits a bound of its own, and silence there leaves the attempt unjudged: nothing the
+    candidate wrote had run."""
+    from kernforge.sandbox.protocol import FailureKind, WorkerFailure
+    from kernforge.verifier import messages as M
+    from kernforge.verifier.judge import CALIBRATION_REPLY_S, Judge, JudgeOptions
+    from kernforge.verifier.judge_errors import WorkerStalled
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0", baselines=False), gate=DeviceGate(2))
+    judge._ask_ref = lambda reply_type, msg, **kw: M.Calibrated(op="calibrate", ok=True, windows_ms=[0.01] * 7,
+                                                                writes_ms=[0.001] * 7)
+    judge._send = lambda session, msg: None
+    waits: list[float] = []
+
+    class Silent(_Session):
+        def recv(self, timeout):
+            waits.append(timeout)
+            if answers:
+                return {"op": "calibrate", "ok": True, "rounds": 7}
+            raise WorkerFailure(FailureKind.TIMEOUT, f"no message within {timeout}s")
+
+    session = Silent()
+    if answers:
+        judge._calibrate(session)
+        assert judge._state.calibration["harness"] == "7 rounds" and judge._state.clock_cost_ms > 0
+    else:
+        with pytest.raises(WorkerStalled, match="did not answer its calibration"):
+            judge._calibrate(session)
+        assert session.events == ["close"]
+    assert waits == [CALIBRATION_REPLY_S] and CALIBRATION_REPLY_S < judge.options.message_timeout_s / 5

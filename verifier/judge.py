@@ -49,7 +49,8 @@ from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, processes, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
 from .gate import DeviceGate
-from .judge_errors import GpuBusy, GpuMemoryHeld, JudgeError, ReferenceFailed, TaskTooLarge, out_of_memory
+from .harness import CALIBRATION_WAIT_S
+from .judge_errors import GpuBusy, GpuMemoryHeld, JudgeError, ReferenceFailed, TaskTooLarge, WorkerStalled, out_of_memory
 from .kernels import own_kernel_names, own_op_names
 from .laps import Laps
 from .library import library_baseline, library_flags
@@ -64,6 +65,10 @@ HARNESS_PRELOAD = ("torch", "triton", "kernforge.verifier.harness")
 REFERENCE_PRELOAD = ("torch", "triton", "kernforge.verifier.refworker")
 #: how long the reference worker waits for the harness to start a calibration round
 CALIBRATION_TIMEOUT_S = 10.0
+#: how long the judge waits for the harness's answer to a calibration, which it waits for while it
+#: holds the GPU alone: the harness's own wait for a round that never comes, with room for CUDA's
+#: start in the worker. Before, it waited ``message_timeout_s`` (600 s) with every lane held back.
+CALIBRATION_REPLY_S = CALIBRATION_WAIT_S + 45.0
 
 R = TypeVar("R")
 
@@ -783,7 +788,12 @@ class Judge:
             cal = self._ask_ref(M.Calibrated, {"op": "calibrate", "rounds": rounds, "timeout_s": CALIBRATION_TIMEOUT_S})
         except JudgeError:  # nothing is taken off; the harness gives up on its own
             cal = None
-        ran = self._reply(session, M.CalibrationRan, "calibrate", "calibrating the batch clock")
+        ran = self._reply(session, M.CalibrationRan, "calibrate", "calibrating the batch clock", timeout=CALIBRATION_REPLY_S)
+        if isinstance(ran, Rejected) and ran.status is Status.TIMEOUT:
+            # the harness alone runs here, before the candidate's module is loaded: its silence is
+            # nobody's verdict (a worker left stopped by a stop/resume race was one cause, session 57)
+            raise WorkerStalled(f"the harness did not answer its calibration within {CALIBRATION_REPLY_S:.0f} s, "
+                                "before the candidate's module was loaded")
         if cal is not None and not isinstance(ran, Rejected):
             self._state.clock_cost_ms = clock.fixed_cost(cal.windows_ms, cal.writes_ms)
         self._state.calibration = {

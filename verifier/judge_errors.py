@@ -29,6 +29,12 @@ class GpuMemoryHeld(GpuBusy):
     the candidate's failure nor the task's, and the attempt is left unjudged."""
 
 
+class WorkerStalled(GpuBusy):
+    """The candidate's worker did not answer the harness's own step (its clock's calibration)
+    before the candidate's module was loaded, while the judge held the GPU alone: nothing the
+    candidate wrote had run yet, so the attempt is left unjudged, not rejected."""
+
+
 class TaskTooLarge(JudgeError):
     """The task's largest call needs more memory than this GPU has: no candidate can be judged."""
 
