@@ -24,6 +24,12 @@ is a scheduling decision, and this module makes it:
 
 One that a faster audited best has overtaken meanwhile is not audited (it could not lead).
 Passed, it may be the new best (``Population.settle``); failed, it is demoted.
+
+* **An audit nobody could judge** (GpuBusy: another process kept the GPU busy, or held its memory,
+  or the worker's harness stalled) is no verdict on the kernel: it waits with the deferred ones
+  once a verdict has been made since (the GPU may be as busy at once), or at the run's end, and
+  is tried ``AUDIT_BUSY_TRIES`` times in all. Before, it was said and dropped, and a run's best
+  kernel could end the night unaudited, so not a best.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from dataclasses import replace
 from typing import Awaitable, Callable, Iterable, Mapping
 
 from kernforge.verifier.audit import Audit
-from kernforge.verifier.judge import JudgeError
+from kernforge.verifier.judge import GpuBusy, JudgeError
 
 from .plan import TaskState
 from .search import Member
@@ -50,6 +56,9 @@ AUDIT_RESERVE = 1.5
 AUDIT_SHARE = 1 / 3
 #: ...once they have had this many seconds (a run's first audit or two go as they come)
 AUDIT_GRACE_S = 60.0
+
+#: how many times an audit that nobody could judge (GpuBusy) is tried in all
+AUDIT_BUSY_TRIES = 3
 
 Waiting = tuple[TaskState, Member]
 #: audit one kernel on a device lane and record it: the audit, or None when none could be made
@@ -91,6 +100,11 @@ class AuditQueue:
         self.reaudit: list[Waiting] = []
         #: would-be bests of this session whose audits wait (``waits``)
         self.deferred: list[Waiting] = []
+        #: those whose audit nobody could judge (``retry``): deferred again at the next turn
+        self.again: list[Waiting] = []
+        #: tries so far of each such audit, by attempt id; ``verify_s`` at the last such failure
+        self._busy_tries: dict[int, int] = {}
+        self._busy_at_verify_s = 0.0
         #: device seconds this session spent auditing, and verifying (``AUDIT_SHARE``)
         self.audit_s = 0.0
         self.verify_s = 0.0
@@ -117,8 +131,21 @@ class AuditQueue:
         """A would-be best whose audit waits (``waits``)."""
         self.deferred.append((state, member))
 
+    def retry(self, state: TaskState, member: Member, error: GpuBusy) -> None:
+        """``member``'s audit could not be judged (``error``): tried again at the next turn, after
+        the verdict in flight, up to ``AUDIT_BUSY_TRIES`` tries in all; the run is told either way."""
+        key = member.attempt_id if member.attempt_id is not None else id(member)
+        tries = self._busy_tries[key] = self._busy_tries.get(key, 0) + 1
+        left = AUDIT_BUSY_TRIES - tries
+        if left > 0:
+            self.again.append((state, member))
+            self._busy_at_verify_s = self.verify_s
+        then = f"tried again later ({tries} of {AUDIT_BUSY_TRIES} tries)" if left > 0 else \
+            f"given up after {AUDIT_BUSY_TRIES} tries: not a best this run"
+        self._note(f"[{state.task.name}] attempt {member.attempt_id} could not be audited, {then}: {error}"[:600])
+
     def pending(self) -> bool:
-        return bool(self.leftover or self.deferred or self.reaudit)
+        return bool(self.leftover or self.deferred or self.reaudit or self.again)
 
     # ---- when ----------------------------------------------------------------------------------
     def waits(self, but: TaskState | None = None) -> bool:
@@ -145,7 +172,7 @@ class AuditQueue:
         """The time budget would run out before the waiting audits were made, each ``reserve()``
         times as long as its verdict took: they start now, first verdicts or not."""
         left = self._time_left_s()
-        waiting = self.leftover + self.deferred + self.reaudit
+        waiting = self.leftover + self.deferred + self.reaudit + self.again
         if left is None or not waiting:
             return False
         return left <= self.reserve() * sum(verdict_seconds(member) for _, member in waiting)
@@ -163,10 +190,16 @@ class AuditQueue:
         def reaudit_go() -> bool:  # counted already: after every problem's first verdict, or when time is short
             return at_end or not self._first_verdicts_pending(None) or self.due()
 
-        for waiting, why, may in ((self.leftover, "left unaudited", leftover_go),
-                                  (self.deferred, "its audit deferred", deferred_go),
-                                  (self.reaudit, "audited by an earlier judge", reaudit_go)):
-            await self._drain(index, waiting, why, lambda may=may: carry_on() and may())
+        while True:
+            if at_end or self.verify_s > self._busy_at_verify_s:  # a verdict since, or nothing else to do
+                self.deferred += self.again  # not judged at their last turn: tried again from this one on
+                self.again = []
+            for waiting, why, may in ((self.leftover, "left unaudited", leftover_go),
+                                      (self.deferred, "its audit deferred", deferred_go),
+                                      (self.reaudit, "audited by an earlier judge", reaudit_go)):
+                await self._drain(index, waiting, why, lambda may=may: carry_on() and may())
+            if not (at_end and self.again and carry_on()):
+                return
 
     async def _drain(self, index: int, waiting: list[Waiting], why: str, go_on: Callable[[], bool]) -> None:
         """Audit the kernels in ``waiting`` (judged, recorded, in their populations, not yet audited)
@@ -180,6 +213,9 @@ class AuditQueue:
                 continue  # a faster kernel was confirmed meanwhile: this one cannot lead, no audit
             try:
                 audit = await self._audit(index, state, member)
+            except GpuBusy as error:  # nobody's verdict: its next turn
+                self.retry(state, member, error)
+                continue
             except JudgeError as error:
                 self._note(f"[{state.task.name}] attempt {member.attempt_id} could not be audited: {error}"[:600])
                 continue

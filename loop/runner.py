@@ -699,8 +699,8 @@ class Runner:
                 except asyncio.CancelledError:
                     self._learn(state, proposal, member, attempt_id, seq, reuse_of, verify_s, None)
                     raise
-                except GpuBusy as error:  # not audited now: not a best (a later audit may make it one)
-                    self.display.note(f"[{state.task.name}] attempt {attempt_id} could not be audited: {error}"[:600])
+                except GpuBusy as error:  # nobody's verdict: audited again at a later turn (audit_queue.py)
+                    self.audits.retry(state, member, error)
                 if audit is not None:
                     member = replace(member, audit_passed=audit.passed)
         elif state.population.near_tie(member):

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kernforge.loop.audit_queue import AUDIT_GRACE_S, AuditQueue, audits_may_run
+from kernforge.loop.audit_queue import AUDIT_BUSY_TRIES, AUDIT_GRACE_S, AuditQueue, audits_may_run
 from kernforge.verifier.audit import Audit
 from kernforge.verifier.judge import JudgeError
+from kernforge.verifier.judge_errors import GpuMemoryHeld
 
 sys.path.append(str(Path(__file__).resolve().parent))  # tests/ helpers (importlib import mode)
 from loop_helpers import audited_kernel as kernel, task_state as state  # noqa: E402
@@ -87,6 +88,53 @@ def test_a_passed_audit_makes_the_best_a_failed_one_demotes_and_a_judge_failure_
     assert any("attempt 6 could not be audited" in n for n in notes)
     assert any("attempt 4, left unaudited, audited: failed (slower by 30%)" in n for n in notes)
     assert any("attempt 2, left unaudited, audited: passed, the new best" in n for n in notes)
+
+
+@pytest.mark.parametrize("busy_tries", [1, AUDIT_BUSY_TRIES])
+def test_an_audit_nobody_could_judge_goes_again_after_a_verdict_up_to_its_tries(busy_tries):
+    """Two lanes on an H100: another lane's reference worker held the GPU's memory and an audit ran
+    out of it (GpuMemoryHeld: nobody's verdict). The kernel was dropped, and a run's best could end
+    the night unaudited. It waits until a verdict has been made since (the GPU is as busy at
+    once), then is audited; an audit that stays unjudged is given up after its tries."""
+    st = state("a", kernel(1, 50.0, True), kernel(2, 20.0))
+    st.stats.first_verdict_s = 1.0
+
+    def outcome(member):
+        if len(audited) <= busy_tries:
+            raise GpuMemoryHeld("the GPU's memory was held by other processes (40% of it free): out of memory")
+        return Audit(passed=True, reason="", recorded_us=20.0, measured_us=20.0)
+
+    queue, audited, notes = _queue((st,), outcome=outcome)
+    queue.defer(*_waiting(st))
+    for turn in range(AUDIT_BUSY_TRIES + 1):
+        _go(queue)
+        assert len(audited) == min(turn + 1, busy_tries + 1, AUDIT_BUSY_TRIES), "one try after each verdict"
+        _go(queue)
+        assert len(audited) == min(turn + 1, busy_tries + 1, AUDIT_BUSY_TRIES), "no verdict since: no try"
+        queue.verify_s += 2.0  # a verdict
+    assert not queue.pending()
+    if busy_tries < AUDIT_BUSY_TRIES:
+        assert st.population.best.attempt_id == 2
+        assert any(f"attempt 2 could not be audited, tried again later (1 of {AUDIT_BUSY_TRIES} tries)" in n for n in notes)
+        assert any("attempt 2, its audit deferred, audited: passed, the new best" in n for n in notes)
+    else:
+        assert st.population.best.attempt_id == 1
+        assert any(f"attempt 2 could not be audited, given up after {AUDIT_BUSY_TRIES} tries" in n for n in notes)
+
+
+def test_at_the_runs_end_an_audit_nobody_could_judge_goes_again_at_once():
+    """Nothing else is left to judge: its tries follow each other."""
+    st = state("a", kernel(1, 50.0, True), kernel(2, 20.0))
+
+    def outcome(member):
+        if len(audited) < 3:  # its first two tries
+            raise GpuMemoryHeld("the GPU's memory was held by other processes (40% of it free): out of memory")
+        return Audit(passed=True, reason="", recorded_us=20.0, measured_us=20.0)
+
+    queue, audited, notes = _queue((st,), outcome=outcome)
+    queue.defer(*_waiting(st))
+    _go(queue, at_end=True)
+    assert audited == [2, 2, 2] and not queue.pending() and st.population.best.attempt_id == 2
 
 
 def test_a_kernel_a_faster_audited_best_overtook_is_not_audited():

@@ -529,6 +529,26 @@ def test_a_new_best_that_passes_its_audit_stands(tmp_path, monkeypatch):
     assert shown.count("NEW BEST (audit passed)") == 2 and "AUDIT FAILED" not in shown
 
 
+def test_an_audit_the_gpu_could_not_judge_is_made_at_a_later_turn_and_the_best_stands(tmp_path, monkeypatch):
+    """Two lanes on an H100 (session 57): an audit ran out of memory another lane's reference held
+    (GpuMemoryHeld, nobody's verdict), and the would-be best was dropped unaudited. It is audited
+    again after the next verdict, and its pass makes it the best."""
+    from kernforge.archive.store import Archive
+    from kernforge.verifier.judge_errors import GpuMemoryHeld
+
+    held = GpuMemoryHeld("the GPU's memory was held by other processes (40% of it free): out of memory")
+    # the seed (100 us, audited: 101 us); 50 us, its audit unjudged; 80 us, a would-be best while
+    # 50 us waits (audited: 81 us); then 50 us's audit again, after that verdict: 52 us
+    result, judge, db, shown = gpu_run(tmp_path, monkeypatch, [100.0, 101.0, 50.0, held, 80.0, 81.0, 52.0], attempts=3)
+    assert result.status == "finished" and len(judge.judged) == 7, shown
+    assert judge.judged[6] == judge.judged[3] == judge.judged[2]  # the same code, audited after the next verdict
+    rows = attempts(db)
+    assert [(a["attempt_id"], a["passed"]) for a in audit_rows(db)] == [(rows[0]["id"], 1), (rows[2]["id"], 1), (rows[1]["id"], 1)]
+    assert "could not be audited, tried again later (1 of 3 tries)" in shown
+    with Archive.open(db, readonly=True) as archive:
+        assert [b.attempt_id for b in archive.best()] == [rows[1]["id"]]
+
+
 def test_a_near_tie_with_the_best_is_not_audited_and_the_run_says_so(tmp_path, monkeypatch):
     from kernforge.loop.display import summary
 
