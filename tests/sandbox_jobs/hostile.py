@@ -83,6 +83,20 @@ def wake_each_other(channel, payload):
                 pass
 
 
+def busy_children(channel, payload):
+    """A parent and its children all computing (bench/freeze_probe.py: an honest busy job)."""
+    pids = [os.getpid()]
+    for _ in range(payload.get("children", 6)):
+        pid = os.fork()
+        if pid == 0:
+            while True:
+                pass
+        pids.append(pid)
+    channel.send({"pids": pids})
+    while True:
+        pass
+
+
 def fork_bomb(channel, payload):
     channel.send({"bombing": True})
     while True:
