@@ -193,11 +193,13 @@ def _stop_all(pids: list[int], passes: int = 50) -> None:
     member woken between two listings ran until the next, waking the others, and a freeze that
     stopped only the members a listing saw awake took hundreds of listings to find them all still
     at once (CI ran out of rounds). Stopping every member again within microseconds of a wake
-    leaves the woken one no time to run: it stops before its code goes on."""
+    leaves the woken one no time to run: it stops before its code goes on. A member in the kernel's
+    uninterruptible sleep (D) runs none of its code before it leaves it, and then it stops, so it
+    ends the passes too (passes would only spin); the next rounds of ``freeze_many`` see it stopped."""
     for _ in range(passes):
         for pid in pids:
             _signal(pid, signal.SIGSTOP)
-        if all(_state(pid) in ("", "t", "T", "Z", "X") for pid in pids):
+        if all(_state(pid) in ("", "t", "T", "Z", "X", "D") for pid in pids):
             return
 
 
