@@ -103,7 +103,7 @@ class AuditQueue:
         #: those whose audit nobody could judge (``retry``): deferred again at the next turn
         self.again: list[Waiting] = []
         #: tries so far of each such audit, by attempt id; ``verify_s`` at the last such failure
-        self._busy_tries: dict[int, int] = {}
+        self._busy_tries: dict[int | None, int] = {}
         self._busy_at_verify_s = 0.0
         #: device seconds this session spent auditing, and verifying (``AUDIT_SHARE``)
         self.audit_s = 0.0
@@ -134,8 +134,7 @@ class AuditQueue:
     def retry(self, state: TaskState, member: Member, error: GpuBusy) -> None:
         """``member``'s audit could not be judged (``error``): tried again at the next turn, after
         the verdict in flight, up to ``AUDIT_BUSY_TRIES`` tries in all; the run is told either way."""
-        key = member.attempt_id if member.attempt_id is not None else id(member)
-        tries = self._busy_tries[key] = self._busy_tries.get(key, 0) + 1
+        tries = self._busy_tries[member.attempt_id] = self._busy_tries.get(member.attempt_id, 0) + 1
         left = AUDIT_BUSY_TRIES - tries
         if left > 0:
             self.again.append((state, member))
