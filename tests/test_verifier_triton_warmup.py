@@ -40,3 +40,16 @@ def test_an_autotuners_pick_is_never_kept_while_kernels_are_only_compiled():
         assert bench(lambda: benched.append(True), quantiles=(0.5, 0.2)) == [0.0, 0.0]
     assert kept is False and benched == [True, True]
     assert {name: autotuner.Autotuner.__dict__[name] for name in before} == before, "all as it was after"
+
+
+def test_a_triton_without_its_own_do_bench_gets_none_left_behind(monkeypatch):
+    """compile_only always sets the autotuner's do_bench; where the class had none of its own, none
+    is left after (a set one would turn every later benchmark into a single untimed call)."""
+    from triton.runtime import autotuner
+
+    from kernforge.verifier.triton_warmup import compile_only
+
+    monkeypatch.delattr(autotuner.Autotuner, "do_bench")
+    with compile_only():
+        assert "do_bench" in autotuner.Autotuner.__dict__
+    assert "do_bench" not in autotuner.Autotuner.__dict__

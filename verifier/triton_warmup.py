@@ -55,9 +55,12 @@ def compile_only(built: set[str] | None = None) -> Iterator[None]:
         yield
     finally:
         JITFunction.run = launch
-        for name, original in (("do_bench", bench), ("check_disk_cache", disk)):
-            if original is not None:
-                setattr(autotuner.Autotuner, name, original)
+        if bench is None:  # a Triton whose Autotuner has no do_bench of its own: none left behind
+            del autotuner.Autotuner.do_bench
+        else:
+            autotuner.Autotuner.do_bench = bench
+        if disk is not None:
+            autotuner.Autotuner.check_disk_cache = disk
 
 
 def build_launcher(kernel: Any, built: set[str]) -> None:
