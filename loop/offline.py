@@ -217,9 +217,12 @@ class OfflineProposer:
         base = dict(zip(fam.labels, centre))
         if config is None:
             size = math.prod(len(d) for d in domains)
-            untried = [c for c in itertools.product(*domains) if c not in fam.tried]
-            memory = sum(1 for c in untried if fam.needs_more_memory(c))
-            clusters = sum(1 for c in untried if fam.cluster_fails(c) and not fam.needs_more_memory(c))
+            memory = clusters = 0
+            for c in itertools.product(*domains):
+                if c not in fam.tried:
+                    big = fam.needs_more_memory(c)
+                    memory += big
+                    clusters += not big and fam.cluster_fails(c)
             why = [f"{memory} need more shared memory than one that ran out"] * bool(memory) \
                 + [f"{clusters} launch a cluster as large as one that failed to compile"] * bool(clusters)
             return NoProposal(
