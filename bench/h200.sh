@@ -95,7 +95,8 @@
 #   timeslice  bench/timeslice_probe.py: a step of small kernels and a sync, alone and beside another process's GPU work
 #   mpson, mpsoff  an MPS control daemon for the phases between (the trusted processes share one GPU context; a candidate's
 #              worker never joins, sandbox/env.py; logs <phase>-mps), e.g. `timeslice mpson timeslice lanes mpsoff`: whether
-#              MPS takes the slices between processes away
+#              MPS takes the slices between processes away (H100, session 59: beside small steps a little, beside
+#              another lane's large streams it made a small step's wait 22x its time alone, against 8x without)
 #   windows    bench/verify.py --shapes public with two timed windows of each kind per shape (a routine verdict's), then three:
 #              a verdict's time against its time of record's spread over 4 repeats (WINDOW_TASKS; logs windows2/3)
 #   night      issue #15's built-in-suite night, cut to NIGHT_S seconds (240; the run's own --hours, so it ends itself and

@@ -29,7 +29,10 @@ waiting at the gate for 6-88 s. With this gate four lanes waited 5-33 s, but mad
 kernels at a time and switches between processes by time slices, and a verdict's trusted steps
 are thousands of small kernels (drawing every call's inputs, comparing every output): a
 verdict's input draws took 10-23 s where one lane's take 1.4 s. More lanes pay on one GPU only
-where a lane's work is mostly on the CPU (compiles); the default stays one lane.
+where a lane's work is mostly on the CPU (compiles); the default stays one lane. An MPS daemon
+for the trusted processes does not change that (H100, session 59, bench/timeslice_probe.py): a
+step of small kernels beside another process's 1 GiB streams took 8.3 times its time alone
+without MPS and 22.4 times with it, its kernels queued behind the large ones instead of sliced.
 
 A judge waiting to time goes before any judge waiting to hold the gate shared (writer
 preference): timing is never starved by a stream of requests. A verdict that needs more of the
