@@ -90,8 +90,7 @@
 #              own; the copy's schema version lowered to the before code's, whose later migrations only add columns and
 #              tables): the second run before and after on one lease (log, loop14bbefore.db/.json)
 #   lanes      bench/loop.py, 3 tasks (LANES_TASKS) x 12 attempts, LANES_S s (180) each run of LANES_RUNS (default "2 1": two
-#              lanes, then one; "2a": two lanes whose reference requests go one at a time, gate.py trusted_alone). Caches
-#              the first run warms favour the later ones (logs lanes<run>.log, .db, .json)
+#              lanes, then one). Caches the first run warms favour the later ones (logs lanes<run>.log, .db, .json)
 #   timeslice  bench/timeslice_probe.py: a step of small kernels and a sync, alone and beside another process's GPU work
 #   mpson, mpsoff  an MPS control daemon for the phases between (the trusted processes share one GPU context; a candidate's
 #              worker never joins, sandbox/env.py; logs <phase>-mps), e.g. `timeslice mpson timeslice lanes mpsoff`: whether
@@ -200,9 +199,9 @@ for p in "$@"; do
                 -k "${GPU_K:-redteam or padded or honest_kernel_accepted or routine_verdict or slower_than_the_bar}" ;;
     gpufocus) phase gpufocus 190 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short --timeout 100 tests/test_verifier_gpu.py -k "presends_done or host_sync or stale_device or nsight or decoy" ;;
     loop) phase loop 600 python3 bench/loop.py --gpu 0 ;;
-    lanes) for run in ${LANES_RUNS:-2 1}; do n=${run%a}; alone=$([ "$run" != "$n" ] && echo 1 || echo 0)
-                KERNFORGE_GATE_TRUSTED_ALONE=$alone phase lanes$run "$((${LANES_S:-180} + 20))" python3 bench/loop.py --gpu 0 \
-                --attempts 12 --hours "$(python3 -c "print(${LANES_S:-180} / 3600)")" --lanes $n ${LANES_TASKS:+--tasks $LANES_TASKS} \
+    lanes) for run in ${LANES_RUNS:-2 1}; do
+                phase lanes$run "$((${LANES_S:-180} + 20))" python3 bench/loop.py --gpu 0 \
+                --attempts 12 --hours "$(python3 -c "print(${LANES_S:-180} / 3600)")" --lanes $run ${LANES_TASKS:+--tasks $LANES_TASKS} \
                 --db "$OUT/lanes$run${PHASE_SUFFIX:-}.db" --json "$OUT/lanes$run${PHASE_SUFFIX:-}.json"; done ;;
     timeslice) phase timeslice 150 python3 bench/timeslice_probe.py ;;
     mpson) # an MPS control daemon for the phases after it (the trusted processes share one GPU context; the pipe

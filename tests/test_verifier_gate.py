@@ -388,76 +388,29 @@ def test_a_reference_request_holds_the_gate_shared_for_its_own_length():
     assert judge.gate._shared == 0
 
 
-@pytest.mark.parametrize("alone", [False, True])
-def test_trusted_requests_of_two_lanes_overlap_unless_the_gate_keeps_them_apart(alone):
-    """``trusted_alone`` (the experiment of KERNFORGE_GATE_TRUSTED_ALONE): one lane's reference
-    request at a time; without it two lanes' requests run side by side, as verdicts do."""
-    gate = DeviceGate(2, trusted_alone=alone)
+def test_two_lanes_reference_requests_run_side_by_side():
+    """Two lanes' requests to their reference workers both hold the gate shared at once: neither
+    waits for the other (one at a time made each verdict twice as long, gate.py)."""
+    gate = DeviceGate(2)
     a_in, a_may_go, b_in = threading.Event(), threading.Event(), threading.Event()
 
     def lane_a():
-        with gate.trusted():
+        with gate.shared():
             a_in.set()
             a_may_go.wait(LONG)
 
     def lane_b():
-        with gate.trusted():
+        with gate.shared():
             b_in.set()
 
     ta = run(lane_a)
     assert a_in.wait(LONG)
     tb = run(lane_b)
-    if alone:
-        until(lambda: gate._shared == 2, "b holds the gate shared and waits for a's request")
-        assert not b_in.is_set()
-    else:
-        assert b_in.wait(LONG)
+    assert b_in.wait(LONG)
     a_may_go.set()
     ta.join(LONG)
     tb.join(LONG)
-    assert b_in.is_set() and gate._shared == 0
-
-
-def test_lanes_queued_for_trusted_requests_and_a_timed_phase_all_go_through():
-    """The request's lock is taken inside the shared hold, so no wait goes in a circle: the lane
-    queued behind a request holds the gate shared, the lane that times waits for both requests,
-    then times (taken the other way round, a request waiting for the lock outside the gate would
-    wait on a timing lane whose own request needs the lock)."""
-    gate = DeviceGate(3, trusted_alone=True)
-    order: list[str] = []
-    a_in, a_may_go = threading.Event(), threading.Event()
-
-    def lane_a():
-        with gate.trusted():
-            a_in.set()
-            a_may_go.wait(LONG)
-            order.append("a's request done")
-
-    def lane_b():
-        with gate.trusted():
-            order.append("b's request")
-
-    def lane_c():
-        with gate.exclusive():
-            order.append("c times")
-
-    ta = run(lane_a)
-    assert a_in.wait(LONG)
-    tb = run(lane_b)
-    until(lambda: gate._shared == 2, "b holds the gate shared behind a's request")
-    tc = run(lane_c)
-    until(lambda: gate._waiting_writers, "c waits for both shared holds")
-    a_may_go.set()
-    for t in (ta, tb, tc):
-        t.join(LONG)
-    assert order == ["a's request done", "b's request", "c times"]
-
-
-def test_one_lane_never_takes_the_trusted_lock(monkeypatch):
-    monkeypatch.setenv("KERNFORGE_GATE_TRUSTED_ALONE", "1")
-    assert DeviceGate(1)._trusted is None and DeviceGate(2)._trusted is not None
-    monkeypatch.delenv("KERNFORGE_GATE_TRUSTED_ALONE")
-    assert DeviceGate(2)._trusted is None
+    assert gate._shared == 0
 
 
 def test_a_gpu_kept_busy_by_another_process_times_nothing_and_judges_nobody():

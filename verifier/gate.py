@@ -33,6 +33,9 @@ where a lane's work is mostly on the CPU (compiles); the default stays one lane.
 for the trusted processes does not change that (H100, session 59, bench/timeslice_probe.py): a
 step of small kernels beside another process's 1 GiB streams took 8.3 times its time alone
 without MPS and 22.4 times with it, its kernels queued behind the large ones instead of sliced.
+Nor does letting one lane's reference request run at a time (H100, session 60, the 14 built-in
+tasks resumed on one archive for 150 s each, one lease): two lanes made 19 verdicts of 8.9 s
+each, one lane 24 of 4.0 s; each lane's requests then waited on the other's instead of sliced.
 
 A judge waiting to time goes before any judge waiting to hold the gate shared (writer
 preference): timing is never starved by a stream of requests. A verdict that needs more of the
@@ -60,7 +63,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 from typing import AsyncIterator, Callable, Iterator, Protocol, TypeVar
 
@@ -99,16 +101,10 @@ class DeviceGate:
     """A readers-writer lock over one GPU, with writer preference, that stops every other judge's
     enlisted worker while it is held exclusively; ``lanes``: how many judges share it."""
 
-    def __init__(self, lanes: int = 1, trusted_alone: bool | None = None) -> None:
+    def __init__(self, lanes: int = 1) -> None:
         if lanes < 1:
             raise ValueError(f"a GPU needs at least one lane, not {lanes}")
         self.lanes = lanes
-        #: one lane's request to its reference worker at a time (``trusted``), so that two
-        #: reference workers' kernels never time-slice; None: KERNFORGE_GATE_TRUSTED_ALONE=1 (an
-        #: experiment of bench/h200.sh lanes: whether that time-slicing is what slows two lanes)
-        if trusted_alone is None:
-            trusted_alone = os.environ.get("KERNFORGE_GATE_TRUSTED_ALONE") == "1"
-        self._trusted = threading.RLock() if trusted_alone and lanes > 1 else None
         self._cond = threading.Condition()
         self._shared = 0
         self._writer: int | None = None  # the thread holding the gate exclusively
@@ -141,18 +137,6 @@ class DeviceGate:
             with self._cond:
                 self._shared -= 1
                 self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def trusted(self) -> Iterator[None]:
-        """A request to a judge's reference worker: the gate held shared, and with
-        ``trusted_alone`` no other lane's request beside it (taken inside the shared hold, so a
-        judge waiting to time never waits on a lane that waits for it)."""
-        with self.shared():
-            if self._trusted is None:
-                yield
-                return
-            with self._trusted:
-                yield
 
     @contextlib.contextmanager
     def enlisted(self, start: Callable[[], S]) -> Iterator[S]:
