@@ -257,6 +257,9 @@ class Devices:
             steps = verdict.environment.get("phase_seconds")
             if isinstance(steps, Mapping):
                 entry["steps"] = dict(steps)
+            calls = verdict.environment.get("checked_calls")
+            if isinstance(calls, int):
+                entry["checked_calls"] = calls
         if more_steps:
             entry["steps"] = dict(entry.get("steps", {}), **more_steps)
         self.log.append(entry)

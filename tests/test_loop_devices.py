@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from bench_helpers import bench_script
+
 from kernforge.loop.devices import Devices
+from kernforge.verifier.verdict import Accepted
 
 
 def test_a_gpu_child_starts_with_every_gate_held_and_is_stopped_by_any_judge_about_to_time():
@@ -47,7 +50,6 @@ def test_an_audit_is_logged_with_its_nsight_compute_stages(monkeypatch):
     verdict: the stages the Nsight Compute record carries join the verdict's steps."""
     from kernforge.loop import devices as devices_module
     from kernforge.verifier.audit import Audit
-    from kernforge.verifier.verdict import Accepted
 
     again = Accepted(shapes=(), environment={"phase_seconds": {"ref.verify_batch": 2.5}})
     result = Audit(True, "accepted again", verdict=again,
@@ -63,3 +65,23 @@ def test_an_audit_is_logged_with_its_nsight_compute_stages(monkeypatch):
     assert got is result
     assert devices.log[-1]["kind"] == "audit"
     assert devices.log[-1]["steps"] == {"ref.verify_batch": 2.5, "ncu.start": 4.0, "ncu.calls": 0.5}
+
+
+def test_the_loop_table_says_what_a_checked_call_cost():
+    """bench/loop.py's table of where time went: each task's checked calls per verdict (the
+    median) and what one cost its checks, from the counts the verdicts carry into the log."""
+    loop = bench_script("loop")
+    log = [{"kind": "verdict", "task": "t", "seconds": 3.0, "checked_calls": 40,
+            "steps": {"checks public": 0.5, "checks hidden": 0.3}},
+           {"kind": "verdict", "task": "t", "seconds": 2.0, "checked_calls": 60,
+            "steps": {"checks public": 0.7, "checks hidden": 0.5}},
+           {"kind": "audit", "task": "t", "seconds": 9.0, "checked_calls": 50, "steps": {"checks public": 5.0}}]
+    assert loop._checked_calls([e for e in log if e["kind"] == "verdict"]) == ("60", "20.0")
+    assert loop._checked_calls([{"kind": "verdict", "task": "t", "seconds": 1.0}]) == ("-", "-")
+    devices = Devices(["cpu"])
+
+    class Task:
+        name = "t"
+
+    devices._note("verdict", 0, Task(), devices._t0, Accepted(shapes=(), environment={"checked_calls": 42, "phase_seconds": {}}))
+    assert devices.log[-1]["checked_calls"] == 42

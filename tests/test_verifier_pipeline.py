@@ -93,6 +93,7 @@ def test_honest_kernel_checks_every_shape_in_order(judge, sent, asked):
                 if i == 0 and not hidden:
                     expected.append((s.as_dict(), hidden))  # the repeat
     assert _checks(sent) == expected
+    assert verdict.environment["checked_calls"] == len(expected) == sum(m.get("op") == "check" for m in sent)
     phases = verdict.environment["phase_seconds"]
     for step in ("worker.check", "ref.prepare", "ref.compare", "ref.compare:snapshot", "checks public", "checks hidden"):
         assert step in phases and phases[step] >= 0, phases

@@ -225,6 +225,8 @@ class _Verdict:
     heap_short: tuple[int, int] | None = None
     #: the slowest checked call so far per shape, by the judge's clock (seconds; timeouts only)
     slowest: dict[tuple, float] = field(default_factory=dict)
+    #: checked calls sent to the candidate (bench/loop.py: what one costs the checks' seconds)
+    checked_calls: int = 0
     #: what an accepted verdict must say beside its figures (checks' marginal elements)
     flags: list[str] = field(default_factory=list)
     #: the eager, torch.compile and library baselines per timed shape (``Judge._baselines``)
@@ -447,6 +449,7 @@ class Judge:
         if self._state.calibration:
             env["calibration"] = self._state.calibration
         env["phase_seconds"] = {k: round(v, 3) for k, v in sorted(self._phases.items(), key=lambda kv: -kv[1])}
+        env["checked_calls"] = self._state.checked_calls
         if self._state.drawn:  # for people reading the archive; a prompt never shows a verdict's environment
             env["drawn_shapes"] = [s.as_dict() for s in self._state.drawn]
         env.update(self._state.drawn_left)  # the task's drawer strayed: said, and not checked
@@ -464,7 +467,8 @@ class Judge:
         audit planned for the 3 GiB four lanes left free rejected an honest GEMM that ran out of
         memory in its 2 GiB heap (H200, session 37)."""
         self._drop_ref()
-        self._state = _Verdict(bar=bar, audit=audit, compiled=self._state.compiled)
+        # the checks' count goes on, as the phases' seconds do: both tries' calls cost the verdict
+        self._state = _Verdict(bar=bar, audit=audit, compiled=self._state.compiled, checked_calls=self._state.checked_calls)
         try:
             verdict = self._verify_held(source, task, True, free=True)
         except ReferenceFailed as error:
@@ -940,6 +944,7 @@ class Judge:
             call.watch.look()
         call.sent_at = time.perf_counter()
         call.stopped_at_send = session.stopped_seconds()
+        self._state.checked_calls += 1
         self._send(session, msg)
 
     def _finish_check(self, session: Session, task: Task, call: _Call, nxt: _Call | None, own: list[str],
