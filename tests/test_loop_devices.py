@@ -76,8 +76,10 @@ def test_the_loop_table_says_what_a_checked_call_cost():
            {"kind": "verdict", "task": "t", "seconds": 2.0, "checked_calls": 60,
             "steps": {"checks public": 0.7, "checks hidden": 0.5}},
            {"kind": "audit", "task": "t", "seconds": 9.0, "checked_calls": 50, "steps": {"checks public": 5.0}}]
-    assert loop._checked_calls([e for e in log if e["kind"] == "verdict"]) == ("60", "20.0")
-    assert loop._checked_calls([{"kind": "verdict", "task": "t", "seconds": 1.0}]) == ("-", "-")
+    table = loop._steps_table(log + [{"kind": "verdict", "task": "u", "seconds": 1.0}])
+    cells = {c.header: c._cells for c in table.columns}
+    # the audit's calls are not a verdict's; a verdict that carries no count shows none
+    assert (cells["task"], cells["checked calls"], cells["ms a call"]) == (["t", "u"], ["60", "-"], ["20.0", "-"])
     devices = Devices(["cpu"])
 
     class Task:

@@ -388,31 +388,6 @@ def test_a_reference_request_holds_the_gate_shared_for_its_own_length():
     assert judge.gate._shared == 0
 
 
-def test_two_lanes_reference_requests_run_side_by_side():
-    """Two lanes' requests to their reference workers both hold the gate shared at once: neither
-    waits for the other (one at a time made each verdict twice as long, gate.py)."""
-    gate = DeviceGate(2)
-    a_in, a_may_go, b_in = threading.Event(), threading.Event(), threading.Event()
-
-    def lane_a():
-        with gate.shared():
-            a_in.set()
-            a_may_go.wait(LONG)
-
-    def lane_b():
-        with gate.shared():
-            b_in.set()
-
-    ta = run(lane_a)
-    assert a_in.wait(LONG)
-    tb = run(lane_b)
-    assert b_in.wait(LONG)
-    a_may_go.set()
-    ta.join(LONG)
-    tb.join(LONG)
-    assert gate._shared == 0
-
-
 def test_a_gpu_kept_busy_by_another_process_times_nothing_and_judges_nobody():
     """The reference worker's quiet probe waited in vain before a window: no verdict (neither the
     candidate's failure nor the task's), the worker closed, and the run is told why (GpuBusy)."""
