@@ -26,6 +26,8 @@
 #   compref    bench/compiled_reference.py: a window's stacked reference eagerly against torch.compile (ms, compile s, agreement)
 #   routinebefore  routine with the code of the carried .before/ (`git archive COMMIT | tar -x -C .before`): a change's
 #              effect on routine verdicts, side by side on one lease (log, routinebefore.json)
+#   routineab  routine now, then with the carried .before/'s code, ROUTINE_REPEATS repeats (3), both on one cache (the
+#              baselines compiled once, where the two codes key them alike): (logs, routineab-now.json, routineab-before.json)
 #   routinet   routine with every reference worker under torch.profiler (KERNFORGE_REFWORKER_PROFILER=torch): per verdict,
 #              each request's and each op's host time beside its kernels' device time, as a table and JSON under $OUT/prof
 #              (prof.tgz), summed per request in refprofile.log (bench/refworker_profile.py): whether a window's verification is bound by
@@ -154,6 +156,12 @@ for p in "$@"; do
               PYTHONPATH=/tmp/kfbefore:$PYTHONPATH KERNFORGE_CACHE_DIR=/tmp/kf-cache-before phase routinebefore 240 \
                 python3 .before/bench/verify.py --shapes public --repeats 2 --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} \
                 --json "$OUT/routinebefore.json" ;;
+    routineab) before_code "$p" || continue
+              for side in now before; do
+                code=bench/verify.py; [ "$side" = before ] && code=.before/bench/verify.py
+                PYTHONPATH=$([ "$side" = before ] && echo /tmp/kfbefore:)$PYTHONPATH phase "routineab-$side" 300 python3 "$code" \
+                  --shapes public --repeats "${ROUTINE_REPEATS:-3}" --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} \
+                  --json "$OUT/routineab-$side.json"; done ;;
     routinep) mkdir -p "$OUT/prof"; KERNFORGE_REFWORKER_PROFILE="$OUT/prof" phase routine 240 python3 bench/verify.py --shapes public --repeats 2 \
                 --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routine.json"; tar czf "$OUT/prof.tgz" -C "$OUT" prof && rm -rf "$OUT/prof" ;;
     routinet) mkdir -p "$OUT/prof"; KERNFORGE_REFWORKER_PROFILE="$OUT/prof" KERNFORGE_REFWORKER_PROFILER=torch phase routine 240 \

@@ -284,7 +284,7 @@ def test_the_baselines_are_measured_before_the_candidates_worker_exists(tmp_path
     judge._shape_sizes = lambda task, shapes, seed, **_: {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}
     judge.ceilings = lambda: {"bandwidth_gbps": 4000.0, "tflops": 800.0, "write_gbps": 2000.0}
     judge._batch_plan = lambda task, sizes, shapes: {s.params: 8 for s in shapes}
-    judge._arena_layout = lambda sizes, checked, plan: {}
+    judge._arena_layout = lambda sizes, checked, plan, **_: {"input_parts": 2}
     for first in (True, False):
         events.clear()
         judge._state, judge._phases = _Verdict(), {}
@@ -436,7 +436,7 @@ def test_a_repeat_call_s_wall_leaves_out_the_time_its_worker_spent_stopped():
             return self.stopped
 
     session = Stopped()
-    call = _Call(shape, task.distributions[0], False, "k" * 32, half=0, repeat_of="j" * 32)
+    call = _Call(shape, task.distributions[0], False, "k" * 32, part=0, repeat_of="j" * 32)
     call.prepared = M.Prepared(op="prepare", ok=True, args=[], slots=[], outputs=[])
     judge._send = lambda s, m: None
     judge._send_check(session, call)

@@ -105,17 +105,62 @@ def test_nan_bytes_that_did_not_change_are_no_change(clock):
     assert reads.settle() == []
 
 
-@pytest.mark.parametrize("on_gpu, failed, in_place, places, ok", [
-    (True, False, False, [(4096, 1024)], True),
-    (False, False, False, [(4096, 1024)], False),  # the CPU worker's slots are reused by the call after next
-    (True, True, False, [(4096, 1024)], False),  # a failed call's reasons come whole, as always
-    (True, False, True, [(4096, 1024)], False),  # in-place outputs: the call after next's inputs go there
-    (True, False, False, [(100, 1024)], False),  # outside the heap
-    (True, False, False, [(4096, L.DEFER_BYTES)], True),
-    (True, False, False, [(4096, L.DEFER_BYTES), (8192, 1)], False),  # the worker keeps no third call of these
-], ids=["a passing GPU call", "a CPU call", "failed", "in place", "outside the heap", "at the limit", "over it"])
-def test_which_calls_are_deferred(on_gpu, failed, in_place, places, ok):
-    assert L.deferrable(on_gpu, failed, in_place, places, heap_start=4096) is ok
+FOUR = L.Deferral(input_parts=L.IN_PLACE_PARTS)
+
+
+@pytest.mark.parametrize("on_gpu, failed, places, deferral, ok", [
+    (True, False, [(4096, 1024)], L.Deferral(), True),
+    (False, False, [(4096, 1024)], L.Deferral(), False),  # the CPU worker's slots are reused by the call after next
+    (True, True, [(4096, 1024)], L.Deferral(), False),  # a failed call's reasons come whole, as always
+    (True, False, [(100, 1024)], L.Deferral(), False),  # in place, two parts: the call after next's inputs go there
+    (True, False, [(100, 1024), (4096, 64)], FOUR, True),  # four parts: written again after the compare two calls on
+    (True, False, [(1500, 1024)], FOUR, False),  # in the input region, not in its own part
+    (True, False, [(4096, L.DEFER_BYTES)], L.Deferral(), True),
+    (True, False, [(4096, L.DEFER_BYTES), (8192, 1)], L.Deferral(), False),  # the worker keeps no third call of these
+    (True, False, [(4096, 256 << 20)], L.Deferral(defer_bytes=256 << 20), True),  # the judge made room for them
+], ids=["a passing GPU call", "a CPU call", "failed", "in place, two parts", "in place, four parts",
+        "outside its part", "at the limit", "over it", "over it, with room made"])
+def test_which_calls_are_deferred(on_gpu, failed, places, deferral, ok):
+    assert L.deferrable(on_gpu, failed, places, 4096, (0, 1200), deferral) is ok
+
+
+# ---- the judge makes room for them where the GPU has it ------------------------------------------
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("in_place, check_in, check_out, room, defer_bytes, parts, grow", [
+    (False, GIB, 1 << 20, 0, L.DEFER_BYTES, 2, 0),  # small outputs: deferred without any room made
+    (False, GIB, GIB // 4, GIB, GIB // 4, 2, GIB // 2),  # two more calls' outputs in the heap, their snapshots beside
+    (False, GIB, GIB // 4, GIB - 1, L.DEFER_BYTES, 2, 0),  # no room: each call's pause waited out as before
+    (True, GIB, 1 << 20, 2 * GIB, L.DEFER_BYTES, 4, 0),  # two more calls' inputs
+    (True, GIB, 1 << 20, 2 * GIB - 1, L.DEFER_BYTES, 2, 0),
+    (True, GIB, GIB // 2, 3 * GIB, L.DEFER_BYTES, 4, 0),  # the snapshots of in-place outputs paid for
+    (True, GIB, GIB // 2, 3 * GIB - 1, GIB // 2, 2, GIB),  # short of it: the heap's growth alone
+    (True, GIB, GIB // 2, 4 * GIB, GIB // 2, 4, GIB),  # both: the snapshots paid for once
+], ids=["small", "large, room", "large, no room", "in place, room", "in place, no room",
+        "in place with large outputs", "short of the parts", "both"])
+def test_what_a_verdict_may_defer_is_decided_by_the_room_left(in_place, check_in, check_out, room, defer_bytes, parts, grow):
+    deferral, grown = J._deferral(in_place, check_in, check_out, room)
+    assert (deferral.defer_bytes, deferral.input_parts, grown) == (defer_bytes, parts, grow)
+
+
+def _layout(memory_gib: float, in_place: bool) -> dict:
+    """The judge's arena layout on a GPU of ``memory_gib`` for a call of rms_norm's largest size
+    (256 MiB in, 256 MiB out), checked and timed in batches of one call."""
+    judge = SimpleNamespace(on_gpu=True, environment=lambda: {"memory_gib": memory_gib}, _memory_share=1.0)
+    shape = Shape.of({"T": 16384, "H": 8192})
+    sizes = {shape.params: {"input_bytes": 256 << 20, "output_bytes": 256 << 20, "param_bytes": 0}}
+    return J.Judge._arena_layout(judge, sizes, [shape], {shape.params: 1}, in_place=in_place)
+
+
+def test_the_layout_grows_the_heap_and_the_input_region_for_what_it_defers():
+    small, large = _layout(6, in_place=True), _layout(80, in_place=True)
+    assert (small["defer_bytes"], small["input_parts"]) == (L.DEFER_BYTES, 2), "a 6 GiB GPU: no room for it"
+    assert (large["defer_bytes"], large["input_parts"]) == (256 << 20, L.IN_PLACE_PARTS)
+    assert large["input_bytes"] >= L.IN_PLACE_PARTS * (256 << 20) > small["input_bytes"]
+    heap = lambda layout: layout["size"] - layout["input_bytes"]  # noqa: E731
+    assert heap(large) - heap(_layout(80, in_place=False)) == 0, "the heap's growth is for large outputs, in place or not"
+    assert _layout(80, in_place=False)["input_parts"] == 2, "four parts only for a task that writes inputs in place"
 
 
 # ---- the candidate's worker keeps those outputs in place ------------------------------------------
@@ -150,6 +195,20 @@ def test_before_a_call_the_worker_keeps_the_last_call_and_two_more_small_ones(mo
     assert _kept() == [], "a timed batch: every read was settled"
 
 
+def test_a_verdict_that_made_room_keeps_its_large_calls_too(monkeypatch):
+    monkeypatch.setitem(harness._STATE, "keep", __import__("collections").deque())
+    monkeypatch.setitem(harness._STATE, "defer_bytes", 256 << 20)
+    for k in range(4):
+        harness._keep([f"big {k}"], 256 << 20)
+        harness._let_go()
+    harness._keep(["bigger"], (256 << 20) + 1)
+    harness._let_go()
+    assert _kept() == ["big 2", "big 3", "bigger"]
+    harness._keep(["next"], 1024)
+    harness._let_go()
+    assert _kept() == ["big 3", "next"], "over the verdict's limit: let go once it is not the last"
+
+
 # ---- the reference worker's compare, in-process --------------------------------------------------
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def worker(request, monkeypatch):
@@ -166,7 +225,7 @@ def worker(request, monkeypatch):
 
         def call(key: str, seed: int, *, wrong: bool = False) -> list[dict]:
             prepared = W._prepare(device, {"key": key, "task_ref": TASK, "shape": SHAPE, "dist": "normal", "seed": seed,
-                                           "init_seed": 3, "half": seed % 2})
+                                           "init_seed": 3, "part": seed % 2})
             inputs = [arena.view(TensorRef(**a["ref"])) for a in prepared["args"]]
             y = model(*inputs)
             if wrong:
@@ -236,12 +295,49 @@ def test_a_verdict_loads_its_task_once_and_the_next_verdict_afresh(worker, monke
     assert loads == [TASK, TASK]
 
 
+IN_PLACE = str(Path(__file__).parents[1] / "tasks" / "builtin" / "fused_add_rms_norm")
+
+
+@pytest.mark.parametrize("parts", [2, L.IN_PLACE_PARTS])
+def test_in_place_outputs_wait_for_their_second_read_only_where_the_inputs_rotate_through_four_parts(monkeypatch, parts):
+    """fused_add_rms_norm writes x and the residual in place: with two parts the call after next's
+    inputs land on them right after the compare (read within it); with four, the call whose
+    inputs land there is prepared after the compare two calls on, where they are read again."""
+    real = L.deferrable
+    monkeypatch.setattr(W.late_reads, "deferrable", lambda on_gpu, *rest: real(True, *rest))
+    shape = {"T": 2, "H": 256}
+    with refworker_arena(8 << 20, 4 << 20) as arena:
+        W._STATE["deferral"] = L.Deferral(input_parts=parts)
+        task = W.load_task(IN_PLACE)
+        model = W._model(IN_PLACE, Shape.of(shape), 3, "cpu")
+
+        def checked(key: str, k: int) -> tuple[list[dict], dict]:
+            prepared = W._prepare("cpu", {"key": key, "task_ref": IN_PLACE, "shape": shape, "dist": "normal", "seed": k + 1,
+                                          "init_seed": 3, "part": k})
+            model(*[arena.view(TensorRef(**a["ref"])) if "ref" in a else a["value"] for a in prepared["args"]])
+            outputs = [a["ref"] for a in prepared["args"][:2]]  # x and the residual, written in place
+            return outputs, W._compare("cpu", {"key": key, "task_ref": IN_PLACE, "outputs": outputs,
+                                               "tolerances": task.tolerance_table()})
+
+        places = [W._regions(k)[0] for k in range(parts)]
+        assert all(a.end <= b.start for a, b in zip(places, places[1:])), "the parts lie apart"
+        first, got = checked("first", 0)
+        assert all(r["ok"] for r in got["results"]) and got["late_writes"] == []
+        assert len(W._late_reads("cpu")) == (1 if parts == L.IN_PLACE_PARTS else 0)
+        arena.view(TensorRef(**first[1]))[0, 0] += 1.0  # the residual written after the reply
+        found = checked("second", 1)[1]["late_earlier"] + checked("third", 2)[1]["late_earlier"]
+        if parts == L.IN_PLACE_PARTS:
+            assert found == [{"key": "first", "outputs": [1]}], "found two compares on, blamed on its own call"
+        else:
+            assert found == [], "read within its own compare: the write came after that read"
+
+
 # ---- the judge blames the call it belongs to ---------------------------------------------------
 def _calls() -> dict[str, J._Call]:
     shape = Shape.of(SHAPE)
     calls = {}
     for k, offset in enumerate((4096, 8192, 4096)):
-        c = J._Call(shape, "normal", False, f"k{k}", half=k % 2)
+        c = J._Call(shape, "normal", False, f"k{k}", part=k % 2)
         c.outputs = [TensorRef(offset, "float32", [5, 200], [200, 1])]
         calls[c.key] = c
     return calls

@@ -117,11 +117,31 @@ def test_calls_alternate_halves_and_repeats_reuse_inputs(judge, asked):
     verdict = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
     assert verdict.accepted, verdict.reason
     prepared = [m for m in asked if m["op"] == "prepare"]
-    halves = [m["half"] for m in prepared]
-    assert all(a != b for a, b in itertools.pairwise(halves)), halves
+    parts = [m["part"] for m in prepared]
+    assert all(a != b for a, b in itertools.pairwise(parts)), parts
+    assert set(parts) == {0, 1}, "on the CPU two parts: nothing is deferred there"
     repeats = [m for m in prepared if m.get("repeat_of")]
     keys = {m["key"] for m in prepared}
     assert len(repeats) == 2 and all(r["repeat_of"] in keys for r in repeats)
+
+
+def test_with_four_parts_the_calls_rotate_through_them(judge, asked, monkeypatch):
+    """The layout a GPU gives an in-place task with room (late_reads.Deferral): the reference
+    worker lays each call's inputs in its part, the judge hands the parts round in turn."""
+    real = Judge._arena_layout
+
+    def four_parts(self, *args, **kwargs):
+        layout = real(self, *args, **kwargs)
+        layout["size"] += layout["input_bytes"]
+        layout["input_bytes"] *= 2
+        return {**layout, "input_parts": 4}
+
+    monkeypatch.setattr(Judge, "_arena_layout", four_parts)
+    verdict = judge.verify(C.HONEST, load_task(TASKS / "tiny_norm"))
+    assert verdict.accepted, verdict.reason
+    parts = [m["part"] for m in asked if m["op"] == "prepare"]
+    assert parts[:4] == [0, 1, 2, 3] and set(parts) == {0, 1, 2, 3}, parts
+    assert [m for m in asked if m["op"] == "arena"][0]["input_parts"] == 4
 
 
 def test_a_task_with_one_public_shape_repeats_its_first_call_twice(judge, asked, tmp_path):

@@ -130,6 +130,7 @@ def _attach(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     everything but the candidate's module, which ``load`` imports afterwards."""
     from kernforge.tasks.loader import unbundle
 
+    from . import late_reads
     from .arena import Arena, Layout
 
     if "arena" in _STATE:
@@ -158,6 +159,7 @@ def _attach(payload: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     _STATE["init_seed"] = int(payload["init_seed"])
     _STATE["models"] = {}
     _STATE["keep"] = collections.deque()  # the last calls' outputs stay put until read again (_keep)
+    _STATE["defer_bytes"] = int(payload.get("defer_bytes", late_reads.DEFER_BYTES))  # the judge's Deferral
     _STATE["task_globals"] = _task_globals()
     _kernels_ahead(payload.get("triton_cache") or {})
     return {"ok": True}
@@ -348,17 +350,19 @@ def _let_go(everything: bool = False) -> None:
     the pool. The judge sends call n only once the compare of call n-2 has ended, and that of
     call n-1 runs beside call n, reading call n-1 and the deferred calls n-2 and n-3 (a call is
     read again at the latest two compares after its own, and deferred only where its outputs
-    take at most late_reads.DEFER_BYTES). So call n-1's outputs stay, and those of calls n-2
-    and n-3 only where they are that small. Large outputs: one earlier call's beside the new
-    one, as the judge sizes the heap (two calls' outputs); a KernelBench ReLU kept two earlier
-    calls' 6 GiB and ran out of a 14 GiB heap at its repeat call. ``everything``: a timed batch
-    (the judge settled every read before its timed phase)."""
+    take at most the verdict's ``defer_bytes``: late_reads.Deferral). So call n-1's outputs
+    stay, and those of calls n-2 and n-3 only where they are that small. Larger outputs: one
+    earlier call's beside the new one, as the judge sizes the heap (two calls' outputs, where it
+    made no room for more); a KernelBench ReLU kept two earlier calls' 6 GiB and ran out of a
+    14 GiB heap at its repeat call. ``everything``: a timed batch (the judge settled every read
+    before its timed phase)."""
     from . import late_reads
 
     keep = _STATE["keep"]
     calls = [] if everything else list(keep)[-late_reads.KEPT_CALLS:]
     keep.clear()
-    keep.extend([c for c in calls[:-1] if c[1] <= late_reads.DEFER_BYTES] + calls[-1:])
+    limit = _STATE.get("defer_bytes", late_reads.DEFER_BYTES)
+    keep.extend([c for c in calls[:-1] if c[1] <= limit] + calls[-1:])
 
 
 def _outputs(returned: list[Any], args: list[dict[str, Any]], slots: list[dict[str, Any]],

@@ -44,7 +44,7 @@ from kernforge.tasks import draws, runtime
 from kernforge.tasks.loader import candidate_bundle
 from kernforge.tasks.spec import Shape, Task
 
-from . import contender, fits, host_load, messages as M, ncu, profiled as profiled_worker, triton_ahead
+from . import contender, fits, host_load, late_reads, messages as M, ncu, profiled as profiled_worker, triton_ahead
 from .cache import JsonCache, default_dir, key_of
 from .defences import (batch as batch_rules, capture, clock, failures, ghost, input_mutation, integrity, l2, late_writes, memory,
                        output_type, processes, reference_call, repeat, reply as reply_rules, roofline, static, threads, values)
@@ -181,7 +181,8 @@ class _Call:
     dist: str
     hidden: bool
     key: str
-    half: int
+    #: its part of the arena's input region (and half of the heap): the verdict's calls rotate through them
+    part: int
     repeat_of: str | None = None
     #: the last repeat of its first call, after which the reference worker may forget that call
     last_repeat: bool = True
@@ -223,6 +224,8 @@ class _Verdict:
     #: (the temporaries' room the heap has, the working copy planned for it) where this GPU had no
     #: room for the whole copy beside what judging a call holds (bytes); None where it had
     heap_short: tuple[int, int] | None = None
+    #: parts of the input region the checked calls rotate through (late_reads.Deferral)
+    input_parts: int = 2
     #: the slowest checked call so far per shape, by the judge's clock (seconds; timeouts only)
     slowest: dict[tuple, float] = field(default_factory=dict)
     #: checked calls sent to the candidate (bench/loop.py: what one costs the checks' seconds)
@@ -552,8 +555,9 @@ class Judge:
         self._state.drawn = self._draw(task, kind, checked, sizes, init_seed)
         checked += self._state.drawn
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
-        layout = self._arena_layout(sizes, checked, plan)
+        layout = self._arena_layout(sizes, checked, plan, in_place=bool(task.mutated_inputs))
         self._state.heap_short = layout.pop("heap_short", None)
+        self._state.input_parts = layout["input_parts"]
         self._spent("plan", t0)
         if self.on_gpu and self.options.baselines:
             self._state.baselines = self._baselines(task, [s for s, _ in timed], sizes, init_seed)
@@ -579,7 +583,8 @@ class Judge:
         if self.on_gpu:  # the candidate's allocations come from the heap: what an OOM ran out of
             self._state.heap_bytes = arena["size"] - arena["input_bytes"]
         payload = {"task": candidate_bundle(task), "source": source, "device": self.worker_device, "init_seed": init_seed,
-                   "layout": {"size": arena["size"], "input_bytes": arena["input_bytes"]}}
+                   "layout": {"size": arena["size"], "input_bytes": arena["input_bytes"]},
+                   "defer_bytes": layout.get("defer_bytes", late_reads.DEFER_BYTES)}
         if compiled:
             payload["triton_cache"] = dict(compiled)
         go_ours = go_theirs = None
@@ -645,7 +650,7 @@ class Judge:
         shape = runtime.largest_shape(task, "cuda")
         init_seed = secrets.randbits(31)
         sizes = self._shape_sizes(task, [shape], init_seed)
-        layout = self._arena_layout(sizes, [shape], {})
+        layout = self._arena_layout(sizes, [shape], {}, in_place=bool(task.mutated_inputs))
         layout.pop("heap_short", None)
         failed, text = "", ""
         laps = Laps()
@@ -688,7 +693,7 @@ class Judge:
     def _profiled_calls(self, backend: Backend, source: str, task: Task, shape: Shape, init_seed: int,
                         layout: dict[str, int], laps: Laps, compiled: Mapping[str, str] | None = None) -> str:
         """Attach, load and the profiled calls in a worker of ``backend``; what failed, or ""."""
-        call = _Call(shape, task.distributions[0], False, uuid.uuid4().hex, half=0)
+        call = _Call(shape, task.distributions[0], False, uuid.uuid4().hex, part=0)
         try:
             with self._candidate_session(backend, source, task, init_seed, layout, compiled) as (session, _):
                 laps.lap("ncu.start")
@@ -851,17 +856,18 @@ class Judge:
         # with one public shape its first call is repeated twice (one kept call: a KernelBench
         # call's kept inputs and references are tens of GB on a GPU, two would not fit beside the arena)
         repeats = 0 if hidden else clock.MIN_SAMPLES if len(shapes) == 1 else 1
+        parts = self._state.input_parts
         for shape in shapes:
             for i, dist in enumerate(task.distributions):
-                first = _Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2)
+                first = _Call(shape, dist, hidden, uuid.uuid4().hex, part=len(items) % parts)
                 items.append(first)
                 if i == 0 and repeats:  # the same inputs again, elsewhere: undefined behaviour shows (#19)
                     first.keep = True
                     for k in range(repeats):
-                        items.append(_Call(shape, dist, hidden, uuid.uuid4().hex, half=len(items) % 2,
+                        items.append(_Call(shape, dist, hidden, uuid.uuid4().hex, part=len(items) % parts,
                                            repeat_of=first.key, last_repeat=k == repeats - 1))
         for shape in self._state.drawn if hidden else ():  # drawn for this verdict: one call each, at a distribution drawn too
-            items.append(_Call(shape, _RANDOM.choice(task.distributions), True, uuid.uuid4().hex, half=len(items) % 2))
+            items.append(_Call(shape, _RANDOM.choice(task.distributions), True, uuid.uuid4().hex, part=len(items) % parts))
         return items
 
     def _check_all(self, session: Session, task: Task, hidden: bool, init_seed: int, own: list[str],
@@ -870,7 +876,7 @@ class Judge:
 
         Pipelined: once a call's reply has passed its structural checks, the next call goes to
         the candidate; while it computes, the reference worker compares the last call's outputs
-        and prepares the call after next in the other half of the arena. A call is revealed to
+        and prepares the call after next in another part of the arena. A call is revealed to
         the candidate only when it is sent. A repeat call (the same inputs again) is the one
         exception: it goes alone, once the compare and the next prepare are done, so that the
         judge's wall clock around it (clock.lied) measures the candidate's call and nothing else.
@@ -932,7 +938,7 @@ class Judge:
     def _prepare(self, task: Task, call: _Call, init_seed: int) -> None:
         call.prepared = self._ask_ref(M.Prepared, {
             "op": "prepare", "key": call.key, "task_ref": task.ref, "shape": call.shape.as_dict(), "dist": call.dist,
-            "seed": secrets.randbits(31), "init_seed": init_seed, "half": call.half, "repeat_of": call.repeat_of})
+            "seed": secrets.randbits(31), "init_seed": init_seed, "part": call.part, "repeat_of": call.repeat_of})
 
     def _send_check(self, session: Session, call: _Call) -> None:
         p = call.prepared
@@ -1022,7 +1028,7 @@ class Judge:
         try:
             if ahead is not None:
                 self._ask_ref(None, {"op": "drop", "key": ahead.key})
-            probe = _Call(failed.shape, failed.dist, failed.hidden, uuid.uuid4().hex, half=failed.half)
+            probe = _Call(failed.shape, failed.dist, failed.hidden, uuid.uuid4().hex, part=failed.part)
             self._prepare(task, probe, init_seed)
             self._send_check(session, probe)
             reply = self._reply(session, M.Checked, "check", "diagnosing a stale result", timeout=self._call_timeout(probe.shape))
@@ -1434,19 +1440,24 @@ class Judge:
         gib = float(self.environment().get("memory_gib") or 16)
         return int(gib * (1 << 30) * self.options.arena_share * (self._memory_share if share is None else share))
 
-    def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int]) -> dict[str, Any]:
+    def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int],
+                      in_place: bool = False) -> dict[str, Any]:
         """Input region and heap: two calls' worth of the largest check (calls alternate halves)
         and room for the largest batch; on a GPU the heap also holds the candidate's own
         temporaries, so it gets a margin (at least a working copy of its largest input or weight,
         where the GPU has room for it beside what the reference worker holds: fits.reference_bytes),
         and its models' weights (the reference's size). ``heap_short``: (the temporaries' room, the
-        copy planned) where the GPU had room for less than the copy, else None: not the arena's."""
+        copy planned) where the GPU had room for less than the copy, else None: not the arena's.
+        ``defer_bytes`` and ``input_parts``: what the compares may defer (``_deferral``), the
+        region and the heap grown for it where the GPU has room left; ``in_place``: the task
+        writes inputs in place."""
         check_in = max((sizes[s.params]["input_bytes"] for s in checked), default=0)
         check_out = max((sizes[s.params]["output_bytes"] for s in checked), default=0)
         batch_in = max((sizes[k]["input_bytes"] * n for k, n in plan.items()), default=0)
         batch_out = max((sizes[k]["output_bytes"] * (n + clock.short_calls(n)) for k, n in plan.items()), default=0)
         input_bytes = _round(max(2 * check_in, batch_in) + (1 << 20))
         heap = max(2 * check_out, batch_out)
+        deferral = late_reads.Deferral()
         if self.on_gpu:
             # the worker builds ModelNew once per shape, in the heap, and keeps each one
             params = sum(entry.get("param_bytes", 0) for entry in sizes.values())
@@ -1460,13 +1471,38 @@ class Judge:
             if memory:  # never so large that the reference worker's own answers no longer fit beside the arena
                 # (a KernelBench ReLU of 6 GiB a call: a 24 GiB margin left its prepare out of memory on an H100)
                 beside = fits.reference_bytes(check_in, check_out, batch_in)
-                margin = min(margin, max(0, int(memory) - fits.OVERHEAD - input_bytes - heap - params - (2 << 30) - beside))
+                room = int(memory) - fits.OVERHEAD - input_bytes - heap - params - (2 << 30) - beside
+                margin = min(margin, max(0, room))
+                deferral, grow_heap = _deferral(in_place, check_in, check_out, room - margin)
+                heap += grow_heap
+                input_bytes = _round(max(deferral.input_parts * check_in, batch_in) + (1 << 20))
             # what an out-of-memory failure's reason says: the copy planned, where less of it fitted
             short = (margin, planned) if margin < planned else None
             heap = heap + margin + params + (2 << 30)
         else:
             heap, short = 2 * check_out + (1 << 20), None
-        return {"size": input_bytes + _round(heap), "input_bytes": input_bytes, "heap_short": short}
+        return {"size": input_bytes + _round(heap), "input_bytes": input_bytes, "heap_short": short,
+                "defer_bytes": deferral.defer_bytes, "input_parts": deferral.input_parts}
+
+
+def _deferral(in_place: bool, check_in: int, check_out: int, room: int) -> tuple[late_reads.Deferral, int]:
+    """What a verdict's compares may defer (late_reads.py), within ``room`` bytes the GPU has left
+    beside the arena and the reference worker's answers; and the heap's growth for it. Outputs over
+    ``DEFER_BYTES`` a call: where the heap holds two more calls' outputs (the worker keeps them)
+    and the reference worker their snapshots. In-place outputs: where the input region holds
+    ``IN_PLACE_PARTS`` calls' inputs (two more) and the reference worker the snapshots. Without
+    the room, a call's pause is waited out within its compare, as before (on an H100, about 15 ms
+    of a 20 ms call)."""
+    kept = late_reads.KEPT_CALLS - 1  # earlier calls held beside the last one
+    snapshots = 0 if check_out <= late_reads.DEFER_BYTES else kept * check_out  # the reference worker's, of those
+    parts, defer_bytes, grow_heap = 2, late_reads.DEFER_BYTES, 0
+    if in_place and room >= (late_reads.IN_PLACE_PARTS - 2) * check_in + snapshots:
+        parts = late_reads.IN_PLACE_PARTS
+        room -= (late_reads.IN_PLACE_PARTS - 2) * check_in + snapshots
+        snapshots = 0  # paid for
+    if check_out > late_reads.DEFER_BYTES and room >= kept * check_out + snapshots:
+        defer_bytes, grow_heap = check_out, kept * check_out
+    return late_reads.Deferral(defer_bytes, parts), grow_heap
 
 
 def _ran_out_of_memory(verdict: Verdict) -> bool:

@@ -183,6 +183,8 @@ class _Call:
     low: list[Any]
     model: Any = None
     snapshot: list[Any] = field(default_factory=list)
+    #: its part of the input region, [start, end): where in-place outputs may wait for their second read
+    part: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -303,6 +305,7 @@ def _arena(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     from .arena import Arena, Layout
 
     want = Layout(int(msg["size"]), int(msg["input_bytes"]))
+    _STATE["deferral"] = late_reads.Deferral(int(msg.get("defer_bytes", late_reads.DEFER_BYTES)), int(msg.get("input_parts", 2)))
     arena = _STATE.get("arena")
     kept = not (arena is None or arena.layout.size < want.size or _oversized(arena.layout.size, want.size))
     if not kept:
@@ -420,17 +423,24 @@ def _release_cache(device: str) -> None:
 
 
 # ---- checked calls -----------------------------------------------------------------------------
-def _regions(half: int) -> tuple[Any, Any]:
-    """The two halves of the input region and of the heap a checked call may use (calls
-    alternate between them, so one is written while the other is still being read)."""
+def _regions(part: int) -> tuple[Any, Any]:
+    """A checked call's part of the input region and half of the heap: calls rotate through the
+    verdict's ``input_parts`` parts and alternate halves, so one is written while the others are
+    still being read (late_reads.py says why in-place tasks get four parts)."""
     from .arena import Slots
 
     arena = _arena_of()
+    parts = _deferral().input_parts
     inputs, size = arena.layout.input_bytes, arena.layout.size
-    mid_in, mid_heap = inputs // 2, inputs + (size - inputs) // 2
-    if half == 0:
-        return Slots(0, mid_in), Slots(inputs, mid_heap)
-    return Slots(mid_in, inputs), Slots(mid_heap, size)
+    step, at = inputs // parts, part % parts
+    mid_heap = inputs + (size - inputs) // 2
+    ins = Slots(at * step, inputs if at == parts - 1 else (at + 1) * step)
+    return ins, Slots(inputs, mid_heap) if part % 2 == 0 else Slots(mid_heap, size)
+
+
+def _deferral() -> late_reads.Deferral:
+    """What this verdict's compares may defer (late_reads.Deferral), as the judge said with its arena."""
+    return _STATE.get("deferral") or late_reads.Deferral()
 
 
 def _prepare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
@@ -450,7 +460,7 @@ def _prepare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
         inputs = runtime.make_inputs(task, shape, msg["dist"], int(msg["seed"]), device)
         model = _model(msg["task_ref"], shape, int(msg["init_seed"]), device)
         high, low = reference.run_reference(model, inputs, task.mutated_inputs)
-    ins, heap = _regions(int(msg["half"]))
+    ins, heap = _regions(int(msg["part"]))
     args, regions = [], []
     for x in inputs:
         if isinstance(x, torch.Tensor):
@@ -468,7 +478,7 @@ def _prepare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
             arena.data[ref.offset: ref.offset + ref.span].fill_(0xFF)
             slots.append(ref.to_dict())
     key = msg["key"]
-    _STATE["calls"][key] = _Call(shape.params, inputs, args, high, low, model)
+    _STATE["calls"][key] = _Call(shape.params, inputs, args, high, low, model, part=(ins.start, ins.end))
     history = _STATE["history"].setdefault(shape.params, {"outputs": [], "references": []})
     history.setdefault("pending", {})[key] = [[float(v) for v in c.tolist()] for c in timing.checksum(low)]
     return {"args": args, "outputs": [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for t in low],
@@ -517,8 +527,8 @@ def _compare(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     reads = _late_reads(device)
     places = [arena.view(r) for r in refs]
     failed = bool(mutated) or not all(r["ok"] for r in results) or bool(repeat) and not repeat.get("same", True)
-    if late_reads.deferrable(device.startswith("cuda"), failed, bool(task.mutated_inputs),
-                             [(r.offset, r.span) for r in refs], arena.layout.input_bytes):
+    if late_reads.deferrable(device.startswith("cuda"), failed, [(r.offset, r.span) for r in refs], arena.layout.input_bytes,
+                             call.part, _deferral()):
         found = reads.at_compare()
         reads.defer(msg["key"], places, snapshot, taken)
     else:  # this call and every earlier one read now, one wait for all
