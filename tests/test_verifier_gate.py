@@ -284,7 +284,7 @@ def test_the_baselines_are_measured_before_the_candidates_worker_exists(tmp_path
     judge._shape_sizes = lambda task, shapes, seed, **_: {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}
     judge.ceilings = lambda: {"bandwidth_gbps": 4000.0, "tflops": 800.0, "write_gbps": 2000.0}
     judge._batch_plan = lambda task, sizes, shapes: {s.params: 8 for s in shapes}
-    judge._arena_layout = lambda sizes, checked, plan, **_: {"input_parts": 2}
+    judge._arena_layout = lambda sizes, checked, plan, **_: {"input_parts": 2, "defer_bytes": 1 << 26}
     for first in (True, False):
         events.clear()
         judge._state, judge._phases = _Verdict(), {}

@@ -15,6 +15,7 @@ import pytest
 import candidates as C
 from kernforge.loop.evaluate import open_judge
 from kernforge.tasks.loader import load_task
+from kernforge.verifier import late_reads
 from kernforge.verifier.judge import JudgeOptions
 from kernforge.verifier.screen import screen
 
@@ -69,6 +70,19 @@ def test_honest_kernel_accepted_with_timings(judge, source):
     for s in verdict.shapes:
         assert s.timing in ("graph", "eager") and s.time_us > 0
         assert s.eager_us and s.eager_us > 0, "the eager baseline is measured in the same run"
+
+
+@pytest.mark.parametrize("name, parts", [("fused_add_rms_norm", 4), ("reshape_and_cache", 4), ("rms_norm", 2)])
+def test_seeds_with_large_or_in_place_outputs_are_accepted_with_their_second_reads_deferred(runtime_judge, name, parts):
+    """The built-in tasks at their own shapes (256-512 MiB of outputs a call, over late_reads.DEFER_BYTES):
+    on a GPU with room the heap keeps two more calls' outputs, and an in-place task's calls rotate
+    through four parts of the input region, so every second read waits for a later compare
+    (late_reads.Deferral); the honest seed is accepted all the same."""
+    task = load_task(Path(__file__).parents[1] / "tasks" / "builtin" / name)
+    verdict = runtime_judge.verify(task.seed_source, task)
+    assert verdict.accepted, _describe(verdict)
+    deferred = verdict.environment["deferred_reads"]
+    assert deferred["input_parts"] == parts and deferred["defer_bytes"] > late_reads.DEFER_BYTES, deferred
 
 
 def test_a_routine_verdict_times_the_public_shapes_and_an_audit_the_hidden_ones_too(tmp_path_factory):

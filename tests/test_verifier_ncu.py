@@ -178,7 +178,7 @@ def test_closing_the_judge_ends_an_audits_profiled_worker_still_running(monkeypa
         def _shape_sizes(self, task, shapes, init_seed, **_):
             return {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}
 
-        def _arena_layout(self, sizes, checked, plan):
+        def _arena_layout(self, sizes, checked, plan, **_):
             return {}
 
         def _profiled_calls(self, backend, source, task, shape, init_seed, layout, laps, compiled=None):

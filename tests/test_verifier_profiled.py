@@ -106,7 +106,7 @@ class _Audited(Judge):
     def _shape_sizes(self, task, shapes, init_seed, **_):
         return {s.params: {"input_bytes": 1 << 20, "output_bytes": 1 << 20} for s in shapes}
 
-    def _arena_layout(self, sizes, checked, plan):
+    def _arena_layout(self, sizes, checked, plan, **_):
         return {}
 
     def _profiled_calls(self, backend, source, task, shape, init_seed, layout, laps, compiled=None):

@@ -224,8 +224,8 @@ class _Verdict:
     #: (the temporaries' room the heap has, the working copy planned for it) where this GPU had no
     #: room for the whole copy beside what judging a call holds (bytes); None where it had
     heap_short: tuple[int, int] | None = None
-    #: parts of the input region the checked calls rotate through (late_reads.Deferral)
-    input_parts: int = 2
+    #: what the compares may defer: the heap's limit, the input region's parts the calls rotate through
+    deferral: late_reads.Deferral = late_reads.Deferral()
     #: the slowest checked call so far per shape, by the judge's clock (seconds; timeouts only)
     slowest: dict[tuple, float] = field(default_factory=dict)
     #: checked calls sent to the candidate (bench/loop.py: what one costs the checks' seconds)
@@ -453,6 +453,7 @@ class Judge:
             env["calibration"] = self._state.calibration
         env["phase_seconds"] = {k: round(v, 3) for k, v in sorted(self._phases.items(), key=lambda kv: -kv[1])}
         env["checked_calls"] = self._state.checked_calls
+        env["deferred_reads"] = dataclasses.asdict(self._state.deferral)  # late_reads.py: what waited for a later compare
         if self._state.drawn:  # for people reading the archive; a prompt never shows a verdict's environment
             env["drawn_shapes"] = [s.as_dict() for s in self._state.drawn]
         env.update(self._state.drawn_left)  # the task's drawer strayed: said, and not checked
@@ -557,7 +558,7 @@ class Judge:
         plan = self._batch_plan(task, sizes, [s for s, _ in timed]) if self.on_gpu else {}
         layout = self._arena_layout(sizes, checked, plan, in_place=bool(task.mutated_inputs))
         self._state.heap_short = layout.pop("heap_short", None)
-        self._state.input_parts = layout["input_parts"]
+        self._state.deferral = late_reads.Deferral(layout["defer_bytes"], layout["input_parts"])
         self._spent("plan", t0)
         if self.on_gpu and self.options.baselines:
             self._state.baselines = self._baselines(task, [s for s, _ in timed], sizes, init_seed)
@@ -856,7 +857,7 @@ class Judge:
         # with one public shape its first call is repeated twice (one kept call: a KernelBench
         # call's kept inputs and references are tens of GB on a GPU, two would not fit beside the arena)
         repeats = 0 if hidden else clock.MIN_SAMPLES if len(shapes) == 1 else 1
-        parts = self._state.input_parts
+        parts = self._state.deferral.input_parts
         for shape in shapes:
             for i, dist in enumerate(task.distributions):
                 first = _Call(shape, dist, hidden, uuid.uuid4().hex, part=len(items) % parts)
