@@ -37,8 +37,8 @@ from .evaluate import open_judge
 from .fairness import verdict_limit_s
 from .kernels_ahead import KernelsAhead
 
-#: warm sandbox workers per GPU lane
-GPU_POOL = 4
+#: warm sandbox workers per GPU lane (ready or starting, besides the one judged)
+GPU_POOL = 6
 
 
 #: what a verdict given its kernels compiled ahead may be because of them (a file Triton could not
@@ -110,10 +110,12 @@ class Devices:
         """Start every device's judge at once (workers, the reference); check they agree."""
 
         def open_one(device: str) -> tuple[Any, Judge]:
-            # on a GPU: one worker judged, one compiling the next candidate ahead, two warming (a
-            # verdict and a compile ahead take one each every few seconds: with one warming, an H100
-            # run's compile ahead found no worker to spare for 7 of 31 verdicts, which then paid
-            # their launchers' and public shapes' compiles again, 0.6 s of a 3.4 s rms_norm verdict)
+            # on a GPU: besides the worker judged, one compiling the next candidate ahead and the
+            # rest warming (a verdict and a compile ahead take one each every few seconds, and a
+            # worker's start is seconds: with one warming, an H100 run's compile ahead found no
+            # worker to spare for 7 of 31 verdicts, which then paid their launchers' and public
+            # shapes' compiles again, 0.6 s of a 3.4 s rms_norm verdict; with a pool of four, for
+            # 5 of 23 verdicts of 3.7 s, whose first calls took 0.7-2.0 s against 0.1-0.3 s)
             pool = self.pool_size or (1 if device == "cpu" else GPU_POOL)
             # a GPU verdict is time-boxed per task (fairness.py); the interpreter keeps its own timeouts
             box = None if device == "cpu" else {t.name: verdict_limit_s(t) for t in self.tasks}

@@ -47,8 +47,8 @@ class RunSettings:
     sandbox: str = "process"
     resume: int | None = None
     seed: int = 0
-    #: warm candidate workers per device lane; None: devices.GPU_POOL on a GPU (one judged, one
-    #: compiling the next candidate ahead, two warming), 1 on the CPU
+    #: warm candidate workers per device lane; None: devices.GPU_POOL on a GPU (besides the one
+    #: judged, one compiling the next candidate ahead and the rest warming), 1 on the CPU
     pool_size: int | None = None
     #: judges per device whose verdicts overlap (each timed phase has the GPU alone: verifier/gate.py)
     lanes: int = 1
