@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), help="task names or paths")
     parser.add_argument("--attempts", type=int, default=16, help="attempts per task (the seed's included)")
     parser.add_argument("--gpu", type=int, nargs="*", default=[], help="GPU indices (default: all visible; none: the CPU)")
-    parser.add_argument("--pool", type=int, default=None, help="warm sandbox workers per device (default 4 on a GPU, 1 on the CPU)")
+    parser.add_argument("--pool", type=int, default=None, help="warm sandbox workers per device lane (default loop.devices.GPU_POOL on a GPU, 1 on the CPU)")
     parser.add_argument("--lanes", type=int, default=1, help="verdicts in flight per device (verifier/gate.py)")
     parser.add_argument("--hours", type=float, default=None, help="stop after this long whatever is left")
     parser.add_argument("--db", type=Path, default=None, help="archive to write (default: a fresh temporary file)")
