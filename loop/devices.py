@@ -205,6 +205,8 @@ class Devices:
         if ahead is not None:  # what came of it, for bench/loop.py
             self.log[-1]["ahead"] = {"shapes": ahead.ahead.shapes, "decoys": ahead.ahead.decoys, "files": len(compiled or {}),
                                      "outcome": ahead.outcome}
+            if ahead.ahead.pool is not None:  # it found no worker to spare: the pool as it was then
+                self.log[-1]["ahead"]["pool"] = ahead.ahead.pool
         return verdict, time.monotonic() - started
 
     async def audit(self, index: int, code: str, task: Task, verdict: Verdict) -> tuple[Audit, float]:

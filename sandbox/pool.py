@@ -34,6 +34,8 @@ MONITOR_SECONDS = 0.1
 TRUSTED_MONITOR_SECONDS = 0.5
 #: A pool that fails to start this many workers in a row stops trying and reports why.
 MAX_START_FAILURES = 3
+#: the last workers' start times kept (counts()'s median)
+START_TIMES_KEPT = 16
 
 log = logging.getLogger(__name__)
 _live_backends: "weakref.WeakSet[ProcessBackend]" = weakref.WeakSet()
@@ -71,6 +73,8 @@ class ProcessBackend:
         if spec.isolation != "none" and not self.mechanism.pidns:
             make_undumpable()
         self.started_workers = 0
+        #: how long the last workers took from their start to ready (seconds)
+        self._start_s: collections.deque[float] = collections.deque(maxlen=START_TIMES_KEPT)
         self._cond = threading.Condition()
         self._ready: collections.deque[Worker] = collections.deque()
         self._starting: list[Worker] = []
@@ -149,9 +153,12 @@ class ProcessBackend:
             return len(self._ready)
 
     def counts(self) -> dict[str, int]:
+        """Workers ready, starting and busy, started in all, and the median start of the last ones
+        to become ready (``start_ms``; 0 before any did)."""
         with self._cond:
+            starts = sorted(self._start_s)
             return {"ready": len(self._ready), "starting": len(self._starting), "busy": len(self._busy),
-                    "started": self.started_workers}
+                    "started": self.started_workers, "start_ms": round(1000 * starts[len(starts) // 2]) if starts else 0}
 
     # ---- internals -------------------------------------------------------------------------------
     def _wake(self) -> None:
@@ -276,6 +283,7 @@ class ProcessBackend:
                 self.warnings |= fresh
                 self._starting.remove(worker)
                 self._ready.append(worker)
+                self._start_s.append(time.monotonic() - worker.started)
                 self._failures = 0
                 self._cond.notify_all()
 

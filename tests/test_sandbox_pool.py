@@ -41,6 +41,16 @@ def test_trusted_long_lived_worker(monkeypatch):
         assert backend.counts()["started"] == 2  # started on demand
 
 
+def test_the_pool_says_how_long_a_worker_took_to_start(monkeypatch):
+    """What a run's log shows where a compile ahead found no worker to spare: whether the pool was
+    too small, or its workers too slow to start, for the verdicts."""
+    spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, isolation="none")
+    with ProcessBackend(spec, pool_size=2) as backend:
+        assert backend.wait_warm(120) == 2
+        counts = backend.counts()
+        assert counts["ready"] == 2 and counts["start_ms"] > 0, counts
+
+
 def test_trusted_worker_process_group_is_killed():
     spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, isolation="none")
     with ProcessBackend(spec, pool_size=0) as backend:

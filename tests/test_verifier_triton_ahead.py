@@ -405,7 +405,7 @@ def test_a_verdict_that_crashed_with_its_kernels_ahead_is_made_again_without_and
             raise AssertionError("compiled ahead after a crash")
 
     class Done:  # a compile ahead that gave its files
-        source, shapes, decoys, outcome = task.seed_source, 4, 0, "compiled"
+        source, shapes, decoys, outcome, pool = task.seed_source, 4, 0, "compiled", None
         staged = _staged()
 
         def run(self):
@@ -450,10 +450,13 @@ def test_a_compile_ahead_takes_a_worker_only_while_the_pool_has_one_to_spare(mon
             raise triton_ahead.SandboxError("no worker for this test")
 
     short, spare = Pool(1), Pool(2)
-    assert triton_ahead.Ahead(short, DeviceGate(), task.seed_source, task, "cuda:0").run() == {}
+    none_spare = triton_ahead.Ahead(short, DeviceGate(), task.seed_source, task, "cuda:0")
+    assert none_spare.run() == {}
     assert short.sessions == 0  # the verdicts' warm worker was left alone, the gate never held
-    assert triton_ahead.Ahead(spare, DeviceGate(), task.seed_source, task, "cuda:0").run() == {}
-    assert spare.sessions == 1
+    assert none_spare.pool == {"ready": 1}, "the pool as it was, for the run's log"
+    spared = triton_ahead.Ahead(spare, DeviceGate(), task.seed_source, task, "cuda:0")
+    assert spared.run() == {}
+    assert spare.sessions == 1 and spared.pool is None
 
 
 def test_the_loop_bench_says_what_the_compiles_ahead_came_to():
@@ -471,6 +474,9 @@ def test_the_loop_bench_says_what_the_compiles_ahead_came_to():
     assert "a verdict; 1 with decoys' (2.5 decoys a verdict); none for 1" in line(log)
     log += [{"kind": "audit", "status": "accepted", "ahead": {"files": 26}}, {"kind": "audit", "status": "accepted", "ahead": {"files": 0}}]
     assert line(log).endswith("; 1 of 2 audits were given their verdict's")
+    log[1]["ahead"]["pool"] = {"ready": 1, "starting": 3, "busy": 2, "started": 9, "start_ms": 7400}
+    assert ("none for 1 (no warm worker to spare) (the pool then: 1.0 ready, 3.0 starting; a worker's start 7.4 s); "
+            "1 of 2 audits") in line(log)
 
 
 @pytest.mark.parametrize("audit_without", ["accepted", "crashed"])
@@ -501,7 +507,7 @@ def test_an_audit_is_given_its_verdicts_kernels_compiled_ahead_and_made_again_wi
             return None
 
     class Done:
-        source, shapes, decoys, outcome = task.seed_source, 4, 0, "compiled"
+        source, shapes, decoys, outcome, pool = task.seed_source, 4, 0, "compiled", None
         staged = _staged()
 
         def run(self):

@@ -188,6 +188,8 @@ class Ahead:
         self.shapes = 0
         self.decoys = 0
         self.outcome = "not run"
+        #: the pool's counts when it had no worker to spare (ready, starting, busy, a start's ms)
+        self.pool: dict[str, int] | None = None
 
     def run(self) -> dict[str, str]:
         """The files of the candidate's kernels compiled at the public shapes and, where they
@@ -281,9 +283,11 @@ class Ahead:
             return False
         end = time.monotonic() + READY_WAIT_S
         while not self._cancelled:
-            if counts().get("ready", 0) > self._spare:
+            seen = counts()
+            if seen.get("ready", 0) > self._spare:
                 return True
             if time.monotonic() >= end:
+                self.pool = dict(seen)
                 return False
             time.sleep(0.05)
         return False
