@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import statistics
 import sys
 import tempfile
 import threading
@@ -153,10 +154,9 @@ def ahead_line(log: list[dict]) -> str:
         line += "; none for " + ", ".join(f"{n} ({reason})" for reason, n in why.most_common())
     pools = [e["ahead"]["pool"] for e in had if isinstance(e["ahead"].get("pool"), dict)]
     if pools:  # the lane's pool when none was spare: too few warming, or starts too slow for the verdicts?
-        mean = lambda key: sum(p.get(key, 0) for p in pools) / len(pools)  # noqa: E731
-        starts = sorted(p.get("start_ms", 0) for p in pools)
-        line += (f" (the pool then: {mean('ready'):.1f} ready, {mean('starting'):.1f} starting; a worker's start "
-                 f"{starts[len(starts) // 2] / 1000:.1f} s)")
+        ready, starting = (statistics.fmean(p.get(key, 0) for p in pools) for key in ("ready", "starting"))
+        start_s = statistics.median_low(p.get("start_ms", 0) for p in pools) / 1000
+        line += f" (the pool then: {ready:.1f} ready, {starting:.1f} starting; a worker's start {start_s:.1f} s)"
     audits = [e for e in log if e.get("kind") == "audit" and "ahead" in e]
     if audits:
         line += f"; {sum(1 for e in audits if e['ahead'].get('files'))} of {len(audits)} audits were given their verdict's"

@@ -1443,8 +1443,9 @@ class Judge:
 
     def _arena_layout(self, sizes: dict[tuple, dict[str, Any]], checked: list[Shape], plan: dict[tuple, int],
                       in_place: bool = False) -> dict[str, Any]:
-        """Input region and heap: two calls' worth of the largest check (calls alternate halves)
-        and room for the largest batch; on a GPU the heap also holds the candidate's own
+        """Input region and heap: two calls' worth of the largest check (calls alternate halves;
+        an in-place task's inputs four parts, where ``_deferral`` found room) and room for the
+        largest batch; on a GPU the heap also holds the candidate's own
         temporaries, so it gets a margin (at least a working copy of its largest input or weight,
         where the GPU has room for it beside what the reference worker holds: fits.reference_bytes),
         and its models' weights (the reference's size). ``heap_short``: (the temporaries' room, the
