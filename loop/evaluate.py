@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from kernforge.sandbox.bytecode import compile_missing_in_background
 from kernforge.sandbox.isolation import for_profiler, mechanism as choose_mechanism
@@ -55,9 +55,12 @@ def resolve_device(gpu: int | None) -> str:
     return resolve_devices(() if gpu is None else (gpu,))[0]
 
 
-def make_backend(kind: str, spec: WorkerSpec, pool_size: int, *, refill: bool = True) -> Backend:
+def make_backend(kind: str, spec: WorkerSpec, pool_size: int, *, refill: bool = True,
+                 starts: Callable[[Any], Callable[[], None]] | None = None) -> Backend:
+    """``starts``: the GPU gate's ``warming``, told of each worker as it starts (process sandbox
+    only: a container's processes are not the parent's to stop, and its warm-up runs unstopped)."""
     if kind == "process":
-        return ProcessBackend(spec, pool_size=pool_size, refill=refill)
+        return ProcessBackend(spec, pool_size=pool_size, refill=refill, starts=starts)
     if kind == "docker":
         from kernforge.sandbox.docker_backend import DockerBackend
 
@@ -107,7 +110,11 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
                                 hidden_paths=hidden, fork=device != "cpu")
     reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none",
                                 trusted_cache=str(compiled))
-    candidates = make_backend(sandbox, candidate_spec, pool_size)
+    # a worker warming up is stopped while a judge times (gate.warming): its CUDA context's
+    # creation and first kernel landed in timed windows
+    gate = gate or DeviceGate()
+    starts = gate.warming if device != "cpu" else None
+    candidates = make_backend(sandbox, candidate_spec, pool_size, starts=starts)
     try:
         # The reference worker is trusted and long-lived: one process, no twin warming behind it.
         references = ProcessBackend(reference_spec, pool_size=1, refill=False)
@@ -116,7 +123,8 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
         raise
     def profiled(prefix: tuple[str, ...]) -> Backend:  # the audit's Nsight Compute worker (process sandbox only)
         return ProcessBackend(replace(candidate_spec, profiler=prefix), pool_size=1, refill=False,
-                              start_timeout=PROFILED_START_S, mechanism=for_profiler(choose_mechanism("strict")))
+                              start_timeout=PROFILED_START_S, mechanism=for_profiler(choose_mechanism("strict")),
+                              starts=starts)
 
     judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device),
                   profiled=profiled if sandbox == "process" else None, gate=gate)

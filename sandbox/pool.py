@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import procs
 from .env import worker_env
@@ -60,7 +60,11 @@ class ProcessBackend:
     session_class = ProcessSession
 
     def __init__(self, spec: WorkerSpec, pool_size: int = 1, *, refill: bool = True,
-                 start_timeout: float = 600.0, mechanism: Mechanism | None = None):
+                 start_timeout: float = 600.0, mechanism: Mechanism | None = None,
+                 starts: Callable[[Worker], Callable[[], None]] | None = None):
+        """``starts``: told of each worker as it is started, it returns what to call once that
+        worker is warm or gone (on a GPU, the gate's ``warming``: a warm-up is stopped while a
+        judge times)."""
         if pool_size < 0:
             raise SandboxError("pool_size must be >= 0")
         worker_env(spec, Path("/nonexistent"), os.environ)  # refuse a bad spec now, not in the pool thread
@@ -79,6 +83,9 @@ class ProcessBackend:
         self._ready: collections.deque[Worker] = collections.deque()
         self._starting: list[Worker] = []
         self._busy: set[ProcessSession] = set()
+        self._starts = starts
+        #: per starting worker, what ``starts`` returned
+        self._warmed: dict[int, Callable[[], None]] = {}
         self._initial_left = pool_size
         self._waiters = 0
         self._failures = 0
@@ -127,6 +134,7 @@ class ProcessBackend:
             session.fail(FailureKind.EXITED_EARLY, "the sandbox backend was closed")
             session.close()
         for worker in workers:
+            self._warm_done(worker)
             worker.cleanup()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -205,11 +213,19 @@ class ProcessBackend:
         except (OSError, SandboxError) as e:
             self._record_failure(SandboxError(f"cannot start a worker: {e}"))
             return
+        if self._starts is not None:
+            self._warmed[id(worker)] = self._starts(worker)
         with self._cond:
             self.started_workers += 1
             if not self.refill:
                 self._initial_left = max(0, self._initial_left - 1)
             self._starting.append(worker)
+
+    def _warm_done(self, worker: Worker) -> None:
+        """The worker is warm or gone: ``starts``' hold on it ends."""
+        done = self._warmed.pop(id(worker), None)
+        if done is not None:
+            done()
 
     def _record_failure(self, error: SandboxError) -> None:
         with self._cond:
@@ -268,10 +284,12 @@ class ProcessBackend:
         except SandboxError as e:
             with self._cond:
                 self._starting.remove(worker)
+            self._warm_done(worker)
             worker.cleanup()
             self._record_failure(e)
             return
         if ready:
+            self._warm_done(worker)
             said = set(map(str, worker.ready_info.get("mount_warnings") or []))
             filtered = str(worker.ready_info.get("seccomp", "installed"))
             if self.spec.isolation != "none" and filtered != "installed":

@@ -51,6 +51,53 @@ def test_the_pool_says_how_long_a_worker_took_to_start(monkeypatch):
         assert counts["ready"] == 2 and counts["start_ms"] > 0, counts
 
 
+def test_a_pool_worker_starting_while_a_judge_times_stays_stopped_until_the_window_ends():
+    """The pool tells the GPU's gate of each worker it starts (``starts``): a worker that starts
+    while a judge holds the gate alone is stopped, its whole tree, before its warm-up can put
+    anything on the GPU, and goes on to be warm once the hold ends; then the gate lets it be."""
+    from kernforge.sandbox import procs
+    from kernforge.verifier.gate import DeviceGate
+
+    gate = DeviceGate(1)
+    seen = []
+
+    def starts(worker):
+        seen.append(worker)
+        return gate.warming(worker)
+
+    spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, isolation="none")
+    window = gate.exclusive()
+    window.__enter__()
+    try:
+        with ProcessBackend(spec, pool_size=1, starts=starts) as backend:
+            assert wait_until(lambda: bool(seen))
+            pid = seen[0].proc.pid
+            assert wait_until(lambda: getattr(procs.snapshot().get(pid), "state", "") in ("t", "T")), \
+                "the starting worker ran on beside the window"
+            assert backend.counts()["ready"] == 0
+            window.__exit__(None, None, None)
+            window = None
+            assert backend.wait_warm(120) == 1
+            assert not gate._enlisted, "a warm worker is stopped no more"
+    finally:
+        if window is not None:
+            window.__exit__(None, None, None)
+
+
+def test_a_judge_holding_the_gate_alone_gets_the_worker_its_pool_starts_meanwhile():
+    """A verdict holding the whole GPU (or the audit's profiled record) waits for its pool's next
+    worker with the gate held alone: that worker's start is not stopped by it."""
+    from kernforge.verifier.gate import DeviceGate
+
+    gate = DeviceGate(1)
+    spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, isolation="none")
+    with gate.exclusive():
+        with ProcessBackend(spec, pool_size=1, starts=gate.warming, start_timeout=60) as backend:
+            with gate.enlisted(lambda: backend.session("sandbox_jobs.hostile:conversation", {}, LIMITS)) as session:
+                session.send({"op": "ask", "value": 4})
+                assert session.recv(60)["value"] == 8
+
+
 def test_trusted_worker_process_group_is_killed():
     spec = WorkerSpec(env={"PYTHONPATH": str(TESTS)}, isolation="none")
     with ProcessBackend(spec, pool_size=0) as backend:

@@ -369,6 +369,67 @@ def test_a_worker_does_not_start_while_another_lane_times_and_is_stopped_once_st
     assert late.events == ["pause", "resume"]
 
 
+def test_a_worker_warming_up_is_stopped_by_every_judge_that_times_until_it_is_warm():
+    """A pool refills itself in the background while judges time, and a worker's warm-up creates
+    a CUDA context and launches Triton's first kernel: an audit beside the pool's starts read 3-4
+    times its recorded time at the small shapes (H100, session 61). Enlisted as it starts, it is
+    stopped for every timed phase, its own judge's too (it belongs to none yet), and no more once
+    it is warm."""
+    gate = DeviceGate(1)
+    warming = _Session()
+    warm = gate.warming(warming)
+    with gate.exclusive():
+        assert warming.events == ["pause"]
+    assert warming.events == ["pause", "resume"]
+    warm()
+    with gate.exclusive():
+        pass
+    assert warming.events == ["pause", "resume"]
+
+
+def test_a_worker_that_starts_while_a_judge_times_is_stopped_at_once_without_waiting_for_the_gate():
+    """The pool's thread starts workers while a judge holds the gate alone, and that judge may be
+    waiting for the pool's next worker (a verdict that holds the whole GPU): the start never waits
+    for the gate. The worker is stopped at once, and let go with the rest when the hold ends."""
+    gate = DeviceGate(2)
+    late = _Session()
+    enlisted: list = []
+    with gate.exclusive():
+        pool = run(lambda: enlisted.append(gate.warming(late)))
+        pool.join(LONG)
+        assert enlisted, "the pool's thread waited for the gate"
+        assert late.events == ["pause"]
+    assert late.events == ["pause", "resume"]
+    enlisted[0]()
+    with gate.exclusive():
+        pass
+    assert late.events == ["pause", "resume"]
+
+
+def test_a_judge_holding_the_gate_alone_that_waits_for_a_worker_lets_the_warming_ones_go_meanwhile():
+    """A verdict that holds the whole GPU, and the audit's profiled worker, wait for a worker with
+    the gate held alone: the one they wait for may be warming, so while they wait none is
+    stopped (else the wait never ended); once they have it, the rest are stopped again for the
+    windows to come, and let go when the hold ends."""
+    gate = DeviceGate(1)
+    early, late, session = _Session(), _Session(), _Session()
+    warm_early = gate.warming(early)
+    with gate.exclusive():
+        assert early.events == ["pause"]
+
+        def start():
+            assert early.events == ["pause", "resume"], "the worker waited for stays stopped"
+            gate.warming(late)
+            assert late.events == [], "a worker started for the judge is stopped by it"
+            warm_early()  # ready: the pool hands it over
+            return session
+
+        with gate.enlisted(start) as got:
+            assert got is session and session.events == []
+            assert late.events == ["pause"] and early.events == ["pause", "resume"]
+    assert late.events == ["pause", "resume"]
+
+
 def test_a_reference_request_holds_the_gate_shared_for_its_own_length():
     """The trusted work of a verdict (a request to its reference worker) holds the gate shared
     while it runs, and only then: another lane's timing waits for the request in flight, not

@@ -46,6 +46,16 @@ deadline moves back by the seconds it was stopped (``Session.stopped_seconds``).
 
 With one lane (the default) the gate is never contended and stops nothing.
 
+A candidate pool refills itself in the background while judges time, and a worker's warm-up is
+GPU work too (harness.warm_up: a CUDA context, Triton's first kernel compiled and launched). Each
+worker is enlisted as the pool starts it and until it is warm (``warming``), stopped by every
+judge that times, its own too: an audit that ran beside the pool's starts on an H100 read 3-4
+times its recorded time at the small shapes, its windows spread 35-175% (session 61), and a
+baseline timed beside them would read slower and inflate a speedup. A pool's thread never waits
+for the gate: a worker that starts while the gate is held alone is stopped at once. A judge
+that holds the gate alone and waits for a worker (a verdict on the whole GPU, the audit's
+profiled record) lets the warming ones go while it waits (``enlisted``).
+
 GPU work of the run outside any judge is enlisted, or holds the gate shared, from the event
 loop. The Inductor capture of a start (loop/inductor_start.py), a child process that allocates
 and fills the task's inputs on the GPU and compiles for seconds to minutes, is started with the
@@ -114,6 +124,14 @@ class DeviceGate:
         #: candidates' workers, each with the thread of the judge it belongs to (None: a trusted
         #: process of the run's, stopped by every judge that times)
         self._enlisted: dict[int, tuple[int | None, Stoppable]] = {}
+        #: what the exclusive hold in progress stopped (``warming`` adds to it), and whether that
+        #: hold is letting them go (nothing more is stopped then)
+        self._paused: list[Stoppable] = []
+        self._releasing = False
+        #: the enlisted workers that are warming up (``warming``), and whether the judge holding
+        #: the gate alone waits for a worker now (``enlisted``): none is stopped meanwhile
+        self._warming: set[int] = set()
+        self._awaiting = False
 
     def _held_shared(self) -> int:
         return getattr(self._local, "shared", 0)
@@ -149,7 +167,8 @@ class DeviceGate:
         enlisted = False
         with contextlib.ExitStack() as held:
             held.enter_context(self.shared())
-            worker = start()
+            with self._start_awaited() if self._writer == threading.get_ident() else contextlib.nullcontext():
+                worker = start()
             if getattr(worker, "stoppable", lambda: True)():
                 with self._cond:
                     self._enlisted[id(worker)] = (threading.get_ident(), worker)
@@ -196,24 +215,26 @@ class DeviceGate:
                 self._waiting_writers -= 1
             self._writer, self._depth = me, 1
             others = [worker for owner, worker in self._enlisted.values() if owner != me]
-        stopped = []
+            self._paused = list(others)
         try:
             if not free and own is not None:
                 own.resume()
-            stopped = others
             try:
                 pause_all(others)  # found and stopped together: one pass over /proc per round for all
             except procs.NotStopped as error:
                 raise GpuBusy(f"another lane's worker could not be stopped for a timed phase: {error}") from None
             yield
         finally:
+            with self._cond:  # what ``warming`` stopped meanwhile is among them; from now on it stops nothing
+                self._releasing = True
+                stopped, self._paused = self._paused, []
             for worker in stopped:
                 try:
                     worker.resume()
                 except Exception:  # a worker closed meanwhile: nothing of it runs to resume
                     pass
             with self._cond:
-                self._writer, self._depth = None, 0
+                self._writer, self._depth, self._releasing = None, 0, False
                 self._cond.notify_all()
                 # the verdict's shared hold back; a judge waiting to time goes first
                 while mine and (self._writer is not None or self._waiting_writers):
@@ -228,6 +249,54 @@ class DeviceGate:
         with self._cond:
             self._enlisted[id(process)] = (None, process)
         return id(process)
+
+    def warming(self, worker: Stoppable) -> Callable[[], None]:
+        """Enlist a sandbox worker as it starts, until it is warm (call what this returns then, or
+        once it is gone): its trusted warm-up creates a CUDA context and compiles and launches a
+        kernel (harness.warm_up), and a pool refills itself in the background while judges time.
+        Every judge that times stops it meanwhile, its own judge too. Never waits for the gate (a
+        pool's thread calls it, and a judge holding the gate may be waiting for that pool's next
+        worker): where the gate is held exclusively now, the worker is stopped at once and let go
+        with the others that hold stopped."""
+        token = id(worker)
+        with self._cond:
+            self._enlisted[token] = (None, worker)
+            self._warming.add(token)
+            if self._writer is not None and not self._releasing and not self._awaiting:
+                self._stop_now([worker])
+
+        def warm() -> None:
+            with self._cond:
+                self._warming.discard(token)
+            self.delist(token)
+        return warm
+
+    def _stop_now(self, workers: list[Stoppable]) -> None:
+        """Stop ``workers`` for the exclusive hold in progress (the caller holds ``_cond``)."""
+        try:
+            pause_all(workers)
+        except procs.NotStopped:  # what did stop is resumed with the rest
+            pass
+        self._paused.extend(workers)
+
+    @contextlib.contextmanager
+    def _start_awaited(self) -> Iterator[None]:
+        """The judge holding the gate alone waits for a worker (a verdict that holds the whole GPU,
+        the audit's profiled worker): the warming workers its hold stopped go on meanwhile, and
+        none is stopped (the one it waits for is among them), then they are stopped again."""
+        with self._cond:
+            self._awaiting = True
+            going = [w for w in self._paused if id(w) in self._warming]
+            self._paused = [w for w in self._paused if id(w) not in self._warming]
+        for worker in going:
+            worker.resume()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._awaiting = False
+                if not self._releasing:
+                    self._stop_now([w for token, (_, w) in self._enlisted.items() if token in self._warming])
 
     def delist(self, token: int) -> None:
         """Stop stopping what ``enlist_process`` enlisted."""
