@@ -571,7 +571,7 @@ def test_a_new_best_that_fails_its_audit_is_demoted_and_the_previous_best_remain
     cheat = Rejected(Status.CHEAT, "the output came from torch.nn.functional, not its own kernel", threat=16)
     wrong = Rejected(Status.INCORRECT, "max abs err 0.5 at index (0, 3) on hidden shape T=4")
     script = [100.0, 100.0,  # the seed, audited: the best
-              50.0, 80.0,    # twice as fast, but judged again 60% slower: its time did not hold
+              50.0, 80.0, 80.0,  # twice as fast, but judged again (twice) 60% slower: its time did not hold
               wrong,         # a rejection: never audited
               40.0, cheat,   # faster again, and rejected when judged again
               150.0]         # slower than the best: not audited

@@ -49,6 +49,51 @@ def test_a_hidden_shape_far_slower_than_the_public_ones_is_said_not_failed():
     assert result.passed and result.details["hidden_x_compile"] == pytest.approx(0.05)
 
 
+class Sequence(AuditJudge):
+    """Gives each of ``verdicts`` in turn."""
+
+    def __init__(self, *verdicts):
+        super().__init__(None)
+        self.verdicts = list(verdicts)
+
+    def verify(self, source, task, bar=None, audit=False):
+        self.asked.append(audit)
+        return self.verdicts.pop(0)
+
+
+def test_a_time_that_did_not_hold_is_judged_once_more_and_that_verdict_decides():
+    """One disturbed measurement demoted an honest best (H100, session 61: 3-4 times its time at
+    the small shapes, windows spread 35-175%). A time that does not hold is judged once more in
+    another fresh worker; that verdict decides, and the audit says both."""
+    from kernforge.verifier.verdict import Rejected, Status
+
+    recorded = Accepted(shapes=(shape(1, 10.0, 20.0), shape(2, 20.0, 20.0)))
+    slow = Accepted(shapes=(shape(1, 17.0, 20.0), shape(2, 36.0, 20.0)))
+    held = Accepted(shapes=(shape(1, 10.2, 20.0), shape(2, 20.4, 20.0)))
+    judge = Sequence(slow, held)
+    result = audit.audit(judge, "k = 1", load_task("rms_norm"), recorded)
+    assert judge.asked == [True, True] and result.passed and result.verdict is held
+    assert "judged a third time: the second verdict read 24.74 us (+74.9%)" in result.reason
+    assert result.details["first_try"]["ratio"] == pytest.approx(1.749, abs=1e-3)
+
+    judge = Sequence(slow, Accepted(shapes=(shape(1, 16.0, 20.0), shape(2, 35.0, 20.0))))
+    result = audit.audit(judge, "k = 1", load_task("rms_norm"), recorded)
+    assert not result.passed and result.only_slower and len(judge.asked) == 2
+    assert result.reason.startswith("its time did not hold: 14.14 us recorded, 23.66 us judged again")
+
+    cheat = Rejected(Status.CHEAT, "its outputs were written after the window closed", threat=14)
+    result = audit.audit(Sequence(slow, cheat), "k = 1", load_task("rms_norm"), recorded)
+    assert not result.passed and not result.only_slower and "it was rejected" in result.reason
+
+    judge = Sequence(held)
+    assert audit.audit(judge, "k = 1", load_task("rms_norm"), recorded).passed and judge.asked == [True], \
+        "a time that held is judged once"
+    wrong = Rejected(Status.INCORRECT, "max abs err 0.5")
+    judge = Sequence(wrong)
+    assert not audit.audit(judge, "k = 1", load_task("rms_norm"), recorded).passed and judge.asked == [True], \
+        "a rejection is never judged again"
+
+
 @pytest.mark.parametrize("option, routine, in_audit", [("audit", False, True), ("always", True, True), ("never", False, False)])
 def test_which_verdicts_time_the_hidden_shapes_on_a_gpu(option, routine, in_audit):
     task = load_task("rms_norm")
