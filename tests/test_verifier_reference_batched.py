@@ -223,6 +223,46 @@ def test_a_verify_uses_the_stacked_reference_and_reads_the_record_from_its_last_
     assert Shape.of({"T": 5, "H": 200}) == batch.shape
 
 
+def test_a_verdicts_second_batch_at_a_shape_takes_the_first_ones_decision_and_still_finds_a_wrong_call(arena, monkeypatch):
+    """A verdict times each shape by a long batch and a short one, on the same weights: the
+    stacked reference is checked against eager on the first verified (three of its calls), and
+    the second takes that decision, its part sized for its own calls. Its every call is still
+    verified; another shape, or the next verdict, checks afresh."""
+    task = load_task(str(TASKS / "tiny_norm"))
+    verify = {"tolerances": task.tolerance_table()}
+    long = _plan(task, list(range(1, 10)), {"T": 5, "H": 200})
+    _honest_outputs(arena, long, task)
+    prepared = []
+    prepare = reference_batched.prepare
+    monkeypatch.setattr(reference_batched, "prepare", lambda *a, **kw: prepared.append(len(a[2])) or prepare(*a, **kw))
+    assert W._verify_batch("cpu", {"key": "b", **verify})["failed_call"] == -1 and prepared == [9]
+    W._plan_batch("cpu", {"key": "short", "task_ref": task.ref, "shape": {"T": 5, "H": 200}, "dist": task.distributions[0],
+                          "seeds": [21, 22, 23, 24], "init_seed": 3})
+    short = W._STATE["batches"]["short"]
+    _honest_outputs(arena, short, task)
+    assert W._verify_batch("cpu", {"key": "short", **verify})["failed_call"] == -1
+    assert prepared == [9], "the short batch checked the stacked reference again"
+    assert short.ref_stacked.part == 4 and short.ref_stacked.model is long.ref_stacked.model
+    arena.view(short.outputs[2][0])[0, 7] += 1.0
+    assert W._verify_batch("cpu", {"key": "short", **verify})["failed_call"] == 2
+    W._plan_batch("cpu", {"key": "other", "task_ref": task.ref, "shape": {"T": 3, "H": 200}, "dist": task.distributions[0],
+                          "seeds": [31, 32, 33], "init_seed": 3})
+    _honest_outputs(arena, W._STATE["batches"]["other"], task)
+    assert W._verify_batch("cpu", {"key": "other", **verify})["failed_call"] == -1 and prepared == [9, 3]
+    W._forget("cpu", {})
+    assert "stacked" not in W._STATE, "the next verdict draws its own weights: nothing decided is kept"
+
+
+def test_a_decision_is_not_reused_for_calls_whose_plain_values_differ():
+    x = [torch.ones(2, 3), 1.0]
+    found = reference_batched.StackedReference(None, None, [None, 1.0], [0], [], 4, per_call=100, device=torch.device("cpu"))
+    stacked = [torch.ones(3, 2, 3)]
+    assert reference_batched.reuse(found, stacked, [x, x, x]).part == 3
+    assert reference_batched.reuse(found, stacked, [x, [x[0], 2.0], x]) is None
+    assert reference_batched.reuse(found, stacked, [[x[0], 2.0]] * 3) is None
+    assert reference_batched.reuse(found, stacked, [x]) is None, "one call gains nothing run stacked"
+
+
 IN_ITS_DTYPE = '''import torch
 import torch.nn as nn
 

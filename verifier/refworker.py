@@ -363,6 +363,7 @@ def _forget(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     _STATE["calls"].clear()
     _STATE["history"].clear()
     _STATE["batches"].clear()
+    _STATE.pop("stacked", None)  # the stacked references decided per shape, on this verdict's weights
     _late_reads(device).clear()
     go = _STATE.pop("go", None)
     if go is not None:
@@ -1178,8 +1179,15 @@ def _stacked_reference(batch: _Batch, model: Any, task: Any, tolerances: dict[st
         batch.ref_stacked = False
         if batch.stacked is not None:
             calls = [_call_inputs(batch, k) for k in range(len(batch.sets))]
-            batch.ref_stacked = reference_batched.prepare(model, batch.stacked, calls, task.mutated_inputs,
-                                                          lambda t: _tolerance(t, tolerances)) or False
+            # the verdict's other batch at this shape decided already: its decision, sized for these calls
+            key = (batch.task_ref, batch.shape.params, batch.init_seed, batch.dist)
+            decided = _STATE.setdefault("stacked", {}).get(key)
+            found = reference_batched.reuse(decided, batch.stacked, calls) if decided is not None else None
+            if found is None:
+                found = reference_batched.prepare(model, batch.stacked, calls, task.mutated_inputs, lambda t: _tolerance(t, tolerances))
+                if found is not None:
+                    _STATE["stacked"][key] = found
+            batch.ref_stacked = found or False
     return batch.ref_stacked or None
 
 
