@@ -88,7 +88,8 @@
 #              LOOP_HOURS as for loop14 (every loop14 phase, before or after, has the same): with a night's the
 #              audits loop14 left (it is stopped, not ended) take at most their share of the GPU (loop/audit_queue.py
 #              AUDIT_SHARE) and the verdicts go on; with a budget of LOOP_S they are due at once and hold them back
-#   loop14bbefore  loop14b with the code of the carried .before/ on a copy of the carried .loop14/loop14.db (a cache of its
+#   loop14bbefore  loop14b with the code of the carried .before/ on a copy of the carried .loop14/loop14.db, else of this
+#              call's loop14.db (the caches loop14 warmed copied for it; a cache of its
 #              own; the copy's schema version lowered to the before code's, whose later migrations only add columns and
 #              tables): the second run before and after on one lease (log, loop14bbefore.db/.json)
 #   lanes      bench/loop.py, 3 tasks (LANES_TASKS) x 12 attempts, LANES_S s (180) each run of LANES_RUNS (default "2 1": two
@@ -180,7 +181,7 @@ for p in "$@"; do
     sandbox) phase sandbox 300 python3 bench/sandbox.py --device gpu --candidates 20 --pool-size 4 --paced 10 ;;
     ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;
     quiet) phase quiet 90 python3 bench/quiet_probe.py ;;
-    startnoise) phase startnoise 120 python3 bench/start_noise_probe.py --seconds 25 --starters 3 ;;
+    startnoise) phase startnoise 120 python3 bench/start_noise_probe.py --seconds "${STARTNOISE_S:-25}" --starters 3 ;;
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;
@@ -237,8 +238,11 @@ for p in "$@"; do
              KERNFORGE_CACHE_DIR=/tmp/kf-cache-loop14 phase "$b" "$((${LOOP_S:-290} + 30))" python3 bench/loop.py --gpu 0 --tasks $(ls tasks/builtin | grep -v __) \
               --attempts 1000 --hours "${LOOP_HOURS:-8}" --lanes "${LANES:-1}" --db "$OUT/$b.db" --json "$OUT/$b.json" --stacks "$OUT/$b.stacks.log" ;;
     loop14bbefore) before_code "$p" || continue
-             if [ ! -f .loop14/loop14.db ]; then echo "loop14bbefore: carry .loop14/loop14.db"; continue; fi
-             cp .loop14/loop14.db "$OUT/loop14bbefore.db"
+             if [ -f .loop14/loop14.db ]; then cp .loop14/loop14.db "$OUT/loop14bbefore.db"
+             elif [ -f "$OUT/loop14.db" ]; then cp "$OUT/loop14.db" "$OUT/loop14bbefore.db"
+             else echo "loop14bbefore: carry .loop14/loop14.db, or run loop14 first in this call"; continue; fi
+             # the caches loop14 warmed, as loop14b has them (compiled ahead: the judge's comparison kernels, baselines)
+             [ -d /tmp/kf-cache-loop14 ] && [ ! -d /tmp/kf-cache-before ] && cp -a /tmp/kf-cache-loop14 /tmp/kf-cache-before
              # the archive's schema version lowered to the newest the before code knows: every later migration only adds
              # nullable columns and tables (archive/schema.py), which the before code neither reads nor needs
              PYTHONPATH=/tmp/kfbefore:$PYTHONPATH python3 -c 'import sqlite3, sys
