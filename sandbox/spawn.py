@@ -153,15 +153,13 @@ class Worker:
             return self.proc.pid, self.lease.uid if self.lease is not None else None
         return None
 
-    def pause(self) -> None:
-        """Stop the worker's process tree while it warms up (verifier/gate.py ``warming``); ``resume``
-        lets it go. Its tree, not its uid: before its job only trusted start-up code runs in it, and
-        not yet under the uid it drops to."""
+    def warming_target(self) -> tuple[int, None] | None:
+        """What stops the worker while it warms up (verifier/gate.py ``warming``; session.pause_all
+        stops it, ``resume`` lets it go): its process tree, not its uid, since before its job only
+        trusted start-up code runs in it, and not yet under the uid it drops to. None once it exited."""
         if self.proc is not None and self.proc.returncode is None:
-            pids, settled = procs.freeze_many([(self.proc.pid, None)])[0]
-            self.stopped(pids)
-            if not settled:
-                raise procs.NotStopped(f"processes of the starting worker {self.proc.pid} still ran after every round of stopping")
+            return self.proc.pid, None
+        return None
 
     def stopped(self, pids: set[int]) -> None:
         """``pids`` were stopped for this job (procs.freeze_many): ``resume`` lets them go on."""

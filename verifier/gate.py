@@ -74,7 +74,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import AsyncIterator, Callable, Iterator, Protocol, TypeVar
+from typing import Any, AsyncIterator, Callable, Iterator, Protocol, TypeVar
 
 from kernforge.sandbox import procs
 from kernforge.sandbox.session import pause_all
@@ -250,9 +250,9 @@ class DeviceGate:
             self._enlisted[id(process)] = (None, process)
         return id(process)
 
-    def warming(self, worker: Stoppable) -> Callable[[], None]:
-        """Enlist a sandbox worker as it starts, until it is warm (call what this returns then, or
-        once it is gone): its trusted warm-up creates a CUDA context and compiles and launches a
+    def warming(self, worker: Any) -> Callable[[], None]:
+        """Enlist a sandbox worker (spawn.Worker, or any Stoppable) as it starts, until it is warm
+        (call what this returns then, or once it is gone): its trusted warm-up creates a CUDA context and compiles and launches a
         kernel (harness.warm_up), and a pool refills itself in the background while judges time.
         Every judge that times stops it meanwhile, its own judge too. Never waits for the gate (a
         pool's thread calls it, and a judge holding the gate may be waiting for that pool's next
