@@ -54,6 +54,36 @@ def descendants(root: int, procs: dict[int, Proc]) -> list[int]:
     return order
 
 
+def stop_trusted_tree(root: int) -> set[int]:
+    """SIGSTOP ``root`` and, parents first, every descendant the children files of its main
+    threads name (/proc/<pid>/task/<pid>/children); where the kernel keeps no such file, the tree
+    of one walk of /proc. The pids stopped, for ``thaw``. For a tree of trusted code only (a
+    sandbox worker warming up, before any job: verifier/gate.py ``warming``): no check that each
+    member stopped and no second look for a child forked meanwhile, so no walk of /proc per
+    stop. That walk, two of them per stop, made the stops of a run's warming workers 0.35 s of
+    each verdict on an H100 (session 62: hundreds of processes, a stop before every timed window)."""
+    _signal(root, signal.SIGSTOP)
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        found = descendants(root, snapshot())
+        for pid in found:
+            _signal(pid, signal.SIGSTOP)
+        return set(found) | {root}
+    stopped, stack = {root}, [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        for kid in kids:
+            if kid not in stopped:
+                _signal(kid, signal.SIGSTOP)
+                stopped.add(kid)
+                stack.append(kid)
+    return stopped
+
+
 def threads(pid: int) -> int:
     """How many threads ``pid`` has (0 if it is gone)."""
     try:

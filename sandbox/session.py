@@ -522,7 +522,7 @@ def pause_all(sessions: Sequence[Any]) -> None:
 
 def _freeze(sessions: Sequence[ProcessSession], warming: Sequence[Worker] = ()) -> None:
     """Stop ``sessions``' jobs, and the process trees of ``warming`` workers (verifier/gate.py
-    ``warming``: no job yet), together. A job already stopped is left as it is; one that has
+    ``warming``: no job yet, trusted code: procs.stop_trusted_tree). A job already stopped is left as it is; one that has
     ended, or whose processes the parent cannot see, is not counted as stopped (its time is its
     own)."""
     with _STOPS:  # a resume waits until every process found is stopped and noted (``_STOPS``)
@@ -531,10 +531,10 @@ def _freeze(sessions: Sequence[ProcessSession], warming: Sequence[Worker] = ()) 
             where = session.worker.freeze_target()
             if where is not None and session._begin_stop():
                 batch.append((session, where))
-        for worker in warming:
-            where = worker.warming_target()
-            if where is not None:
-                batch.append((worker, where))
+        for worker in warming:  # trusted code: a quick stop of its tree, nothing to check
+            root = worker.warming_root()
+            if root is not None:
+                worker.stopped(procs.stop_trusted_tree(root))
         stuck = []
         for (owner, where), (pids, settled) in zip(batch, procs.freeze_many([where for _, where in batch])):
             (owner.worker if isinstance(owner, ProcessSession) else owner).stopped(pids)

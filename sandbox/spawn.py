@@ -153,12 +153,13 @@ class Worker:
             return self.proc.pid, self.lease.uid if self.lease is not None else None
         return None
 
-    def warming_target(self) -> tuple[int, None] | None:
-        """What stops the worker while it warms up (verifier/gate.py ``warming``; session.pause_all
-        stops it, ``resume`` lets it go): its process tree, not its uid, since before its job only
-        trusted start-up code runs in it, and not yet under the uid it drops to. None once it exited."""
+    def warming_root(self) -> int | None:
+        """The root of what stops the worker while it warms up (verifier/gate.py ``warming``;
+        session.pause_all stops it, ``resume`` lets it go): its process tree, not its uid, since
+        before its job only trusted start-up code runs in it, and not yet under the uid it drops
+        to. None once it exited."""
         if self.proc is not None and self.proc.returncode is None:
-            return self.proc.pid, None
+            return self.proc.pid
         return None
 
     def stopped(self, pids: set[int]) -> None:

@@ -12,6 +12,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from unittest import mock
 
@@ -467,3 +468,51 @@ def test_a_toolkit_outside_the_system_folders_stays_in_sight(tmp_path):
     env = {"CUDA_HOME": str(cuda), "LD_LIBRARY_PATH": f"{lib}:relative:{tmp_path / 'missing'}", "PATH": "",
            "ROCM_PATH": os.path.expanduser("~")}
     assert toolkit_paths(env) == (str(cuda.resolve()), str(lib.resolve()))
+
+
+@pytest.mark.parametrize("children_files", [True, False], ids=["children files", "one walk of /proc"])
+def test_a_trusted_tree_is_stopped_whole_without_a_walk_per_stop_and_goes_on_when_thawed(monkeypatch, children_files):
+    """A warming worker's tree (trusted code) is stopped before every timed window: its root and
+    every descendant, found through the children files (or, where the kernel keeps none, one walk
+    of /proc), and all of it goes on once thawed."""
+    from kernforge.sandbox import procs
+
+    script = ("import subprocess, sys, time\n"
+              "subprocess.Popen([sys.executable, '-c', 'import subprocess, sys, time; "
+              "subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(600)\"]); time.sleep(600)'])\n"
+              "time.sleep(600)\n")
+    root = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        def tree():
+            return procs.descendants(root.pid, procs.snapshot())
+
+        for _ in range(600):
+            if len(tree()) == 3:
+                break
+            threading.Event().wait(0.05)
+        members = tree()
+        assert len(members) == 3, members
+        if not children_files:
+            real = os.path.exists
+            monkeypatch.setattr(procs.os.path, "exists", lambda p: False if str(p).endswith("/children") else real(p))
+        stopped = procs.stop_trusted_tree(root.pid)
+        assert stopped == set(members)
+        for pid in members:
+            assert wait_state(pid, "tT"), f"{pid} runs on"
+        procs.thaw(stopped)
+        for pid in members:
+            assert wait_state(pid, "SR"), f"{pid} stays stopped"
+    finally:
+        for pid in procs.descendants(root.pid, procs.snapshot())[::-1]:
+            procs._signal(pid, signal.SIGKILL)
+        root.wait()
+
+
+def wait_state(pid: int, letters: str) -> bool:
+    from kernforge.sandbox import procs
+
+    for _ in range(600):
+        if procs._state(pid) and procs._state(pid) in letters:
+            return True
+        threading.Event().wait(0.01)
+    return False
