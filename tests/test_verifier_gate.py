@@ -430,6 +430,39 @@ def test_a_judge_holding_the_gate_alone_that_waits_for_a_worker_lets_the_warming
     assert late.events == ["pause", "resume"]
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_shapes_windows_stop_others_jobs_once_with_one_lane_and_warming_workers_window_by_window(lanes):
+    """Each stop of a job is a walk of /proc or two: with one lane, a shape's run of windows
+    stops the jobs others enlisted (a compile ahead's worker) once for the whole run; warming
+    workers go on between its windows (a pool run dry costs a compile ahead). With more lanes
+    another lane's verdict must not wait through this one's verifications: window by window."""
+    gate = DeviceGate(lanes)
+    ahead, warming, late = _Session(), _Session(), _Session()
+    enlisted, release = threading.Event(), threading.Event()
+
+    def other_thread():
+        with gate.enlisted(lambda: ahead):
+            enlisted.set()
+            release.wait(LONG)
+
+    thread = run(other_thread)
+    assert enlisted.wait(LONG)
+    gate.warming(warming)
+    with gate.others_stopped():
+        for window in range(3):
+            with gate.exclusive():
+                assert ahead.events[-1] == "pause" and warming.events[-1] == "pause"
+            if window == 0:  # a job enlisted between windows is stopped by the next window alone
+                held = gate.enlisted(lambda: late)  # kept: a context manager collected would end its hold
+                late_thread = run(held.__enter__)
+                late_thread.join(LONG)
+    release.set()
+    thread.join(LONG)
+    assert warming.events == ["pause", "resume"] * 3
+    assert ahead.events == (["pause", "resume"] if lanes == 1 else ["pause", "resume"] * 3)
+    assert late.events == ["pause", "resume"] * 2
+
+
 def test_a_reference_request_holds_the_gate_shared_for_its_own_length():
     """The trusted work of a verdict (a request to its reference worker) holds the gate shared
     while it runs, and only then: another lane's timing waits for the request in flight, not

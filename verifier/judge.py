@@ -1125,8 +1125,9 @@ class Judge:
                 if isinstance(got, Rejected):
                     return got
                 prepared[key] = got
-            timed = self._time_prepared(session, task, shape, hidden, init_seed, calls, short, batches, prepared, expected,
-                                        ceilings, arena_size, ctx)
+            with self.gate.others_stopped():  # one stop of others' jobs for the shape's windows, not one a window
+                timed = self._time_prepared(session, task, shape, hidden, init_seed, calls, short, batches, prepared, expected,
+                                            ceilings, arena_size, ctx)
         finally:
             for key, _ in batches:
                 self._ask_ref(None, {"op": "drop", "key": key})
