@@ -11,9 +11,11 @@ whose recorded time was luck, is demoted with the reason.
 A time that did not hold is judged once more, in another fresh worker, before it demotes: that
 third verdict decides, and the audit says both. A demoted best is the night's result lost, and
 one disturbed measurement was enough for it: an honest fused_add_rms_norm best read 3-4 times its
-recorded time at its small shapes in an audit on an H100, its windows spread 35-175%, while the
-run's start put other work on the GPU (session 61). A candidate gains nothing by it: the third
-verdict is as fresh as the second, and its time must hold there.
+recorded time at its small shapes in an audit on an H100, its windows spread 35-175%, in a run's
+busy first minute (session 61). A candidate gains nothing by it: the third verdict is as fresh
+as the second, and its time must hold there. (It does not mend a recorded time that was itself
+the outlier: on an H100 in session 62 a fp8_quant_per_group seed recorded 4.5 us at T=64 in a
+run's first minutes read 9.2 and 8.6 us in both verdicts of its audit, and was demoted.)
 
 A routine verdict is timed at the public shapes only; the audit's verdict times the hidden ones
 too (``JudgeOptions.time_hidden``), so a best's speed at shapes it never saw is on record: the

@@ -47,14 +47,18 @@ deadline moves back by the seconds it was stopped (``Session.stopped_seconds``).
 With one lane (the default) the gate is never contended and stops nothing.
 
 A candidate pool refills itself in the background while judges time, and a worker's warm-up is
-GPU work too (harness.warm_up: a CUDA context, Triton's first kernel compiled and launched). Each
-worker is enlisted as the pool starts it and until it is warm (``warming``), stopped by every
-judge that times, its own too: an audit that ran beside the pool's starts on an H100 read 3-4
-times its recorded time at the small shapes, its windows spread 35-175% (session 61), and a
-baseline timed beside them would read slower and inflate a speedup. A pool's thread never waits
-for the gate: a worker that starts while the gate is held alone is stopped at once. A judge
-that holds the gate alone and waits for a worker (a verdict on the whole GPU, the audit's
-profiled record) lets the warming ones go while it waits (``enlisted``).
+GPU work too (harness.warm_up: a CUDA context, Triton's first kernel compiled and launched). On an
+H100 (session 62, bench/start_noise_probe.py) a window of 512 small kernels took 1.07 us a call at
+the median alone and beside workers warming up, but its worst of some 1,350 windows took 2.85 us
+alone, 5.82 us beside the starts and 1.32 us with the starters stopped for each window: a start
+now and then lands in a window, and a shape timed by two pairs of windows reads up to twice its
+time when one of them is hit (a baseline so hit would inflate a speedup). So each worker is
+enlisted as the pool starts it and until it is warm (``warming``), stopped by every judge that
+times, its own too, by a quick stop of its tree (procs.stop_trusted_tree: trusted code, no walk
+of /proc). A pool's thread never waits for the gate: a worker that starts while the gate is held
+alone is stopped at once. A judge that holds the gate alone and waits for a worker (a verdict on
+the whole GPU, the audit's profiled record) lets the warming ones go while it waits
+(``enlisted``).
 
 GPU work of the run outside any judge is enlisted, or holds the gate shared, from the event
 loop. The Inductor capture of a start (loop/inductor_start.py), a child process that allocates
@@ -249,7 +253,8 @@ class DeviceGate:
         """A run of timed windows close together (a shape's: its long and short batches, twice,
         with the draws and verifications between them): the jobs others enlisted (a compile
         ahead's worker, a trusted process of the run's) are stopped once for the whole run, not
-        once per window. Each such stop is two walks of /proc: before every window they were
+        once per window. Each such stop is two walks of /proc or more; stopped before every
+        window, with hundreds of processes on the host, the judge's waits at the gate came to
         0.24 s of each verdict on an H100 (session 62). Warming workers are still stopped window
         by window (``warming``: a quick stop, and their starts go on between windows: a pool
         that runs dry costs a verdict its compile ahead). Only with one lane: with more, another
@@ -299,9 +304,10 @@ class DeviceGate:
 
     def warming(self, worker: Any) -> Callable[[], None]:
         """Enlist a sandbox worker (spawn.Worker, or any Stoppable) as it starts, until it is warm
-        (call what this returns then, or once it is gone): its trusted warm-up creates a CUDA context and compiles and launches a
-        kernel (harness.warm_up), and a pool refills itself in the background while judges time.
-        Every judge that times stops it meanwhile, its own judge too. Never waits for the gate (a
+        (call what this returns then, or once it is gone): its trusted warm-up creates a CUDA
+        context and compiles and launches a kernel (harness.warm_up), and a pool refills itself
+        in the background while judges time. Every judge that times stops it meanwhile, its own
+        judge too. Never waits for the gate (a
         pool's thread calls it, and a judge holding the gate may be waiting for that pool's next
         worker): where the gate is held exclusively now, the worker is stopped at once and let go
         with the others that hold stopped."""
