@@ -182,6 +182,21 @@ def test_gpu_work_of_the_event_loop_holds_the_gate_shared_until_it_ends():
 
 
 # ---- what a timed shape holds the GPU alone for (verifier/judge.py) ----------------------------
+def enlisted_elsewhere(gate: DeviceGate, worker) -> tuple[threading.Thread, threading.Event]:
+    """``worker`` enlisted with ``gate`` by another thread (another lane's judge, a compile
+    ahead) until the event returned is set; that thread, to join."""
+    enlisted, release = threading.Event(), threading.Event()
+
+    def other():
+        with gate.enlisted(lambda: worker):
+            enlisted.set()
+            release.wait(LONG)
+
+    thread = run(other)
+    assert enlisted.wait(LONG)
+    return thread, release
+
+
 class _Session:
     def __init__(self):
         self.events: list[str] = []
@@ -439,15 +454,7 @@ def test_a_shapes_windows_stop_others_jobs_once_with_one_lane_and_warming_worker
     another lane's verdict must not wait through this one's verifications: window by window."""
     gate = DeviceGate(lanes)
     ahead, warming, late = _Session(), _Session(), _Session()
-    enlisted, release = threading.Event(), threading.Event()
-
-    def other_thread():
-        with gate.enlisted(lambda: ahead):
-            enlisted.set()
-            release.wait(LONG)
-
-    thread = run(other_thread)
-    assert enlisted.wait(LONG)
+    thread, release = enlisted_elsewhere(gate, ahead)
     gate.warming(warming)
     with gate.others_stopped():
         for window in range(3):
@@ -766,15 +773,7 @@ def test_a_job_that_does_not_stop_times_nothing(monkeypatch):
     gate = DeviceGate(2)
     worker = _Recorded()
     session = _bookkept(worker)
-    enlisted, done = threading.Event(), threading.Event()
-
-    def other_lane():
-        with gate.enlisted(lambda: session):
-            enlisted.set()
-            done.wait(LONG)
-
-    thread = run(other_lane)
-    assert enlisted.wait(LONG)
+    thread, done = enlisted_elsewhere(gate, session)
     with pytest.raises(GpuBusy, match="could not be stopped"):
         with gate.exclusive():
             raise AssertionError("timed beside a running job")
