@@ -471,6 +471,24 @@ def test_a_shapes_windows_stop_others_jobs_once_with_one_lane_and_warming_worker
     assert late.events == ["pause", "resume"] * 2
 
 
+def test_a_shapes_windows_inside_a_hold_of_the_whole_gpu_leave_others_stopped_to_that_hold():
+    """A verdict judged again on the whole GPU (out of memory on a lane's share) holds the gate
+    alone from start to end: its shapes' runs of windows must not let others' jobs go when each
+    run ends, while the hold still has windows to come."""
+    gate = DeviceGate(1)
+    ahead = _Session()
+    thread, release = enlisted_elsewhere(gate, ahead)
+    with gate.exclusive():
+        for _ in range(2):
+            with gate.others_stopped():
+                with gate.exclusive():
+                    pass
+            assert ahead.events == ["pause"], "a job let go inside the hold"
+    assert ahead.events == ["pause", "resume"]
+    release.set()
+    thread.join(LONG)
+
+
 def test_a_reference_request_holds_the_gate_shared_for_its_own_length():
     """The trusted work of a verdict (a request to its reference worker) holds the gate shared
     while it runs, and only then: another lane's timing waits for the request in flight, not

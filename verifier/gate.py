@@ -258,10 +258,11 @@ class DeviceGate:
         0.24 s of each verdict on an H100 (session 62). Warming workers are still stopped window
         by window (``warming``: a quick stop, and their starts go on between windows: a pool
         that runs dry costs a verdict its compile ahead). Only with one lane: with more, another
-        lane's verdict would wait through this one's verifications. A no-op nested, or where a
-        job would not stop (each window then stops it, and says so)."""
+        lane's verdict would wait through this one's verifications. A no-op nested, inside an
+        exclusive hold of this thread (a verdict on the whole GPU: that hold stopped them all, and
+        lets them go), or where a job would not stop (each window then stops it, and says so)."""
         me = threading.get_ident()
-        if self.lanes > 1 or self._keeper is not None:
+        if self.lanes > 1 or self._keeper is not None or self._writer == me:
             yield
             return
         with self._cond:
