@@ -110,8 +110,8 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
                                 hidden_paths=hidden, fork=device != "cpu")
     reference_spec = WorkerSpec(device=slot, preload=REFERENCE_PRELOAD, warmup=REFERENCE_WARMUP, isolation="none",
                                 trusted_cache=str(compiled))
-    # a worker warming up is stopped while a judge times (gate.warming): its CUDA context's
-    # creation and first kernel landed in timed windows
+    # a worker warming up is stopped while a judge times (gate.warming): now and then its CUDA
+    # context's creation or first kernel landed in a timed window (bench/start_noise_probe.py)
     gate = gate or DeviceGate()
     starts = gate.warming if device != "cpu" else None
     candidates = make_backend(sandbox, candidate_spec, pool_size, starts=starts)

@@ -522,9 +522,9 @@ def pause_all(sessions: Sequence[Any]) -> None:
 
 def _freeze(sessions: Sequence[ProcessSession], warming: Sequence[Worker] = ()) -> None:
     """Stop ``sessions``' jobs, and the process trees of ``warming`` workers (verifier/gate.py
-    ``warming``: no job yet, trusted code: procs.stop_trusted_tree). A job already stopped is left as it is; one that has
-    ended, or whose processes the parent cannot see, is not counted as stopped (its time is its
-    own)."""
+    ``warming``: no job yet, trusted code, procs.stop_trusted_tree). A job already stopped is
+    left as it is; one that has ended, or whose processes the parent cannot see, is not counted
+    as stopped (its time is its own)."""
     with _STOPS:  # a resume waits until every process found is stopped and noted (``_STOPS``)
         batch: list[tuple[Any, tuple[int, int | None]]] = []
         for session in sessions:

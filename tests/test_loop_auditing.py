@@ -108,7 +108,8 @@ def test_the_best_first_until_one_passes(db, stand_in):
     judge = stand_in({"k = 1": slower, "k = 2": 81.0, "k = 3": 100.0})
     result = runner.invoke(app, ["archive", "audit", "--db", str(db)])
     assert result.exit_code == 0, result.output
-    assert judge.judged == ["k = 1", "k = 1", "k = 2"]  # a time that did not hold judged once more; stopped at the first that passed; the interpreter kernel never
+    # a time that did not hold is judged once more; stopped at the first that passed; the interpreter kernel never
+    assert judge.judged == ["k = 1", "k = 1", "k = 2"]
     assert audits(db) == [("k = 1", 0, None), ("k = 2", 1, None)]  # no run made them
     text = said(result)
     assert "FAILED: its time did not hold" in text and "passed: accepted again" in text and "1 passed, 1 failed" in text

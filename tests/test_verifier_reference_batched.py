@@ -261,6 +261,9 @@ def test_a_decision_is_not_reused_for_calls_whose_plain_values_differ():
     assert reference_batched.reuse(found, stacked, [x, [x[0], 2.0], x]) is None
     assert reference_batched.reuse(found, stacked, [[x[0], 2.0]] * 3) is None
     assert reference_batched.reuse(found, stacked, [x]) is None, "one call gains nothing run stacked"
+    compiled = reference_batched.StackedReference(None, None, [None, 1.0], [0], [], 4, compiled=True, per_call=100,
+                                                  device=torch.device("cpu"))
+    assert reference_batched.reuse(compiled, stacked, [x, x, x]) is None, "the compiled graph was checked at its own size"
 
 
 IN_ITS_DTYPE = '''import torch

@@ -163,11 +163,14 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
 def reuse(decided: StackedReference, stacked: Sequence[torch.Tensor], calls: Sequence[Sequence[Any]]) -> StackedReference | None:
     """``decided`` (``prepare``'s on another batch of the same verdict, task, shape, inputs'
     distribution and weights: its long or short batch at that shape) for this batch, its part
-    sized for this batch's calls; None where this batch's calls do not match it (then
-    ``prepare`` decides afresh). The other batch's checked calls were drawn from the same
-    distribution for the same reference: a second check of the same code at the same shape
-    found nothing the first did not (it was most of a window's verification: 0.32 s of a 3.95 s
-    verdict on an H100, session 61, against 0.07 s for the stacked runs themselves)."""
+    sized for this batch's calls; None where this batch's calls do not match it, or where the
+    decision stands on the compiled graph (reference_compiled.py: checked at the other batch's
+    number of calls only), and ``prepare`` decides afresh. The other batch's checked calls were
+    drawn from the same distribution for the same code and weights, and the check was most of a
+    window's verification: 0.32 s of a 3.95 s verdict on an H100 (session 61), against 0.07 s for
+    the stacked runs themselves; one check a shape made it 0.20 s (session 62)."""
+    if decided.compiled:
+        return None
     n = len(calls)
     values = [None if isinstance(x, torch.Tensor) else x for x in calls[0]]
     positions = [i for i, x in enumerate(calls[0]) if isinstance(x, torch.Tensor)]

@@ -1184,7 +1184,8 @@ def _stacked_reference(batch: _Batch, model: Any, task: Any, tolerances: dict[st
             decided = _STATE.setdefault("stacked", {}).get(key)
             found = reference_batched.reuse(decided, batch.stacked, calls) if decided is not None else None
             if found is None:
-                found = reference_batched.prepare(model, batch.stacked, calls, task.mutated_inputs, lambda t: _tolerance(t, tolerances))
+                found = reference_batched.prepare(model, batch.stacked, calls, task.mutated_inputs,
+                                                  lambda t: _tolerance(t, tolerances))
                 if found is not None:
                     _STATE["stacked"][key] = found
             batch.ref_stacked = found or False
