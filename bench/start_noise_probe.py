@@ -4,8 +4,11 @@ script runs.)
 A GPU pool keeps workers warm (loop/devices.py ``GPU_POOL``) and refills itself in the background:
 each new worker imports torch, creates its CUDA context and compiles and launches Triton's first
 kernel in a cache of its own (harness.warm_up). Those starts were outside the GPU's gate: nothing
-stopped them while a judge timed. An audit on the H100 (session 61) that ran while the pool's
-workers started read 3-4 times its recorded time at the small shapes, with spreads of 35-175%.
+stopped them while a judge timed. The question came from an audit on an H100 (session 61) that
+read 3-4 times its recorded time at the small shapes, spreads of 35-175%, in a run's first
+minute while the pool's workers started. On an H100 (session 62) this found the median window
+unmoved by the starts, and the worst of some 1,350 at 5.82 us a call beside them, 2.85 alone and
+1.32 with the starters stopped for each window: a start lands in a window now and then.
 
 The victim here is a timed window as the reference worker makes one: a captured graph of
 ``--calls`` small kernels replayed between two CUDA events after the GPU is found quiet
