@@ -515,29 +515,27 @@ def pause_all(sessions: Sequence[Any]) -> None:
     together (procs.freeze_many: one pass over /proc per round for all of them). NotStopped where
     a job's processes did not all stop (those that did stay stopped until their ``resume``)."""
     for session in sessions:
-        if not isinstance(session, (ProcessSession, Worker)):
+        if isinstance(session, Worker):  # warming up (verifier/gate.py ``warming``): trusted code, a quick stop
+            root = session.warming_root()
+            if root is not None:
+                session.stopped(procs.stop_trusted_tree(root))
+        elif not isinstance(session, ProcessSession):
             session.pause()
-    _freeze([s for s in sessions if isinstance(s, ProcessSession)], [w for w in sessions if isinstance(w, Worker)])
+    _freeze([s for s in sessions if isinstance(s, ProcessSession)])
 
 
-def _freeze(sessions: Sequence[ProcessSession], warming: Sequence[Worker] = ()) -> None:
-    """Stop ``sessions``' jobs, and the process trees of ``warming`` workers (verifier/gate.py
-    ``warming``: no job yet, trusted code, procs.stop_trusted_tree). A job already stopped is
-    left as it is; one that has ended, or whose processes the parent cannot see, is not counted
-    as stopped (its time is its own)."""
+def _freeze(sessions: Sequence[ProcessSession]) -> None:
+    """Stop ``sessions``' jobs. A job already stopped is left as it is; one that has ended, or
+    whose processes the parent cannot see, is not counted as stopped (its time is its own)."""
     with _STOPS:  # a resume waits until every process found is stopped and noted (``_STOPS``)
-        batch: list[tuple[Any, tuple[int, int | None]]] = []
+        batch = []
         for session in sessions:
             where = session.worker.freeze_target()
             if where is not None and session._begin_stop():
                 batch.append((session, where))
-        for worker in warming:  # trusted code: a quick stop of its tree, nothing to check
-            root = worker.warming_root()
-            if root is not None:
-                worker.stopped(procs.stop_trusted_tree(root))
         stuck = []
-        for (owner, where), (pids, settled) in zip(batch, procs.freeze_many([where for _, where in batch])):
-            (owner.worker if isinstance(owner, ProcessSession) else owner).stopped(pids)
+        for (session, where), (pids, settled) in zip(batch, procs.freeze_many([where for _, where in batch])):
+            session.worker.stopped(pids)
             if not settled:
                 stuck.append(f"the job of pid {where[0]}")
     if stuck:

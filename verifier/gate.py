@@ -235,11 +235,7 @@ class DeviceGate:
             with self._cond:  # what ``warming`` stopped meanwhile is among them; from now on it stops nothing
                 self._releasing = True
                 stopped, self._paused = self._paused, []
-            for worker in stopped:
-                try:
-                    worker.resume()
-                except Exception:  # a worker closed meanwhile: nothing of it runs to resume
-                    pass
+            self._resume(stopped)
             with self._cond:
                 self._writer, self._depth, self._releasing = None, 0, False
                 self._cond.notify_all()
