@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from kernforge.sandbox.bytecode import compile_missing_in_background
 from kernforge.sandbox.isolation import for_profiler, mechanism as choose_mechanism
 from kernforge.sandbox.pool import ProcessBackend
-from kernforge.sandbox.protocol import Backend, WorkerSpec
+from kernforge.sandbox.protocol import Backend, HomeSeed, WorkerSpec
 from kernforge.tasks.loader import secret_paths
 from kernforge.tasks.spec import Task
 from kernforge.verifier.cache import compiled_dir, default_dir
@@ -22,6 +22,7 @@ from kernforge.verifier.gate import DeviceGate
 from kernforge.verifier.judge import (
     HARNESS_PRELOAD, HARNESS_WARMUP, REFERENCE_PRELOAD, REFERENCE_WARMUP, Judge, JudgeOptions,
 )
+from kernforge.verifier.triton_seed import TritonSeed
 from kernforge.verifier.verdict import Verdict
 
 
@@ -56,11 +57,12 @@ def resolve_device(gpu: int | None) -> str:
 
 
 def make_backend(kind: str, spec: WorkerSpec, pool_size: int, *, refill: bool = True,
-                 starts: Callable[[Any], Callable[[], None]] | None = None) -> Backend:
-    """``starts``: the GPU gate's ``warming``, told of each worker as it starts (process sandbox
-    only: a container's processes are not the parent's to stop, and its warm-up runs unstopped)."""
+                 starts: Callable[[Any], Callable[[], None]] | None = None, seed: HomeSeed | None = None) -> Backend:
+    """``starts``: the GPU gate's ``warming``, told of each worker as it starts; ``seed``: what a
+    worker's home starts with (triton_seed.py). Both process sandbox only: a container's processes
+    are not the parent's to stop, and its home is the container's own."""
     if kind == "process":
-        return ProcessBackend(spec, pool_size=pool_size, refill=refill, starts=starts)
+        return ProcessBackend(spec, pool_size=pool_size, refill=refill, starts=starts, seed=seed)
     if kind == "docker":
         from kernforge.sandbox.docker_backend import DockerBackend
 
@@ -114,7 +116,10 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
     # context's creation or first kernel landed in a timed window (bench/start_noise_probe.py)
     gate = gate or DeviceGate()
     starts = gate.warming if device != "cpu" else None
-    candidates = make_backend(sandbox, candidate_spec, pool_size, starts=starts)
+    # a worker's warm-up builds Triton's modules in its own cache: the first warm one's are copied
+    # into every later worker's (on the CPU the interpreter builds none)
+    seed = TritonSeed() if device != "cpu" else None
+    candidates = make_backend(sandbox, candidate_spec, pool_size, starts=starts, seed=seed)
     try:
         # The reference worker is trusted and long-lived: one process, no twin warming behind it.
         references = ProcessBackend(reference_spec, pool_size=1, refill=False)
@@ -124,7 +129,7 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
     def profiled(prefix: tuple[str, ...]) -> Backend:  # the audit's Nsight Compute worker (process sandbox only)
         return ProcessBackend(replace(candidate_spec, profiler=prefix), pool_size=1, refill=False,
                               start_timeout=PROFILED_START_S, mechanism=for_profiler(choose_mechanism("strict")),
-                              starts=starts)
+                              starts=starts, seed=seed)
 
     judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device),
                   profiled=profiled if sandbox == "process" else None, gate=gate)

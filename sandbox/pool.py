@@ -23,7 +23,7 @@ from . import procs
 from .env import worker_env
 from .isolation import Mechanism, make_undumpable
 from .isolation import mechanism as choose_mechanism
-from .protocol import FailureKind, Limits, SandboxError, WorkerFailure, WorkerSpec
+from .protocol import FailureKind, HomeSeed, Limits, SandboxError, WorkerFailure, WorkerSpec
 from .session import ProcessSession
 from .spawn import Worker, remove_stale_private_dirs
 from .uids import uid_drop_status
@@ -61,10 +61,11 @@ class ProcessBackend:
 
     def __init__(self, spec: WorkerSpec, pool_size: int = 1, *, refill: bool = True,
                  start_timeout: float = 600.0, mechanism: Mechanism | None = None,
-                 starts: Callable[[Worker], Callable[[], None]] | None = None):
+                 starts: Callable[[Worker], Callable[[], None]] | None = None, seed: HomeSeed | None = None):
         """``starts``: told of each worker as it is started, it returns what to call once that
         worker is warm or gone (on a GPU, the gate's ``warming``: a warm-up is stopped while a
-        judge times)."""
+        judge times). ``seed``: taken from the first worker to be warm, before it has a job, and
+        written into the home of every worker started after (HomeSeed)."""
         if pool_size < 0:
             raise SandboxError("pool_size must be >= 0")
         worker_env(spec, Path("/nonexistent"), os.environ)  # refuse a bad spec now, not in the pool thread
@@ -84,6 +85,9 @@ class ProcessBackend:
         self._starting: list[Worker] = []
         self._busy: set[ProcessSession] = set()
         self._starts = starts
+        self._seed = seed
+        #: the last ready workers' own account of their start (``start_steps`` of the ready frame)
+        self._start_steps: collections.deque[dict[str, float]] = collections.deque(maxlen=START_TIMES_KEPT)
         #: per starting worker, what ``starts`` returned
         self._warmed: dict[int, Callable[[], None]] = {}
         self._initial_left = pool_size
@@ -168,6 +172,14 @@ class ProcessBackend:
             return {"ready": len(self._ready), "starting": len(self._starting), "busy": len(self._busy),
                     "started": self.started_workers, "start_ms": round(1000 * starts[len(starts) // 2]) if starts else 0}
 
+    def start_steps(self) -> dict[str, float]:
+        """Where the last ready workers' starts went, by their own account: the median seconds of
+        each step they named (the preload's imports, then what the warm-up says of itself)."""
+        with self._cond:
+            kept = list(self._start_steps)
+        names = sorted({name for steps in kept for name in steps})
+        return {name: sorted(s.get(name, 0.0) for s in kept)[len(kept) // 2] for name in names}
+
     # ---- internals -------------------------------------------------------------------------------
     def _wake(self) -> None:
         try:
@@ -205,7 +217,7 @@ class ProcessBackend:
 
     def _new_worker(self) -> Worker:
         """Start one worker (the docker backend starts a container instead)."""
-        return Worker(self.spec, self.mechanism, self.drop_uid)
+        return Worker(self.spec, self.mechanism, self.drop_uid, seed=self._seed)
 
     def _spawn(self) -> None:
         try:
@@ -290,6 +302,9 @@ class ProcessBackend:
             return
         if ready:
             self._warm_done(worker)
+            if self._seed is not None:  # warm, and no job yet: what is in its home is the warm-up's
+                self._seed.harvest(worker.workdir)
+            steps = worker.ready_info.get("start_steps")
             said = set(map(str, worker.ready_info.get("mount_warnings") or []))
             filtered = str(worker.ready_info.get("seccomp", "installed"))
             if self.spec.isolation != "none" and filtered != "installed":
@@ -302,6 +317,8 @@ class ProcessBackend:
                 self._starting.remove(worker)
                 self._ready.append(worker)
                 self._start_s.append(time.monotonic() - worker.started)
+                if isinstance(steps, dict):
+                    self._start_steps.append({str(k): float(v) for k, v in steps.items() if isinstance(v, (int, float))})
                 self._failures = 0
                 self._cond.notify_all()
 

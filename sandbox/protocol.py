@@ -376,3 +376,20 @@ class Backend(Protocol):
     def close(self) -> None:
         """Stop every worker, warm or busy; leave no process or directory behind."""
         ...
+
+
+class HomeSeed(Protocol):
+    """Files every new worker of a pool finds in its home folder before it starts: what a worker's
+    trusted warm-up would otherwise build there again (ProcessBackend's ``seed``). It is taken from
+    a worker that is warm and has run no job (``harvest``), and written into each later worker's
+    home before its process exists (``plant``), owned by that worker's uid."""
+
+    def harvest(self, home: Path) -> None:
+        """Take the seed from ``home``, the home of a worker that is warm and has had no job (once
+        a seed is taken, later calls do nothing)."""
+        ...
+
+    def plant(self, home: Path, uid: int | None, gid: int | None) -> None:
+        """Write the seed (if one is taken) into ``home``, a new worker's, owned by ``uid``/``gid``
+        where they are given."""
+        ...

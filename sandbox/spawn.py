@@ -28,7 +28,7 @@ from . import procs, uids
 from .env import worker_env
 from .isolation import (TMPFS_BYTES, Mechanism, bwrap_command, checkout_metadata, mount_plan, other_roots,
                         package_extras, python_paths, toolkit_paths)
-from .protocol import RESERVED_KEY, FrameBuffer, SandboxError, WorkerSpec
+from .protocol import RESERVED_KEY, FrameBuffer, HomeSeed, SandboxError, WorkerSpec
 
 STDERR_IN_ERRORS = 3000
 #: Private folders are named kf-sbx-<parent pid>-*, so those of a parent that died can be found.
@@ -40,8 +40,9 @@ WARM_NICE = 10
 class Worker:
     """One started worker process, warm or busy."""
 
-    def __init__(self, spec: WorkerSpec, mech: Mechanism, drop_uid: bool):
-        self.spec, self.mech = spec, mech
+    def __init__(self, spec: WorkerSpec, mech: Mechanism, drop_uid: bool, seed: HomeSeed | None = None):
+        """``seed``: files written into the worker's home before its process starts (HomeSeed)."""
+        self.spec, self.mech, self.seed = spec, mech, seed
         self.private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-"))
         self.workdir = self.private / "work"
         self.lease: uids.Lease | None = None
@@ -67,6 +68,8 @@ class Worker:
         if drop_uid:
             self.lease = uids.lease()
             os.chown(self.workdir, self.lease.uid, self.lease.gid)
+        if self.seed is not None:
+            self.seed.plant(self.workdir, self.lease.uid if self.lease else None, self.lease.gid if self.lease else None)
         env = worker_env(self.spec, self.workdir, os.environ)
         to_worker_r, self.chan_w = os.pipe()
         self.chan_r, from_worker_w = os.pipe()

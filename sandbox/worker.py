@@ -133,11 +133,14 @@ def job_process(config: dict) -> None:
         start = time.monotonic()
         for name in config.get("preload", []):
             importlib.import_module(name)
+        steps: dict[str, float] = {"preload": time.monotonic() - start}
         if config.get("warmup"):
-            resolve(config["warmup"])()
+            said = resolve(config["warmup"])()
+            # a warm-up may say where its time went; else it is one step
+            steps.update(said if isinstance(said, dict) else {"warmup": time.monotonic() - start - steps["preload"]})
         channel.send({RESERVED_KEY: "ready", "pid": os.getpid(), "uid": os.getuid(),
                       "warmup_seconds": time.monotonic() - start, "mount_warnings": config.get("mount_warnings", []),
-                      "seccomp": filtered})
+                      "seccomp": filtered, "start_steps": steps})
     except BaseException:
         traceback.print_exc()
         _exit(EXIT_STARTUP_FAILED)

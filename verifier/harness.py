@@ -43,17 +43,24 @@ CALIBRATION_WAIT_S = 15.0
 POISON_BYTE = 0xFF  # all-ones: a NaN in every float format, and no kernel's canonical NaN
 
 
-def warm_up() -> None:
-    """Trusted start-up, before any candidate code: called by the sandbox worker."""
+def warm_up() -> dict[str, float]:
+    """Trusted start-up, before any candidate code: called by the sandbox worker. Returns where
+    its time went (seconds per step), which the worker's ready message carries."""
+    from .laps import Laps
+
+    laps = Laps()
     import torch
     import torch._dynamo  # noqa: F401  (it rewraps torch.manual_seed & co. on import: do it now)
     import torch.profiler  # noqa: F401
     import triton  # noqa: F401  (imported now so its modules are snapshotted as they will stay)
 
+    laps.lap("imports")
     if torch.cuda.is_available():
         torch.cuda.init()
         torch.empty(1, device="cuda")  # create the context now, not on the candidate's clock
+        laps.lap("cuda_context")
         _first_triton_launch()
+        laps.lap("triton_launch")
     if os.environ.get("TRITON_INTERPRET") == "1":
         from . import interpreter
 
@@ -75,11 +82,14 @@ def warm_up() -> None:
 
     _STATE["gc_callbacks"] = {id(cb) for cb in gc.callbacks}
     trace.install_audit_hook()
+    laps.lap("hooks")
+    return laps.seconds
 
 
 def _first_triton_launch() -> None:
     """Compile and launch one trivial kernel: Triton builds its launcher utilities once per
-    cache directory (each worker has a private one), which must not land on a candidate."""
+    cache directory (each worker has a private one), which must not land on a candidate. A
+    pool's later workers find them built (triton_seed.py): taken from its first warm worker."""
     import torch
     import triton
     import triton.language as tl
