@@ -156,7 +156,11 @@ def ahead_line(log: list[dict]) -> str:
     if pools:  # the lane's pool when none was spare: too few warming, or starts too slow for the verdicts?
         ready, starting = (statistics.fmean(p.get(key, 0) for p in pools) for key in ("ready", "starting"))
         start_s = statistics.median_low(p.get("start_ms", 0) for p in pools) / 1000
-        line += f" (the pool then: {ready:.1f} ready, {starting:.1f} starting; a worker's start {start_s:.1f} s)"
+        steps = [p["start_steps"] for p in pools if isinstance(p.get("start_steps"), dict)]
+        told = ""
+        if steps:  # the workers' own account of their starts (sandbox/worker.py start_steps), the last such record's
+            told = " (" + ", ".join(f"{k} {float(v):.1f}" for k, v in steps[-1].items()) + ")"
+        line += f" (the pool then: {ready:.1f} ready, {starting:.1f} starting; a worker's start {start_s:.1f} s{told})"
     audits = [e for e in log if e.get("kind") == "audit" and "ahead" in e]
     if audits:
         line += f"; {sum(1 for e in audits if e['ahead'].get('files'))} of {len(audits)} audits were given their verdict's"

@@ -477,6 +477,8 @@ def test_the_loop_bench_says_what_the_compiles_ahead_came_to():
     log[1]["ahead"]["pool"] = {"ready": 1, "starting": 3, "busy": 2, "started": 9, "start_ms": 7400}
     assert ("none for 1 (no warm worker to spare) (the pool then: 1.0 ready, 3.0 starting; a worker's start 7.4 s); "
             "1 of 2 audits") in line(log)
+    log[1]["ahead"]["pool"]["start_steps"] = {"preload": 2.5, "imports": 0.4, "triton_launch": 3.25}  # the workers' own account
+    assert "a worker's start 7.4 s (preload 2.5, imports 0.4, triton_launch 3.2))" in line(log)
 
 
 @pytest.mark.parametrize("audit_without", ["accepted", "crashed"])

@@ -288,6 +288,9 @@ class Ahead:
                 return True
             if time.monotonic() >= end:
                 self.pool = dict(seen)
+                steps = getattr(self._backend, "start_steps", None)
+                if steps is not None:  # where the pool's starts went, by the workers' own account
+                    self.pool["start_steps"] = {k: round(v, 2) for k, v in steps().items()}
                 return False
             time.sleep(0.05)
         return False
