@@ -108,7 +108,9 @@
 #   startnoise  bench/start_noise_probe.py: a timed window's time per call alone, beside workers warming up, and beside
 #              them stopped for each window (as the gate stops what is enlisted with it)
 #   wstart     bench/worker_start.py: candidate workers' starts, six at once, without and with the pool's Triton cache seed,
-#              beside WSTART_LOAD (16) processes spinning on the CPU; where each start's seconds go (log, wstart.json)
+#              beside WSTART_LOAD (4) processes spinning on the CPU; where each start's seconds go (log, wstart.json)
+#   pstart     bench/profiled_start_probe.py: a seeded worker, a seeded one under Nsight Compute, and one under ncu
+#              stopped around a judge's windows: which become ready, and where their starts went
 # SMI=1 (any phases): the GPU's utilization sampled throughout, per phase in gpubusy.log (bench/gpu_busy.py)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
 set -u
@@ -184,8 +186,9 @@ for p in "$@"; do
     ipc) phase ipc 300 bash -c 'python3 bench/ipc_probe.py --mb 64 --calls 8 32 128 --batches 5 && python3 bench/ipc_probe.py --mb 1 --calls 64 512 2048 --batches 5' ;;
     quiet) phase quiet 90 python3 bench/quiet_probe.py ;;
     startnoise) phase startnoise 120 python3 bench/start_noise_probe.py --seconds "${STARTNOISE_S:-25}" --starters 3 ;;
-    wstart) phase wstart 150 python3 bench/worker_start.py --workers 6 --rounds "${WSTART_ROUNDS:-2}" --load "${WSTART_LOAD:-16}" \
+    wstart) phase wstart 150 python3 bench/worker_start.py --workers 6 --rounds "${WSTART_ROUNDS:-2}" --load "${WSTART_LOAD:-4}" \
               --json "$OUT/wstart.json" ;;
+    pstart) phase pstart 150 python3 bench/profiled_start_probe.py --wait 40 ;;
     ipc1) phase ipc 70 python3 bench/ipc_probe.py --mb 64 --calls 8 --batches 3 ;;
     gputest) phase gputest 330 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=line --timeout 90 --durations=8 tests/test_verifier_gpu.py ;;
     probe) phase probe 200 python3 bench/overhead_probe.py --tasks rms_norm silu_and_mul softmax ;;

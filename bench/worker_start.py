@@ -10,8 +10,8 @@ round without the seed and then with it, and prints each step's median seconds (
 account, ``start_steps``) beside the start's wall time. ``--load N`` keeps N processes spinning
 on the CPU meanwhile (a run's Inductor compiles); workers warm up niced, as in a pool.
 
-Usage: python bench/worker_start.py [--device 0] [--workers 6] [--rounds 3] [--load 16]
-       [--json out.json]   (needs a GPU: the harness's warm-up launches a Triton kernel)
+Usage: python bench/worker_start.py [--device 0] [--workers 6] [--rounds 3] [--load 4]
+       [--json out.json]   (on a GPU: on the CPU a warm-up builds no Triton module, and no seed)
 """
 
 from __future__ import annotations
@@ -73,28 +73,31 @@ def main(argv: list[str] | None = None) -> None:
         seed.harvest(probe.workdir)
     finally:
         probe.cleanup()
-    if not seed.files:
-        raise SystemExit("the first worker's warm-up left no Triton cache to seed from")
+    if not seed.files:  # on the CPU a warm-up builds no Triton module: the seeded starts are plain ones
+        print("note: the first worker's warm-up left no Triton cache to seed from (no GPU?)", flush=True)
+    print(f"alone, the first worker (the seed's source): {alone:.2f} s; seed {sorted(seed.files or {})}", flush=True)
     spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(args.load)]
     results: dict[str, list[dict[str, Any]]] = {"unseeded": [], "seeded": []}
     try:
-        for _ in range(args.rounds):
-            results["unseeded"] += start_round(spec, args.workers, None, args.timeout)
-            results["seeded"] += start_round(spec, args.workers, seed, args.timeout)
+        for n in range(args.rounds):
+            for name, planted in (("unseeded", None), ("seeded", seed)):
+                rows = start_round(spec, args.workers, planted, args.timeout)
+                results[name] += rows
+                # as it goes: a call cut short still shows what came
+                print(f"round {n + 1} {name}: " + " ".join(f"{r['wall']:.1f}s" for r in rows), flush=True)
     finally:
         for p in spinners:
             p.kill()
     steps = sorted({k for rows in results.values() for row in rows for k in row if k != "wall"})
     table = Table(title=f"worker starts: {args.workers} at once, {args.rounds} rounds, {args.load} spinning "
-                        f"(median s; seed: {len(seed.files)} files, {sum(map(len, seed.files.values())) >> 10} KiB)")
+                        f"(median s; seed: {len(seed.files or {})} files, {sum(map(len, (seed.files or {}).values())) >> 10} KiB)")
     for col in ["start", "workers", "wall", *steps]:
         table.add_column(col, justify="right")
     for name, rows in results.items():
         table.add_row(name, str(len(rows)), *[f"{statistics.median(r.get(k, 0.0) for r in rows):.2f}" for k in ["wall", *steps]])
     Console().print(table)
-    Console().print(f"alone, the first worker (the seed's source): {alone:.2f} s")
     if args.json:
-        args.json.write_text(json.dumps({"alone": alone, **results, "seed_files": sorted(seed.files)}, indent=1))
+        args.json.write_text(json.dumps({"alone": alone, **results, "seed_files": sorted(seed.files or {})}, indent=1))
 
 
 if __name__ == "__main__":

@@ -127,9 +127,15 @@ def open_judge(device: str, *, sandbox: str = "process", pool_size: int = 1,
         candidates.close()
         raise
     def profiled(prefix: tuple[str, ...]) -> Backend:  # the audit's Nsight Compute worker (process sandbox only)
+        # Never stopped while it warms up: its tree is Nsight Compute's (its front end, a launcher,
+        # the worker), and a worker under ncu whose tree was stopped and let go around a judge's
+        # windows never became ready (H100, session 63: 0 of 1 in 39 s, its job blocked on a
+        # futex; unstopped, 11.0 s), and an audit's record waited for it until the run ended. Its
+        # warm-up runs beside the audit's second verdict as before session 62; that verdict's time
+        # is judged again where it does not hold (audit.py).
         return ProcessBackend(replace(candidate_spec, profiler=prefix), pool_size=1, refill=False,
                               start_timeout=PROFILED_START_S, mechanism=for_profiler(choose_mechanism("strict")),
-                              starts=starts, seed=seed)
+                              seed=seed)
 
     judge = Judge(candidates, references, replace(options or JudgeOptions(), device=device),
                   profiled=profiled if sandbox == "process" else None, gate=gate)

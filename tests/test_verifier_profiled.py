@@ -200,3 +200,19 @@ def test_two_lanes_audits_wait_for_the_hosts_ncu_lock_outside_the_gate(monkeypat
     assert first.calls[-1] == ("profiled", first.profiled.made[0])
     assert len(second.profiled.made) == 1 and second.calls[-1] == ("profiled", second.profiled.made[0])
     assert ncu.try_lock() is not None, "nothing holds the lock now"
+
+
+def test_a_profiled_worker_warms_up_while_a_judge_holds_the_gate_alone():
+    """The audit's worker under Nsight Compute is never stopped while it warms up (a tree of
+    ncu's stopped and let go around a judge's windows hung in its warm-up on an H100): the
+    backend open_judge makes for it starts a worker that becomes warm while another judge's
+    timed phase holds the GPU's gate alone. Here the profiler is ``env`` and the device a name
+    only (no GPU): what is shown is the gate's part."""
+    from kernforge.loop.evaluate import open_judge
+
+    with open_judge("cuda:0", pool_size=1) as judge, judge.gate.exclusive():
+        backend = judge.profiled(("env",))
+        try:
+            assert backend.wait_warm(60) == 1
+        finally:
+            backend.close()

@@ -58,7 +58,8 @@ times, its own too, by a quick stop of its tree (procs.stop_trusted_tree: truste
 of /proc). A pool's thread never waits for the gate: a worker that starts while the gate is held
 alone is stopped at once. A judge that holds the gate alone and waits for a worker (a verdict on
 the whole GPU, the audit's profiled record) lets the warming ones go while it waits
-(``enlisted``).
+(``enlisted``). The audit's worker under Nsight Compute is never enlisted this way: stopped and
+let go around the windows, a tree of ncu's hung in its warm-up (loop/evaluate.py ``open_judge``).
 
 GPU work of the run outside any judge is enlisted, or holds the gate shared, from the event
 loop. The Inductor capture of a start (loop/inductor_start.py), a child process that allocates
@@ -332,7 +333,7 @@ class DeviceGate:
     @contextlib.contextmanager
     def _start_awaited(self) -> Iterator[None]:
         """The judge holding the gate alone waits for a worker (a verdict that holds the whole GPU,
-        the audit's profiled worker): the warming workers its hold stopped go on meanwhile, and
+        the audit's profiled record): the warming workers its hold stopped go on meanwhile, and
         none is stopped (the one it waits for is among them), then they are stopped again."""
         with self._cond:
             self._awaiting = True

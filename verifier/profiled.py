@@ -9,8 +9,9 @@ without ncu), against 1.6-5 s for the profiled calls and 0.3 s to close.
 So an audit starts it as its second verdict begins (``Ahead.start``), and the record takes it
 (``Ahead.take``) when that verdict is done. Until then it runs only the harness's trusted
 warm-up, as every pooled worker does while verdicts run beside it: no candidate code, and nothing
-inside the profiled range; like theirs, its warm-up is stopped while a judge times (gate.py
-``warming``). The candidate's source reaches it only in the record's session, which
+inside the profiled range. Unlike theirs, its warm-up is never stopped while a judge times
+(gate.py ``warming``): a worker under ncu whose tree was stopped and let go around the windows
+never became ready (loop/evaluate.py ``open_judge`` says what was measured). The candidate's source reaches it only in the record's session, which
 holds the GPU alone as before. A worker started ahead that no record took (the second verdict
 failed) is closed by the next verdict, or with the judge.
 

@@ -54,6 +54,8 @@ class TritonSeed:
                 return
             try:
                 files = _read(Path(home) / CACHE)
+            except FileNotFoundError:  # a warm-up that built nothing (no GPU): nothing to take
+                return
             except OSError as err:  # a seed is a saving, never a reason a worker fails
                 log.warning("no Triton cache seed from %s: %s", home, err)
                 return
