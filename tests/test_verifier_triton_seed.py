@@ -126,3 +126,24 @@ def test_a_pools_later_workers_start_with_the_first_warm_workers_cache():
     assert second["paths"] == {"warm.cubin": f"{second['root']}/k2/warm.cubin"}
     assert second["members"] == {"warm.cubin": f"built in {first['root']}"}
     assert set(steps) == {"preload", "cache"} and all(v >= 0 for v in steps.values())
+
+
+@pytest.mark.parametrize("link", [".triton", "home"])
+def test_a_seed_is_never_written_through_a_link(tmp_path, link):
+    """Planting goes through each folder's descriptor: a cache folder, or a home, that is a link
+    to elsewhere gets nothing (the worker then builds its own), and nothing lands where it points."""
+    first, elsewhere = tmp_path / "first", tmp_path / "elsewhere"
+    first.mkdir()
+    elsewhere.mkdir()
+    _cache(first)
+    seed = TritonSeed()
+    seed.harvest(first)
+    if link == ".triton":
+        home = tmp_path / "later"
+        home.mkdir()
+        (home / ".triton").symlink_to(elsewhere)
+    else:
+        home = tmp_path / "linked-home"
+        home.symlink_to(elsewhere)
+    seed.plant(home, None, None)
+    assert list(elsewhere.iterdir()) == []

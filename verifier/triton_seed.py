@@ -68,19 +68,27 @@ class TritonSeed:
         if not files:
             return
         root = Path(home) / CACHE
-        made: list[Path] = []
+        keys: dict[str, list[tuple[str, bytes]]] = {}
+        for name, body in files.items():
+            key, leaf = name.split("/")
+            keys.setdefault(key, []).append((leaf, body))
+        # every step through a descriptor of the folder above: nothing is followed through a link,
+        # nothing chowned by its path (the home is the worker's uid's)
+        opened: list[int] = []
         try:
-            _mkdir(root, uid, gid, made)
-            for name, body in files.items():
-                key, leaf = name.split("/")
-                folder = root / key
-                if folder not in made:
-                    _mkdir(folder, uid, gid, made)
-                if leaf.startswith(_GROUP_PREFIX):
-                    body = _placed(body, folder)
-                _write(folder / leaf, body, uid, gid)
+            home_fd = _open_dir(str(home), None, opened)
+            root_fd = _make_dir(CACHE, home_fd, uid, gid, opened)
+            for key, leaves in keys.items():
+                key_fd = _make_dir(key, root_fd, uid, gid, opened)
+                for leaf, body in leaves:
+                    if leaf.startswith(_GROUP_PREFIX):
+                        body = _placed(body, root / key)
+                    _write(leaf, key_fd, body, uid, gid)
         except OSError as err:  # the worker then builds what is missing itself, as without a seed
             log.warning("Triton cache seed not written into %s: %s", home, err)
+        finally:
+            for fd in opened:
+                os.close(fd)
 
 
 def _read(root: Path) -> dict[str, bytes]:
@@ -134,15 +142,23 @@ def _placed(body: bytes, folder: Path) -> bytes:
     return json.dumps(group).encode()
 
 
-def _mkdir(path: Path, uid: int | None, gid: int | None, made: list[Path]) -> None:
-    os.mkdir(path, 0o700)
+def _open_dir(name: str, parent: int | None, opened: list[int]) -> int:
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    opened.append(fd)
+    return fd
+
+
+def _make_dir(name: str, parent: int, uid: int | None, gid: int | None, opened: list[int]) -> int:
+    """A new folder ``name`` in ``parent`` (never one that is there already), owned by ``uid``."""
+    os.mkdir(name, 0o700, dir_fd=parent)
+    fd = _open_dir(name, parent, opened)
     if uid is not None:
-        os.chown(path, uid, gid if gid is not None else -1)
-    made.append(path)
+        os.fchown(fd, uid, gid if gid is not None else -1)
+    return fd
 
 
-def _write(path: Path, body: bytes, uid: int | None, gid: int | None) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+def _write(name: str, folder: int, body: bytes, uid: int | None, gid: int | None) -> None:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
     with os.fdopen(fd, "wb") as f:
         f.write(body)
         if uid is not None:
