@@ -32,14 +32,20 @@ def _cache(home: Path) -> Path:
     return root
 
 
-def test_a_seed_is_planted_with_its_group_naming_the_new_homes_files(tmp_path):
-    first, later = tmp_path / "first", tmp_path / "later"
+def _harvested(tmp_path: Path) -> TritonSeed:
+    """A seed taken from a warm-up's cache (``_cache``) in ``tmp_path/first``."""
+    first = tmp_path / "first"
     first.mkdir()
-    later.mkdir()
     _cache(first)
     seed = TritonSeed()
     seed.harvest(first)
-    seed.plant(later, None, None)
+    return seed
+
+
+def test_a_seed_is_planted_with_its_group_naming_the_new_homes_files(tmp_path):
+    later = tmp_path / "later"
+    later.mkdir()
+    _harvested(tmp_path).plant(later, None, None)
     root = later / ".triton"
     assert (root / "k1" / "__triton_launcher.so").read_bytes() == b"\x7fELF launcher"
     assert (root / "k2" / "warm.cubin").read_bytes() == b"cubin"
@@ -132,12 +138,9 @@ def test_a_pools_later_workers_start_with_the_first_warm_workers_cache():
 def test_a_seed_is_never_written_through_a_link(tmp_path, link):
     """Planting goes through each folder's descriptor: a cache folder, or a home, that is a link
     to elsewhere gets nothing (the worker then builds its own), and nothing lands where it points."""
-    first, elsewhere = tmp_path / "first", tmp_path / "elsewhere"
-    first.mkdir()
+    elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    _cache(first)
-    seed = TritonSeed()
-    seed.harvest(first)
+    seed = _harvested(tmp_path)
     if link == ".triton":
         home = tmp_path / "later"
         home.mkdir()
