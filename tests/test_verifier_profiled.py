@@ -20,11 +20,18 @@ TASKS = Path(__file__).parent / "tasks"
 
 
 class _Backend:
-    """A profiled backend as the judge sees it: made with the profiler's command, closed once."""
+    """A profiled backend as the judge sees it: made with the profiler's command, closed once;
+    asked to wait until its worker is warm, it notes whether ``gate`` was held alone then."""
 
     def __init__(self, prefix: tuple[str, ...]):
         self.prefix = prefix
         self.closed = threading.Event()
+        self.gate: DeviceGate | None = None
+        self.waited_with_the_gate: list[bool] = []
+
+    def wait_warm(self, timeout: float | None = None) -> int:
+        self.waited_with_the_gate.append(self.gate is not None and self.gate._writer is not None)
+        return 1
 
     def close(self) -> None:
         self.closed.set()
@@ -128,8 +135,10 @@ def test_an_audits_second_verdict_starts_the_profiled_worker_and_its_record_take
     judge, make, task = audited
     judge.verify("source", task, audit=True)
     assert judge.calls == [("verdict", 1)], "started before the second verdict ran"
+    make.made[0].gate = judge.gate
     record = judge.profile("source", task)
     assert judge.calls[-1] == ("profiled", make.made[0]) and len(make.made) == 1
+    assert make.made[0].waited_with_the_gate == [False], "its start is waited for before the gate is taken"
     assert make.made[0].closed.is_set() and not judge._ahead.waiting
     assert "ncu.close" in record.seconds  # it made no record (an empty log): that is the record's note
     assert not record.ran and "recorded no kernel" in record.note

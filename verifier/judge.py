@@ -165,6 +165,9 @@ HIDDEN_TIMING = ("audit", "always", "never")
 
 #: profiled workers started per audit before it says there is no Nsight Compute record
 PROFILE_ATTEMPTS = 2
+#: how long a record waits, without the gate, for the profiled worker started ahead to be warm
+#: (a worker under ncu took 6.7-11 s on an H100; the worker's own start limit still applies after)
+PROFILED_WARM_S = 120.0
 #: a baseline's batch outgrows the L2 cache this many times over (Judge._baseline_calls) ...
 BASELINE_COLD_L2 = 4
 #: ... and has at least this many calls
@@ -662,6 +665,9 @@ class Judge:
             # one starts afresh). Else the lock before the gate, the order a worker started ahead
             # takes them in: the other order deadlocked two lanes (profiled.py)
             ahead = self._ahead.take() if self._ahead is not None else None
+            if ahead is not None:  # its start waited for without the gate: nobody else waits behind it
+                _await_warm(ahead.backend)
+                laps.lap("ncu.warm")
             with contextlib.nullcontext() if ahead is not None else ncu.exclusive(), self.gate.exclusive():
                 laps.lap("ncu.wait")
                 try:
@@ -1506,6 +1512,21 @@ def _deferral(in_place: bool, check_in: int, check_out: int, room: int) -> tuple
     if check_out > late_reads.DEFER_BYTES and room >= kept * check_out + snapshots:
         defer_bytes, grow_heap = check_out, kept * check_out
     return late_reads.Deferral(defer_bytes, parts), grow_heap
+
+
+def _await_warm(backend: Backend) -> None:
+    """Wait (``PROFILED_WARM_S`` at most) for ``backend``'s worker to be warm: a record that took
+    the gate first held it alone while the worker started, and on an H100 (session 63) a worker
+    under ncu that never started kept every compile ahead's GPU work waiting at the gate for the
+    worker's whole start limit (two minutes).
+    A backend that cannot say, or whose start failed, is left to the record's session, which says why."""
+    wait = getattr(backend, "wait_warm", None)
+    if wait is None:
+        return
+    try:
+        wait(PROFILED_WARM_S)
+    except SandboxError:
+        pass
 
 
 def _ran_out_of_memory(verdict: Verdict) -> bool:
