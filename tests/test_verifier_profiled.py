@@ -38,14 +38,18 @@ class _Backend:
 
 
 class _Maker:
+    """Makes stand-in profiled backends, each told of ``gate`` (the judge's, where set)."""
+
     def __init__(self, fail: bool = False):
         self.made: list[_Backend] = []
         self.fail = fail
+        self.gate: DeviceGate | None = None
 
     def __call__(self, prefix: tuple[str, ...]) -> _Backend:
         if self.fail:
             raise SandboxError("the profiler cannot run here")
         self.made.append(_Backend(prefix))
+        self.made[-1].gate = self.gate
         return self.made[-1]
 
 
@@ -128,20 +132,27 @@ def audited(monkeypatch):
     monkeypatch.setattr(ncu, "available", lambda: "/usr/bin/ncu")
     monkeypatch.setattr(ncu, "command", lambda exe, log: (exe,))
     make = _Maker()
-    return _Audited(make), make, load_task(TASKS / "tiny_norm")
+    judge = _Audited(make)
+    make.gate = judge.gate
+    return judge, make, load_task(TASKS / "tiny_norm")
 
 
 def test_an_audits_second_verdict_starts_the_profiled_worker_and_its_record_takes_it(audited):
     judge, make, task = audited
     judge.verify("source", task, audit=True)
     assert judge.calls == [("verdict", 1)], "started before the second verdict ran"
-    make.made[0].gate = judge.gate
     record = judge.profile("source", task)
     assert judge.calls[-1] == ("profiled", make.made[0]) and len(make.made) == 1
     assert make.made[0].waited_with_the_gate == [False], "its start is waited for before the gate is taken"
     assert make.made[0].closed.is_set() and not judge._ahead.waiting
     assert "ncu.close" in record.seconds  # it made no record (an empty log): that is the record's note
     assert not record.ran and "recorded no kernel" in record.note
+
+
+def test_a_record_with_no_worker_started_ahead_waits_for_its_own_before_it_takes_the_gate(audited):
+    judge, make, task = audited
+    judge.profile("source", task)
+    assert len(make.made) == 1 and make.made[0].waited_with_the_gate == [False]
 
 
 def test_the_profiled_worker_is_given_the_kernels_compiled_ahead(audited):

@@ -665,11 +665,7 @@ class Judge:
             # one starts afresh). Else the lock before the gate, the order a worker started ahead
             # takes them in: the other order deadlocked two lanes (profiled.py)
             ahead = self._ahead.take() if self._ahead is not None else None
-            if ahead is not None:  # its start waited for without the gate: nobody else waits behind it
-                _await_warm(ahead.backend)
-                laps.lap("ncu.warm")
-            with contextlib.nullcontext() if ahead is not None else ncu.exclusive(), self.gate.exclusive():
-                laps.lap("ncu.wait")
+            with contextlib.nullcontext() if ahead is not None else ncu.exclusive():
                 try:
                     worker = ahead or profiled_worker.start(self.profiled, exe)
                 except SandboxError as err:
@@ -678,7 +674,13 @@ class Judge:
                 if self._closing:  # closed while it started: close() may have missed it
                     worker.close()
                 try:
-                    failed = self._profiled_calls(worker.backend, source, task, shape, init_seed, layout, laps, compiled)
+                    # its start waited for without the gate (it is never stopped: open_judge), so
+                    # that nothing else waits behind the record while it starts
+                    _await_warm(worker.backend)
+                    laps.lap("ncu.warm")
+                    with self.gate.exclusive():
+                        laps.lap("ncu.wait")
+                        failed = self._profiled_calls(worker.backend, source, task, shape, init_seed, layout, laps, compiled)
                 finally:
                     self._profiling = None
                     worker.close()  # ncu writes its log as the worker exits

@@ -8,7 +8,7 @@ without ncu), against 1.6-5 s for the profiled calls and 0.3 s to close.
 
 So an audit starts it as its second verdict begins (``Ahead.start``), and the record takes it
 (``Ahead.take``) when that verdict is done, and waits for it to be warm before it takes the gate
-(judge.py ``_await_warm``). Until then it runs only the harness's trusted
+(judge.py ``_await_warm``), as it does for a worker it starts itself. Until then it runs only the harness's trusted
 warm-up, as every pooled worker does while verdicts run beside it: no candidate code, and nothing
 inside the profiled range. Unlike theirs, its warm-up is never stopped while a judge times
 (gate.py ``warming``): a worker under ncu whose tree was stopped and let go around the windows
