@@ -57,9 +57,10 @@ enlisted as the pool starts it and until it is warm (``warming``), stopped by ev
 times, its own too, by a quick stop of its tree (procs.stop_trusted_tree: trusted code, no walk
 of /proc). A pool's thread never waits for the gate: a worker that starts while the gate is held
 alone is stopped at once. A judge that holds the gate alone and waits for a worker (a verdict on
-the whole GPU, the audit's profiled record) lets the warming ones go while it waits
-(``enlisted``). The audit's worker under Nsight Compute is never enlisted this way: stopped and
-let go around the windows, a tree of ncu's hung in its warm-up (loop/evaluate.py ``open_judge``).
+the whole GPU) lets the warming ones go while it waits (``enlisted``). The audit's worker under
+Nsight Compute is never enlisted this way: stopped and let go around the windows, a tree of
+ncu's hung in its warm-up (loop/evaluate.py ``open_judge``); its record waits for it before it
+takes the gate (judge.py ``_await_warm``).
 
 GPU work of the run outside any judge is enlisted, or holds the gate shared, from the event
 loop. The Inductor capture of a start (loop/inductor_start.py), a child process that allocates
@@ -305,10 +306,9 @@ class DeviceGate:
         (call what this returns then, or once it is gone): its trusted warm-up creates a CUDA
         context and compiles and launches a kernel (harness.warm_up), and a pool refills itself
         in the background while judges time. Every judge that times stops it meanwhile, its own
-        judge too. Never waits for the gate (a
-        pool's thread calls it, and a judge holding the gate may be waiting for that pool's next
-        worker): where the gate is held exclusively now, the worker is stopped at once and let go
-        with the others that hold stopped."""
+        judge too. Never waits for the gate (a pool's thread calls it, and a judge holding the
+        gate may be waiting for that pool's next worker): where the gate is held exclusively now,
+        the worker is stopped at once and let go with the others that hold stopped."""
         token = id(worker)
         with self._cond:
             self._enlisted[token] = (None, worker)
@@ -332,8 +332,8 @@ class DeviceGate:
 
     @contextlib.contextmanager
     def _start_awaited(self) -> Iterator[None]:
-        """The judge holding the gate alone waits for a worker (a verdict that holds the whole GPU,
-        the audit's profiled record): the warming workers its hold stopped go on meanwhile, and
+        """The judge holding the gate alone waits for a worker (a verdict that holds the whole
+        GPU): the warming workers its hold stopped go on meanwhile, and
         none is stopped (the one it waits for is among them), then they are stopped again."""
         with self._cond:
             self._awaiting = True

@@ -112,11 +112,10 @@ def prepare(model: Any, stacked: Sequence[torch.Tensor], calls: Sequence[Sequenc
     arguments (views of the same bytes, and its plain values); ``tolerance_of``: the task's
     tolerance for an output of that dtype."""
     n = len(calls)
-    positions = [i for i, x in enumerate(calls[0]) if isinstance(x, torch.Tensor)]
-    values = [None if isinstance(x, torch.Tensor) else x for x in calls[0]]
-    if n < 2 or len(positions) != len(stacked) or any(
-            [None if isinstance(x, torch.Tensor) else x for x in c] != values for c in calls):
+    plain = _plain_values(stacked, calls)
+    if plain is None:
         return None
+    positions, values = plain
     try:
         hi_model, _, low = reference.decide_wider(model, calls[0], mutated)
     except RuntimeError:
@@ -169,16 +168,22 @@ def reuse(decided: StackedReference, stacked: Sequence[torch.Tensor], calls: Seq
     drawn from the same distribution for the same code and weights, and the check was most of a
     window's verification: 0.32 s of a 3.95 s verdict on an H100 (session 61), against 0.07 s for
     the stacked runs themselves; one check a shape made it 0.20 s (session 62)."""
-    if decided.compiled:
+    if decided.compiled or _plain_values(stacked, calls) != (decided.positions, decided.values):
         return None
-    n = len(calls)
-    values = [None if isinstance(x, torch.Tensor) else x for x in calls[0]]
-    positions = [i for i, x in enumerate(calls[0]) if isinstance(x, torch.Tensor)]
-    if n < 2 or positions != decided.positions or len(stacked) != len(positions) or values != decided.values or any(
+    part = min(len(calls), part_bytes(decided.device) // decided.per_call) if decided.device is not None else 0
+    return replace(decided, part=part) if part >= 2 else None
+
+
+def _plain_values(stacked: Sequence[torch.Tensor], calls: Sequence[Sequence[Any]]) -> tuple[list[int], list[Any]] | None:
+    """Where the tensor arguments are, and every argument's plain value (None for a tensor): the
+    same on every call, one tensor stacked per position; None where there are fewer than two
+    calls or they differ (a batch that runs call by call)."""
+    positions = [i for i, x in enumerate(calls[0]) if isinstance(x, torch.Tensor)] if calls else []
+    values = [None if isinstance(x, torch.Tensor) else x for x in calls[0]] if calls else []
+    if len(calls) < 2 or len(positions) != len(stacked) or any(
             [None if isinstance(x, torch.Tensor) else x for x in c] != values for c in calls):
         return None
-    part = min(n, part_bytes(decided.device) // decided.per_call) if decided.device is not None else 0
-    return replace(decided, part=part) if part >= 2 else None
+    return positions, values
 
 
 def _compiled_agrees(found: StackedReference, stacked: Sequence[torch.Tensor], calls: int, eager: dict[int, Outputs],
