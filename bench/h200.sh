@@ -111,7 +111,8 @@
 #              beside WSTART_LOAD (4) processes spinning on the CPU; where each start's seconds go (log, wstart.json)
 #   pstart     bench/profiled_start_probe.py: a seeded worker, a seeded one under Nsight Compute, and one under ncu
 #              stopped around a judge's windows: which become ready, and where their starts went
-# SMI=1 (any phases): the GPU's utilization sampled throughout, per phase in gpubusy.log (bench/gpu_busy.py)
+# SMI=1 (any phases): the GPU's utilization sampled throughout, and the host's cores (bench/cpu_sample.py), per phase in
+#   gpubusy.log (bench/gpu_busy.py)
 # Usage (from the repository root on the device machine): bash bench/h200.sh env tests verify
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/h200_env.sh"
@@ -130,7 +131,9 @@ before_code() {
 if [ "${SMI:-0}" = 1 ]; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory --format=csv,noheader -lms 100 > "$OUT/smi.log" 2>&1 &
   smi_pid=$!
-  trap 'kill $smi_pid 2>/dev/null; python3 bench/gpu_busy.py "$OUT/smi.log" "$OUT/phases.log" > "$OUT/gpubusy.log" 2>&1' EXIT
+  python3 bench/cpu_sample.py "$OUT/cpu.log" &  # the host's cores too: is the pipeline short of CPU?
+  cpu_pid=$!
+  trap 'kill $smi_pid $cpu_pid 2>/dev/null; python3 bench/gpu_busy.py "$OUT/smi.log" "$OUT/phases.log" --cpu "$OUT/cpu.log" > "$OUT/gpubusy.log" 2>&1' EXIT
 fi
 
 for p in "$@"; do

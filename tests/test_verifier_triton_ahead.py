@@ -148,6 +148,26 @@ def test_after_the_public_shapes_the_worker_ahead_compiles_at_decoys_drawn_anew_
     assert groups[0] != groups[1], "drawn anew for each compile ahead"
 
 
+def test_the_decoys_compile_nicer_than_the_public_shapes_a_verdict_may_wait_for(cpu_runtime_judge, monkeypatch):
+    """Each compile writes the nice value it ran at as its kernel: the public shapes' at the
+    worker's own, every decoy's ``DECOY_NICE`` more (the host's cores go to the verdicts first)."""
+    from kernforge.verifier import triton_ahead_worker
+
+    monkeypatch.setattr(triton_ahead, "READY_WAIT_S", 300.0)
+    task = load_task("rms_norm")
+    public = {_group(s) for s in task.shapes("cuda", hidden=False)}
+    says_its_nice = WRITES_A_GROUP.replace("bytes(range(7))", "bytes([_os.getpriority(_os.PRIO_PROCESS, 0)])")
+    ahead = triton_ahead.Ahead(cpu_runtime_judge.candidates, cpu_runtime_judge.gate, task.seed_source + says_its_nice,
+                               task, "cpu", spare=0, decoys=2)
+    files = ahead.run()
+    assert ahead.outcome == "compiled" and ahead.decoys == 2, ahead.outcome
+    nice = {name.split("/")[0]: base64.b64decode(data)[0] for name, data in files.items() if name.endswith(".cubin")}
+    at_public = {nice[k] for k in public}
+    assert len(at_public) == 1 and len(nice) == len(public) + 2, nice
+    own = at_public.pop()
+    assert {v for k, v in nice.items() if k not in public} == {min(own + triton_ahead_worker.DECOY_NICE, 19)}, nice
+
+
 #: the rms_norm seed whose forward on meta tensors, at its second shape that is not a public one
 #: (the second decoy), waits until it is killed
 STALLS_AT_THE_SECOND_DECOY = WRITES_A_GROUP.replace("            return x\n", """            if tuple(x.shape) not in PUBLIC:

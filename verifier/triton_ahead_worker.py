@@ -18,6 +18,7 @@ verdict's worker compiles what is missing itself.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -26,6 +27,11 @@ from typing import Any
 from .harness import import_candidate
 from .triton_files import whole_keys
 from .triton_warmup import compile_only
+
+#: how much nicer the decoys' compiles run than the public shapes' (which a verdict may wait for):
+#: the pool's worker was given the normal priority with its job (sandbox/spawn.py ``boost``), and
+#: 32 decoys' compiles a verdict kept cores busy beside the verdicts the whole run
+DECOY_NICE = 10
 
 
 def run(channel: Any, payload: dict[str, Any]) -> None:
@@ -67,6 +73,9 @@ def run(channel: Any, payload: dict[str, Any]) -> None:
     files = cache_files(cache, int(payload["max_bytes"]), int(payload["max_files"]), before)
     channel.send({"op": "ahead", "ok": True, "stage": "public", "shapes": made, "files": files, "failed": failed})
     decoys = payload.get("decoys") or []
+    if decoys:  # nobody waits for them: the host's cores go to the verdict being judged first
+        with contextlib.suppress(OSError):
+            os.nice(DECOY_NICE)
     sent, room, count = before | _keys(files), int(payload["max_bytes"]) - _size(files), len(files)
     for i, call in enumerate(decoys):
         made, failed = call_all([call])
