@@ -60,9 +60,10 @@ def judge_kernels(device: str, held: Callable[[], ContextManager[None]]) -> None
 
 #: the nice value this process compiles at: a head start only, it must not take the host's cores
 #: from the judges' own steps, which bound a one-lane run (the GPU busy a third of it), nor delay a
-#: candidate's wake-up inside a timed window, which its clock counts. (On an H100, session 64, two
-#: kernels recorded or audited while 76 shapes compiled at nice 0 read 26% and 107% over what a
-#: later verdict found.) Its Inductor compile workers inherit it.
+#: candidate's wake-up inside a timed window, which its clock counts. Its Inductor compile workers
+#: inherit it. (On an H100, session 64, with the host's cores a third busy, the niced and unniced
+#: runs made verdicts as fast: what it does for the times recorded while a first run compiles
+#: everything is not yet measured.)
 NICE = 10
 #: the nice values this process holds the GPU's gate at and compiles at (``_background``)
 _LEVELS = {"held": 0, "compiling": 0}

@@ -178,10 +178,11 @@ def _plain_values(stacked: Sequence[torch.Tensor], calls: Sequence[Sequence[Any]
     """Where the tensor arguments are, and every argument's plain value (None for a tensor): the
     same on every call, one tensor stacked per position; None where there are fewer than two
     calls or they differ (a batch that runs call by call)."""
-    positions = [i for i, x in enumerate(calls[0]) if isinstance(x, torch.Tensor)] if calls else []
-    values = [None if isinstance(x, torch.Tensor) else x for x in calls[0]] if calls else []
-    if len(calls) < 2 or len(positions) != len(stacked) or any(
-            [None if isinstance(x, torch.Tensor) else x for x in c] != values for c in calls):
+    if len(calls) < 2:
+        return None
+    positions = [i for i, x in enumerate(calls[0]) if isinstance(x, torch.Tensor)]
+    values = [None if isinstance(x, torch.Tensor) else x for x in calls[0]]
+    if len(positions) != len(stacked) or any([None if isinstance(x, torch.Tensor) else x for x in c] != values for c in calls):
         return None
     return positions, values
 

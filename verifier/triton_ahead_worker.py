@@ -30,7 +30,7 @@ from .triton_warmup import compile_only
 
 #: how much nicer the decoys' compiles run than the public shapes' (which a verdict may wait for):
 #: the pool's worker was given the normal priority with its job (sandbox/spawn.py ``boost``), and
-#: 32 decoys' compiles a verdict kept cores busy beside the verdicts the whole run
+#: a compile ahead's 32 decoys compile beside the verdict being judged
 DECOY_NICE = 10
 
 
