@@ -14,6 +14,9 @@
 #              fp8_quant_per_token alone, for a short call on where verify_batch's check and gather go)
 #   routinewin routine once per long-batch length in ROUTINE_WINDOWS (ms, default "5 2.5"), ROUTINE_REPEATS repeats (3):
 #              a verdict's seconds against each public shape's time of record and its spread (logs, routine-w<ms>.json)
+#   routinecalls  routine once per batch sizing in ROUTINE_CALLS ("MOST:US", default "512:4 4096:1": at most MOST calls in a
+#              long batch, a call assumed to take US at least), ROUTINE_REPEATS repeats (3), one cache: the launch-bound shapes'
+#              times of record, their pairs' spread and what a batch pays once, against a verdict's seconds (routine-c*.json)
 #   routineserial  routine with the checked calls overlapped with the reference's compares (the judge's way), then one
 #              process at a time (--serial-checks); ROUTINE_REPEATS (3), ROUTINE_TASKS (rms_norm silu_and_mul): routine-<mode>.json
 #   routinecomp  routine with the timed windows verified by the compiled stacked reference (KERNFORGE_COMPILED_REFERENCE=1,
@@ -149,6 +152,11 @@ for p in "$@"; do
     routinewin) for w in ${ROUTINE_WINDOWS:-5 2.5}; do  # the long batch's length: a verdict's seconds against its times' spread
                 phase "routine-w$w" 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" --window-ms "$w" \
                   --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul} --json "$OUT/routine-w$w.json"; done ;;
+    routinecalls) mkdir -p /tmp/kf-calls-cache; for c in ${ROUTINE_CALLS:-512:4 4096:1}; do  # most calls a batch : least us a call
+                phase "routine-c${c/:/-}" 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" \
+                  --max-calls "${c%%:*}" --min-call-us "${c##*:}" --cache-dir /tmp/kf-calls-cache \
+                  --tasks ${ROUTINE_TASKS:-fp8_quant_per_group rms_norm silu_and_mul moe_topk_softmax} \
+                  --json "$OUT/routine-c${c/:/-}.json"; done ;;
     routineserial) for mode in overlap serial; do  # the checked calls overlapped with the compares, then one process at a time
                 phase "routine-$mode" 240 python3 bench/verify.py --shapes public --repeats "${ROUTINE_REPEATS:-3}" \
                   $([ "$mode" = serial ] && echo --serial-checks) --tasks ${ROUTINE_TASKS:-rms_norm silu_and_mul} \

@@ -72,7 +72,8 @@ def bench_task(judge, name: str, repeats: int, memory: bool = False) -> dict:
                 per_shape.setdefault(label, []).append(round(s.time_us, 3))
                 # "difference, bounded" for an honest seed: the guard bound, its record above its slope (clock.per_call)
                 methods.setdefault(label, []).append(f"{s.method} {s.batch_calls}/{s.short_calls or 0} calls, fixed "
-                                                     f"{s.fixed_us if s.fixed_us is None else round(s.fixed_us)} us")
+                                                     f"{s.fixed_us if s.fixed_us is None else round(s.fixed_us)} us, pairs "
+                                                     f"{s.spread_pct if s.spread_pct is None else round(s.spread_pct, 1)}% apart")
         claimed.append(shape.claimed_us)
         verdict_seconds.append(elapsed)
         inner.append(shape.spread_pct)
@@ -110,6 +111,12 @@ def main() -> None:
                         help=f"timed windows per shape of each kind, long and short (default {JudgeOptions.batches})")
     parser.add_argument("--window-ms", type=float, default=JudgeOptions.batch_window_ms,
                         help=f"a long timed batch's length at the roofline floor (default {JudgeOptions.batch_window_ms:g} ms)")
+    parser.add_argument("--max-calls", type=int, default=JudgeOptions.max_batch_calls,
+                        help=f"most calls in a long timed batch (default {JudgeOptions.max_batch_calls})")
+    parser.add_argument("--min-call-us", type=float, default=JudgeOptions.min_call_us,
+                        help=f"the shortest a call is assumed to take when a batch is sized (default {JudgeOptions.min_call_us:g} us)")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="the judge's cache (baselines), to share between invocations (default: a fresh one)")
     parser.add_argument("--memory", action="store_true", help="after every verdict, print where the GPU's memory is (free, the reference worker's, its arena)")
     parser.add_argument("--serial-checks", action="store_true",
                         help="checked calls one process at a time: the candidate's next call waits for the last one's compare")
@@ -121,9 +128,12 @@ def main() -> None:
         parser.error("--batches must be at least 1")
     if args.window_ms <= 0:
         parser.error("--window-ms must be positive")
+    if args.max_calls < 1 or args.min_call_us <= 0:
+        parser.error("--max-calls must be at least 1 and --min-call-us positive")
     options = JudgeOptions(time_shapes="largest" if args.shapes == "largest" else "all", batches=args.batches,
                            batch_window_ms=args.window_ms, overlap_checks=not args.serial_checks,
-                           cache_dir=Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
+                           max_batch_calls=args.max_calls, min_call_us=args.min_call_us,
+                           cache_dir=args.cache_dir or Path(tempfile.mkdtemp(prefix="kf-bench-cache-")))
     rows = []
     console = Console()
     # Three warm workers: each verdict starts on one that is ready, as in a run with a pool
@@ -137,7 +147,8 @@ def main() -> None:
             console.print(f"{name}: {json.dumps(row, default=str)}")
 
     table = Table(title=f"Seeds at their largest public shape on {device} (median over {args.repeats} evaluations, "
-                        f"{args.batches} timed windows of each kind per shape, {args.window_ms:g} ms long batches)")
+                        f"{args.batches} timed windows of each kind per shape, {args.window_ms:g} ms long batches, "
+                        f"at most {args.max_calls} calls, {args.min_call_us:g} us a call at least)")
     for col in ("task", "shape", "seed us", "eager us", "compile us", "x eager", "x compile", "% BW",
                 "spread %", "verdict s", "first s"):
         table.add_column(col, justify="left" if col in ("task", "shape") else "right")

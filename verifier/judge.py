@@ -172,6 +172,10 @@ PROFILED_WARM_S = 120.0
 BASELINE_COLD_L2 = 4
 #: ... and has at least this many calls
 BASELINE_MIN_CALLS = 8
+#: ... and at most this many: the reference's batches are timed in its own process, where a
+#: batch pays little once (no other process to wake), so they need not grow with a candidate's
+#: (``JudgeOptions.max_batch_calls``), and the baselines a night keeps stay keyed as they were
+BASELINE_MAX_CALLS = 512
 #: the L2 cache's size where the GPU does not say (the H100's and H200's is 50-60 MB)
 DEFAULT_L2_BYTES = 64 << 20
 
@@ -1341,7 +1345,7 @@ class Judge:
         moved = entry["input_bytes"] + entry["output_bytes"] + entry.get("param_bytes", 0)
         l2 = int(self.environment().get("l2_bytes") or DEFAULT_L2_BYTES)
         cold = max(BASELINE_MIN_CALLS, math.ceil(BASELINE_COLD_L2 * l2 / max(moved, 1)))
-        return max(1, min(self._wanted_calls(task, shape, entry), cold))
+        return max(1, min(self._wanted_calls(task, shape, entry), cold, BASELINE_MAX_CALLS))
 
     def _baseline(self, task: Task, shape: Shape, calls: int, dist: str, init_seed: int) -> dict[str, Any]:
         """One shape's baselines: cached, or torch.compile's compile made while the judge holds the
