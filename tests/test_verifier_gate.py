@@ -7,6 +7,7 @@ waiting when another thread has done something it could only do while the first 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -260,6 +261,54 @@ def test_only_a_batchs_window_holds_the_gpu_alone(audit, hidden):
     assert rates == [4321.0] * n
     assert alone == {"plan_batch": [False] * n, "send run_batch": [True] * n, "time_batch": [True] * n,
                      "worker run_batch": [True] * n, "verify_batch": [False] * n}
+
+
+@pytest.mark.parametrize("mode", ["graph", "eager"])
+def test_a_captured_batchs_output_places_go_with_its_first_window_only(mode):
+    """Resent every window, a batch of 512 calls' places were thousands of records encoded,
+    decoded and compared again before each window; a captured batch's graph writes where it was
+    captured, so they go with each batch's first window and the reference worker keeps them. An
+    eager batch's places are known only after it ran: every window says none before it."""
+    from kernforge.tasks.loader import load_task
+    from kernforge.verifier import messages as M
+    from kernforge.verifier.judge import Judge, JudgeOptions
+    from kernforge.verifier.verdict import Rejected
+
+    judge = Judge(None, None, JudgeOptions(device="cuda:0", batches=3), gate=DeviceGate(1))
+    task = load_task("rms_norm")
+    shape = task.shapes("cuda", hidden=False)[0]
+    sent: list[tuple[str, Any]] = []
+
+    def ask_ref(reply_type, msg, **kw):
+        if msg["op"] == "time_batch":
+            sent.append((msg["key"], msg.get("outputs", "kept") if not msg.get("probe") else "probe"))
+            return M.BatchTimed(op="time_batch", ok=True, done=True, window_ms=1.0, write_ms=0.0, write_floor_ms=0.0)
+        if msg["op"] == "verify_batch":
+            return M.BatchVerified(op="verify_batch", ok=True, failed_call=-1)
+        return M.BatchPlanned(op="plan_batch", ok=True, sets=[]) if msg["op"] == "plan_batch" else None
+
+    def places(n, at):
+        return [[M.TensorRef(offset=at + 1024 * k, dtype="float32", shape=[4], strides=[1])] for k in range(n)]
+
+    running: list[str] = []
+
+    def reply(session, reply_type, op, what, timeout=None):
+        n = 8 if running[-1] == "long" else 1
+        return M.BatchRan(op="run_batch", ok=True, claimed_s=1e-3, outputs=places(n, 1 << 20) if mode == "eager" else [])
+
+    judge._ask_ref, judge._reply, judge._send = ask_ref, reply, lambda s, m: running.append(m["id"])
+    judge._state.baselines = {shape.params: {}}
+    ready = {key: M.BatchReady(op="prepare_batch", ok=True, mode=mode, outputs=places(n, at) if mode == "graph" else [])
+             for key, n, at in (("long", 8, 1 << 20), ("short", 1, 1 << 21))}
+    expected = [M.OutputMeta(dtype="float32", shape=[4])]
+    got = judge._time_prepared(_Session(), task, shape, False, 1, 8, 1, [("long", 8), ("short", 1)], ready, expected,
+                               {"write_gbps": 4321.0}, 1 << 30, "timing")
+    assert not isinstance(got, Rejected), got
+    if mode == "graph":
+        firsts = {key: [[r.to_dict() for r in call] for call in ready[key].outputs] for key in ready}
+        assert sent == [("long", firsts["long"]), ("short", firsts["short"])] + [("long", "kept"), ("short", "kept")] * 2
+    else:
+        assert sent == [("long", []), ("long", "probe"), ("short", []), ("short", "probe")] * 3
 
 
 def test_the_baselines_are_measured_before_the_candidates_worker_exists(tmp_path):
@@ -875,7 +924,7 @@ def test_a_batch_s_host_readings_decide_whether_its_worker_s_short_clock_is_a_li
     host = {"stall_max": 0.0, "runnable_max": 1.0 if quiet else 4096.0}
     samples = iter([(0.0018007, 0.0049445), (0.0011693, 0.0046683), (0.0011204, 0.0023913)])
 
-    def one_batch(session, task, key, ready, calls, expected, arena_size, ceilings, ctx):
+    def one_batch(session, task, key, ready, calls, expected, arena_size, ceilings, ctx, placed=False):
         claimed, trusted = next(samples)
         timed = M.BatchTimed(op="time_batch", ok=True, done=True, window_ms=trusted * 1e3, write_ms=0.0, write_floor_ms=0.0,
                              steps={"go_to_done": trusted}, host=host)

@@ -126,6 +126,55 @@ def test_probe_positions_cover_every_call_and_find_late_changes(batch):
     assert verify(task)["incomplete_calls"] == [4]
 
 
+def test_a_captured_batchs_output_places_are_kept_from_its_first_window(batch):
+    """A captured batch's outputs' places come with its first window and are kept for the next
+    ones (its graph writes where it was captured); an eager batch's empty list still clears them
+    until its probe says where they went; a first window with no places is refused, never a
+    window whose outputs no verification would read."""
+    arena, b, task = batch
+    sent = [[r.to_dict() for r in call] for call in b.outputs]
+    b.outputs = []
+    with pytest.raises(ValueError, match="outputs' places"):
+        W._placed_outputs(b, {"key": "b"})
+    W._placed_outputs(b, {"key": "b", "outputs": sent})
+    views = W._output_views(b, arena)
+    W._placed_outputs(b, {"key": "b"})  # a later window: the places and their views kept
+    assert [[r.to_dict() for r in call] for call in b.outputs] == sent and W._output_views(b, arena) is views
+    assert verify(task)["failed_call"] == -1
+    W._placed_outputs(b, {"key": "b", "outputs": []})  # an eager window: nothing until its probe
+    assert b.outputs == [] and b.probe_plan is None
+
+
+def test_the_probe_holds_every_outputs_elements_whole_in_call_order():
+    """Outputs of several layouts, dtypes and an empty one: each output's probed bytes follow the
+    last one's in call order, lie inside its own span and are whole elements; each window draws
+    its positions afresh over the plan made once for the places."""
+    refs, at = [], 1 << 12
+    for k in range(7):
+        call = [TensorRef(offset=at, dtype="bfloat16", shape=[3, 40], strides=[40, 1]),
+                TensorRef(offset=at + 512, dtype="float32", shape=[0], strides=[1]),
+                TensorRef(offset=at + 1024, dtype="float32", shape=[2, 5], strides=[1, 2])]
+        refs.append(call)
+        at += 4096
+    plan = W._probe_plan(refs)
+    first, second = W._probe_draw(plan, "cpu"), W._probe_draw(plan, "cpu")
+    assert not torch.equal(first, second), "fresh positions every window"
+    for index in (first, second, W._probe_index(refs, "cpu")):
+        at = 0
+        for call in refs:
+            for r in call:
+                if not r.numel:
+                    continue
+                width = min(W.PROBE_ELEMENTS, r.numel) * r.itemsize
+                got = index[at: at + width].view(-1, r.itemsize)
+                at += width
+                assert bool(((got - got[:, :1]) == torch.arange(r.itemsize)).all()), "each element's bytes whole"
+                assert bool(((got[:, 0] - r.offset) % r.itemsize == 0).all())
+                assert r.offset <= int(got.min()) and int(got.max()) < r.offset + r.span
+        assert at == index.numel()
+    assert W._probe_plan([[TensorRef(offset=0, dtype="float32", shape=[0], strides=[1])]]) is None
+
+
 # ---- the baselines' batch ------------------------------------------------------------------------
 def test_baseline_layout_draws_every_call_fresh_into_its_regions():
     task = load_task(TASK)

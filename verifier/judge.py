@@ -1178,6 +1178,7 @@ class Judge:
         # more pairs; its hidden ones (said beside it, never compared or ranked) as a verdict would
         order = batches * (self.options.audit_batches if self._state.audit and not hidden else self.options.batches)
         windows: dict[str, list[float]] = {key: [] for key, _ in batches}
+        placed: set[str] = set()  # the batches whose outputs' places the reference worker holds
         claimed, samples = [], []
         worst = (0.0, 0.0)
         for key, n in order:
@@ -1186,9 +1187,11 @@ class Judge:
             self._ask_ref(M.BatchPlanned, {"op": "plan_batch", "key": key, "task_ref": task.ref, "shape": shape.as_dict(),
                                            "dist": dist, "seeds": [secrets.randbits(31) for _ in range(n)],
                                            "init_seed": init_seed})
-            outcome = self._one_batch(session, task, key, prepared[key], n, expected, arena_size, ceilings, ctx)
+            outcome = self._one_batch(session, task, key, prepared[key], n, expected, arena_size, ceilings, ctx,
+                                      placed=key in placed)
             if isinstance(outcome, Rejected):
                 return outcome
+            placed.add(key)
             timed_ms, verified, claimed_s = outcome
             window = max(timed_ms.window_ms - clock.write_allowance(timed_ms.write_ms, timed_ms.write_floor_ms), 0.0)
             windows[key].append(window)
@@ -1237,11 +1240,14 @@ class Judge:
         return ShapeResult(**result), flags
 
     def _one_batch(self, session: Session, task: Task, key: str, ready: M.BatchReady, calls: int, expected: list[M.OutputMeta],
-                   arena_size: int, ceilings: Mapping[str, Any], ctx: str) -> tuple[M.BatchTimed, M.BatchVerified, float] | Rejected:
+                   arena_size: int, ceilings: Mapping[str, Any], ctx: str, *,
+                   placed: bool = False) -> tuple[M.BatchTimed, M.BatchVerified, float] | Rejected:
         """One timed batch (``_run_timed``, the GPU held alone), then every output of every call
-        verified (held shared)."""
+        verified (held shared). ``placed``: the reference worker holds the batch's outputs' places
+        from an earlier window."""
         with self._gpu_alone(session):  # the window, and the worker's reply (an eager batch's probe after it)
-            ran = self._run_timed(session, key, ready, calls, expected, arena_size, ceilings.get("write_gbps"), ctx)
+            ran = self._run_timed(session, key, ready, calls, expected, arena_size, ceilings.get("write_gbps"), ctx,
+                                  placed=placed)
         if isinstance(ran, Rejected):
             return ran
         timed, ran = ran
@@ -1260,16 +1266,19 @@ class Judge:
         return timed, verified, ran.claimed_s
 
     def _run_timed(self, session: Session, key: str, ready: M.BatchReady, calls: int, expected: list[M.OutputMeta],
-                   arena_size: int, write_gbps: float | None, ctx: str) -> tuple[M.BatchTimed, M.BatchRan] | Rejected:
+                   arena_size: int, write_gbps: float | None, ctx: str, *,
+                   placed: bool = False) -> tuple[M.BatchTimed, M.BatchRan] | Rejected:
         """The worker runs the batch on go; the reference worker writes the inputs, says go,
         waits for done and probes, all inside its own events. ``write_gbps``: the trusted write's
         rate from the ceilings, measured before any candidate's worker existed (what a preempted
-        write is taken off by: clock.write_allowance)."""
+        write is taken off by: clock.write_allowance). A captured batch's outputs' places go with
+        its first window only (``placed``: sent before); its graph writes there every window."""
         self._send(session, {"op": "run_batch", "id": key[:12]})
         eager = ready.mode == "eager"
         timeout_s = self._batch_timeout(calls)
-        timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "timeout_s": timeout_s,
-                                             "outputs": [] if eager else [[r.to_dict() for r in call] for call in ready.outputs],
+        places = {} if placed and not eager else \
+            {"outputs": [] if eager else [[r.to_dict() for r in call] for call in ready.outputs]}
+        timed = self._ask_ref(M.BatchTimed, {"op": "time_batch", "key": key, "timeout_s": timeout_s, **places,
                                              "probe_later": eager, "write_gbps": write_gbps})
         if timed.busy:
             session.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import secrets
 import socket
@@ -210,6 +211,9 @@ class _Batch:
     #: whether a batched draw was checked on this layout (``_fill_batched``)
     stacked_checked: bool = False
     probe_index: Any = None
+    #: where each output's probed bytes go in the probe, by layout (``_probe_plan``), made once while
+    #: the places stay the same; each window draws its positions afresh (``_probe_draw``)
+    probe_plan: Any = None
     probe: Any = None
     outputs: list[list[Any]] = field(default_factory=list)
     #: each call's outputs as views of the arena, while ``outputs`` names the same places (a
@@ -874,11 +878,11 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     floor_ms = 2 * batch.region.numel() / (float(msg["write_gbps"]) * 1e9 * WRITE_HEADROOM) * 1e3
     if msg.get("probe"):  # the second half of an eager batch's window
         _place_outputs(batch, [[TensorRef(**r) for r in call] for call in msg["outputs"]])
-        batch.probe_index = _probe_index(batch.outputs, arena.data.device)
+        batch.probe_index = _probe_draw(_batch_probe_plan(batch), arena.data.device)
         return _close_window(batch, arena, floor_ms, done=True)
     go: socket.socket = _STATE["go"]
-    _place_outputs(batch, [[TensorRef(**r) for r in call] for call in msg["outputs"]])
-    batch.probe_index = _probe_index(batch.outputs, arena.data.device)
+    _placed_outputs(batch, msg)
+    batch.probe_index = _probe_draw(_batch_probe_plan(batch), arena.data.device)
     _drain(go)  # a byte sent before this window is nobody's "done"
     try:
         quiet_s = _quiet_gpu(device)
@@ -911,11 +915,31 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     return closed
 
 
+def _placed_outputs(batch: _Batch, msg: dict[str, Any]) -> None:
+    """Where a window's calls leave their outputs, before it opens: a captured batch's places
+    come with its first window and stay for the next ones (its graph writes where it was
+    captured; resent, thousands of records were encoded, decoded and compared again every
+    window), an eager batch's ``[]`` until the probe's half of its window says where they went.
+    A window with no places sent and none kept is refused: nothing of it could be verified."""
+    from .messages import TensorRef
+
+    if "outputs" in msg:
+        _place_outputs(batch, [[TensorRef(**r) for r in call] for call in msg["outputs"]])
+    elif not batch.outputs:
+        raise ValueError("a timed batch's first window needs its outputs' places: none were sent and none are kept")
+
+
 def _place_outputs(batch: _Batch, outputs: list[list[Any]]) -> None:
     """Where this window's calls leave their outputs; the views of the last window's kept where
     they are the same places."""
     if outputs != batch.outputs:
-        batch.outputs, batch.out_views, batch.out_stacked = outputs, None, None
+        batch.outputs, batch.out_views, batch.out_stacked, batch.probe_plan = outputs, None, None, None
+
+
+def _batch_probe_plan(batch: _Batch) -> Any:
+    if batch.probe_plan is None:
+        batch.probe_plan = _probe_plan(batch.outputs)
+    return batch.probe_plan
 
 
 def _output_views(batch: _Batch, arena: Any) -> list[list[Any]]:
@@ -1034,35 +1058,66 @@ def _close_window(batch: _Batch, arena: Any, floor_ms: float, done: bool) -> dic
 
 def _probe_index(refs: list[list[Any]], device: Any) -> Any:
     """Byte positions of PROBE_ELEMENTS random elements of every output, each element whole,
-    in call order (outputs of the same layout are drawn together, so this stays fast)."""
+    in call order (a fresh draw over ``_probe_plan``'s places)."""
+    return _probe_draw(_probe_plan(refs), device)
+
+
+@dataclass(frozen=True)
+class _ProbeGroup:
+    """The outputs of one layout: their byte offsets, and where each one's probed bytes begin in
+    the probe (in call order, then output order)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    itemsize: int
+    bases: Any
+    starts: Any
+
+
+def _probe_plan(refs: list[list[Any]]) -> tuple[list[_ProbeGroup], int] | None:
+    """Every output's place in the probe, grouped by layout (outputs of the same layout are drawn
+    together): one walk over the calls, made once per batch's places, not once per window
+    (``_probe_draw``); None where no output has an element."""
     import torch
 
-    gen = torch.Generator().manual_seed(secrets.randbits(62))
-    groups: dict[tuple, list[tuple[int, int]]] = {}
-    for k, call in enumerate(refs):
-        for j, r in enumerate(call):
+    groups: dict[tuple, tuple[list[int], list[int]]] = {}
+    at = 0
+    for call in refs:
+        for r in call:
             if r.numel:
-                groups.setdefault((tuple(r.shape), tuple(r.strides), r.itemsize), []).append((k * 1024 + j, r.offset))
-    pieces = []
-    for (shape, strides, itemsize), members in groups.items():
-        n = 1
-        for d in shape:
-            n *= d
+                bases, starts = groups.setdefault((tuple(r.shape), tuple(r.strides), r.itemsize), ([], []))
+                bases.append(r.offset)
+                starts.append(at)
+                at += min(PROBE_ELEMENTS, r.numel) * r.itemsize
+    if not at:
+        return None
+    return [_ProbeGroup(shape, strides, itemsize, torch.tensor(bases, dtype=torch.int64), torch.tensor(starts, dtype=torch.int64))
+            for (shape, strides, itemsize), (bases, starts) in groups.items()], at
+
+
+def _probe_draw(plan: tuple[list[_ProbeGroup], int] | None, device: Any) -> Any:
+    """Fresh random positions over ``plan``: PROBE_ELEMENTS elements of each output (all of a
+    smaller one), each element's bytes whole, at the output's place in the probe."""
+    import torch
+
+    if plan is None:
+        return None
+    groups, total = plan
+    gen = torch.Generator().manual_seed(secrets.randbits(62))
+    index = torch.empty(total, dtype=torch.int64)
+    for g in groups:
+        n = math.prod(g.shape)
         count = min(PROBE_ELEMENTS, n)
-        flat = torch.randint(0, n, (len(members), count), generator=gen)
+        flat = torch.randint(0, n, (len(g.bases), count), generator=gen)
         offset = torch.zeros_like(flat)
         rest = flat.clone()
-        for size, stride in zip(reversed(shape), reversed(strides)):
+        for size, stride in zip(reversed(g.shape), reversed(g.strides)):
             offset += (rest % size) * stride
             rest //= size
-        bases = torch.tensor([o for _, o in members], dtype=torch.int64)[:, None]
-        byte = bases + offset * itemsize
-        byte = (byte[..., None] + torch.arange(itemsize)).reshape(len(members), -1)
-        pieces += [(order, row) for (order, _), row in zip(members, byte)]
-    if not pieces:
-        return None
-    pieces.sort(key=lambda p: p[0])
-    return torch.cat([row for _, row in pieces]).to(device)
+        byte = g.bases[:, None] + offset * g.itemsize
+        byte = (byte[..., None] + torch.arange(g.itemsize)).reshape(len(g.bases), -1)
+        index[g.starts[:, None] + torch.arange(byte.shape[1])] = byte
+    return index.to(device)
 
 
 def _drain(sock: socket.socket) -> None:
