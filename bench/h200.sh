@@ -61,6 +61,9 @@
 #              sandbox/bytecode.py compiles beside the sources; the image's torch has none)
 #   footprint  bench/footprint_probe.py (per-call time against where the buffers live and how much memory a batch touches)
 #   sweep      bench/clock_sweep.py (the batch window against its number of calls: fixed cost or per-call excess)
+#   tinysweep  the same on TINY_TASKS (rms_norm silu_and_mul fp8_quant_per_group), up to 4096 calls a batch: at the
+#              launch-bound shapes, the fixed cost a batch pays against its window, and each batch size's time of record
+#              ("bounded" or the difference) against the seed's per-call graph time in one process
 #   kb         bench/kernelbench.py on six KernelBench problems (those issue #14 names) at their default sizes
 #   kbbig      the same, the three whose calls move 6-8 GB (ReLU, softmax, RMSNorm), alone in one call
 #   kball      bench/kernelbench.py on every problem with a candidate (32; one whole call, partial log if cut)
@@ -214,6 +217,8 @@ for p in "$@"; do
     bytecode) phase bytecode 240 python3 bench/bytecode_probe.py --repeats 3 ;;
     footprint) phase footprint 60 python3 bench/footprint_probe.py ;;
     sweep) phase sweep 240 python3 bench/clock_sweep.py --json "$OUT/sweep.json" ;;
+    tinysweep) phase tinysweep 300 python3 bench/clock_sweep.py --tasks ${TINY_TASKS:-rms_norm silu_and_mul fp8_quant_per_group} \
+                 --windows 1 2.5 5 10 20 --json "$OUT/tinysweep.json" ;;
     kb) phase kb 240 python3 bench/kernelbench.py --problems 19_ReLU 88_MinGPTNewGelu 23_Softmax 47_Sum_reduction_over_a_dimension 36_RMSNorm_ 40_LayerNorm --json "$OUT/kb.json" ;;
     kbbig) phase kb 230 python3 bench/kernelbench.py --problems 19_ReLU 23_Softmax 36_RMSNorm_ --json "$OUT/kb.json" ;;
     kbfix) phase kb 200 python3 bench/kernelbench.py --problems 56_Matmul_Sigmoid_Sum 47_Sum_reduction_over_a_dimension 9_Matmul_Subtract_Multiply_ReLU 63_Gemm_ReLU_Divide 99_Matmul_GELU_Softmax --json "$OUT/kb.json" ;;
