@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import html_report_charts as charts
+from .report import BOUND_NOTE
 from .browser import require_chromium, screenshot
 from .errors import ReportError
 from .html_report_data import Baseline, Counts, GpuSection, ReportData, Step, TaskSection, report_data, threat_label
@@ -269,10 +270,13 @@ def _gpu(title: str, section: GpuSection, baselines: Sequence[Baseline], specs: 
     parts.append(_table(
         ("shape", "dtype", "timing", "time (us)", *[f"{b.label} (us)" for b in baselines],
          *[f"x {b.label}" for b in baselines], "% roofline"),
-        [(s.label + (" (hidden)" if s.hidden else ""), s.dtype, s.timing, _num(s.time_us),
-          *[_num(s.baselines.get(b.key)) for b in baselines], *[_num(s.speedup(b.key)) for b in baselines],
+        [(s.label + (" (hidden)" if s.hidden else ""), s.dtype, s.timing, ("<= " if s.bounded else "") + _num(s.time_us),
+          *[_num(s.baselines.get(b.key)) for b in baselines],
+          *[(">= " if s.bounded and s.speedup(b.key) else "") + _num(s.speedup(b.key)) for b in baselines],
           _num(s.pct_roofline, ".1f")) for s in section.shapes],
         numeric=range(3, 5 + 2 * len(baselines))))
+    if any(s.bounded for s in section.shapes):
+        parts.append(_note(BOUND_NOTE))
     if any(s.pct_roofline is not None for s in section.shapes):
         parts.append(_plot(specs, charts.roofline(section)))
     else:

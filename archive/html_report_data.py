@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
-from kernforge.verifier.verdict import THREATS
+from kernforge.verifier.verdict import BOUNDED, THREATS
 
 from .errors import ArchiveError
 from .queries import CURRENT_AUDIT, guarded
@@ -90,6 +90,8 @@ class ShapeRow(_Record):
     time_us: float | None
     baselines: Mapping[str, float | None] = field(default_factory=dict)  # Baseline.key -> us
     pct_roofline: float | None = None
+    #: its time of record is a bound (ShapeResult.bounded)
+    bounded: bool = False
 
     def speedup(self, key: str) -> float | None:
         base = self.baselines.get(key)
@@ -347,7 +349,7 @@ def _shapes(archive: Archive, attempt_id: int, baselines: Sequence[Baseline]) ->
             label=label, hidden=bool(m["hidden"]), dtype=m["dtype"], timing=m["timing"],
             time_us=m["time_us"] if timed else None,
             baselines={b.key: m[b.column] if timed else None for b in baselines},
-            pct_roofline=m["pct_roofline"] if timed else None,
+            pct_roofline=m["pct_roofline"] if timed else None, bounded=timed and m.get("method") == BOUNDED,
         ))
     return tuple(out)
 

@@ -22,7 +22,7 @@ from sqlite_utils import Database
 
 from kernforge.verifier import revision
 from kernforge.verifier.audit import Audit
-from kernforge.verifier.verdict import SAW_HIDDEN, ShapeResult, Verdict, verdict_from_dict
+from kernforge.verifier.verdict import BOUNDED, SAW_HIDDEN, ShapeResult, Verdict, verdict_from_dict
 
 from .content import code_hash, environment_fields, environment_key
 from .errors import ArchiveError, ReadOnlyError
@@ -278,6 +278,7 @@ class Queries:
                         task=t["name"], gpu=g, label=label, attempt_id=m["attempt_id"], time_us=m["time_us"],
                         hidden=bool(m["hidden"]), dtype=m["dtype"], speedup_eager=m["speedup_eager"],
                         speedup_compile=m["speedup_compile"], pct_roofline=m["pct_roofline"],
+                        bounded=m.get("method") == BOUNDED,
                     ))
         return out
 

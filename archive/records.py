@@ -286,6 +286,8 @@ class ShapeBest(_Record):
     speedup_eager: float | None = None
     speedup_compile: float | None = None
     pct_roofline: float | None = None
+    #: its time of record is a bound (ShapeResult.bounded)
+    bounded: bool = False
 
 
 @dataclass(frozen=True)

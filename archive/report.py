@@ -22,12 +22,33 @@ from .score import BASELINES, MIN_GAIN, SlowBaseline, is_gpu_timed, library_summ
 from .tables import Col, FitTable, fmt_num, fmt_us, fmt_x
 
 
+#: what a time of record marked as a bound means (ShapeResult.bounded)
+BOUND_NOTE = ("<= a bound, not a measurement: the shape's batch paid more once than a tenth of its window, so its time of "
+              "record is the long batch's own figure less 10% (the kernel's own time is likely lower, and its speedups "
+              "there likely higher: the baselines are timed in one process)")
+
+
+def _time(s: ShapeResult | ShapeBest) -> str:
+    """A time of record, marked ``<=`` where it is a bound (``BOUND_NOTE``)."""
+    return ("<= " if s.bounded else "") + fmt_us(s.time_us)
+
+
+def _speedup(s: ShapeResult | ShapeBest, value: float | None) -> str:
+    """A speedup at a shape, marked ``>=`` where its time of record is a bound."""
+    return (">= " if s.bounded and value is not None else "") + fmt_x(value)
+
+
+def _bound_caption(table: FitTable, rows: Iterable[ShapeResult | ShapeBest]) -> None:
+    if any(r.bounded for r in rows):
+        table.caption = "\n".join([table.caption or "", BOUND_NOTE]).strip()
+
+
 def _shape_lines(shapes: Iterable[ShapeResult]) -> str:
     lines = []
     for s in shapes:
         if s.time_us is not None:
             hidden = " (hidden)" if s.hidden else ""
-            lines.append(f"{s.label or '(default)'}{hidden}: {fmt_us(s.time_us)}")
+            lines.append(f"{s.label or '(default)'}{hidden}: {_time(s)}")
     return "\n".join(lines) or "-"
 
 
@@ -82,6 +103,7 @@ def best_table(entries: Sequence[BestEntry], awaiting: Sequence[AwaitingAudit] =
         flags.insert(0, f"x library: {over}")
     if flags:
         table.caption = "\n".join([table.caption or "", *flags]).strip()
+    _bound_caption(table, [s for e in entries for s in e.shapes if s.time_us is not None])
     return table
 
 
@@ -111,8 +133,10 @@ def shape_best_table(rows: Sequence[ShapeBest], awaiting: Sequence[AwaitingAudit
                      title=f"fastest accepted time per shape, audited attempts only ({len(rows)})")
     _caption(table, not rows, awaiting)
     for r in rows:
-        table.add_row(r.task, r.gpu, r.label + (" (hidden)" if r.hidden else ""), r.dtype, fmt_us(r.time_us),
-                      fmt_x(r.speedup_eager), fmt_x(r.speedup_compile), fmt_num(r.pct_roofline, ".1f"), str(r.attempt_id))
+        table.add_row(r.task, r.gpu, r.label + (" (hidden)" if r.hidden else ""), r.dtype, _time(r),
+                      _speedup(r, r.speedup_eager), _speedup(r, r.speedup_compile), fmt_num(r.pct_roofline, ".1f"),
+                      str(r.attempt_id))
+    _bound_caption(table, rows)
     return table
 
 
@@ -143,11 +167,12 @@ def measurements_table(shapes: Sequence[ShapeResult]) -> FitTable:
                       Col("max abs err", "right", drop=7)], title="measurements")
     for s in shapes:
         table.add_row(
-            (s.label or "(default)") + (" (hidden)" if s.hidden else ""), s.dtype, s.timing, fmt_us(s.time_us),
-            fmt_num(s.spread_pct, ".1f", "%"), fmt_us(s.eager_us), fmt_us(s.compile_us), fmt_x(s.speedup_eager),
-            fmt_x(s.speedup_compile), fmt_num(s.gbps, ".0f"), fmt_num(s.tflops, ".1f"), fmt_num(roofline_pct(s), ".1f"),
+            (s.label or "(default)") + (" (hidden)" if s.hidden else ""), s.dtype, s.timing, _time(s),
+            fmt_num(s.spread_pct, ".1f", "%"), fmt_us(s.eager_us), fmt_us(s.compile_us), _speedup(s, s.speedup_eager),
+            _speedup(s, s.speedup_compile), fmt_num(s.gbps, ".0f"), fmt_num(s.tflops, ".1f"), fmt_num(roofline_pct(s), ".1f"),
             fmt_num(s.max_abs_err, ".2e"),
         )
+    _bound_caption(table, shapes)
     return table
 
 

@@ -198,8 +198,15 @@ def _v7_judge(db: Database) -> None:
     db["audits"].create_index(["task_id", "gpu", "judge", "attempt_id"])
 
 
+def _v8_record_method(db: Database) -> None:
+    """How each shape's time of record was reached (ShapeResult.method: "difference", "single", or
+    "difference, bounded" where the guard set it, a bound the display marks as such); NULL for the
+    measurements made before it was kept."""
+    db["measurements"].add_column("method", str)
+
+
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_initial, _v2_audits, _v3_run_owner, _v4_library_baseline,
-                                                      _v5_baselines, _v6_public_scores, _v7_judge)
+                                                      _v5_baselines, _v6_public_scores, _v7_judge, _v8_record_method)
 LATEST = len(MIGRATIONS)
 #: Migrations a read-only reader can do without: they add nothing any query needs (an archive
 #: missing only these is read as it is, a missing measurement column as NULL; the next writer
@@ -207,7 +214,8 @@ LATEST = len(MIGRATIONS)
 #: (public and hidden) shapes, so its ranking is consistent as it stands; attempts scored the new
 #: way join it only through a writer, which migrates first.
 #: v7's column is read as NULL (no judge) through a temporary view (store.Archive._prepare).
-READ_COMPATIBLE = frozenset({_v3_run_owner, _v4_library_baseline, _v5_baselines, _v6_public_scores, _v7_judge})
+READ_COMPATIBLE = frozenset({_v3_run_owner, _v4_library_baseline, _v5_baselines, _v6_public_scores, _v7_judge,
+                             _v8_record_method})
 
 
 def version(db: Database) -> int:

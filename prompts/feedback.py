@@ -145,11 +145,15 @@ def public_table(shapes: Iterable[ShapeResult], floor_us: Mapping[str, float] | 
     for r in rows:
         floor = r.floor_us or (floor_us or {}).get(r.label)
         pct_roof = 100.0 * floor / r.time_us if floor and r.time_us else None
+        bound = "<= " if r.bounded else ""
         lines.append(
-            f"| {r.label} | {_fmt(r.time_us)} | {_fmt(r.spread_pct, '%', 2)} | {_fmt(floor)} | "
+            f"| {r.label} | {bound}{_fmt(r.time_us)} | {_fmt(r.spread_pct, '%', 2)} | {_fmt(floor)} | "
             f"{_fmt(pct_roof, '%')} | {_fmt(r.pct_bandwidth, '%')} | {_fmt(r.speedup_eager, 'x')} | "
             f"{_fmt(r.speedup_compile, 'x')} | {r.timing or '-'} |"
         )
+    if any(r.bounded for r in rows):
+        lines.append("\n<= : a bound, not a measurement: at that shape the timed batch's fixed cost outgrew a tenth of "
+                     "its window, so the kernel's own time is likely lower (launch-bound sizes)")
     return "\n".join(lines)
 
 

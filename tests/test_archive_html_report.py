@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import sqlite3
 import struct
 
 import pytest
@@ -176,3 +177,20 @@ def test_png_screenshot_of_the_whole_page(db, tmp_path):
     width, height = struct.unpack(">II", png[16:24])
     expected = page_height(dump_dom(tmp_path / "r.html"))
     assert width == 1280 and expected and height > 1000 and abs(height - expected) < 100
+
+
+def test_a_bound_time_of_record_is_marked_in_the_page(tmp_path):
+    """A best's shape whose time of record is the guard's bound (a launch-bound size) reads as one:
+    its time at most, its speedups at least, and the page says why."""
+    from kernforge.verifier.verdict import BOUNDED
+
+    path = tmp_path / "bound.db"
+    make_archive(path, runs=1)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE measurements SET method = ?", (BOUNDED,))
+    with Archive.open(path, readonly=True) as archive:
+        data = report_data(archive)
+    shapes = [s for t in data.tasks for g in t.gpus for s in g.shapes if s.time_us]
+    assert shapes and all(s.bounded for s in shapes)
+    page, _ = render(data)
+    assert "&lt;= " in page and "a bound, not a measurement" in page

@@ -387,7 +387,7 @@ def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
     with pytest.raises(ArchiveError, match="kernforge archive migrate"):
         Archive.open(path, readonly=True)
     with Archive.open(path) as archive:  # a writable open migrates
-        assert schema.version(archive.db) == schema.LATEST == 7
+        assert schema.version(archive.db) == schema.LATEST == 8
         assert {"attempt_id", "run_id", "passed", "reason", "recorded_us", "measured_us", "verdict", "created"} \
             <= set(archive.db["audits"].columns_dict)
         assert archive.get_attempt(first).audit_passed is None and archive.best() == []
@@ -468,3 +468,47 @@ def test_a_score_counts_the_public_shapes_only(archive, ids):
     attempt = archive.record_attempt(NewAttempt(run, 0, task, "c = 1", Accepted(shapes=(timed(1, 10.0), hidden),
                                                                                 environment=dict(H200))))
     assert archive.conn.execute("SELECT score FROM attempts WHERE id = ?", [attempt]).fetchone()[0] == pytest.approx(2.0)
+
+
+def test_a_bound_time_of_record_is_kept_and_shown_as_one(archive, ids, monkeypatch):
+    """How a time of record was reached is kept per shape (v8): where the guard set it (the batch's
+    fixed cost outgrew a tenth of its window, at launch-bound sizes) ``archive show``, the fastest
+    per shape and the prompt's table mark it as a bound, its speedups as at least; an archive from
+    before v8, read as it is, has every time as it was, unmarked."""
+    from kernforge.archive.report import measurements_table, shape_best_table
+    from kernforge.prompts.feedback import public_table
+    from kernforge.verifier.verdict import BOUNDED
+    from test_archive_tables import render
+
+    shapes = (replace(timed(1, 2.81), method=BOUNDED), replace(timed(4096, 25.0), method="difference"))
+    first = archive.record_attempt(new(ids, 0, "c = 1", Accepted(shapes=shapes, environment=dict(H200))))
+    archive.record_audit(first, synthetic.audit(archive.get_attempt(first).verdict))
+    kept = archive.get_attempt(first).verdict.shapes
+    assert [s.bounded for s in kept] == [True, False] and [s.method for s in kept] == [BOUNDED, "difference"]
+    shown = render(measurements_table(kept), 160)
+    assert "<= 2.81 us" in shown and ">= 7.12x" in shown and "25.0 us" in shown and "<= 25.0" not in shown
+    assert "a bound, not a measurement" in shown
+    from kernforge.archive.report import best_table
+
+    assert "<= 2.81 us" in render(best_table(archive.best()), 200) and "a bound" in render(best_table(archive.best()), 200)
+    fastest = {r.label: r for r in archive.best_per_shape()}
+    assert fastest["T=1 H=4096"].bounded and not fastest["T=4096 H=4096"].bounded
+    assert "<= 2.81 us" in render(shape_best_table(list(fastest.values())), 200)
+    table = public_table(kept)
+    assert "| T=1 H=4096 | <= 2.81 |" in table and "| T=4096 H=4096 | 25 |" in table and "a bound, not a measurement" in table
+    assert "a bound" not in render(measurements_table([shapes[1]]), 160)
+
+
+def test_an_archive_from_before_record_methods_reads_every_time_unmarked(tmp_path, monkeypatch):
+    path = tmp_path / "old.db"
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:7])
+    monkeypatch.setattr(schema, "LATEST", 7)
+    with Archive.create(path) as old:
+        task, run = old.register_task(synthetic.task_record("rms_norm")), old.start_run({})
+        first = old.record_attempt(NewAttempt(run, 0, task, "c = 1", accepted(10, 5)))
+        assert "method" not in old.db["measurements"].columns_dict
+    monkeypatch.undo()
+    with Archive.open(path, readonly=True) as archive:  # read as it is
+        assert [s.bounded for s in archive.get_attempt(first).verdict.shapes] == [False, False]
+    with Archive.open(path) as archive:
+        assert "method" in archive.db["measurements"].columns_dict and schema.version(archive.db) == 8

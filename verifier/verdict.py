@@ -57,6 +57,9 @@ THREATS: Mapping[int, str] = {
 
 #: a shape's ``timing`` when it was checked but not timed (verifier/contender.py)
 NOT_TIMED = "not timed"
+#: a shape's ``method`` when its time of record is the guard's bound, not the difference of its
+#: two batch sizes (defences/clock.per_call): what the batch paid once outgrew a tenth of its window
+BOUNDED = "difference, bounded"
 #: evidence key of a rejection made after the candidate was called at a hidden shape: its process
 #: knew a hidden shape then, so any text it produced (an error, its output, a process name) may
 #: carry it, and no prompt quotes such text (prompts/feedback.py, loop/lessons.py)
@@ -126,6 +129,13 @@ class ShapeResult:
     @property
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.shape.items())
+
+    @property
+    def bounded(self) -> bool:
+        """Its time of record is a bound (``BOUNDED``), likely above the kernel's own time; the
+        baselines beside it are timed otherwise, in the reference's own process by one batch size
+        (timing.time_batch), so its speedups at this shape are likely understated."""
+        return self.method == BOUNDED
 
 
 #: what ``printable`` shows as an escape: C0 controls but tab and line feed, DEL, C1 controls, and

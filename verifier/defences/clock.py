@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..checks import Check
-from ..verdict import Rejected, Status
+from ..verdict import BOUNDED, Rejected, Status
 from . import Defence, register
 
 #: the worker's figure may be this fraction of the trusted one before it counts as a lie...
@@ -180,7 +180,7 @@ def per_call(long_ms: Sequence[float], short_ms: Sequence[float], calls: int, sh
     fixed = short_w - slope * short / 1e3 - cost_ms
     if slope >= floor:
         return PerCall(slope, plain, slope, fixed, _spread(pairs), "difference")
-    return PerCall(floor, plain, slope, fixed, _spread(pairs), "difference, bounded")
+    return PerCall(floor, plain, slope, fixed, _spread(pairs), BOUNDED)
 
 
 def _spread(values: Sequence[float]) -> float | None:
