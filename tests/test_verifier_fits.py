@@ -125,6 +125,28 @@ def test_a_batch_of_large_calls_has_few_of_them():
     assert plan[small.params] == judge.options.max_batch_calls
 
 
+def test_a_baseline_keeps_its_calls_when_a_candidates_batches_grow():
+    """Sized for more calls than 512 (launch-bound shapes), a candidate's batch grows; the baselines'
+    batch stays at ``BASELINE_MAX_CALLS``, keyed as before, so an archive's kept baselines still serve."""
+    from kernforge.tasks.spec import Shape
+    from kernforge.verifier import judge as J
+
+    task = load_task(TASKS / "tiny_norm")
+    small = Shape.of({"T": 1, "H": 4})
+    sizes = {small.params: {"input_bytes": 4096, "output_bytes": 4096}}
+    keys = []
+    for most, least_us in ((512, 4.0), (4096, 1.0)):
+        judge = _GpuJudge(139.8, 0.001)
+        judge.options = JudgeOptions(max_batch_calls=most, min_call_us=least_us)
+        judge.environment = lambda: {"memory_gib": 139.8, "l2_bytes": 50 << 20, "gpu": "test"}
+        judge.ceilings = lambda: {"bandwidth_gbps": 4000.0, "tflops": 800.0}
+        plan = judge._batch_plan(task, sizes, [small])
+        calls = judge._baseline_calls(task, small, sizes[small.params])
+        assert plan[small.params] == min(most, 2500) and calls == J.BASELINE_MAX_CALLS == 512
+        keys.append(judge._baseline_key(task, small, calls))
+    assert keys[0] == keys[1]
+
+
 def test_the_working_copy_shrinks_to_the_room_the_gpu_has():
     """A 30 GiB input fits an H200 (fits.py), but not with a whole working copy beside it: the
     copy's room shrinks so that a task fits.py admits is never refused by its own arena."""

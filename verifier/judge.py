@@ -172,9 +172,8 @@ PROFILED_WARM_S = 120.0
 BASELINE_COLD_L2 = 4
 #: ... and has at least this many calls
 BASELINE_MIN_CALLS = 8
-#: ... and at most this many: the reference's batches are timed in its own process, where a
-#: batch pays little once (no other process to wake), so they need not grow with a candidate's
-#: (``JudgeOptions.max_batch_calls``), and the baselines a night keeps stay keyed as they were
+#: ... and at most this many, whatever a candidate's batches grow to (``JudgeOptions.max_batch_calls``,
+#: bench/verify.py --max-calls): the baselines an archive keeps, keyed by their calls, stay valid
 BASELINE_MAX_CALLS = 512
 #: the L2 cache's size where the GPU does not say (the H100's and H200's is 50-60 MB)
 DEFAULT_L2_BYTES = 64 << 20
