@@ -374,15 +374,25 @@ def test_an_audit_names_an_evaluated_attempt(archive, ids):
     assert [a.attempt_id for a in archive.audits(reuse)] == [first]  # a reuse row shows its original's audits
 
 
-def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
-    path = tmp_path / "old.db"
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
-    monkeypatch.setattr(schema, "LATEST", 1)
+def _archive_at(path, version: int, monkeypatch) -> int:
+    """An archive at schema ``version`` (its migrations up to it only) holding one accepted
+    attempt, as an older kernforge wrote it; the attempt's id."""
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:version])
+    monkeypatch.setattr(schema, "LATEST", version)
     with Archive.create(path) as old:
         task, run = old.register_task(synthetic.task_record("rms_norm")), old.start_run({})
         first = old.record_attempt(NewAttempt(run, 0, task, "c = 1", accepted(10, 5)))
-        assert "audits" not in old.db.table_names() and schema.version(old.db) == 1
+        assert schema.version(old.db) == version
     monkeypatch.undo()
+    return first
+
+
+def test_an_archive_written_before_audits_is_migrated(tmp_path, monkeypatch):
+    path = tmp_path / "old.db"
+    first = _archive_at(path, 1, monkeypatch)
+    old = sqlite_utils.Database(path)
+    assert "audits" not in old.table_names()
+    old.close()
 
     with pytest.raises(ArchiveError, match="kernforge archive migrate"):
         Archive.open(path, readonly=True)
@@ -401,12 +411,7 @@ def test_an_archive_without_run_owners_is_read_as_it_is_and_migrated_by_a_writer
     """v3 (who holds a run) adds nothing a query reads: read-only commands read a v2 archive
     unchanged (it may be on a read-only disk); the next writer migrates it."""
     path = tmp_path / "v2.db"
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
-    monkeypatch.setattr(schema, "LATEST", 2)
-    with Archive.create(path) as old:
-        task, run = old.register_task(synthetic.task_record("rms_norm")), old.start_run({})
-        old.record_attempt(NewAttempt(run, 0, task, "c = 1", accepted(10, 5)))
-    monkeypatch.undo()
+    _archive_at(path, 2, monkeypatch)
     with Archive.open(path, readonly=True) as archive:
         assert schema.version(archive.db) == 2 and len(archive.runs()) == 1 and archive.stats().per_task
     with Archive.open(path) as archive:
@@ -501,13 +506,10 @@ def test_a_bound_time_of_record_is_kept_and_shown_as_one(archive, ids, monkeypat
 
 def test_an_archive_from_before_record_methods_reads_every_time_unmarked(tmp_path, monkeypatch):
     path = tmp_path / "old.db"
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:7])
-    monkeypatch.setattr(schema, "LATEST", 7)
-    with Archive.create(path) as old:
-        task, run = old.register_task(synthetic.task_record("rms_norm")), old.start_run({})
-        first = old.record_attempt(NewAttempt(run, 0, task, "c = 1", accepted(10, 5)))
-        assert "method" not in old.db["measurements"].columns_dict
-    monkeypatch.undo()
+    first = _archive_at(path, 7, monkeypatch)
+    old = sqlite_utils.Database(path)
+    assert "method" not in old["measurements"].columns_dict
+    old.close()
     with Archive.open(path, readonly=True) as archive:  # read as it is
         assert [s.bounded for s in archive.get_attempt(first).verdict.shapes] == [False, False]
     with Archive.open(path) as archive:
