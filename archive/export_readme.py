@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernforge.verifier.verdict import BOUNDED
+
 from .export import ExportPlan
 
 BASELINE_NAMES = {"eager": "the PyTorch reference", "compile": "torch.compile of the reference"}
@@ -38,10 +40,11 @@ def _table(op: str, spec: dict[str, Any]) -> list[str]:
             runs = (f"`{e['kernel']}` (attempt {e['attempt_id']})" if e["kernel"]
                     else f"reference (fastest kernel: attempt {ev['attempt_id']}, numbers shown)")
             hidden = " (hidden)" if ev.get("hidden") else ""
+            at_most, at_least = ("<= ", ">= ") if ev.get("method") == BOUNDED else ("", "")
             rows.append(
                 f"| {e['arch']} | {e['gpu']} | {e['dtype']} | {_label(b['shape'])}{hidden} "
-                f"| {runs} | {_num(ev.get('time_us'), '.2f')} "
-                f"| {_num(ev.get('speedup_eager'), '.2f')} | {_num(ev.get('speedup_compile'), '.2f')} "
+                f"| {runs} | {at_most}{_num(ev.get('time_us'), '.2f')} "
+                f"| {at_least}{_num(ev.get('speedup_eager'), '.2f')} | {at_least}{_num(ev.get('speedup_compile'), '.2f')} "
                 f"| {_library_x(ev)} | {_num(ev.get('pct_roofline'), '.0f')} | {_num(ev.get('max_abs_err'), '.2g')} |"
             )
     return rows
@@ -107,7 +110,9 @@ def readme(plan: ExportPlan, manifest: dict[str, Any]) -> str:
         "(flagged `eager` in manifest.json where the verifier fell back to eager timing); "
         "`x eager` and `x compile` are speedups over the PyTorch reference and over `torch.compile` of it, "
         "measured side by side; `x library` over a production kernel library (named, with its version) where one "
-        "covers the op and was installed; `% roofline` is the share of the hardware floor for the shape.",
+        "covers the op and was installed; `% roofline` is the share of the hardware floor for the shape. "
+        "`<=` marks a time that is a bound, not a measurement (what its timed batch paid once outgrew a tenth of "
+        "its window, at launch-bound sizes), and `>=` its speedups.",
         "",
         "## Dispatch",
         "",

@@ -434,3 +434,20 @@ def test_a_check_step_past_its_timeout_is_a_clean_failure_and_leaves_no_folder(t
     with pytest.raises(PackageCheckFailed, match="building the wheel timed out after 0.1s"):
         export_check.check(tmp_path / "out", timeout_s=0.1, confine=confine_command)
     assert list(tmp_path.glob("kernforge-export-check-*")) == []
+
+
+def test_the_readme_marks_a_bound_time_and_its_speedups():
+    """A bucket whose time of record is the guard's bound (a launch-bound size) reads as one in
+    the package's README: its time at most, its speedups at least."""
+    from kernforge.archive.export_readme import _table
+    from kernforge.verifier.verdict import BOUNDED
+
+    def entry(method):
+        evidence = {"attempt_id": 7, "time_us": 2.81, "speedup_eager": 4.2, "speedup_compile": 0.61, "pct_roofline": 1.0,
+                    "max_abs_err": 0.01, "method": method}
+        return {"arch": "sm_90", "gpu": "NVIDIA H100", "dtype": "bfloat16", "kernel": "a7", "attempt_id": 7,
+                "buckets": [{"shape": {"T": 1, "H": 4096}, "evidence": evidence}]}
+
+    bound, measured = (_table("rms_norm", {"_entries": [entry(m)]})[-1] for m in (BOUNDED, "difference"))
+    assert "| <= 2.81 | >= 4.20 | >= 0.61 |" in bound
+    assert "| 2.81 | 4.20 | 0.61 |" in measured and "<=" not in measured
