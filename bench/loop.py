@@ -21,6 +21,10 @@ judged: an archive that already held them would answer from its content-addresse
 * **vs seed** = the seed kernel's geometric-mean time / the best kernel's, same shapes, same
   device: > 1 means the search improved on the seed. **x eager / x compile** are the best
   kernel's geometric-mean speedups over PyTorch eager and torch.compile (GPU only).
+* **times of record** (with ``--db``, or the run's temporary archive): per task, how many of the
+  run's public GPU times the guard bounded (at launch-bound sizes, what a batch paid once outgrew
+  a tenth of its window), how far their pairs of windows lay apart, and its audits' measured over
+  recorded times, with those that did not hold.
 """
 
 from __future__ import annotations
@@ -38,9 +42,12 @@ from pathlib import Path
 
 from rich.table import Table
 
+from kernforge.archive.store import Archive
 from kernforge.loop.budget import Budget
 from kernforge.loop.display import PlainDisplay, QuietDisplay, fmt_time, fmt_x, stdout_console
 from kernforge.loop.runner import RunSettings, run
+from kernforge.verifier.audit import TOLERANCE
+from kernforge.verifier.verdict import BOUNDED
 
 #: Seeds with launch knobs to tune (a block size, warps and stages), so the tuner has room.
 DEFAULT_TASKS = ("gemm_small_m", "softmax", "silu_and_mul")
@@ -89,6 +96,7 @@ def main() -> None:
                                budget=Budget(max_attempts=args.attempts, hours=args.hours), pool_size=args.pool,
                                lanes=args.lanes)
         result = run(settings, PlainDisplay() if args.verbose else QuietDisplay())
+        records = _records_table(db, result.run_id) if db.exists() else None
     data = result.to_dict()
     if args.json:
         args.json.write_text(json.dumps(data, indent=2, default=str))
@@ -130,6 +138,8 @@ def main() -> None:
     console.print(ahead_line(result.verdict_log))
     audited, near = sum(t.audits for t in result.tasks), sum(t.near_ties for t in result.tasks)
     console.print(f"would-be bests: {audited} audited; {near} near-tie(s) within the judge's noise of their best, not audited")
+    if records is not None:
+        console.print(records)
     for note in result.notes:
         console.print(f"note: {note}")
 
@@ -212,6 +222,39 @@ def _steps_table(log: list[dict]) -> Table:
         table.add_row(task, str(len(verdicts)), str(len(mine) - len(verdicts)), "-" if first is None else f"{first:.1f}",
                       f"{verdicts[len(verdicts) // 2]:.1f}" if verdicts else "-", calls, each,
                       ", ".join(f"{k} {v:.1f}" for k, v in top))
+    return table
+
+
+def _records_table(db: Path, run_id: int) -> Table | None:
+    """Per task, how this run's times of record were reached and whether they held: its accepted
+    verdicts' GPU-timed public shapes, how many of them the guard bounded (defences/clock.per_call:
+    what a batch paid once outgrew a tenth of its window) and how far their pairs of windows lay
+    apart (the median); its audits' times against the verdicts' (measured over recorded, the
+    geometric means both verdicts timed) and how many did not hold. None where the run has no
+    GPU-timed verdict."""
+    with Archive.open(db, readonly=True) as archive:
+        shapes = archive.conn.execute(
+            "SELECT t.name, m.method, m.spread_pct FROM measurements m JOIN attempts a ON a.id = m.attempt_id"
+            " JOIN tasks t ON t.id = a.task_id WHERE a.run_id = ? AND a.accepted = 1 AND a.reuse_of IS NULL"
+            " AND m.hidden = 0 AND m.timing IN ('graph', 'eager') AND m.time_us > 0", (run_id,)).fetchall()
+        audits = archive.conn.execute(
+            "SELECT t.name, u.passed, u.recorded_us, u.measured_us FROM audits u JOIN tasks t ON t.id = u.task_id"
+            " WHERE u.run_id = ?", (run_id,)).fetchall()
+    if not shapes:
+        return None
+    table = Table(title="times of record (this run's accepted verdicts, public shapes) and their audits",
+                  title_justify="left")
+    for col in ("task", "shapes timed", "bounded", "pairs apart (median)", "audits", "measured / recorded", "did not hold"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    for task in sorted({row[0] for row in shapes}):
+        mine = [row for row in shapes if row[0] == task]
+        spreads = [row[2] for row in mine if row[2] is not None]
+        checked = [row for row in audits if row[0] == task]
+        ratios = sorted(row[3] / row[2] for row in checked if row[2] and row[3])
+        table.add_row(task, str(len(mine)), str(sum(1 for row in mine if row[1] == BOUNDED)),
+                      f"{statistics.median(spreads):.0f}%" if spreads else "-", str(len(checked)),
+                      f"{ratios[0]:.2f}-{ratios[-1]:.2f}" if ratios else "-",
+                      str(sum(1 for row in checked if not row[1] and row[2] and row[3] and row[3] > row[2] * (1 + TOLERANCE))))
     return table
 
 

@@ -87,3 +87,36 @@ def test_the_loop_table_says_what_a_checked_call_cost():
 
     devices._note("verdict", 0, Task(), devices._t0, Accepted(shapes=(), environment={"checked_calls": 42, "phase_seconds": {}}))
     assert devices.log[-1]["checked_calls"] == 42
+
+
+def test_the_loop_table_says_how_the_times_of_record_were_reached_and_held(tmp_path):
+    """bench/loop.py's table of times of record: per task, the run's accepted public GPU shapes,
+    how many the guard bounded, their pairs' median spread, and its audits' measured over recorded
+    times with those that did not hold; other runs' attempts and hidden shapes are not counted."""
+    from dataclasses import replace
+
+    from kernforge.archive import synthetic
+    from kernforge.archive.records import NewAttempt
+    from kernforge.archive.store import Archive
+    from kernforge.verifier.audit import Audit
+    from kernforge.verifier.verdict import BOUNDED, ShapeResult
+
+    def shape(t, method, spread, hidden=False):
+        return ShapeResult(shape={"T": t}, hidden=hidden, dtype="bfloat16", timing="graph", time_us=10.0 * t,
+                           spread_pct=spread, compile_us=20.0, method=method)
+
+    loop = bench_script("loop")
+    with Archive.create(tmp_path / "k.db") as archive:
+        task = archive.register_task(synthetic.task_record("rms_norm"))
+        earlier, run = archive.start_run({}), archive.start_run({})
+        verdict = Accepted(shapes=(shape(1, BOUNDED, 60.0), shape(64, "difference", 2.0), shape(2, BOUNDED, 90.0, hidden=True)),
+                           environment=dict(synthetic.H200))
+        ids = [archive.record_attempt(NewAttempt(r, seq, task, f"c = {seq}", verdict)) for seq, r in enumerate((earlier, run, run))]
+        for attempt, (passed, measured) in zip(ids[1:], ((True, 9.0), (False, 14.0))):
+            archive.record_audit(attempt, Audit(passed, "r", recorded_us=10.0, measured_us=measured), run_id=run)
+    table = loop._records_table(tmp_path / "k.db", run)
+    cells = {c.header: c._cells for c in table.columns}
+    assert cells["task"] == ["rms_norm"] and cells["shapes timed"] == ["4"] and cells["bounded"] == ["2"]
+    assert cells["pairs apart (median)"] == ["31%"] and cells["audits"] == ["2"]
+    assert cells["measured / recorded"] == ["0.90-1.40"] and cells["did not hold"] == ["1"]
+    assert loop._records_table(tmp_path / "k.db", earlier + 100) is None
