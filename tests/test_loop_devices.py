@@ -93,8 +93,6 @@ def test_the_loop_table_says_how_the_times_of_record_were_reached_and_held(tmp_p
     """bench/loop.py's table of times of record: per task, the run's accepted public GPU shapes,
     how many the guard bounded, their pairs' median spread, and its audits' measured over recorded
     times with those that did not hold; other runs' attempts and hidden shapes are not counted."""
-    from dataclasses import replace
-
     from kernforge.archive import synthetic
     from kernforge.archive.records import NewAttempt
     from kernforge.archive.store import Archive
