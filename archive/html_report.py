@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import html_report_charts as charts
-from .report import BOUND_NOTE
 from .browser import require_chromium, screenshot
 from .errors import ReportError
 from .html_report_data import Baseline, Counts, GpuSection, ReportData, Step, TaskSection, report_data, threat_label
+from .report import BOUND_NOTE
 from .score import geomean
 from .store import Archive
 

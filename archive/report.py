@@ -23,9 +23,9 @@ from .tables import Col, FitTable, fmt_num, fmt_us, fmt_x
 
 
 #: what a time of record marked as a bound means (ShapeResult.bounded)
-BOUND_NOTE = ("<= a bound, not a measurement: the shape's batch paid more once than a tenth of its window, so its time of "
-              "record is the long batch's own figure less 10% (the kernel's own time is likely lower, and its speedups "
-              "there likely higher: the baselines are timed in one process)")
+BOUND_NOTE = ("<= a bound, not a measurement: what the shape's timed batch paid once outgrew a tenth of its window, so "
+              "its time of record is the long batch's own figure less 10% (an honest kernel's own time is likely lower, "
+              "and its speedups there higher: the baselines are timed in one process)")
 
 
 def _time(s: ShapeResult | ShapeBest) -> str:

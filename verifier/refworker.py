@@ -937,6 +937,7 @@ def _place_outputs(batch: _Batch, outputs: list[list[Any]]) -> None:
 
 
 def _batch_probe_plan(batch: _Batch) -> Any:
+    """The probe's plan of the batch's places, made at their first window."""
     if batch.probe_plan is None:
         batch.probe_plan = _probe_plan(batch.outputs)
     return batch.probe_plan
@@ -1096,8 +1097,9 @@ def _probe_plan(refs: list[list[Any]]) -> tuple[list[_ProbeGroup], int] | None:
 
 
 def _probe_draw(plan: tuple[list[_ProbeGroup], int] | None, device: Any) -> Any:
-    """Fresh random positions over ``plan``: PROBE_ELEMENTS elements of each output (all of a
-    smaller one), each element's bytes whole, at the output's place in the probe."""
+    """Fresh random positions over ``plan``: PROBE_ELEMENTS random elements of each output (as
+    many draws as it has elements, where fewer), each element's bytes whole, at the output's
+    place in the probe."""
     import torch
 
     if plan is None:
