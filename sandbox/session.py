@@ -33,6 +33,9 @@ GRACE_SECONDS = 5.0
 PROFILER_EXIT_S = 120.0
 #: Longest single wait inside recv/send, so failures recorded by the monitor thread are seen.
 POLL_SECONDS = 1.0
+#: a job's folder is walked at least this often, whatever its file system's free space says
+#: (``ProcessSession._check_disk``); a walk stops once past a limit, so it stays cheap
+DISK_WALK_S = 5.0
 #: Held through every stop of jobs (``_freeze``) and every resume: two lanes' judges may stop and
 #: resume one job at the same time (verifier/gate.py: a judge stops its own worker while it waits
 #: for the gate, and the lane timing meanwhile resumes every worker it found enlisted). A resume
@@ -326,15 +329,19 @@ class ProcessSession:
     def _check_disk(self, now: float) -> None:
         """The worker's folder lies on the host's disk: a file's size is capped (RLIMIT_FSIZE), their
         number and sum are not (red team: 9 GiB in one accepted verdict, 300k files in 5 s). The file
-        system's free space is read at every poll (one call); only once it has lost half a limit
-        since the job began, by anyone, is the folder itself walked, at most once a second."""
+        system's free space is read at every poll (one call); once it has lost half a limit since the
+        job began, by anyone, the folder itself is walked, at most once a second. It is walked every
+        ``DISK_WALK_S`` whatever the free space says: space another process frees meanwhile (a
+        test's folders deleted, an image's layers) hides a job's writes from that sum, and in CI a
+        job's 48 MiB most likely went unseen so until its wall-clock limit (session 65)."""
         if self._disk_free is None or now - self._disk_walked < 1.0:
             return
         free = free_space(self.workdir)
         if free is None:
             return
         limits = self.limits
-        if self._disk_free[0] - free[0] < limits.disk_bytes // 2 and self._disk_free[1] - free[1] < limits.disk_entries // 2:
+        if (self._disk_free[0] - free[0] < limits.disk_bytes // 2 and self._disk_free[1] - free[1] < limits.disk_entries // 2
+                and now - self._disk_walked < DISK_WALK_S):
             return
         self._disk_walked = now
         size = entries = 0

@@ -689,11 +689,16 @@ def test_a_job_sees_a_private_dev_of_the_nodes_it_needs(pool):
 
 @pytest.mark.parametrize("payload, words", [({"megabytes": 48}, "MiB in"), ({"files": 3000}, "files and folders")],
                          ids=["bytes", "entries"])
-def test_a_folder_past_its_disk_limits_ends_the_job(pool, payload, words):
+@pytest.mark.parametrize("others", ["quiet", "freeing"])
+def test_a_folder_past_its_disk_limits_ends_the_job(pool, payload, words, others, monkeypatch):
     """The worker's folder is on the host's disk, where a file's size is capped and their sum and
     number were not (the red team wrote 9 GiB in one verdict); a full disk ends the run that writes
     its archive there."""
     only_once(pool)
+    if others == "freeing":  # another process frees as much as the job writes: the file system's free space stands still
+        from kernforge.sandbox import session as session_module
+
+        monkeypatch.setattr(session_module, "free_space", lambda folder: (1 << 40, 1 << 30))
     limits = Limits(**{**LIMITS.to_dict(), "disk_bytes": 16 << 20, "disk_entries": 1000})
     with pool.session("sandbox_jobs.hostile:fill_folder", payload, limits) as session:
         with pytest.raises(WorkerFailure) as ended:  # while it writes, or in the minute it waits after
