@@ -46,7 +46,7 @@ from kernforge.archive.store import Archive
 from kernforge.loop.budget import Budget
 from kernforge.loop.display import PlainDisplay, QuietDisplay, fmt_time, fmt_x, stdout_console
 from kernforge.loop.runner import RunSettings, run
-from kernforge.verifier.audit import TOLERANCE
+from kernforge.verifier.audit import Audit
 from kernforge.verifier.verdict import BOUNDED
 
 #: Seeds with launch knobs to tune (a block size, warps and stages), so the tuner has room.
@@ -237,9 +237,12 @@ def _records_table(db: Path, run_id: int) -> Table | None:
             "SELECT t.name, m.method, m.spread_pct FROM measurements m JOIN attempts a ON a.id = m.attempt_id"
             " JOIN tasks t ON t.id = a.task_id WHERE a.run_id = ? AND a.accepted = 1 AND a.reuse_of IS NULL"
             " AND m.hidden = 0 AND m.timing IN ('graph', 'eager') AND m.time_us > 0", (run_id,)).fetchall()
-        audits = archive.conn.execute(
-            "SELECT t.name, u.passed, u.recorded_us, u.measured_us FROM audits u JOIN tasks t ON t.id = u.task_id"
-            " WHERE u.run_id = ?", (run_id,)).fetchall()
+        audits = [(name, Audit.from_dict({"passed": bool(passed), "reason": reason, "recorded_us": recorded,
+                                          "measured_us": measured, "verdict": json.loads(verdict) if verdict else None,
+                                          "details": json.loads(details)}))
+                  for name, passed, reason, recorded, measured, verdict, details in archive.conn.execute(
+                      "SELECT t.name, u.passed, u.reason, u.recorded_us, u.measured_us, u.verdict, u.details FROM audits u"
+                      " JOIN tasks t ON t.id = u.task_id WHERE u.run_id = ?", (run_id,))]
     if not shapes:
         return None
     table = Table(title="times of record (this run's accepted verdicts, public shapes) and their audits",
@@ -249,12 +252,12 @@ def _records_table(db: Path, run_id: int) -> Table | None:
     for task in sorted({row[0] for row in shapes}):
         mine = [row for row in shapes if row[0] == task]
         spreads = [row[2] for row in mine if row[2] is not None]
-        checked = [row for row in audits if row[0] == task]
-        ratios = sorted(row[3] / row[2] for row in checked if row[2] and row[3])
+        checked = [a for name, a in audits if name == task]
+        ratios = sorted(a.measured_us / a.recorded_us for a in checked if a.recorded_us and a.measured_us)
         table.add_row(task, str(len(mine)), str(sum(1 for row in mine if row[1] == BOUNDED)),
                       f"{statistics.median(spreads):.0f}%" if spreads else "-", str(len(checked)),
                       f"{ratios[0]:.2f}-{ratios[-1]:.2f}" if ratios else "-",
-                      str(sum(1 for row in checked if not row[1] and row[2] and row[3] and row[3] > row[2] * (1 + TOLERANCE))))
+                      str(sum(1 for a in checked if a.only_slower)))
     return table
 
 

@@ -93,10 +93,12 @@ def test_the_loop_table_says_how_the_times_of_record_were_reached_and_held(tmp_p
     """bench/loop.py's table of times of record: per task, the run's accepted public GPU shapes,
     how many the guard bounded, their pairs' median spread, and its audits' measured over recorded
     times with those that did not hold; other runs' attempts and hidden shapes are not counted."""
+    from dataclasses import replace
+
     from kernforge.archive import synthetic
     from kernforge.archive.records import NewAttempt
     from kernforge.archive.store import Archive
-    from kernforge.verifier.audit import Audit
+    from kernforge.verifier.audit import compare
     from kernforge.verifier.verdict import BOUNDED, ShapeResult
 
     def shape(t, method, spread, hidden=False):
@@ -110,8 +112,10 @@ def test_the_loop_table_says_how_the_times_of_record_were_reached_and_held(tmp_p
         verdict = Accepted(shapes=(shape(1, BOUNDED, 60.0), shape(64, "difference", 2.0), shape(2, BOUNDED, 90.0, hidden=True)),
                            environment=dict(synthetic.H200))
         ids = [archive.record_attempt(NewAttempt(r, seq, task, f"c = {seq}", verdict)) for seq, r in enumerate((earlier, run, run))]
-        for attempt, (passed, measured) in zip(ids[1:], ((True, 9.0), (False, 14.0))):
-            archive.record_audit(attempt, Audit(passed, "r", recorded_us=10.0, measured_us=measured), run_id=run)
+        for attempt, ratio in zip(ids[1:], (0.9, 1.4)):  # judged again: held, then 40% slower (did not hold)
+            again = Accepted(shapes=tuple(replace(s, time_us=s.time_us * ratio) for s in verdict.shapes),
+                             environment=verdict.environment)
+            archive.record_audit(attempt, compare(verdict, again), run_id=run)
     table = loop._records_table(tmp_path / "k.db", run)
     cells = {c.header: c._cells for c in table.columns}
     assert cells["task"] == ["rms_norm"] and cells["shapes timed"] == ["4"] and cells["bounded"] == ["2"]

@@ -119,7 +119,7 @@ def test_a_written_input_is_caught(batch):
 
 def test_probe_positions_cover_every_call_and_find_late_changes(batch):
     arena, b, task = batch
-    b.probe_index = W._probe_index(b.outputs, arena.data.device)
+    b.probe_index = W._draw_probe(b, arena.data.device)
     b.probe = arena.data[b.probe_index]
     assert int(b.probe_index.max()) < arena.layout.size
     arena.view(b.outputs[4][0]).add_(1.0)  # written after the probe read it: still running at "done"
@@ -159,7 +159,7 @@ def test_the_probe_holds_every_outputs_elements_whole_in_call_order():
     plan = W._probe_plan(refs)
     first, second = W._probe_draw(plan, "cpu"), W._probe_draw(plan, "cpu")
     assert not torch.equal(first, second), "fresh positions every window"
-    for index in (first, second, W._probe_index(refs, "cpu")):
+    for index in (first, second, W._probe_draw(W._probe_plan(refs), "cpu")):
         at = 0
         for call in refs:
             for r in call:

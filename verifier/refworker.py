@@ -878,11 +878,11 @@ def _time_batch(device: str, msg: dict[str, Any]) -> dict[str, Any]:
     floor_ms = 2 * batch.region.numel() / (float(msg["write_gbps"]) * 1e9 * WRITE_HEADROOM) * 1e3
     if msg.get("probe"):  # the second half of an eager batch's window
         _place_outputs(batch, [[TensorRef(**r) for r in call] for call in msg["outputs"]])
-        batch.probe_index = _probe_draw(_batch_probe_plan(batch), arena.data.device)
+        batch.probe_index = _draw_probe(batch, arena.data.device)
         return _close_window(batch, arena, floor_ms, done=True)
     go: socket.socket = _STATE["go"]
     _placed_outputs(batch, msg)
-    batch.probe_index = _probe_draw(_batch_probe_plan(batch), arena.data.device)
+    batch.probe_index = _draw_probe(batch, arena.data.device)
     _drain(go)  # a byte sent before this window is nobody's "done"
     try:
         quiet_s = _quiet_gpu(device)
@@ -936,11 +936,12 @@ def _place_outputs(batch: _Batch, outputs: list[list[Any]]) -> None:
         batch.outputs, batch.out_views, batch.out_stacked, batch.probe_plan = outputs, None, None, None
 
 
-def _batch_probe_plan(batch: _Batch) -> Any:
-    """The probe's plan of the batch's places, made at their first window."""
+def _draw_probe(batch: _Batch, device: Any) -> Any:
+    """This window's probe positions (``_probe_draw``) over the batch's places, planned at the
+    first window that placed them."""
     if batch.probe_plan is None:
         batch.probe_plan = _probe_plan(batch.outputs)
-    return batch.probe_plan
+    return _probe_draw(batch.probe_plan, device)
 
 
 def _output_views(batch: _Batch, arena: Any) -> list[list[Any]]:
@@ -1055,12 +1056,6 @@ def _close_window(batch: _Batch, arena: Any, floor_ms: float, done: bool) -> dic
     steps = dict(batch.host, probe=time.perf_counter() - t0)
     return {"done": done, "window_ms": batch.start.elapsed_time(end), "write_ms": batch.start.elapsed_time(batch.written),
             "write_floor_ms": floor_ms, "steps": steps, "host": batch.readings}
-
-
-def _probe_index(refs: list[list[Any]], device: Any) -> Any:
-    """Byte positions of PROBE_ELEMENTS random elements of every output, each element whole,
-    in call order (a fresh draw over ``_probe_plan``'s places)."""
-    return _probe_draw(_probe_plan(refs), device)
 
 
 @dataclass(frozen=True)
